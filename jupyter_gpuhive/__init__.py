@@ -1,0 +1,16 @@
+"""jupyter-gpuhive: exclusive GPU reservations, monitoring and jobs for shared GPU servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._version import __version__
+
+__all__ = ["__version__"]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """Declare the server extension (the GpuHiveApp)."""
+    from .app import GpuHiveApp
+
+    return [{"module": "jupyter_gpuhive.app", "app": GpuHiveApp}]

@@ -1,0 +1,107 @@
+"""The base handler: who is asking, JSON in and out, domain errors → HTTP in one place."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from datetime import datetime
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+
+from ..errors import BadRequest, HiveError, Invalid
+from ..hive import Hive
+from ..model import Identity, parse_duration, parse_instant
+
+# Identity providers of jupyter_server itself hand out random anonymous ids for the
+# server token; for those the owner is the OS user running the server.
+_ANONYMOUS_PROVIDERS = ("jupyter_server.auth.identity",)
+
+
+class HiveHandler(APIHandler):
+    """Base of every gpuhive REST handler."""
+
+    _who: Identity | None = None
+
+    @property
+    def hive(self) -> Hive:
+        return self.settings["gpuhive"]  # type: ignore[no-any-return]
+
+    @property
+    def who(self) -> Identity:
+        """The requester as gpuhive sees them (name, groups, admin)."""
+        if self._who is None:
+            user = self.current_user
+            provider = type(self.identity_provider)
+            if provider.__module__ in _ANONYMOUS_PROVIDERS or not getattr(user, "username", None):
+                name, groups = getpass.getuser(), []
+            else:
+                name, groups = user.username, list(getattr(user, "groups", []) or [])
+            self._who = self.hive.identify(name, groups)
+        return self._who
+
+    # --- input ---------------------------------------------------------------------
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object, or a 400 that says what is wrong."""
+        raw = self.request.body
+        if not raw:
+            raise BadRequest("The request needs a JSON object as its body.")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise BadRequest(f"The request body is not valid JSON: {error}.") from None
+        if not isinstance(data, dict):
+            raise BadRequest("The request body must be a JSON object.")
+        return data
+
+    def instant_arg(self, name: str, fallback: datetime) -> datetime:
+        value = self.get_query_argument(name, None)
+        return fallback if value in (None, "") else parse_instant(value, name)
+
+    def int_arg(self, name: str, fallback: int) -> int:
+        value = self.get_query_argument(name, None)
+        if value in (None, ""):
+            return fallback
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except ValueError:
+            raise Invalid(f"'{name}' must be a whole number, got {value!r}.") from None
+
+    def bool_arg(self, name: str) -> bool:
+        value = (self.get_query_argument(name, "") or "").lower()
+        if value not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise Invalid(f"'{name}' must be true or false, got {value!r}.")
+        return value in ("1", "true", "yes")
+
+    def duration_arg(self, name: str, fallback: str) -> Any:
+        return parse_duration(self.get_query_argument(name, None) or fallback, name)
+
+    def id_arg(self, value: str, what: str) -> int:
+        if not value.isdigit():
+            from ..errors import NotFound
+
+            raise NotFound(f"There is no {what} {value!r}; ids are numbers.")
+        return int(value)
+
+    # --- output --------------------------------------------------------------------
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(error, HiveError):
+            self.set_status(error.status)
+            self.set_header("Content-Type", "application/json; charset=UTF-8")
+            self.finish(json.dumps({"message": error.message, **error.details}))
+            return
+        super().write_error(status_code, **kwargs)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, HiveError):
+            self.log.debug("gpuhive: %s %s", value.status, value.message)
+            return
+        super().log_exception(typ, value, tb)

@@ -1,0 +1,144 @@
+"""REST handlers: parse the request, call the Hive, serialize the answer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tornado import web
+
+from ..model import utcnow
+from .base import HiveHandler
+from .openapi import openapi_document
+
+
+class MeHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply(await self.hive.me(self.who))
+
+
+class HostsHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply({"hosts": self.hive.hosts()})
+
+
+class ReservationsHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        now = utcnow()
+        policy = self.hive.settings.policy
+        start = self.instant_arg("start", now)
+        end = self.instant_arg("end", start + policy.horizon + policy.max_length)
+        found = await self.hive.list_reservations(
+            start,
+            end,
+            host=self.get_query_argument("host", None),
+            gpu=self.get_query_argument("gpu", None),
+            user=self.get_query_argument("user", None),
+            include_cancelled=self.bool_arg("include_cancelled"),
+            limit=self.int_arg("limit", 1000),
+        )
+        self.reply({"reservations": [r.to_json(now) for r in found]})
+
+    @web.authenticated
+    async def post(self) -> None:
+        created = await self.hive.create_reservation(self.who, self.json_body())
+        self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
+        self.reply(created.to_json(), status=201)
+
+
+class ReservationHandler(HiveHandler):
+    @web.authenticated
+    async def get(self, reservation_id: str) -> None:
+        found = await self.hive.get_reservation(self.id_arg(reservation_id, "reservation"))
+        self.reply(found.to_json())
+
+    @web.authenticated
+    async def patch(self, reservation_id: str) -> None:
+        rid = self.id_arg(reservation_id, "reservation")
+        changed = await self.hive.update_reservation(self.who, rid, self.json_body())
+        self.reply(changed.to_json())
+
+    @web.authenticated
+    async def delete(self, reservation_id: str) -> None:
+        rid = self.id_arg(reservation_id, "reservation")
+        done = await self.hive.cancel_reservation(self.who, rid)
+        self.reply(done.to_json())
+
+
+class OverviewHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        now = utcnow().replace(minute=0, second=0, microsecond=0)
+        start = self.instant_arg("start", now)
+        end = self.instant_arg("end", start + timedelta(days=7))
+        self.reply(
+            await self.hive.overview(
+                self.who,
+                start,
+                end,
+                self.duration_arg("slot", "1h"),
+                host=self.get_query_argument("host", None),
+                gpu=self.get_query_argument("gpu", None),
+            )
+        )
+
+
+class RulesHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        rules = await self.hive.rules_for(self.who)
+        self.reply({"rules": [r.to_json() for r in rules]})
+
+    @web.authenticated
+    async def post(self) -> None:
+        rule, flags = await self.hive.add_rule(self.who, self.json_body())
+        self.set_header("Location", self.request.path.rstrip("/") + f"/{rule.id}")
+        self.reply({**rule.to_json(), "flag_changes": flags}, status=201)
+
+
+class RuleHandler(HiveHandler):
+    @web.authenticated
+    async def get(self, rule_id: str) -> None:
+        rid = self.id_arg(rule_id, "access rule")
+        rules = {r.id: r for r in await self.hive.rules_for(self.who)}
+        if rid not in rules:
+            from ..errors import NotFound
+
+            raise NotFound(f"There is no access rule {rid} that applies to you.")
+        self.reply(rules[rid].to_json())
+
+    @web.authenticated
+    async def put(self, rule_id: str) -> None:
+        rid = self.id_arg(rule_id, "access rule")
+        rule, flags = await self.hive.replace_rule(self.who, rid, self.json_body())
+        self.reply({**rule.to_json(), "flag_changes": flags})
+
+    @web.authenticated
+    async def delete(self, rule_id: str) -> None:
+        rid = self.id_arg(rule_id, "access rule")
+        flags = await self.hive.delete_rule(self.who, rid)
+        self.reply({"deleted": rid, "flag_changes": flags})
+
+
+class CoverageHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        start = self.instant_arg("start", utcnow())
+        end = self.instant_arg("end", start + timedelta(days=7))
+        self.reply(
+            await self.hive.coverage(
+                self.who,
+                start,
+                end,
+                self.get_query_argument("host", None),
+                self.get_query_argument("gpu", None),
+            )
+        )
+
+
+class OpenAPIHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply(openapi_document(self.base_url))

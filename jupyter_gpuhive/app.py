@@ -1,0 +1,155 @@
+"""GpuHiveApp: the Jupyter server extension, its configuration and lifecycle."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import tomllib
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Dict, Int, List, Set, TraitError, Unicode, default, validate
+
+from .hive import Hive, HiveSettings
+from .inventory_config import parse_hosts
+from .model import parse_duration
+from .reservations import Policy
+
+
+def system_timezone() -> str:
+    """The machine's IANA time zone name, or 'UTC' when it cannot be told."""
+    if os.environ.get("TZ"):
+        return os.environ["TZ"].lstrip(":")
+    try:
+        return Path("/etc/timezone").read_text().strip() or "UTC"
+    except OSError:
+        pass
+    target = os.path.realpath("/etc/localtime")
+    return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else "UTC"
+
+
+class GpuHiveApp(ExtensionApp):
+    """Exclusive GPU reservations, monitoring and jobs for shared GPU servers."""
+
+    name = "gpuhive"
+    description = __doc__
+    extension_url = "/gpuhive/api/me"
+    load_other_extensions = True
+
+    db_url = Unicode(
+        "",
+        help="SQLAlchemy URL of the store. Empty: SQLite under the Jupyter data directory. "
+        "Team mode: postgresql+psycopg://user:password@host/dbname.",
+    ).tag(config=True)
+
+    hosts = List(
+        Dict(),
+        help="GPU hosts: [{'name': 'gpu1', 'address': 'gpu1.lab', 'port': 22, 'user': 'hive', "
+        "'transport': 'ssh' | 'local', 'gpus': [{'index': 0, 'uuid': 'GPU-…', 'model': 'A100', "
+        "'memory_mib': 40960}] or 'gpu_count': 4}]. GPUs may also be discovered later.",
+    ).tag(config=True)
+
+    hosts_file = Unicode(
+        "",
+        help="A JSON or TOML file with more hosts (a list, or a table with a 'hosts' list).",
+    ).tag(config=True)
+
+    site_timezone = Unicode(
+        help="IANA time zone of the weekly windows in access rules (default: the system's)."
+    ).tag(config=True)
+
+    admin_users = Set(Unicode(), help="User names with admin rights in gpuhive.").tag(config=True)
+    admin_groups = Set(Unicode(), help="Groups whose members are gpuhive admins.").tag(config=True)
+    groups = Dict(
+        key_trait=Unicode(),
+        value_trait=List(Unicode()),
+        help="Groups defined here (for servers without JupyterHub): {'phd': ['alice', 'bob']}.",
+    ).tag(config=True)
+
+    min_reservation = Unicode("5m", help="Shortest reservation, e.g. '15m'.").tag(config=True)
+    max_reservation = Unicode("7d", help="Longest reservation, e.g. '3d'.").tag(config=True)
+    booking_horizon = Unicode("90d", help="How far ahead reservations may start.").tag(config=True)
+    past_grace = Unicode(
+        "5m", help="How far in the past a new reservation may start (clock skew, slow forms)."
+    ).tag(config=True)
+    db_workers = Int(8, help="Threads that run database work off the event loop.").tag(config=True)
+
+    hive: Hive | None = None
+
+    @default("site_timezone")
+    def _default_zone(self) -> str:
+        return system_timezone()
+
+    @validate("site_timezone")
+    def _check_zone(self, proposal: dict[str, Any]) -> str:
+        try:
+            ZoneInfo(proposal["value"])
+        except (ZoneInfoNotFoundError, ValueError):
+            raise TraitError(f"Unknown time zone {proposal['value']!r}") from None
+        return str(proposal["value"])
+
+    @validate("min_reservation", "max_reservation", "booking_horizon", "past_grace")
+    def _check_duration(self, proposal: dict[str, Any]) -> str:
+        parse_duration(proposal["value"], proposal["trait"].name)
+        return str(proposal["value"])
+
+    def resolved_db_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        path = Path(jupyter_data_dir()) / "gpuhive" / "gpuhive.sqlite"
+        return f"sqlite:///{path}"
+
+    def all_host_specs(self) -> list[dict[str, Any]]:
+        specs = list(self.hosts)
+        if self.hosts_file:
+            path = Path(self.hosts_file).expanduser()
+            data: Any = (
+                tomllib.loads(path.read_text())
+                if path.suffix == ".toml"
+                else json.loads(path.read_text())
+            )
+            specs.extend(data["hosts"] if isinstance(data, dict) else data)
+        return specs
+
+    def settings_for_hive(self) -> HiveSettings:
+        def span(value: str, name: str) -> timedelta:
+            return parse_duration(value, name)
+
+        policy = Policy(
+            zone=ZoneInfo(self.site_timezone),
+            min_length=span(self.min_reservation, "min_reservation"),
+            max_length=span(self.max_reservation, "max_reservation"),
+            horizon=span(self.booking_horizon, "booking_horizon"),
+            past_grace=span(self.past_grace, "past_grace"),
+        )
+        return HiveSettings(
+            db_url=self.resolved_db_url(),
+            policy=policy,
+            hosts=parse_hosts(self.all_host_specs()),
+            admin_users=frozenset(self.admin_users),
+            admin_groups=frozenset(self.admin_groups),
+            groups=dict(self.groups),
+            workers=self.db_workers,
+        )
+
+    def initialize_settings(self) -> None:
+        self.hive = Hive(self.settings_for_hive()).open()
+        self.settings["gpuhive"] = self.hive
+        self.log.info("gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(self.hosts))
+
+    def initialize_handlers(self) -> None:
+        from .api import ROUTES
+
+        self.handlers.extend(ROUTES)
+
+    async def stop_extension(self) -> None:
+        if self.hive is not None:
+            self.hive.close()
+            self.hive = None
+
+
+main = launch_new_instance = GpuHiveApp.launch_instance

@@ -1,0 +1,229 @@
+"""The Hive: composes the store and the services, and runs blocking work off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from . import access
+from .errors import Forbidden, Invalid
+from .model import Gpu, HostDecl, Identity, Reservation, utcnow
+from .overview import occupancy
+from .reservations import Policy, ReservationService
+from .store import Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_LIST = 10_000
+
+
+@dataclass
+class HiveSettings:
+    """Everything the core needs from configuration."""
+
+    db_url: str
+    policy: Policy
+    hosts: list[HostDecl] = field(default_factory=list)
+    admin_users: frozenset[str] = frozenset()
+    admin_groups: frozenset[str] = frozenset()
+    groups: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    workers: int = 8
+
+
+class Hive:
+    """The running gpuhive: store, services and their lifecycles."""
+
+    def __init__(self, settings: HiveSettings) -> None:
+        self.settings = settings
+        self.store = Store(settings.db_url)
+        self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="gpuhive-db")
+        self.reservations = ReservationService(self.store, settings.policy, self.identity_of)
+        self._member_of: dict[str, set[str]] = {}
+        for group, members in settings.groups.items():
+            for member in members:
+                self._member_of.setdefault(member, set()).add(group)
+
+    def open(self) -> Hive:
+        """Migrate the store and record the configured inventory (blocking)."""
+        self.store.open()
+        self.store.inventory.sync(self.settings.hosts)
+        return self
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking (database) work in the hive's thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    # --- identity ------------------------------------------------------------------
+
+    def identify(self, name: str, groups: Iterable[str] = ()) -> Identity:
+        """The Identity of a requester: provider groups plus configured ones, admin flag."""
+        all_groups = frozenset(groups) | frozenset(self._member_of.get(name, ()))
+        admin = name in self.settings.admin_users or bool(all_groups & self.settings.admin_groups)
+        return Identity(name, all_groups, admin)
+
+    def identity_of(self, name: str) -> Identity:
+        """The Identity of a stored user name (groups as last seen)."""
+        return self.identify(name, self.store.users.groups_of(name))
+
+    # --- queries -------------------------------------------------------------------
+
+    async def me(self, who: Identity) -> dict[str, Any]:
+        await self.run(self.store.users.touch, who)
+        return who.to_json()
+
+    def hosts(self) -> list[dict[str, Any]]:
+        return [host.to_json() for host in self.store.inventory.hosts()]
+
+    def gpus_matching(self, host: str | None, gpu: str | None) -> list[Gpu]:
+        """GPUs filtered by host name and/or GPU name; unknown names are refused."""
+        inventory = self.store.inventory
+        if gpu:
+            found = inventory.gpu(gpu)
+            if found is None:
+                raise Invalid(f"Unknown GPU '{gpu}'.")
+            return [found]
+        if host:
+            found_host = inventory.host(host)
+            if found_host is None:
+                raise Invalid(f"Unknown host '{host}'.")
+            return list(found_host.gpus)
+        return inventory.gpus()
+
+    async def list_reservations(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        host: str | None = None,
+        gpu: str | None = None,
+        user: str | None = None,
+        include_cancelled: bool = False,
+        limit: int = 1000,
+    ) -> list[Reservation]:
+        if end <= start:
+            raise Invalid("The end of the window must be after its start.")
+        if not 0 < limit <= MAX_LIST:
+            raise Invalid(f"'limit' must be between 1 and {MAX_LIST}.")
+        gpu_ids = [g.id for g in self.gpus_matching(host, gpu)] if (host or gpu) else None
+        return await self.run(
+            self.store.reservations.window,
+            start,
+            end,
+            gpu_ids=gpu_ids,
+            owner=user,
+            include_cancelled=include_cancelled,
+            limit=limit,
+        )
+
+    async def overview(
+        self,
+        who: Identity,
+        start: datetime,
+        end: datetime,
+        slot: timedelta,
+        host: str | None = None,
+        gpu: str | None = None,
+    ) -> dict[str, Any]:
+        gpus = self.gpus_matching(host, gpu)
+        if end <= start:
+            raise Invalid("The end of the window must be after its start.")
+        found = await self.run(
+            self.store.reservations.window, start, end, gpu_ids=[g.id for g in gpus]
+        )
+        return occupancy(found, gpus, start, end, slot, who)
+
+    # --- reservations ---------------------------------------------------------------
+
+    async def get_reservation(self, reservation_id: int) -> Reservation:
+        return await self.run(self.store.reservations.get, reservation_id)
+
+    async def create_reservation(self, who: Identity, body: dict[str, Any]) -> Reservation:
+        await self.run(self.store.users.touch, who)
+        return await self.run(self.reservations.create, who, body)
+
+    async def update_reservation(
+        self, who: Identity, reservation_id: int, body: dict[str, Any]
+    ) -> Reservation:
+        return await self.run(self.reservations.update, who, reservation_id, body)
+
+    async def cancel_reservation(self, who: Identity, reservation_id: int) -> Reservation:
+        return await self.run(self.reservations.cancel, who, reservation_id)
+
+    # --- access rules ---------------------------------------------------------------
+
+    async def rules_for(self, who: Identity) -> list[access.Rule]:
+        """All rules for admins; the rules that apply to `who` for everyone else."""
+        rules = await self.run(self.store.rules.all)
+        return rules if who.is_admin else [r for r in rules if r.applies_to(who)]
+
+    @staticmethod
+    def _require_admin(who: Identity) -> None:
+        if not who.is_admin:
+            raise Forbidden(f"Only gpuhive admins may change access rules; {who.name} is not one.")
+
+    def _known_resources(self, rule: access.Rule) -> None:
+        for host in rule.hosts:
+            if self.store.inventory.host(host) is None:
+                raise Invalid(f"The rule names an unknown host '{host}'.")
+        for gpu in rule.gpus:
+            if self.store.inventory.gpu(gpu) is None:
+                raise Invalid(f"The rule names an unknown GPU '{gpu}'.")
+
+    async def add_rule(self, who: Identity, body: Any) -> tuple[access.Rule, dict[int, Any]]:
+        self._require_admin(who)
+        rule = access.parse_rule(body)
+        self._known_resources(rule)
+        saved = await self.run(self.store.rules.add, rule, who.name)
+        return saved, await self.run(self.reservations.reflag)
+
+    async def replace_rule(
+        self, who: Identity, rule_id: int, body: Any
+    ) -> tuple[access.Rule, dict[int, Any]]:
+        self._require_admin(who)
+        rule = access.parse_rule(body, rule_id)
+        self._known_resources(rule)
+        saved = await self.run(self.store.rules.replace, rule_id, rule)
+        return saved, await self.run(self.reservations.reflag)
+
+    async def delete_rule(self, who: Identity, rule_id: int) -> dict[int, Any]:
+        self._require_admin(who)
+        await self.run(self.store.rules.remove, rule_id)
+        return await self.run(self.reservations.reflag)
+
+    async def coverage(
+        self, who: Identity, start: datetime, end: datetime, host: str | None, gpu: str | None
+    ) -> dict[str, Any]:
+        """Per GPU, the spans of [start, end) in which `who` may book (for the calendar)."""
+        if end <= start or end - start > timedelta(days=62):
+            raise Invalid("The window must end after it starts and span at most 62 days.")
+        gpus = self.gpus_matching(host, gpu)
+        rules = await self.run(self.store.rules.all)
+        unrestricted = not rules or who.is_admin
+        zone = self.settings.policy.zone
+        spans = {
+            g.ref: [
+                [a.isoformat(), b.isoformat()]
+                for a, b in (
+                    [(start, end)]
+                    if unrestricted
+                    else access.allowed_spans(rules, who, g, start, end, zone)
+                )
+            ]
+            for g in gpus
+        }
+        return {"unrestricted": unrestricted, "timezone": str(zone), "gpus": spans}
+
+    def now(self) -> datetime:
+        return utcnow()

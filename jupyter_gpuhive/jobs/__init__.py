@@ -1,0 +1,28 @@
+"""Job templates: from a job's GPUs and a command template to resolved, quoted shell commands.
+
+Pure and side-effect free: nothing here touches a host, a process or the store.
+"""
+
+from .commands import screen_command, screen_script, session_name, shell_command
+from .sweeps import MAX_COMBINATIONS, expand, parse_sweep, parse_sweeps
+from .tasks import GpuSlot, TaskSpec, TemplateError
+from .template import Template, command_fields
+from .templates import TEMPLATES, get_template
+
+__all__ = [
+    "MAX_COMBINATIONS",
+    "TEMPLATES",
+    "GpuSlot",
+    "TaskSpec",
+    "Template",
+    "TemplateError",
+    "command_fields",
+    "expand",
+    "get_template",
+    "parse_sweep",
+    "parse_sweeps",
+    "screen_command",
+    "screen_script",
+    "session_name",
+    "shell_command",
+]

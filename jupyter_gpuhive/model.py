@@ -1,0 +1,208 @@
+"""Value types shared by all layers, and the parsing of instants and durations."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .errors import Invalid
+
+UTC = timezone.utc
+
+
+def utcnow() -> datetime:
+    """The current instant, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def parse_instant(value: Any, name: str) -> datetime:
+    """Parse an ISO 8601 instant that carries an offset; return it in UTC."""
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid(f"'{name}' must be an ISO 8601 date-time string with a UTC offset.")
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise Invalid(
+            f"'{name}' is not a date-time I can read: {value!r}. "
+            "Use ISO 8601 with an offset, e.g. 2026-05-04T09:00:00+02:00."
+        ) from None
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise Invalid(
+            f"'{name}' has no time zone offset ({value!r}); add one, "
+            "e.g. 'Z' or '+02:00', so the time is unambiguous."
+        )
+    return instant.astimezone(UTC)
+
+
+def isoformat(instant: datetime | None) -> str | None:
+    """Render an instant as ISO 8601 in UTC with an explicit offset."""
+    if instant is None:
+        return None
+    return instant.astimezone(UTC).isoformat()
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any, name: str) -> timedelta:
+    """Parse a duration: seconds as a number, or text like '90s', '15m', '2h', '1d'."""
+    if isinstance(value, bool):
+        raise Invalid(f"'{name}' must be a duration such as '2h' or a number of seconds.")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        unit = (match.group(2) or "s").lower()
+        seconds = float(match.group(1)) * _UNIT_SECONDS[unit]
+    else:
+        raise Invalid(f"'{name}' must be a duration such as '2h' or a number of seconds.")
+    if seconds <= 0:
+        raise Invalid(f"'{name}' must be longer than zero.")
+    return timedelta(seconds=seconds)
+
+
+def describe_duration(delta: timedelta) -> str:
+    """A short human rendering of a duration ('2h', '15min', '1d 4h')."""
+    minutes = int(delta.total_seconds() // 60)
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    if hours:
+        parts.append(f"{hours}h")
+    if mins or not parts:
+        parts.append(f"{mins}min")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is asking: a user name, their groups, and whether they administer gpuhive."""
+
+    name: str
+    groups: frozenset[str] = frozenset()
+    is_admin: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "groups": sorted(self.groups), "admin": self.is_admin}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of the inventory; `ref` ('host:index') is how people name it."""
+
+    id: int
+    host: str
+    index: int
+    uuid: str
+    model: str | None = None
+    memory_mib: int | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.host}:{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.ref,
+            "host": self.host,
+            "index": self.index,
+            "uuid": self.uuid,
+            "model": self.model,
+            "memory_mib": self.memory_mib,
+        }
+
+
+@dataclass(frozen=True)
+class GpuDecl:
+    """A GPU as declared in config or discovered on a host."""
+
+    index: int
+    uuid: str
+    model: str | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class HostDecl:
+    """A host as configured: where to reach it and, optionally, its GPUs."""
+
+    name: str
+    address: str = "localhost"
+    port: int = 22
+    user: str | None = None
+    transport: str = "ssh"
+    gpus: tuple[GpuDecl, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host of the inventory with its GPUs."""
+
+    name: str
+    address: str
+    port: int
+    user: str | None
+    transport: str
+    gpus: tuple[Gpu, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "address": self.address,
+            "port": self.port,
+            "user": self.user,
+            "transport": self.transport,
+            "gpus": [gpu.to_json() for gpu in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A booking of a set of GPUs for [start, end), edited and cancelled as one unit."""
+
+    id: int
+    owner: str
+    title: str
+    description: str
+    start: datetime
+    end: datetime
+    gpus: tuple[Gpu, ...]
+    created_at: datetime
+    cancelled_at: datetime | None = None
+    flagged: bool = False
+    flag_reason: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancelled_at is not None
+
+    def status(self, now: datetime) -> str:
+        """'cancelled', 'upcoming', 'active' or 'ended' at the instant `now`."""
+        if self.cancelled:
+            return "cancelled"
+        if now < self.start:
+            return "upcoming"
+        return "active" if now < self.end else "ended"
+
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "title": self.title,
+            "description": self.description,
+            "start": isoformat(self.start),
+            "end": isoformat(self.end),
+            "gpus": [gpu.ref for gpu in self.gpus],
+            "gpu_uuids": [gpu.uuid for gpu in self.gpus],
+            "created_at": isoformat(self.created_at),
+            "cancelled_at": isoformat(self.cancelled_at),
+            "status": self.status(now or utcnow()),
+            "flagged": self.flagged,
+            "flag_reason": self.flag_reason,
+        }

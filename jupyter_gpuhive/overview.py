@@ -1,0 +1,74 @@
+"""Occupancy of GPUs × time slots: free, mine, or someone else's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import Invalid
+from .model import Gpu, Identity, Reservation, isoformat
+
+MAX_SLOTS = 20_000
+FREE, MINE, OTHERS = "f", "m", "o"
+
+
+def occupancy(
+    reservations: Sequence[Reservation],
+    gpus: Sequence[Gpu],
+    start: datetime,
+    end: datetime,
+    slot: timedelta,
+    me: Identity,
+) -> dict[str, Any]:
+    """The overview grid: per GPU a state string ('f'/'m'/'o' per slot) and reservation ids."""
+    if end <= start:
+        raise Invalid("The end must be after the start.")
+    count = math.ceil((end - start) / slot)
+    if count > MAX_SLOTS:
+        raise Invalid(
+            f"That is {count} slots per GPU; at most {MAX_SLOTS} fit in one overview. "
+            "Use a larger 'slot' or a shorter window."
+        )
+    row_of = {gpu.id: i for i, gpu in enumerate(gpus)}
+    cells: list[list[int | None]] = [[None] * count for _ in gpus]
+    states: list[list[str]] = [[FREE] * count for _ in gpus]
+    shown: dict[int, dict[str, Any]] = {}
+    for res in reservations:
+        first = max(0, math.floor((res.start - start) / slot))
+        last = min(count, math.ceil((res.end - start) / slot))
+        if first >= last:
+            continue
+        mark = MINE if res.owner == me.name else OTHERS
+        for gpu in res.gpus:
+            row = row_of.get(gpu.id)
+            if row is None:
+                continue
+            line, state = cells[row], states[row]
+            for i in range(first, last):
+                if line[i] is None:
+                    line[i] = res.id
+                    state[i] = mark
+            shown.setdefault(
+                res.id,
+                {
+                    "owner": res.owner,
+                    "title": res.title,
+                    "start": isoformat(res.start),
+                    "end": isoformat(res.end),
+                    "mine": mark == MINE,
+                },
+            )
+    return {
+        "start": isoformat(start),
+        "end": isoformat(end),
+        "slot_seconds": slot.total_seconds(),
+        "slots": count,
+        "legend": {FREE: "free", MINE: "mine", OTHERS: "others"},
+        "gpus": [
+            {**gpu.to_json(), "states": "".join(states[i]), "cells": cells[i]}
+            for i, gpu in enumerate(gpus)
+        ],
+        "reservations": {str(rid): info for rid, info in shown.items()},
+    }

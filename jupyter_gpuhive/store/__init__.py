@@ -1,0 +1,32 @@
+"""The persistent store: inventory, users, reservations and access rules."""
+
+from __future__ import annotations
+
+from .database import Database
+from .inventory import Inventory
+from .reservations import Changes, Clash, Reservations
+from .rules import Rules
+from .users import Users
+
+
+class Store:
+    """All repositories over one database."""
+
+    def __init__(self, url: str) -> None:
+        self.db = Database(url)
+        self.inventory = Inventory(self.db)
+        self.reservations = Reservations(self.db, self.inventory)
+        self.rules = Rules(self.db)
+        self.users = Users(self.db)
+
+    def open(self) -> Store:
+        """Migrate the schema and load the inventory."""
+        self.db.migrate()
+        self.inventory.reload()
+        return self
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+__all__ = ["Changes", "Clash", "Database", "Store"]

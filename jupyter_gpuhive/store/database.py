@@ -1,0 +1,115 @@
+"""Engines, transactions and migrations for SQLite and PostgreSQL.
+
+SQLite: every write transaction is `BEGIN IMMEDIATE` (deferred transactions that upgrade
+from read to write fail with "database is locked" under concurrency), WAL, busy timeout.
+PostgreSQL: deadlocks and serialization failures are retried with jitter.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
+EXCLUSION_VIOLATION = "23P01"
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error, when the driver reports one."""
+    orig = getattr(error, "orig", None)
+    return getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=8,
+        max_overflow=8,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """The store's connection to one database: reads, serialized writes, migrations."""
+
+    def __init__(self, url: str) -> None:
+        parsed = make_url(url)
+        self.url = url
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if not parsed.database or parsed.database == ":memory:":
+                raise ValueError("gpuhive needs a SQLite file, not an in-memory database")
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self.reader = _sqlite_engine(url, immediate=False)
+            self.writer = _sqlite_engine(url, immediate=True)
+        else:
+            self.reader = self.writer = create_engine(
+                url, pool_size=10, max_overflow=20, pool_pre_ping=True
+            )
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reading (a consistent snapshot inside one transaction)."""
+        with self.reader.begin() as connection:
+            yield connection
+
+    def write(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
+        """Run `work` in one write transaction, retrying transient concurrency failures."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.writer.begin() as connection:
+                    return work(connection)
+            except (OperationalError, DBAPIError) as error:
+                transient = sqlstate(error) in RETRYABLE_SQLSTATES or (
+                    self.dialect == "sqlite" and "database is locked" in str(error)
+                )
+                if not transient or attempt == attempts:
+                    raise
+                log.debug("retrying write after %s (attempt %d)", sqlstate(error), attempt)
+                time.sleep(random.uniform(0.002, 0.02) * attempt)
+        raise AssertionError("unreachable")
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.writer.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def dispose(self) -> None:
+        """Close all pooled connections."""
+        self.reader.dispose()
+        if self.writer is not self.reader:
+            self.writer.dispose()

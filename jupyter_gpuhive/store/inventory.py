@@ -1,0 +1,124 @@
+"""Hosts and GPUs: the inventory survives hosts going offline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, insert, select, update
+
+from ..model import Gpu, GpuDecl, Host, HostDecl, utcnow
+from .database import Database
+from .schema import gpus, hosts
+
+
+class Inventory:
+    """Hosts and their GPUs, cached in memory; the database is the truth."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = threading.Lock()
+        self._hosts: dict[str, Host] = {}
+        self._by_id: dict[int, Gpu] = {}
+        self._by_key: dict[str, Gpu] = {}
+
+    def reload(self) -> None:
+        """Re-read hosts and GPUs from the database."""
+        with self.db.read() as conn:
+            host_rows = conn.execute(select(hosts).order_by(hosts.c.name)).all()
+            gpu_rows = conn.execute(select(gpus).order_by(gpus.c.host_id, gpus.c.idx)).all()
+        names = {row.id: row.name for row in host_rows}
+        by_host: dict[int, list[Gpu]] = {}
+        by_id: dict[int, Gpu] = {}
+        by_key: dict[str, Gpu] = {}
+        for row in gpu_rows:
+            gpu = Gpu(row.id, names[row.host_id], row.idx, row.uuid, row.model, row.memory_mib)
+            by_host.setdefault(row.host_id, []).append(gpu)
+            by_id[gpu.id] = gpu
+            by_key[gpu.ref] = by_key[gpu.uuid] = gpu
+        host_map = {
+            row.name: Host(
+                row.name,
+                row.address,
+                row.port,
+                row.username,
+                row.transport,
+                tuple(by_host.get(row.id, [])),
+            )
+            for row in host_rows
+        }
+        with self._lock:
+            self._hosts, self._by_id, self._by_key = host_map, by_id, by_key
+
+    def hosts(self) -> list[Host]:
+        """All hosts with their GPUs, by name."""
+        return list(self._hosts.values())
+
+    def host(self, name: str) -> Host | None:
+        return self._hosts.get(name)
+
+    def gpus(self) -> list[Gpu]:
+        """All GPUs, ordered by host and index."""
+        return [gpu for host in self._hosts.values() for gpu in host.gpus]
+
+    def gpu(self, key: str) -> Gpu | None:
+        """A GPU by 'host:index' or UUID."""
+        found = self._by_key.get(key)
+        if found is None:
+            self.reload()
+            found = self._by_key.get(key)
+        return found
+
+    def gpu_by_id(self, gpu_id: int) -> Gpu:
+        found = self._by_id.get(gpu_id)
+        if found is None:
+            self.reload()
+            found = self._by_id[gpu_id]
+        return found
+
+    def sync(self, declared: Iterable[HostDecl]) -> None:
+        """Upsert configured hosts and their declared GPUs; nothing is ever deleted."""
+        decls = list(declared)
+
+        def work(conn: Connection) -> None:
+            for decl in decls:
+                _upsert_host(conn, decl)
+
+        self.db.write(work)
+        self.reload()
+
+    def record_discovery(self, host_name: str, found: Iterable[GpuDecl]) -> None:
+        """Store GPUs discovered on a host (new ones added, changed ones updated)."""
+        host = self._hosts.get(host_name)
+        if host is None:
+            return
+        decl = HostDecl(host.name, host.address, host.port, host.user, host.transport, tuple(found))
+        self.db.write(lambda conn: _upsert_host(conn, decl, seen=True))
+        self.reload()
+
+
+def _upsert_host(conn: Connection, decl: HostDecl, seen: bool = False) -> None:
+    now = utcnow()
+    values = {
+        "address": decl.address,
+        "port": decl.port,
+        "username": decl.user,
+        "transport": decl.transport,
+    }
+    if seen:
+        values["last_seen_at"] = now
+    host_id = conn.execute(select(hosts.c.id).where(hosts.c.name == decl.name)).scalar()
+    if host_id is None:
+        host_id = conn.execute(
+            insert(hosts).values(name=decl.name, declared=True, created_at=now, **values)
+        ).inserted_primary_key[0]  # type: ignore[index]
+    else:
+        conn.execute(update(hosts).where(hosts.c.id == host_id).values(**values))
+    existing = {row.idx: row for row in conn.execute(select(gpus).where(gpus.c.host_id == host_id))}
+    for gpu in decl.gpus:
+        row = existing.get(gpu.index)
+        fields = {"uuid": gpu.uuid, "model": gpu.model, "memory_mib": gpu.memory_mib}
+        if row is None:
+            conn.execute(insert(gpus).values(host_id=host_id, idx=gpu.index, **fields))
+        elif (row.uuid, row.model, row.memory_mib) != (gpu.uuid, gpu.model, gpu.memory_mib):
+            conn.execute(update(gpus).where(gpus.c.id == row.id).values(**fields))

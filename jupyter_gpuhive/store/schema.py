@@ -1,0 +1,155 @@
+"""The relational schema (SQLAlchemy Core); Alembic migrations create it, a test compares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+from ..model import UTC
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC instants on every backend (SQLite stores naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime reached the store")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+hosts = Table(
+    "hosts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("address", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("username", String(64)),
+    Column("transport", String(16), nullable=False),
+    Column("declared", Boolean, nullable=False, default=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("host_id", Integer, ForeignKey("hosts.id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("uuid", String(96), nullable=False, unique=True),
+    Column("model", String(128)),
+    Column("memory_mib", Integer),
+    UniqueConstraint("host_id", "idx"),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime, nullable=False),
+)
+
+user_groups = Table(
+    "user_groups",
+    metadata,
+    Column("user_name", String(128), ForeignKey("users.name", ondelete="CASCADE"), nullable=False),
+    Column("group_name", String(128), nullable=False),
+    PrimaryKeyConstraint("user_name", "group_name"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("start_at", UTCDateTime, nullable=False),
+    Column("end_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("cancelled_at", UTCDateTime),
+    Column("flagged", Boolean, nullable=False, default=False),
+    Column("flag_reason", Text),
+    Index(None, "start_at"),
+    Index(None, "owner", "start_at"),
+)
+
+# One row per booked GPU; start/end/cancelled are copies of the reservation's so that the
+# database itself can refuse overlaps (PostgreSQL: exclusion constraint; SQLite: triggers).
+reservation_gpus = Table(
+    "reservation_gpus",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("start_at", UTCDateTime, nullable=False),
+    Column("end_at", UTCDateTime, nullable=False),
+    Column("cancelled", Boolean, nullable=False, default=False),
+    PrimaryKeyConstraint("reservation_id", "gpu_id"),
+    Index(None, "gpu_id", "start_at"),
+)
+
+# Single-row bookkeeping: the longest reservation ever stored bounds window queries.
+reservation_stats = Table(
+    "reservation_stats",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("longest_seconds", Integer, nullable=False),
+)
+
+rules = Table(
+    "rules",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(120), nullable=False, default=""),
+    Column("spec", Text, nullable=False),
+    Column("valid_from", Date),
+    Column("valid_until", Date),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)

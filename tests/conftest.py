@@ -1,0 +1,140 @@
+"""Shared fixtures: a real PostgreSQL, a real Jupyter server with gpuhive, several users."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from tests.fixtures.postgres import PostgresCluster, running_postgres
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+UTC = timezone.utc
+
+# token -> identity; the same mechanism a site can use (jupyter_gpuhive.auth).
+USERS = {
+    "tok-alice": {"name": "alice", "groups": ["phd"]},
+    "tok-bob": {"name": "bob", "groups": ["phd"]},
+    "tok-carol": {"name": "carol", "groups": ["staff"]},
+    "tok-root": {"name": "boss", "groups": ["admins"]},
+}
+TOKENS = {spec["name"]: token for token, spec in USERS.items()}
+
+HOSTS = [
+    {"name": f"gpu{h}", "address": "127.0.0.1", "transport": "local", "gpu_count": 4,
+     "gpu_model": "Simulated A100"}
+    for h in (1, 2, 3)
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    with running_postgres() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'hive.sqlite'}"
+    cluster: PostgresCluster = request.getfixturevalue("postgres")
+    return cluster.new_database()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'hive.sqlite'}"
+
+
+@pytest.fixture
+def hive_config() -> dict[str, Any]:
+    """GpuHiveApp settings a test may adjust before the server starts."""
+    return {
+        "hosts": HOSTS,
+        "admin_groups": ["admins"],
+        "site_timezone": "Europe/Warsaw",
+        "min_reservation": "10m",
+        "max_reservation": "3d",
+        "booking_horizon": "30d",
+    }
+
+
+@pytest.fixture
+def jp_server_config(db_url: str, hive_config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_gpuhive": True},
+            "identity_provider_class": "jupyter_gpuhive.auth.TokenUsersIdentityProvider",
+        },
+        "TokenUsersIdentityProvider": {"users": USERS},
+        "GpuHiveApp": {"db_url": db_url, **hive_config},
+    }
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", "")) if isinstance(self.body, dict) else ""
+
+
+Call = Callable[..., Awaitable[Reply]]
+
+
+@pytest.fixture
+def api(jp_fetch: Any) -> Callable[[str | None], Call]:
+    """api('alice')('POST', 'reservations', body={...}) -> Reply (never raises on 4xx)."""
+
+    def as_user(user: str | None) -> Call:
+        async def call(
+            method: str,
+            path: str,
+            body: Any = None,
+            params: dict[str, Any] | None = None,
+            raw: bytes | None = None,
+        ) -> Reply:
+            headers = {"Authorization": f"token {TOKENS[user]}"} if user else {"Authorization": ""}
+            payload: bytes | None = raw
+            if payload is None and body is not None:
+                payload = json.dumps(body).encode()
+            if payload is None and method in ("POST", "PUT", "PATCH"):
+                payload = b""
+            try:
+                response = await jp_fetch(
+                    "gpuhive", "api", *path.strip("/").split("/"),
+                    method=method, body=payload, headers=headers, params=params or {},
+                    allow_nonstandard_methods=True,
+                )  # fmt: skip
+            except HTTPClientError as error:
+                response = error.response
+                assert response is not None, error
+            text = response.body.decode() if response.body else ""
+            try:
+                data = json.loads(text) if text else None
+            except ValueError:
+                data = text
+            return Reply(response.code, data)
+
+        return call
+
+    return as_user
+
+
+def iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat()
+
+
+def soon(hours: float = 1, *, days: int = 1) -> datetime:
+    """A whole hour some days ahead (comfortably in the future)."""
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    return base + timedelta(days=days, hours=hours)
