@@ -162,7 +162,7 @@ class Host:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Reservation:
     """A booking of a set of GPUs for [start, end), edited and cancelled as one unit."""
 
@@ -191,17 +191,18 @@ class Reservation:
         return "active" if now < self.end else "ended"
 
     def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        gpus, cancelled = self.gpus, self.cancelled_at
         return {
             "id": self.id,
             "owner": self.owner,
             "title": self.title,
             "description": self.description,
-            "start": isoformat(self.start),
-            "end": isoformat(self.end),
-            "gpus": [gpu.ref for gpu in self.gpus],
-            "gpu_uuids": [gpu.uuid for gpu in self.gpus],
-            "created_at": isoformat(self.created_at),
-            "cancelled_at": isoformat(self.cancelled_at),
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "gpus": [gpu.ref for gpu in gpus],
+            "gpu_uuids": [gpu.uuid for gpu in gpus],
+            "created_at": self.created_at.isoformat(),
+            "cancelled_at": cancelled.isoformat() if cancelled else None,
             "status": self.status(now or utcnow()),
             "flagged": self.flagged,
             "flag_reason": self.flag_reason,

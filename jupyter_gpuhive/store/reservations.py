@@ -17,6 +17,19 @@ from .inventory import Inventory
 from .schema import reservation_gpus, reservation_stats, reservations
 
 _CHUNK = 5000
+# The columns _build unpacks, in this order.
+_COLUMNS = (
+    reservations.c.id,
+    reservations.c.owner,
+    reservations.c.title,
+    reservations.c.description,
+    reservations.c.start_at,
+    reservations.c.end_at,
+    reservations.c.created_at,
+    reservations.c.cancelled_at,
+    reservations.c.flagged,
+    reservations.c.flag_reason,
+)
 
 
 @dataclass(frozen=True)
@@ -88,31 +101,37 @@ class Reservations:
             query = select(reservation_gpus.c.reservation_id, reservation_gpus.c.gpu_id).where(
                 reservation_gpus.c.reservation_id.in_(chunk)
             )
-            for rid, gid in conn.execute(query):
+            for rid, gid in conn.execute(query).all():
                 gpu_ids.setdefault(rid, []).append(gid)
         gpu = self.inventory.gpu_by_id
-        return [
-            Reservation(
-                id=row.id,
-                owner=row.owner,
-                title=row.title,
-                description=row.description,
-                start=row.start_at,
-                end=row.end_at,
-                gpus=tuple(sorted((gpu(g) for g in gpu_ids.get(row.id, [])), key=_gpu_order)),
-                created_at=row.created_at,
-                cancelled_at=row.cancelled_at,
-                flagged=row.flagged,
-                flag_reason=row.flag_reason,
+        out = []
+        for row in rows:
+            rid, owner, title, description, start, end, created, cancelled, flagged, reason = row
+            booked = [gpu(g) for g in gpu_ids.get(rid, ())]
+            if len(booked) > 1:
+                booked.sort(key=_gpu_order)
+            out.append(
+                Reservation(
+                    rid,
+                    owner,
+                    title,
+                    description,
+                    start,
+                    end,
+                    tuple(booked),
+                    created,
+                    cancelled,
+                    flagged,
+                    reason,
+                )
             )
-            for row in rows
-        ]
+        return out
 
     def get(self, reservation_id: int) -> Reservation:
         """One reservation by id, cancelled ones included."""
         with self.db.read() as conn:
             rows = conn.execute(
-                select(reservations).where(reservations.c.id == reservation_id)
+                select(*_COLUMNS).where(reservations.c.id == reservation_id)
             ).all()
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")
@@ -131,7 +150,7 @@ class Reservations:
         """Reservations overlapping [start, end), ordered by start."""
         with self.db.read() as conn:
             longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-            query = select(reservations).where(
+            query = select(*_COLUMNS).where(
                 reservations.c.start_at < end,
                 reservations.c.end_at > start,
                 reservations.c.start_at >= start - timedelta(seconds=longest + 1),
@@ -235,7 +254,7 @@ class Reservations:
 
         def work(conn: Connection) -> int:
             rows = conn.execute(
-                select(reservations).where(reservations.c.id == reservation_id).with_for_update()
+                select(*_COLUMNS).where(reservations.c.id == reservation_id).with_for_update()
             ).all()
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -36,10 +36,19 @@ metadata = MetaData(
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC instants on every backend (SQLite stores naive UTC text)."""
+    """Timezone-aware UTC instants on every backend.
+
+    PostgreSQL: timestamptz. SQLite: fixed-width ISO text with '+00:00', so that text order
+    is time order (the overlap triggers compare it) and reading is one fromisoformat call.
+    """
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
@@ -47,12 +56,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError("naive datetime reached the store")
         value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        if dialect.name == "sqlite":
+            return value.isoformat(sep=" ", timespec="microseconds")
+        return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if isinstance(value, str):
+            return datetime.fromisoformat(value)
+        return value if value.utcoffset() == _ZERO else value.astimezone(UTC)
+
+
+_ZERO = timedelta(0)
 
 
 hosts = Table(
