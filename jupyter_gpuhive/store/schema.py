@@ -9,6 +9,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     Date,
+    Float,
     DateTime,
     ForeignKey,
     Index,
@@ -168,4 +169,44 @@ rules = Table(
     Column("created_by", String(128), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Running aggregates of what a reservation's GPUs did while it was active.
+reservation_usage = Table(
+    "reservation_usage",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("busy_seconds", Float, nullable=False),
+    Column("util_sum", Float, nullable=False),
+    Column("util_max", Float, nullable=False),
+    Column("mem_sum_mib", Float, nullable=False),
+    Column("foreign_seconds", Float, nullable=False),
+    Column("first_at", UTCDateTime, nullable=False),
+    Column("last_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("reservation_id", "gpu_id"),
+)
+
+# Hourly usage per GPU and process owner ('' when no process ran).
+gpu_usage_hourly = Table(
+    "gpu_usage_hourly",
+    metadata,
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("hour", UTCDateTime, nullable=False),
+    Column("user_name", String(128), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("busy_seconds", Float, nullable=False),
+    Column("util_sum", Float, nullable=False),
+    Column("util_max", Float, nullable=False),
+    Column("mem_sum_mib", Float, nullable=False),
+    PrimaryKeyConstraint("gpu_id", "hour", "user_name"),
+    Index(None, "hour"),
 )

@@ -1,0 +1,335 @@
+"""HostPool: persistent SSH connections (or local processes) to every GPU host.
+
+Facts that shape it (measured here): sshd allows 10 sessions per connection, so commands
+per host are capped; `conn.run(timeout=…)` does not bound a silently dropped host, so every
+remote operation runs under `asyncio.timeout`; a host that fails is marked down and is not
+tried again before its backoff expires, so a dead host never delays a sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from ..model import HostDecl, isoformat, utcnow
+
+log = logging.getLogger(__name__)
+
+
+class HostUnavailable(Exception):
+    """A host could not run a command; `reason` is a sentence for people."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"{host}: {reason}")
+        self.host = host
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Exit status (-1 when killed by a signal) and output of one command."""
+
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class HostStatus:
+    """Reachability of one host: 'unknown' until tried, then 'up' or 'down'."""
+
+    name: str
+    state: str = "unknown"
+    error: str | None = None
+    since: datetime | None = None
+    last_ok: datetime | None = None
+    failures: int = 0
+    retry_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "error": self.error,
+            "since": isoformat(self.since),
+            "last_ok": isoformat(self.last_ok),
+            "failures": self.failures,
+        }
+
+
+@dataclass
+class SshSettings:
+    """How the pool connects: keys, trust, timeouts, limits, backoff."""
+
+    client_keys: list[str] = field(default_factory=list)
+    known_hosts: list[str] = field(default_factory=list)
+    connect_timeout: float = 5.0
+    command_timeout: float = 15.0
+    keepalive_interval: float = 5.0
+    keepalive_count_max: int = 3
+    max_sessions: int = 8
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+
+
+def _address(decl: HostDecl) -> str:
+    return f"{decl.address}:{decl.port}"
+
+
+def explain(decl: HostDecl, user: str, error: BaseException, timeout: float) -> str:
+    """A readable reason for a connection or command failure."""
+    where = _address(decl)
+    if isinstance(error, asyncssh.HostKeyNotVerifiable):
+        return (
+            f"the host key of {where} is not trusted ({error.reason}). If this is the right "
+            f"machine, trust it with `jupyter gpuhive trust {decl.name}`; if you did not "
+            "expect a new key, find out why before trusting it."
+        )
+    if isinstance(error, asyncssh.PermissionDenied):
+        return (
+            f"{where} refused the key for user {user}: add the line from `jupyter gpuhive key` "
+            f"to ~{user}/.ssh/authorized_keys on {decl.name}."
+        )
+    if isinstance(error, TimeoutError):
+        return f"no answer from {where} within {timeout:.0f} s"
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused by {where} (is sshd running?)"
+    if isinstance(error, asyncssh.ConnectionLost | asyncssh.DisconnectError):
+        return f"the connection to {where} was lost: {error.reason or error}"
+    if isinstance(error, asyncssh.Error):
+        return f"SSH error from {where}: {error.reason or error}"
+    if isinstance(error, OSError):
+        return f"cannot reach {where}: {error.strerror or error}"
+    return f"{type(error).__name__} talking to {where}: {error}"
+
+
+class HostPool:
+    """Runs commands on hosts over persistent connections, one state per host."""
+
+    def __init__(self, hosts: Iterable[HostDecl], settings: SshSettings | None = None) -> None:
+        self.settings = settings or SshSettings()
+        self.hosts: dict[str, HostDecl] = {h.name: h for h in hosts}
+        self._status = {name: HostStatus(name) for name in self.hosts}
+        self._conns: dict[tuple[str, str], asyncssh.SSHClientConnection] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._me = getpass.getuser()
+
+    # --- state ---------------------------------------------------------------------
+
+    def status(self, host: str) -> HostStatus:
+        return self._status[host]
+
+    def statuses(self) -> dict[str, HostStatus]:
+        return dict(self._status)
+
+    def _ok(self, host: str) -> None:
+        st = self._status[host]
+        now = utcnow()
+        if st.state != "up":
+            st.since = now
+            if st.state == "down":
+                log.info("gpuhive: host %s is back", host)
+        st.state, st.error, st.failures, st.retry_at, st.last_ok = "up", None, 0, 0.0, now
+
+    def _fail(self, host: str, reason: str) -> None:
+        st = self._status[host]
+        if st.state != "down":
+            st.since = utcnow()
+            log.warning("gpuhive: host %s is down: %s", host, reason)
+        st.state, st.error = "down", reason
+        st.failures += 1
+        s = self.settings
+        delay = min(s.backoff_max, s.backoff_initial * 2 ** (st.failures - 1))
+        st.retry_at = time.monotonic() + delay * random.uniform(0.8, 1.2)
+
+    # --- running commands -------------------------------------------------------------
+
+    async def run(
+        self,
+        host: str,
+        command: str,
+        *,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Run `command` on `host` (as `user`, default the host's account); never hangs."""
+        decl = self.hosts.get(host)
+        if decl is None:
+            raise HostUnavailable(host, "no such host in the configuration")
+        timeout = timeout or self.settings.command_timeout
+        as_user = user or decl.user or self._me
+        tracked = user is None or user == (decl.user or self._me)
+        st = self._status[host]
+        if tracked and st.state == "down" and time.monotonic() < st.retry_at:
+            raise HostUnavailable(host, st.error or "down")
+        slot = self._slots.setdefault(host, asyncio.Semaphore(self.settings.max_sessions))
+        async with slot:
+            try:
+                if decl.transport == "local":
+                    result = await self._run_local(decl, command, as_user, timeout, stdin)
+                else:
+                    result = await self._run_ssh(decl, command, as_user, timeout, stdin)
+            except HostUnavailable as error:
+                if tracked:
+                    self._fail(host, error.reason)
+                raise
+        if tracked:
+            self._ok(host)
+        return result
+
+    async def run_all(
+        self, command: str, timeout: float | None = None
+    ) -> dict[str, CommandResult | HostUnavailable]:
+        """Run `command` on every host concurrently; failures are returned, not raised."""
+
+        async def one(name: str) -> CommandResult | HostUnavailable:
+            try:
+                return await self.run(name, command, timeout=timeout)
+            except HostUnavailable as error:
+                return error
+
+        names = list(self.hosts)
+        results = await asyncio.gather(*(one(n) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    async def _connection(self, decl: HostDecl, user: str) -> asyncssh.SSHClientConnection:
+        key = (decl.name, user)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.is_closed():
+            return conn
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.is_closed():
+                return conn
+            s = self.settings
+            conn = await asyncssh.connect(
+                decl.address,
+                port=decl.port,
+                username=user,
+                client_keys=s.client_keys or None,
+                known_hosts=s.known_hosts or (),
+                agent_path=None,
+                config=[],
+                connect_timeout=s.connect_timeout,
+                keepalive_interval=s.keepalive_interval,
+                keepalive_count_max=s.keepalive_count_max,
+            )
+            self._conns[key] = conn
+            return conn
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        conn = self._conns.pop(key, None)
+        if conn is not None:
+            conn.abort()
+
+    async def _run_ssh(
+        self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
+    ) -> CommandResult:
+        limit = self.settings.connect_timeout + timeout
+        try:
+            async with asyncio.timeout(limit):
+                conn = await self._connection(decl, user)
+                done = await conn.run(command, check=False, input=stdin)
+        except (asyncssh.Error, OSError, TimeoutError) as error:
+            self._drop((decl.name, user))
+            raise HostUnavailable(decl.name, explain(decl, user, error, limit)) from None
+        status = done.exit_status if done.exit_status is not None else -1
+        return CommandResult(status, _text(done.stdout), _text(done.stderr))
+
+    async def _run_local(
+        self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
+    ) -> CommandResult:
+        env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
+        argv = ["sh", "-c", command]
+        if user != self._me:
+            if os.geteuid() != 0:
+                raise HostUnavailable(decl.name, f"cannot run as {user} without root")
+            argv = ["runuser", "-u", user, "--", *argv]
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                out, err = await process.communicate(stdin.encode() if stdin else None)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise HostUnavailable(
+                decl.name, f"no answer from the local command within {timeout:.0f} s"
+            ) from None
+        status = process.returncode if process.returncode is not None else -1
+        return CommandResult(status if status >= 0 else -1, out.decode(errors="replace"),
+                             err.decode(errors="replace"))  # fmt: skip
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for key in list(self._conns):
+            conn = self._conns.pop(key)
+            conn.close()
+            try:
+                async with asyncio.timeout(2):
+                    await conn.wait_closed()
+            except (TimeoutError, OSError, asyncssh.Error):
+                pass
+
+
+def _env(decl: HostDecl) -> Mapping[str, Any]:
+    env = decl.extra.get("env") or {}
+    return env if isinstance(env, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else bytes(value).decode(errors="replace")
+
+
+# --- keys and trust ---------------------------------------------------------------------
+
+
+def ensure_client_key(path: Path) -> asyncssh.SSHKey:
+    """Load the hive's SSH key, creating an ed25519 key on first use."""
+    if path.exists():
+        return asyncssh.read_private_key(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = asyncssh.generate_private_key("ssh-ed25519", comment=f"gpuhive@{os.uname().nodename}")
+    key.write_private_key(str(path))
+    os.chmod(path, 0o600)
+    key.write_public_key(str(path) + ".pub")
+    return key
+
+
+def known_hosts_line(decl: HostDecl, key: asyncssh.SSHKey) -> str:
+    """The known_hosts line that trusts `key` for this host."""
+    name = decl.address if decl.port == 22 else f"[{decl.address}]:{decl.port}"
+    return f"{name} {key.export_public_key('openssh').decode().strip()}"
+
+
+async def fetch_host_key(decl: HostDecl, timeout: float = 5.0) -> asyncssh.SSHKey:
+    """Ask a host for its public host key (to show its fingerprint before trusting it)."""
+    async with asyncio.timeout(timeout):
+        key = await asyncssh.get_server_host_key(decl.address, decl.port)
+    if key is None:
+        raise HostUnavailable(decl.name, "the host offered no host key")
+    return key

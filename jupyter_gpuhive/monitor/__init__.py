@@ -1,0 +1,1 @@
+"""Monitoring: the sampler (sweeps → metrics, usage, live state)."""

@@ -1,0 +1,127 @@
+"""The sampler: sweeps every host with one probe, keeps live state and metric series."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..hosts.nvsmi import NvsmiParseError
+from ..hosts.pool import HostPool, HostUnavailable
+from ..hosts.probe import PROBE_COMMAND, HostSample, parse_probe
+from ..model import utcnow
+from .metrics import MetricsBuffer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HostLive:
+    """The newest knowledge about one host."""
+
+    sample: HostSample | None = None
+    cpu_percent: float | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep: a sample per reachable host, a reason per unreachable one."""
+
+    at: datetime
+    interval: float
+    samples: dict[str, HostSample] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+Listener = Callable[[Sweep], Awaitable[None]]
+
+
+def _cpu_percent(previous: HostSample | None, current: HostSample) -> float | None:
+    if previous is None or previous.cpu_jiffies is None or current.cpu_jiffies is None:
+        return None
+    busy = current.cpu_jiffies[0] - previous.cpu_jiffies[0]
+    total = current.cpu_jiffies[1] - previous.cpu_jiffies[1]
+    return round(100.0 * busy / total, 1) if total > 0 else None
+
+
+class Sampler:
+    """Probes all hosts concurrently; a slow host only delays its own sample."""
+
+    def __init__(
+        self, pool: HostPool, interval: float = 5.0, history: int = 720, timeout: float = 0
+    ) -> None:
+        self.pool = pool
+        self.interval = interval
+        self.timeout = timeout or max(1.0, interval * 0.8)
+        self.metrics = MetricsBuffer(history)
+        self.live: dict[str, HostLive] = {name: HostLive() for name in pool.hosts}
+        self.listeners: list[Listener] = []
+        self.sweeps = 0
+        self.last_sweep: Sweep | None = None
+
+    async def _probe(self, name: str) -> HostSample | str:
+        try:
+            result = await self.pool.run(name, PROBE_COMMAND, timeout=self.timeout)
+        except HostUnavailable as error:
+            return error.reason
+        taken = utcnow()
+        try:
+            sample = parse_probe(name, result.stdout, taken)
+        except NvsmiParseError as error:
+            detail = result.stderr.strip()[:200] or str(error)
+            sample = HostSample(name, taken, gpu_error=f"the probe failed: {detail}")
+        self._record(sample)
+        return sample
+
+    def _record(self, sample: HostSample) -> None:
+        live = self.live.setdefault(sample.host, HostLive())
+        live.cpu_percent = _cpu_percent(live.sample, sample)
+        live.sample, live.updated_at = sample, sample.taken_at
+        t = sample.taken_at.timestamp()
+        used = None
+        if sample.mem_total_mib is not None and sample.mem_available_mib is not None:
+            used = sample.mem_total_mib - sample.mem_available_mib
+        self.metrics.add(f"host:{sample.host}", t, (live.cpu_percent, used, sample.mem_total_mib))
+        for gpu in sample.gpus:
+            self.metrics.add(
+                f"gpu:{gpu.uuid}",
+                t,
+                (gpu.util_gpu, gpu.mem_used_mib, gpu.temperature_c, gpu.power_w),
+            )
+
+    async def sweep(self) -> Sweep:
+        """Probe every host once, then tell the listeners."""
+        at = utcnow()
+        names = list(self.pool.hosts)
+        results = await asyncio.gather(*(self._probe(n) for n in names))
+        sweep = Sweep(at, self.interval)
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, str):
+                sweep.failures[name] = result
+            else:
+                sweep.samples[name] = result
+        self.sweeps += 1
+        self.last_sweep = sweep
+        for listener in self.listeners:
+            try:
+                await listener(sweep)
+            except Exception:
+                log.exception("gpuhive: a sweep listener failed")
+        return sweep
+
+    async def run(self) -> None:
+        """Sweep every `interval` seconds until cancelled; one failure never ends the loop."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gpuhive: sweep failed; the sampler carries on")
+            next_at = max(next_at + self.interval, loop.time())
+            await asyncio.sleep(next_at - loop.time())

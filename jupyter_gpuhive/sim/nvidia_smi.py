@@ -1,0 +1,267 @@
+"""The ``nvidia-smi`` stand-in: ``python -m jupyter_gpuhive.sim.nvidia_smi ARGS``.
+
+It reads the simulated host from the JSON file named by ``GPUHIVE_SIM_CONFIG`` on every call
+(so fault knobs apply at once), finds the real processes on its GPUs (see ``processes``) and
+prints ``--query-gpu``, ``--query-compute-apps``, ``-q -x`` and ``-L`` in nvidia-smi's formats.
+
+`install_nvidia_smi` writes an executable ``nvidia-smi`` into a bin directory for ``PATH``. It
+carries its own copy of these modules and runs on an interpreter every user may execute, so the
+stand-in works for any UNIX user, whatever the permissions of this checkout or virtualenv.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from . import formats
+from .inventory import CONFIG_ENV, HOST_ENV, SimConfigError, load_config
+from .processes import scan
+from .snapshot import HostSnapshot, snapshot
+from .table import summary_table
+
+USAGE_EXIT = 2
+NOT_FOUND_EXIT = 6
+JUNK = "#%@!~ NVML ?? 0xDEADBEEF garbled ???\nGPU-c1e2,, MiB MiB, [N/\n\x7f\x7f~~\n"
+INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n"
+HELP = """NVIDIA System Management Interface (jupyter-gpuhive simulation)
+
+    nvidia-smi                 (summary table, approximate)
+    nvidia-smi -L
+    nvidia-smi -q -x [-i ID]
+    nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i ID]
+    nvidia-smi --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]
+
+The simulated host is read from $GPUHIVE_SIM_CONFIG on every call.
+"""
+MODULES = (
+    "__init__.py",
+    "inventory.py",
+    "processes.py",
+    "snapshot.py",
+    "formats.py",
+    "table.py",
+)
+
+
+class UsageError(Exception):
+    """The command line asks for something nvidia-smi would refuse."""
+
+
+@dataclass
+class Request:
+    """What one command line asks for."""
+
+    mode: str = ""
+    fields: list[str] = field(default_factory=list)
+    csv: bool = False
+    noheader: bool = False
+    nounits: bool = False
+    ids: list[str] = field(default_factory=list)
+
+
+def _set_mode(req: Request, mode: str) -> None:
+    if req.mode and req.mode != mode:
+        raise UsageError(INVALID_ARGS)
+    req.mode = mode
+
+
+def parse_args(argv: Sequence[str]) -> Request:
+    """Read an nvidia-smi command line (the subset the stand-in simulates)."""
+    req = Request()
+    query = xml = False
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id") and not eq:
+            if not args:
+                raise UsageError(INVALID_ARGS)
+            value = args.pop(0)
+        if name in ("--query-gpu", "--query-compute-apps"):
+            _set_mode(req, "gpu" if name == "--query-gpu" else "apps")
+            req.fields = [f.strip() for f in value.split(",") if f.strip()]
+        elif name == "--format":
+            opts = {o.strip() for o in value.split(",")}
+            if "csv" not in opts or opts - {"csv", "noheader", "nounits"}:
+                raise UsageError(f'"{value}" is not a valid format.\n\n')
+            req.csv, req.noheader, req.nounits = True, "noheader" in opts, "nounits" in opts
+        elif name in ("-i", "--id"):
+            req.ids = [i.strip() for i in value.split(",") if i.strip()]
+        elif arg in ("-q", "--query"):
+            query = True
+        elif arg in ("-x", "--xml-format"):
+            xml = True
+        elif arg in ("-qx", "-xq"):
+            query = xml = True
+        elif arg in ("-L", "--list-gpus"):
+            _set_mode(req, "list")
+        elif arg in ("-h", "--help"):
+            _set_mode(req, "help")
+        else:
+            raise UsageError(INVALID_ARGS)
+    if query or xml:
+        if not (query and xml):
+            raise UsageError("Only XML output of -q is simulated: use -q -x.\n\n")
+        _set_mode(req, "xml")
+    if req.mode in ("gpu", "apps") and not req.csv:
+        raise UsageError('"--format" option is missing. Use "--format=csv".\n\n')
+    if req.mode in ("gpu", "apps") and not req.fields:
+        raise UsageError(INVALID_ARGS)
+    req.mode = req.mode or "table"
+    return req
+
+
+def _select(snap: HostSnapshot, ids: list[str]) -> HostSnapshot:
+    """Keep the GPUs named by `-i` (index, UUID or PCI bus id)."""
+    if not ids:
+        return snap
+    keep = tuple(
+        g for g in snap.gpus if {str(g.gpu.index), g.gpu.uuid, g.gpu.pci_bus_id} & set(ids)
+    )
+    if len(keep) != len(ids):
+        raise UsageError("No devices were found\n")
+    return dataclasses.replace(snap, gpus=keep)
+
+
+def render(req: Request, snap: HostSnapshot) -> str:
+    """The text nvidia-smi prints for `req` on `snap`."""
+    snap = _select(snap, req.ids)
+    if req.mode == "gpu":
+        return formats.query_gpu_csv(snap, req.fields, noheader=req.noheader, nounits=req.nounits)
+    if req.mode == "apps":
+        return formats.query_apps_csv(snap, req.fields, noheader=req.noheader, nounits=req.nounits)
+    if req.mode == "xml":
+        return formats.query_xml(snap)
+    if req.mode == "list":
+        return formats.list_gpus(snap)
+    if req.mode == "table":
+        return summary_table(snap)
+    return HELP
+
+
+def _hang(path: str) -> int:
+    """Never answer, like a wedged driver; give up once orphaned or the knob is cleared.
+
+    The way out keeps tests from piling up hung processes: sshd leaves a command running when
+    its client goes away, and the command is re-parented once that session ends.
+    """
+    parent = os.getppid()
+    checked = time.monotonic()
+    while os.getppid() == parent:
+        time.sleep(0.2)
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            with contextlib.suppress(SimConfigError):
+                if not load_config(path).hang:
+                    break
+    return 1
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Run the stand-in; return its exit status."""
+    env = os.environ if environ is None else environ
+    stdout = sys.stdout if out is None else out
+    try:
+        req = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        stdout.write(str(exc))
+        return USAGE_EXIT
+    if req.mode == "help":
+        stdout.write(HELP)
+        return 0
+    path = env.get(CONFIG_ENV)
+    if not path:
+        sys.stderr.write(f"nvidia-smi (gpuhive sim): ${CONFIG_ENV} is not set\n")
+        return 1
+    try:
+        config = load_config(path)
+    except SimConfigError as exc:
+        sys.stderr.write(f"nvidia-smi (gpuhive sim): {exc}\n")
+        return 1
+    config.host = config.host or env.get(HOST_ENV, "")
+    if config.hang:
+        return _hang(path)
+    if config.delay_s > 0:
+        time.sleep(config.delay_s)
+    if config.driver_failure:
+        stdout.write(formats.DRIVER_FAILURE)
+        return formats.DRIVER_FAILURE_EXIT
+    if config.junk:
+        stdout.write(config.junk if isinstance(config.junk, str) else JUNK)
+        return 0
+    try:
+        text = render(req, snapshot(config, scan(config)))
+    except formats.UnknownField as exc:
+        stdout.write(f"{exc}\n\n")
+        return USAGE_EXIT
+    except UsageError as exc:
+        stdout.write(str(exc))
+        return NOT_FOUND_EXIT
+    stdout.write(text)
+    stdout.flush()
+    return 0
+
+
+def _everyone_can_run(path: str) -> bool:
+    """Whether any user may execute `path` (the file and every directory above it)."""
+    real = Path(os.path.realpath(path))
+    try:
+        if not real.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+    except OSError:
+        return False
+
+
+def world_python() -> str:
+    """An interpreter every user may run: this one if it can, else the system python3."""
+    for candidate in (sys.executable, "/usr/bin/python3", shutil.which("python3") or ""):
+        if candidate and _everyone_can_run(candidate):
+            return candidate
+    return sys.executable
+
+
+def install_nvidia_smi(bin_dir: str | os.PathLike[str], python: str | None = None) -> Path:
+    """Write an executable ``nvidia-smi`` stand-in into `bin_dir`; return its path."""
+    bin_path = Path(bin_dir)
+    lib = bin_path / ".gpuhive-sim" / "jupyter_gpuhive"
+    (lib / "sim").mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).parent
+    for name in (*MODULES, "nvidia_smi.py"):
+        shutil.copyfile(here / name, lib / "sim" / name)
+    script = bin_path / "nvidia-smi"
+    script.write_text(
+        f"#!{python or world_python()} -IS\n"
+        '"""nvidia-smi stand-in of jupyter-gpuhive (generated by install_nvidia_smi)."""\n'
+        "import sys\n"
+        "import types\n\n"
+        'package = types.ModuleType("jupyter_gpuhive")\n'
+        f"package.__path__ = [{str(lib)!r}]\n"
+        'sys.modules["jupyter_gpuhive"] = package\n'
+        "from jupyter_gpuhive.sim.nvidia_smi import main  # noqa: E402\n\n"
+        "sys.exit(main())\n",
+        encoding="utf-8",
+    )
+    for path in [bin_path, *bin_path.joinpath(".gpuhive-sim").rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    script.chmod(0o755)
+    return script
+
+
+if __name__ == "__main__":
+    sys.exit(main())
