@@ -12,9 +12,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import tomllib
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Dict, Int, List, Set, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
 
+from .errors import Invalid
 from .hive import Hive, HiveSettings
+from .hosts.pool import SshSettings, ensure_client_key
 from .inventory_config import parse_hosts
 from .model import parse_duration
 from .reservations import Policy
@@ -78,7 +80,43 @@ class GpuHiveApp(ExtensionApp):
     ).tag(config=True)
     db_workers = Int(8, help="Threads that run database work off the event loop.").tag(config=True)
 
+    poll_interval = Float(5.0, help="Seconds between two sweeps over all hosts.").tag(config=True)
+    metrics_history = Int(
+        720, help="Samples kept in memory per GPU and host (720 × 5 s = 1 hour)."
+    ).tag(config=True)
+    monitor = Bool(True, help="Sweep the hosts (turn off for a reservations-only server).").tag(
+        config=True
+    )
+    ssh_key = Unicode(
+        help="Private key gpuhive logs in with (created on first use; "
+        "`jupyter gpuhive key` prints the public half)."
+    ).tag(config=True)
+    known_hosts = List(
+        Unicode(),
+        help="known_hosts files with the trusted host keys (`jupyter gpuhive trust HOST`).",
+    ).tag(config=True)
+    ssh_connect_timeout = Float(5.0, help="Seconds to establish an SSH connection.").tag(
+        config=True
+    )
+    ssh_command_timeout = Float(15.0, help="Default seconds a remote command may take.").tag(
+        config=True
+    )
+    ssh_max_sessions = Int(
+        8, help="Concurrent commands per host (sshd allows 10 sessions per connection)."
+    ).tag(config=True)
+    ssh_keepalive_interval = Float(
+        5.0, help="Seconds between SSH keepalives; 3 unanswered ones mark a host down."
+    ).tag(config=True)
+
     hive: Hive | None = None
+
+    @default("ssh_key")
+    def _default_key(self) -> str:
+        return str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "id_ed25519")
+
+    @default("known_hosts")
+    def _default_known_hosts(self) -> list[str]:
+        return [str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "known_hosts")]
 
     @default("site_timezone")
     def _default_zone(self) -> str:
@@ -94,7 +132,10 @@ class GpuHiveApp(ExtensionApp):
 
     @validate("min_reservation", "max_reservation", "booking_horizon", "past_grace")
     def _check_duration(self, proposal: dict[str, Any]) -> str:
-        parse_duration(proposal["value"], proposal["trait"].name)
+        try:
+            parse_duration(proposal["value"], proposal["trait"].name)
+        except Invalid as error:
+            raise TraitError(error.message) from None
         return str(proposal["value"])
 
     def resolved_db_url(self) -> str:
@@ -126,14 +167,35 @@ class GpuHiveApp(ExtensionApp):
             horizon=span(self.booking_horizon, "booking_horizon"),
             past_grace=span(self.past_grace, "past_grace"),
         )
+        hosts = parse_hosts(self.all_host_specs())
+        keys: list[str] = []
+        if any(h.transport == "ssh" for h in hosts):
+            ensure_client_key(Path(self.ssh_key).expanduser())
+            keys = [str(Path(self.ssh_key).expanduser())]
+            for path in self.known_hosts:
+                known = Path(path).expanduser()
+                known.parent.mkdir(parents=True, exist_ok=True)
+                known.touch(exist_ok=True)
+        ssh = SshSettings(
+            client_keys=keys,
+            known_hosts=[str(Path(p).expanduser()) for p in self.known_hosts],
+            connect_timeout=self.ssh_connect_timeout,
+            command_timeout=self.ssh_command_timeout,
+            keepalive_interval=self.ssh_keepalive_interval,
+            max_sessions=self.ssh_max_sessions,
+        )
         return HiveSettings(
             db_url=self.resolved_db_url(),
             policy=policy,
-            hosts=parse_hosts(self.all_host_specs()),
+            hosts=hosts,
             admin_users=frozenset(self.admin_users),
             admin_groups=frozenset(self.admin_groups),
             groups=dict(self.groups),
             workers=self.db_workers,
+            ssh=ssh,
+            poll_interval=self.poll_interval,
+            history=self.metrics_history,
+            monitor=self.monitor,
         )
 
     def initialize_settings(self) -> None:
@@ -146,8 +208,13 @@ class GpuHiveApp(ExtensionApp):
 
         self.handlers.extend(ROUTES)
 
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        if self.hive is not None:
+            await self.hive.start()
+
     async def stop_extension(self) -> None:
         if self.hive is not None:
+            await self.hive.stop()
             self.hive.close()
             self.hive = None
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,97 @@ class HostsApp(_Base):
             print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
+class KeyApp(_Base):
+    """Print the public key users add to ~/.ssh/authorized_keys on the GPU hosts."""
+
+    name = "jupyter-gpuhive-key"
+    description = __doc__
+
+    def start(self) -> None:
+        from .hosts.pool import ensure_client_key
+
+        path = Path(self.gpuhive().ssh_key).expanduser()
+        key = ensure_client_key(path)
+        print(key.export_public_key("openssh").decode().strip())
+        print(f"# private key: {path}", file=sys.stderr)
+        print(
+            "# Add the line above to ~/.ssh/authorized_keys of the monitoring account on every"
+            " host (and of every user whose jobs gpuhive should launch).",
+            file=sys.stderr,
+        )
+
+
+class TestApp(_Base):
+    """Probe every configured host once and print a table of what was found."""
+
+    name = "jupyter-gpuhive-test"
+    description = __doc__
+
+    def start(self) -> None:
+        asyncio.run(self._test())
+
+    async def _test(self) -> None:
+        from .hosts.pool import HostPool
+        from .monitor.sampler import Sampler
+
+        settings = self.gpuhive().settings_for_hive()
+        if not settings.hosts:
+            print("No hosts configured. Add c.GpuHiveApp.hosts (see 'jupyter gpuhive init').")
+            sys.exit(1)
+        pool = HostPool(settings.hosts, settings.ssh)
+        sampler = Sampler(pool, timeout=settings.ssh.command_timeout)
+        started = time.perf_counter()
+        sweep = await sampler.sweep()
+        elapsed = time.perf_counter() - started
+        await pool.close()
+        rows = [("HOST", "STATE", "GPUS", "PROCESSES", "PROBLEM")]
+        for decl in settings.hosts:
+            sample = sweep.samples.get(decl.name)
+            if sample is None:
+                rows.append((decl.name, "down", "-", "-", sweep.failures.get(decl.name, "?")))
+                continue
+            owners = sorted({p.user or "?" for p in sample.processes})
+            procs = f"{len(sample.processes)} ({', '.join(owners)})" if owners else "0"
+            rows.append((decl.name, "up", str(len(sample.gpus)), procs, sample.gpu_error or ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for row in rows:
+            print("  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)), row[4])
+        print(f"\nOne sweep over {len(settings.hosts)} hosts took {elapsed:.2f} s.")
+        if sweep.failures:
+            sys.exit(2)
+
+
+class TrustApp(_Base):
+    """Show a host's SSH host key and, when confirmed, add it to gpuhive's known_hosts."""
+
+    name = "jupyter-gpuhive-trust"
+    description = __doc__
+    yes = Bool(False, help="Trust without asking.").tag(config=True)
+    flags = {"yes": ({"TrustApp": {"yes": True}}, "Trust without asking.")}
+
+    def start(self) -> None:
+        from .hosts.pool import fetch_host_key, known_hosts_line
+
+        app = self.gpuhive()
+        hosts = {h.name: h for h in app.settings_for_hive().hosts}
+        if len(self.extra_args) != 1 or self.extra_args[0] not in hosts:
+            print(f"Usage: jupyter gpuhive trust HOST   (hosts: {', '.join(sorted(hosts))})")
+            sys.exit(1)
+        decl = hosts[self.extra_args[0]]
+        key = asyncio.run(fetch_host_key(decl))
+        print(f"{decl.name} ({decl.address}:{decl.port}) offers {key.get_algorithm()} key")
+        print(f"  fingerprint {key.get_fingerprint('sha256')}")
+        print("Compare it with `ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on that host.")
+        if not self.yes and input("Trust this key? [y/N] ").strip().lower() != "y":
+            print("Not trusted.")
+            sys.exit(1)
+        target = Path(app.known_hosts[0]).expanduser()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a") as out:
+            out.write(known_hosts_line(decl, key) + "\n")
+        print(f"Added to {target}.")
+
+
 class GpuHiveCLI(_Base):
     """jupyter-gpuhive: GPU reservations, monitoring and jobs for shared GPU servers."""
 
@@ -90,6 +183,9 @@ class GpuHiveCLI(_Base):
     subcommands = {
         "init": (InitApp, InitApp.__doc__),
         "hosts": (HostsApp, HostsApp.__doc__),
+        "key": (KeyApp, KeyApp.__doc__),
+        "test": (TestApp, TestApp.__doc__),
+        "trust": (TrustApp, TrustApp.__doc__),
     }
 
     def start(self) -> None:

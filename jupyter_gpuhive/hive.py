@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 from . import access
 from .errors import Forbidden, Invalid
+from .hosts.pool import HostPool, SshSettings
 from .model import Gpu, HostDecl, Identity, Reservation, utcnow
+from .monitor.service import Monitor
 from .overview import occupancy
 from .reservations import Policy, ReservationService
 from .store import Store
@@ -35,6 +37,10 @@ class HiveSettings:
     admin_groups: frozenset[str] = frozenset()
     groups: Mapping[str, Iterable[str]] = field(default_factory=dict)
     workers: int = 8
+    ssh: SshSettings = field(default_factory=SshSettings)
+    poll_interval: float = 5.0
+    history: int = 720
+    monitor: bool = True
 
 
 class Hive:
@@ -45,6 +51,10 @@ class Hive:
         self.store = Store(settings.db_url)
         self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="gpuhive-db")
         self.reservations = ReservationService(self.store, settings.policy, self.identity_of)
+        self.pool = HostPool(settings.hosts, settings.ssh)
+        self.monitor = Monitor(
+            self.store, self.pool, self.run, settings.poll_interval, settings.history
+        )
         self._member_of: dict[str, set[str]] = {}
         for group, members in settings.groups.items():
             for member in members:
@@ -55,6 +65,15 @@ class Hive:
         self.store.open()
         self.store.inventory.sync(self.settings.hosts)
         return self
+
+    async def start(self) -> None:
+        """Start the background loops (monitoring) on the running event loop."""
+        if self.settings.monitor and self.settings.hosts:
+            self.monitor.start()
+
+    async def stop(self) -> None:
+        """Stop the background loops and close host connections."""
+        await self.monitor.stop()
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -224,6 +243,55 @@ class Hive:
             for g in gpus
         }
         return {"unrestricted": unrestricted, "timezone": str(zone), "gpus": spans}
+
+    # --- usage ----------------------------------------------------------------------
+
+    async def reservation_usage(self, reservation_id: int) -> dict[str, Any]:
+        res = await self.get_reservation(reservation_id)
+        return await self.run(self.store.usage.for_reservation, res)
+
+    async def usage(self, start: datetime, end: datetime) -> dict[str, Any]:
+        """Reserved and used GPU-hours per user, per GPU and per reservation in a window."""
+        if end <= start or end - start > timedelta(days=400):
+            raise Invalid("The window must end after it starts and span at most 400 days.")
+        measured = await self.run(self.store.usage.window, start, end)
+        found = await self.run(self.store.reservations.window, start, end, limit=MAX_LIST)
+        per_res = await self.run(self.store.usage.by_reservation, [r.id for r in found])
+        reserved_by_user: dict[str, float] = {}
+        reserved_by_gpu: dict[int, float] = {}
+        for res in found:
+            hours = (min(res.end, end) - max(res.start, start)).total_seconds() / 3600
+            reserved_by_user[res.owner] = reserved_by_user.get(res.owner, 0) + hours * len(res.gpus)
+            for gpu in res.gpus:
+                reserved_by_gpu[gpu.id] = reserved_by_gpu.get(gpu.id, 0) + hours
+        used_by_user = dict(measured["users"])
+        used_by_gpu = dict(measured["gpus"])
+        inventory = self.store.inventory
+        users = sorted(set(reserved_by_user) | set(used_by_user))
+        gpu_ids = sorted(set(reserved_by_gpu) | set(used_by_gpu))
+        return {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "by_user": [
+                {"user": u, "reserved_gpu_hours": round(reserved_by_user.get(u, 0.0), 4),
+                 **used_by_user.get(u, {"used_gpu_hours": 0.0})}
+                for u in users
+            ],
+            "by_gpu": [
+                {"gpu": inventory.gpu_by_id(g).ref,
+                 "reserved_hours": round(reserved_by_gpu.get(g, 0.0), 4),
+                 **used_by_gpu.get(g, {"used_gpu_hours": 0.0})}
+                for g in gpu_ids
+            ],
+            "reservations": [
+                {"id": r.id, "owner": r.owner, "title": r.title,
+                 "gpus": [g.ref for g in r.gpus],
+                 "reserved_gpu_hours": round(
+                     (r.end - r.start).total_seconds() / 3600 * len(r.gpus), 4),
+                 **per_res.get(r.id, {"used_gpu_hours": 0.0})}
+                for r in found
+            ],
+        }  # fmt: skip
 
     def now(self) -> datetime:
         return utcnow()

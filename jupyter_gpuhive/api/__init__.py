@@ -12,8 +12,11 @@ PREFIX = "/gpuhive/api"
 ENDPOINTS: list[tuple[str, type[h.HiveHandler]]] = [
     ("/me", h.MeHandler),
     ("/hosts", h.HostsHandler),
+    ("/metrics", h.MetricsHandler),
+    ("/usage", h.UsageHandler),
     ("/reservations", h.ReservationsHandler),
     ("/reservations/{id}", h.ReservationHandler),
+    ("/reservations/{id}/usage", h.ReservationUsageHandler),
     ("/overview", h.OverviewHandler),
     ("/rules", h.RulesHandler),
     ("/rules/coverage", h.CoverageHandler),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,18 @@ from ..model import Identity, parse_duration, parse_instant
 # Identity providers of jupyter_server itself hand out random anonymous ids for the
 # server token; for those the owner is the OS user running the server.
 _ANONYMOUS_PROVIDERS = ("jupyter_server.auth.identity",)
+# What IdentityProvider.generate_anonymous_user makes (a uuid4 hex id named 'Anonymous …'):
+# any provider that falls back to it for the server's own token hands out such users.
+_ANONYMOUS_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _is_anonymous(user: object) -> bool:
+    name = getattr(user, "username", None)
+    if not name:
+        return True
+    return bool(_ANONYMOUS_ID.fullmatch(name)) and str(getattr(user, "name", "")).startswith(
+        "Anonymous "
+    )
 
 
 class HiveHandler(APIHandler):
@@ -33,7 +46,7 @@ class HiveHandler(APIHandler):
         if self._who is None:
             user = self.current_user
             provider = type(self.identity_provider)
-            if provider.__module__ in _ANONYMOUS_PROVIDERS or not getattr(user, "username", None):
+            if provider.__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
                 name, groups = getpass.getuser(), []
             else:
                 name, groups = user.username, list(getattr(user, "groups", []) or [])

@@ -20,7 +20,35 @@ class MeHandler(HiveHandler):
 class HostsHandler(HiveHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.reply({"hosts": self.hive.hosts()})
+        self.reply({"hosts": await self.hive.monitor.hosts()})
+
+
+class MetricsHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        since = self.get_query_argument("since", None)
+        self.reply(
+            self.hive.monitor.metrics(
+                self.get_query_argument("host", None),
+                self.get_query_argument("gpu", None),
+                self.instant_arg("since", utcnow()) if since else None,
+            )
+        )
+
+
+class UsageHandler(HiveHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        end = self.instant_arg("end", utcnow())
+        start = self.instant_arg("start", end - timedelta(days=7))
+        self.reply(await self.hive.usage(start, end))
+
+
+class ReservationUsageHandler(HiveHandler):
+    @web.authenticated
+    async def get(self, reservation_id: str) -> None:
+        rid = self.id_arg(reservation_id, "reservation")
+        self.reply(await self.hive.reservation_usage(rid))
 
 
 class ReservationsHandler(HiveHandler):

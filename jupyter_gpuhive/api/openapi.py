@@ -50,7 +50,39 @@ _WINDOW = [
 
 PATHS: dict[str, dict[str, Any]] = {
     "/me": {"get": _op("Who am I: name, groups, admin flag", "200")},
-    "/hosts": {"get": _op("Hosts and their GPUs", "200")},
+    "/hosts": {
+        "get": _op(
+            "Live state of every host and GPU: metrics, processes with owners, who holds "
+            "each GPU now and next",
+            "200",
+        )
+    },
+    "/metrics": {
+        "get": _op(
+            "Time series per host and GPU (points newer than 'since')",
+            "200",
+            422,
+            parameters=[
+                _q("host", "Only this host"),
+                _q("gpu", "Only this GPU"),
+                _q("since", "Only points after this instant", fmt="date-time"),
+            ],
+        )
+    },
+    "/usage": {
+        "get": _op(
+            "Reserved and used GPU-hours per user, per GPU and per reservation in a window",
+            "200",
+            422,
+            parameters=[
+                _q("start", "Window start (default: 7 days ago)", fmt="date-time"),
+                _q("end", "Window end (default: now)", fmt="date-time"),
+            ],
+        )
+    },
+    "/reservations/{id}/usage": {
+        "get": _op("Usage of one reservation (live while it runs)", "200", 404, parameters=_ID)
+    },
     "/reservations": {
         "get": _op(
             "Reservations overlapping a window",

@@ -271,10 +271,12 @@ class HostPool:
         try:
             async with asyncio.timeout(timeout):
                 out, err = await process.communicate(stdin.encode() if stdin else None)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as error:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+            await asyncio.shield(process.wait())
+            if isinstance(error, asyncio.CancelledError):
+                raise
             raise HostUnavailable(
                 decl.name, f"no answer from the local command within {timeout:.0f} s"
             ) from None

@@ -6,6 +6,7 @@ from .database import Database
 from .inventory import Inventory
 from .reservations import Changes, Clash, Reservations
 from .rules import Rules
+from .usage import Usage
 from .users import Users
 
 
@@ -18,6 +19,7 @@ class Store:
         self.reservations = Reservations(self.db, self.inventory)
         self.rules = Rules(self.db)
         self.users = Users(self.db)
+        self.usage = Usage(self.db)
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -1,0 +1,186 @@
+"""Usage statistics: running aggregates per reservation, and hourly per GPU and user."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, func, insert, select, update
+
+from ..model import Reservation
+from .database import Database
+from .schema import gpu_usage_hourly, reservation_usage
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What one GPU did during one sample interval."""
+
+    gpu_id: int
+    seconds: float
+    util: float | None
+    mem_used_mib: float | None
+    owners: frozenset[str]
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.owners) or (self.util or 0) >= 5
+
+
+def _bump(conn: Connection, table: Table, key: dict[str, Any], r: GpuReading, **extra: Any) -> None:
+    util, mem = float(r.util or 0), float(r.mem_used_mib or 0)
+    busy = r.seconds if r.busy else 0.0
+    c = table.c
+    where = and_(*(c[k] == v for k, v in key.items()))
+    values = {
+        "samples": c.samples + 1,
+        "seconds": c.seconds + r.seconds,
+        "busy_seconds": c.busy_seconds + busy,
+        "util_sum": c.util_sum + util,
+        "mem_sum_mib": c.mem_sum_mib + mem,
+    }
+    values.update({k: (c[k] + v if isinstance(v, float) else v) for k, v in extra.items()})
+    done = conn.execute(update(table).where(where).values(**values))
+    if done.rowcount:
+        conn.execute(update(table).where(where, c.util_max < util).values(util_max=util))
+        return
+    row = {
+        **key,
+        "samples": 1,
+        "seconds": r.seconds,
+        "busy_seconds": busy,
+        "util_sum": util,
+        "util_max": util,
+        "mem_sum_mib": mem,
+        **extra,
+    }
+    conn.execute(insert(table).values(**row))
+
+
+def _summary(row: Any) -> dict[str, Any]:
+    samples = row.samples or 0
+    return {
+        "samples": samples,
+        "observed_hours": round((row.seconds or 0) / 3600, 4),
+        "used_gpu_hours": round((row.busy_seconds or 0) / 3600, 4),
+        "mean_util": round(row.util_sum / samples, 1) if samples else None,
+        "max_util": row.util_max if samples else None,
+        "mean_mem_mib": round(row.mem_sum_mib / samples, 1) if samples else None,
+    }
+
+
+class Usage:
+    """Records what GPUs did each sweep, and answers usage questions."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record(
+        self, at: datetime, readings: Sequence[GpuReading], active: Sequence[Reservation]
+    ) -> None:
+        """Add one sweep's readings to the hourly table and to active reservations."""
+        hour = at.replace(minute=0, second=0, microsecond=0)
+        by_gpu = {r.gpu_id: r for r in readings}
+
+        def work(conn: Connection) -> None:
+            for r in readings:
+                for owner in sorted(r.owners) or [""]:
+                    key = {"gpu_id": r.gpu_id, "hour": hour, "user_name": owner}
+                    _bump(conn, gpu_usage_hourly, key, r)
+            for res in active:
+                for gpu in res.gpus:
+                    reading = by_gpu.get(gpu.id)
+                    if reading is None:
+                        continue
+                    foreign = reading.seconds if reading.owners - {res.owner} else 0.0
+                    key = {"reservation_id": res.id, "gpu_id": gpu.id}
+                    exists = conn.execute(
+                        select(reservation_usage.c.samples).where(
+                            reservation_usage.c.reservation_id == res.id,
+                            reservation_usage.c.gpu_id == gpu.id,
+                        )
+                    ).first()
+                    extra: dict[str, Any] = {"foreign_seconds": foreign, "last_at": at}
+                    if exists is None:
+                        extra["first_at"] = at
+                    _bump(conn, reservation_usage, key, reading, **extra)
+
+        if readings:
+            self.db.write(work)
+
+    def for_reservation(self, reservation: Reservation) -> dict[str, Any]:
+        """Per-GPU and total usage of one reservation (live while it runs)."""
+        ru = reservation_usage
+        with self.db.read() as conn:
+            rows = conn.execute(select(ru).where(ru.c.reservation_id == reservation.id)).all()
+        by_gpu = {row.gpu_id: row for row in rows}
+        reserved_h = (reservation.end - reservation.start).total_seconds() / 3600
+        gpus = []
+        for gpu in reservation.gpus:
+            row = by_gpu.get(gpu.id)
+            entry: dict[str, Any] = {"gpu": gpu.ref, "uuid": gpu.uuid}
+            if row is not None:
+                entry.update(_summary(row))
+                entry["foreign_hours"] = round(row.foreign_seconds / 3600, 4)
+                entry["last_sample"] = row.last_at.isoformat()
+            else:
+                entry.update({"samples": 0, "used_gpu_hours": 0.0, "mean_util": None})
+            gpus.append(entry)
+        samples = sum(r.samples for r in rows)
+        return {
+            "reservation": reservation.id,
+            "reserved_gpu_hours": round(reserved_h * len(reservation.gpus), 4),
+            "used_gpu_hours": round(sum(r.busy_seconds for r in rows) / 3600, 4),
+            "mean_util": round(sum(r.util_sum for r in rows) / samples, 1) if samples else None,
+            "max_util": max((r.util_max for r in rows), default=None),
+            "gpus": gpus,
+        }
+
+    def window(self, start: datetime, end: datetime) -> dict[str, list[Any]]:
+        """Hourly usage in [start, end) summed per GPU id and per user name."""
+        h = gpu_usage_hourly
+        cols = (
+            func.sum(h.c.samples).label("samples"),
+            func.sum(h.c.seconds).label("seconds"),
+            func.sum(h.c.busy_seconds).label("busy_seconds"),
+            func.sum(h.c.util_sum).label("util_sum"),
+            func.max(h.c.util_max).label("util_max"),
+            func.sum(h.c.mem_sum_mib).label("mem_sum_mib"),
+        )
+        span = and_(h.c.hour >= start.replace(minute=0, second=0, microsecond=0), h.c.hour < end)
+        with self.db.read() as conn:
+            by_gpu = conn.execute(select(h.c.gpu_id, *cols).where(span).group_by(h.c.gpu_id)).all()
+            by_user = conn.execute(
+                select(h.c.user_name, *cols)
+                .where(span, h.c.user_name != "")
+                .group_by(h.c.user_name)
+            ).all()
+        return {
+            "gpus": [(row.gpu_id, _summary(row)) for row in by_gpu],
+            "users": [(row.user_name, _summary(row)) for row in by_user],
+        }
+
+    def by_reservation(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Summed usage of several reservations over all their GPUs."""
+        ru = reservation_usage
+        cols = (
+            func.sum(ru.c.samples).label("samples"),
+            func.sum(ru.c.seconds).label("seconds"),
+            func.sum(ru.c.busy_seconds).label("busy_seconds"),
+            func.sum(ru.c.util_sum).label("util_sum"),
+            func.max(ru.c.util_max).label("util_max"),
+            func.sum(ru.c.mem_sum_mib).label("mem_sum_mib"),
+        )
+        out: dict[int, dict[str, Any]] = {}
+        with self.db.read() as conn:
+            for i in range(0, len(ids), 5000):
+                query = (
+                    select(ru.c.reservation_id, *cols)
+                    .where(ru.c.reservation_id.in_(list(ids[i : i + 5000])))
+                    .group_by(ru.c.reservation_id)
+                )
+                for row in conn.execute(query).all():
+                    out[row.reservation_id] = _summary(row)
+        return out

@@ -1,0 +1,134 @@
+"""Live monitoring through the REST API: simulated local hosts, real processes, real owners."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user, start_gpu_process
+from tests.conftest import iso
+
+pytestmark = pytest.mark.skipif(
+    __import__("os").geteuid() != 0, reason="needs root to run processes as test users"
+)
+
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+
+
+@pytest.fixture
+def sim_hosts(tmp_path: Path) -> list[LocalSimHost]:
+    return [LocalSimHost(f"gpu{i}", tmp_path / f"sim{i}") for i in (1, 2)]
+
+
+@pytest.fixture
+def hive_config(sim_hosts: list[LocalSimHost]) -> dict[str, Any]:
+    hosts = []
+    for host in sim_hosts:
+        env = host.env()
+        hosts.append(
+            {"name": host.name, "transport": "local",
+             "env": {k: env[k] for k in SIM_ENV}}
+        )  # fmt: skip
+    return {"hosts": hosts, "poll_interval": 0.3, "site_timezone": "UTC"}
+
+
+@pytest.fixture
+def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
+    hive = jp_serverapp.web_app.settings["gpuhive"]
+    jp_asyncio_loop.run_until_complete(hive.start())
+    yield hive
+    jp_asyncio_loop.run_until_complete(hive.stop())
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_hosts):
+    ensure_user("gh-alice")
+    alice = api("alice")
+    # Discovery replaces the configured (empty) inventory with the simulated GPUs.
+    hosts = await wait_for(
+        lambda: _hosts_with_gpus(alice),
+    )
+    assert {h["name"] for h in hosts} == {"gpu1", "gpu2"}
+    gpu1 = next(h for h in hosts if h["name"] == "gpu1")
+    assert gpu1["state"] == "up"
+    assert len(gpu1["gpus"]) == 4
+    assert gpu1["gpus"][0]["uuid"] == sim_hosts[0].config.gpus[0].uuid
+
+    now = running_hive.now()
+    booked = await alice(
+        "POST", "reservations", {"title": "live", "gpus": ["gpu1:1"], "start": iso(now),
+                                 "duration": "1h"}
+    )  # fmt: skip
+    assert booked.status == 201, booked
+
+    proc = start_gpu_process("gpu1", [1], user="gh-alice", mem_mib=2048, util=80)
+    try:
+
+        async def seen() -> Any:
+            state = await alice("GET", "hosts")
+            gpu = state.body["hosts"][0]["gpus"][1]
+            return gpu if gpu["processes"] else None
+
+        gpu = await wait_for(seen)
+        assert gpu["processes"][0]["pid"] == proc.pid
+        assert gpu["processes"][0]["user"] == "gh-alice"
+        assert gpu["util"] == 80
+        assert gpu["reservation"]["owner"] == "alice"
+        assert gpu["reservation"]["id"] == booked.body["id"]
+
+        metrics = await alice("GET", "metrics", params={"gpu": "gpu1:1"})
+        assert metrics.status == 200
+        points = metrics.body["gpus"]["gpu1:1"]["points"]
+        assert points and points[-1][1] == 80
+
+        async def used() -> Any:
+            usage = await alice("GET", f"reservations/{booked.body['id']}/usage")
+            return usage.body if usage.body["used_gpu_hours"] > 0 else None
+
+        usage = await wait_for(used)
+        assert usage["gpus"][0]["max_util"] == 80
+        assert usage["reserved_gpu_hours"] == 1.0
+
+        window = await alice("GET", "usage")
+        assert window.status == 200
+        users = {u["user"]: u for u in window.body["by_user"]}
+        assert users["gh-alice"]["used_gpu_hours"] > 0
+        assert users["alice"]["reserved_gpu_hours"] > 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_broken_host_is_reported_and_others_carry_on(api, running_hive, sim_hosts):
+    alice = api("alice")
+    sim_hosts[1].set_fault(driver_failure=True)
+    await wait_for(lambda: _hosts_with_gpus(alice, want=1))
+    state = (await alice("GET", "hosts")).body["hosts"]
+    broken = next(h for h in state if h["name"] == "gpu2")
+    assert "nvidia-smi" in (broken["gpu_error"] or "")
+    healthy = next(h for h in state if h["name"] == "gpu1")
+    assert healthy["gpu_error"] is None and healthy["gpus"][0]["util"] is not None
+    bad = await alice("GET", "metrics", params={"gpu": "gpu9:0"})
+    assert bad.status == 422 and "gpu9:0" in bad.message
+
+
+async def _hosts_with_gpus(client: Any, want: int = 2) -> Any:
+    reply = await client("GET", "hosts")
+    hosts = reply.body["hosts"]
+    ready = [h for h in hosts if h["gpus"] and h["gpus"][0]["util"] is not None]
+    return hosts if len(ready) >= want else None
