@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -23,13 +24,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from common import Client, JupyterServer, summary_ms
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from sqlalchemy import create_engine, insert, text
 
 from jupyter_gpuhive.inventory_config import parse_hosts
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
 from tests.fixtures.postgres import running_postgres
+from tests.fixtures.server import Client, JupyterServer, summary_ms
 
 UTC = timezone.utc
 HOSTS, GPUS_PER_HOST = 64, 4
@@ -164,7 +167,9 @@ def naive_race(url: str) -> dict[str, Any]:
     engine = create_engine(url, pool_size=CLIENTS, max_overflow=0)
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE IF EXISTS naive_bookings"))
-        conn.execute(text("CREATE TABLE naive_bookings (gpu INTEGER, start_at INTEGER, end_at INTEGER)"))
+        conn.execute(
+            text("CREATE TABLE naive_bookings (gpu INTEGER, start_at INTEGER, end_at INTEGER)")
+        )
     barrier = threading.Barrier(CLIENTS)
     errors = [0]
 
@@ -180,7 +185,8 @@ def naive_race(url: str) -> dict[str, Any]:
                 ).scalar()  # fmt: skip
                 if not clash:
                     conn.execute(
-                        text("INSERT INTO naive_bookings VALUES (0, :s, :e)"), {"s": start, "e": end}
+                        text("INSERT INTO naive_bookings VALUES (0, :s, :e)"),
+                        {"s": start, "e": end},
                     )
                 conn.commit()
             except Exception:

@@ -14,3 +14,10 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     from .app import GpuHiveApp
 
     return [{"module": "jupyter_gpuhive.app", "app": GpuHiveApp}]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext jupyter_gpuhive`: register %gpureserve, %gpustatus and %%gpujob."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)

@@ -209,6 +209,11 @@ class GpuHiveApp(ExtensionApp):
         self.handlers.extend(ROUTES)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        # Kernels inherit the server's environment: this is how magics find the server.
+        os.environ.setdefault("GPUHIVE_URL", serverapp.connection_url)
+        token = getattr(serverapp.identity_provider, "token", "") or ""
+        if token:
+            os.environ.setdefault("GPUHIVE_TOKEN", token)
         if self.hive is not None:
             await self.hive.start()
 

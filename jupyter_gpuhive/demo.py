@@ -48,7 +48,7 @@ def main() -> None:
     print(f"gpuhive demo: config {config}, store {root / 'gpuhive.sqlite'}")
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
     args = [sys.executable, "-m", "jupyterlab", f"--config={config}", *sys.argv[1:]]
-    os.execv(sys.executable, args)
+    os.execv(sys.executable, args)  # noqa: S606 - replaces this process, by design
 
 
 if __name__ == "__main__":

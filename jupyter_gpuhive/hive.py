@@ -188,7 +188,7 @@ class Hive:
         return rules if who.is_admin else [r for r in rules if r.applies_to(who)]
 
     @staticmethod
-    def _require_admin(who: Identity) -> None:
+    def require_admin(who: Identity) -> None:
         if not who.is_admin:
             raise Forbidden(f"Only gpuhive admins may change access rules; {who.name} is not one.")
 
@@ -201,7 +201,7 @@ class Hive:
                 raise Invalid(f"The rule names an unknown GPU '{gpu}'.")
 
     async def add_rule(self, who: Identity, body: Any) -> tuple[access.Rule, dict[int, Any]]:
-        self._require_admin(who)
+        self.require_admin(who)
         rule = access.parse_rule(body)
         self._known_resources(rule)
         saved = await self.run(self.store.rules.add, rule, who.name)
@@ -210,14 +210,14 @@ class Hive:
     async def replace_rule(
         self, who: Identity, rule_id: int, body: Any
     ) -> tuple[access.Rule, dict[int, Any]]:
-        self._require_admin(who)
+        self.require_admin(who)
         rule = access.parse_rule(body, rule_id)
         self._known_resources(rule)
         saved = await self.run(self.store.rules.replace, rule_id, rule)
         return saved, await self.run(self.reservations.reflag)
 
     async def delete_rule(self, who: Identity, rule_id: int) -> dict[int, Any]:
-        self._require_admin(who)
+        self.require_admin(who)
         await self.run(self.store.rules.remove, rule_id)
         return await self.run(self.reservations.reflag)
 

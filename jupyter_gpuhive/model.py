@@ -10,6 +10,10 @@ from typing import Any
 from .errors import Invalid
 
 UTC = timezone.utc
+# Instants and durations far outside these bounds only overflow date arithmetic.
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+_LONGEST = timedelta(days=36525)
 
 
 def utcnow() -> datetime:
@@ -36,6 +40,8 @@ def parse_instant(value: Any, name: str) -> datetime:
             f"'{name}' has no time zone offset ({value!r}); add one, "
             "e.g. 'Z' or '+02:00', so the time is unambiguous."
         )
+    if not _EARLIEST <= instant < _LATEST:
+        raise Invalid(f"'{name}' ({value!r}) is out of range: use a year from 1970 to 2999.")
     return instant.astimezone(UTC)
 
 
@@ -61,8 +67,10 @@ def parse_duration(value: Any, name: str) -> timedelta:
         seconds = float(match.group(1)) * _UNIT_SECONDS[unit]
     else:
         raise Invalid(f"'{name}' must be a duration such as '2h' or a number of seconds.")
-    if seconds <= 0:
+    if not seconds > 0:  # also NaN
         raise Invalid(f"'{name}' must be longer than zero.")
+    if seconds > _LONGEST.total_seconds():  # also infinity
+        raise Invalid(f"'{name}' is too long: at most 100 years.")
     return timedelta(seconds=seconds)
 
 
@@ -101,10 +109,10 @@ class Gpu:
     uuid: str
     model: str | None = None
     memory_mib: int | None = None
+    ref: str = field(init=False, compare=False)
 
-    @property
-    def ref(self) -> str:
-        return f"{self.host}:{self.index}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.host}:{self.index}")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -221,7 +221,7 @@ class ReservationService:
             if old.end <= now:
                 raise Conflict(f"Reservation {old.id} has already ended.")
             if old.start <= now:
-                return Changes(end=max(now, old.start + timedelta(seconds=1)))
+                return Changes(end=max(now, old.start + timedelta(microseconds=1)))
             return Changes(cancelled_at=now)
 
         return self.store.reservations.modify(reservation_id, decide)

@@ -10,6 +10,14 @@ from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 
+try:
+    from orjson import dumps
+except ImportError:  # pragma: no cover - orjson is a dependency; stay correct without it
+
+    def dumps(data: Any) -> bytes:  # type: ignore[misc]
+        return json.dumps(data).encode()
+
+
 from ..errors import BadRequest, HiveError, Invalid
 from ..hive import Hive
 from ..model import Identity, parse_duration, parse_instant
@@ -102,7 +110,7 @@ class HiveHandler(APIHandler):
     def reply(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps(data))
+        self.finish(dumps(data))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]

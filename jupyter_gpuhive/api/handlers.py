@@ -121,6 +121,7 @@ class RulesHandler(HiveHandler):
 
     @web.authenticated
     async def post(self) -> None:
+        self.hive.require_admin(self.who)
         rule, flags = await self.hive.add_rule(self.who, self.json_body())
         self.set_header("Location", self.request.path.rstrip("/") + f"/{rule.id}")
         self.reply({**rule.to_json(), "flag_changes": flags}, status=201)
@@ -140,6 +141,7 @@ class RuleHandler(HiveHandler):
     @web.authenticated
     async def put(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
+        self.hive.require_admin(self.who)
         rule, flags = await self.hive.replace_rule(self.who, rid, self.json_body())
         self.reply({**rule.to_json(), "flag_changes": flags})
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, exists, func, insert, select, update
+from sqlalchemy import Connection, and_, delete, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict, NotFound
@@ -93,7 +93,7 @@ class Reservations:
 
     # --- reading -----------------------------------------------------------------
 
-    def _build(self, conn: Connection, rows: Sequence[Row[Any]]) -> list[Reservation]:
+    def _build(self, conn: Connection, rows: Sequence[Any]) -> list[Reservation]:
         ids = [row.id for row in rows]
         gpu_ids: dict[int, list[int]] = {}
         for i in range(0, len(ids), _CHUNK):
@@ -130,9 +130,7 @@ class Reservations:
     def get(self, reservation_id: int) -> Reservation:
         """One reservation by id, cancelled ones included."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                select(*_COLUMNS).where(reservations.c.id == reservation_id)
-            ).all()
+            rows = conn.execute(select(*_COLUMNS).where(reservations.c.id == reservation_id)).all()
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")
             return self._build(conn, rows)[0]

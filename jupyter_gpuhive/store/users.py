@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, insert, select, update
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, Table, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model import Identity, utcnow
 from .database import Database
@@ -22,15 +26,17 @@ class Users:
             return
 
         def work(conn: Connection) -> None:
+            # Several first requests of one user may race: inserts skip rows that exist.
             now = utcnow()
-            known = conn.execute(select(users.c.name).where(users.c.name == who.name)).scalar()
-            if known is None:
-                conn.execute(
-                    insert(users).values(name=who.name, first_seen_at=now, last_seen_at=now)
+            insert = _insert_ignoring_duplicates(conn)
+            conn.execute(insert(users).values(name=who.name, first_seen_at=now, last_seen_at=now))
+            conn.execute(update(users).where(users.c.name == who.name).values(last_seen_at=now))
+            conn.execute(
+                delete(user_groups).where(
+                    user_groups.c.user_name == who.name,
+                    user_groups.c.group_name.not_in(sorted(who.groups)),
                 )
-            else:
-                conn.execute(update(users).where(users.c.name == who.name).values(last_seen_at=now))
-            conn.execute(delete(user_groups).where(user_groups.c.user_name == who.name))
+            )
             if who.groups:
                 conn.execute(
                     insert(user_groups),
@@ -59,3 +65,13 @@ class Users:
                 select(user_groups.c.group_name).where(user_groups.c.user_name == name)
             ).scalars()
             return frozenset(rows)
+
+
+def _insert_ignoring_duplicates(conn: Connection) -> Callable[[Table], Any]:
+    """INSERT … ON CONFLICT DO NOTHING for the connection's dialect."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+
+    def make(table: Table) -> Any:
+        return dialect.insert(table).on_conflict_do_nothing()
+
+    return make

@@ -1,0 +1,255 @@
+"""The store on real SQLite and PostgreSQL: the database itself refuses overlaps, migrations."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import bindparam, create_engine, func, select, text
+from sqlalchemy.exc import IntegrityError
+
+from jupyter_gpuhive.errors import Conflict, NotFound
+from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.model import UTC, Gpu, Identity
+from jupyter_gpuhive.store import Changes, Store
+from jupyter_gpuhive.store.database import MIGRATIONS
+from jupyter_gpuhive.store.schema import UTCDateTime, metadata, reservation_gpus
+from tests.conftest import HOSTS
+
+BASE = datetime(2030, 1, 7, 10, tzinfo=UTC)  # far ahead: the store itself has no horizon
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = Store(db_url).open()
+    opened.inventory.sync(parse_hosts(HOSTS))
+    yield opened
+    opened.close()
+
+
+def gpu(store: Store, ref: str) -> Gpu:
+    found = store.inventory.gpu(ref)
+    assert found is not None, ref
+    return found
+
+
+_NEW_RESERVATION = text(
+    "INSERT INTO reservations (owner, title, description, start_at, end_at, created_at, flagged) "
+    "VALUES ('mallory', 'sneaky', '', :s, :e, :s, false)"
+).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
+_NEW_ROW = text(
+    "INSERT INTO reservation_gpus (reservation_id, gpu_id, start_at, end_at, cancelled) "
+    "VALUES (:rid, :gid, :s, :e, :c)"
+).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
+
+
+def raw_insert(
+    store: Store, gpu_id: int, start: datetime, end: datetime, cancelled: bool = False
+) -> int:
+    """Insert a reservation and its GPU row with plain SQL, bypassing every app check."""
+    with store.db.writer.begin() as conn:
+        conn.execute(_NEW_RESERVATION, {"s": start, "e": end})
+        rid = int(conn.execute(text("SELECT max(id) FROM reservations")).scalar_one())
+        conn.execute(_NEW_ROW, {"rid": rid, "gid": gpu_id, "s": start, "e": end, "c": cancelled})
+    return rid
+
+
+def live_rows(store: Store, gpu_id: int) -> list[tuple[int, datetime, datetime]]:
+    rg = reservation_gpus
+    with store.db.read() as conn:
+        rows = conn.execute(
+            select(rg.c.reservation_id, rg.c.start_at, rg.c.end_at)
+            .where(rg.c.gpu_id == gpu_id, rg.c.cancelled.is_(False))
+            .order_by(rg.c.start_at)
+        ).all()
+    return [tuple(row) for row in rows]
+
+
+def test_database_refuses_overlapping_rows_written_behind_the_apps_back(store: Store) -> None:
+    g0, g1 = gpu(store, "gpu1:0"), gpu(store, "gpu1:1")
+    first = store.reservations.create(
+        "alice", "train", "", BASE, BASE + timedelta(hours=2), [g0.id, g1.id]
+    )
+    before = live_rows(store, g0.id)
+    assert before == [(first.id, BASE, BASE + timedelta(hours=2))]
+    overlaps = [
+        (BASE + timedelta(hours=1), BASE + timedelta(hours=3)),  # tail
+        (BASE - timedelta(hours=1), BASE + timedelta(minutes=1)),  # head
+        (BASE + timedelta(minutes=30), BASE + timedelta(minutes=40)),  # inside
+        (BASE - timedelta(hours=1), BASE + timedelta(hours=5)),  # around
+    ]
+    for start, end in overlaps:
+        with pytest.raises(IntegrityError):
+            raw_insert(store, g0.id, start, end)
+    assert live_rows(store, g0.id) == before  # every refused transaction rolled back
+    assert store.reservations.count() == 1
+
+    # Back-to-back is fine, and so is an overlapping row that is cancelled.
+    after = raw_insert(store, g0.id, BASE + timedelta(hours=2), BASE + timedelta(hours=3))
+    raw_insert(store, g1.id, BASE - timedelta(hours=1), BASE, cancelled=False)
+    ghost = raw_insert(store, g0.id, BASE, BASE + timedelta(hours=1), cancelled=True)
+    assert [row[0] for row in live_rows(store, g0.id)] == [first.id, after]
+
+    # Updates are checked too: un-cancelling the ghost, or stretching a row over another.
+    with pytest.raises(IntegrityError), store.db.writer.begin() as conn:
+        conn.execute(
+            text("UPDATE reservation_gpus SET cancelled = false WHERE reservation_id = :r"),
+            {"r": ghost},
+        )
+    stretch = text(
+        "UPDATE reservation_gpus SET start_at = :s WHERE reservation_id = :r"
+    ).bindparams(bindparam("s", type_=UTCDateTime))
+    with pytest.raises(IntegrityError), store.db.writer.begin() as conn:
+        conn.execute(stretch, {"s": BASE + timedelta(hours=1), "r": after})
+    assert [row[0] for row in live_rows(store, g0.id)] == [first.id, after]
+
+
+def test_threaded_race_on_the_store_has_exactly_one_winner(store: Store) -> None:
+    gpus = [gpu(store, ref) for ref in ("gpu2:0", "gpu2:1", "gpu2:2")]
+    barrier = threading.Barrier(20)
+    won: list[int] = []
+    lost: list[str] = []
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def contender(i: int) -> None:
+        chosen = [gpus[0].id] + ([gpus[1 + i % 2].id] if i % 3 else [])
+        start = BASE + timedelta(minutes=i)
+        barrier.wait()
+        try:
+            made = store.reservations.create(
+                f"user{i}", f"run {i}", "", start, BASE + timedelta(hours=3), chosen
+            )
+        except Conflict as error:
+            with lock:
+                lost.append(error.message)
+        except BaseException as error:  # anything else is a failure of the test
+            with lock:
+                failed.append(error)
+        else:
+            with lock:
+                won.append(made.id)
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failed, failed
+    assert len(won) == 1, (won, lost)
+    assert len(lost) == 19
+    assert all("gpu2:0" in message and "reserved by user" in message for message in lost)
+    assert [row[0] for row in live_rows(store, gpus[0].id)] == won
+    assert store.reservations.count() == 1
+
+
+def test_first_sightings_of_a_user_may_race(store: Store) -> None:
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def touch(i: int) -> None:
+        groups = frozenset({"phd", "ml"} if i % 2 else {"phd"})
+        with store.db.read() as conn:  # open the pool's connections before the race
+            conn.execute(text("SELECT 1"))
+            barrier.wait()
+        try:
+            store.users.touch(Identity("newbie", groups))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=touch, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert set(store.users.all()) == {"newbie"}
+    assert set(store.users.all()["newbie"]) <= {"phd", "ml"}
+    store.users.touch(Identity("newbie", frozenset({"staff"})))
+    assert store.users.all() == {"newbie": ["staff"]}
+    assert store.users.groups_of("newbie") == frozenset({"staff"})
+
+
+def test_modify_cancel_and_window(store: Store) -> None:
+    g0, g1, g2 = (gpu(store, f"gpu3:{i}") for i in range(3))
+    one = store.reservations.create("alice", "a", "", BASE, BASE + timedelta(hours=1), [g0.id])
+    two = store.reservations.create(
+        "bob", "b", "", BASE + timedelta(hours=1), BASE + timedelta(hours=2), [g1.id, g2.id]
+    )
+    # Moving bob's reservation onto alice's GPU and time clashes; nothing changes.
+    with pytest.raises(Conflict, match="alice"):
+        store.reservations.modify(two.id, lambda old: Changes(start=BASE, gpu_ids=(g0.id, g1.id)))
+    assert store.reservations.get(two.id) == two
+    moved = store.reservations.modify(
+        two.id, lambda old: Changes(title="b2", gpu_ids=(g0.id, g2.id))
+    )
+    assert [g.ref for g in moved.gpus] == ["gpu3:0", "gpu3:2"]
+    assert moved.title == "b2"
+    assert live_rows(store, g1.id) == []
+    window = store.reservations.window(BASE, BASE + timedelta(hours=3))
+    assert [r.id for r in window] == [one.id, two.id]
+    assert [
+        r.id for r in store.reservations.window(BASE, BASE + timedelta(hours=3), owner="bob")
+    ] == [two.id]
+    only_g2 = store.reservations.window(BASE, BASE + timedelta(hours=3), gpu_ids=[g2.id])
+    assert [r.id for r in only_g2] == [two.id]
+    gone = store.reservations.modify(one.id, lambda old: Changes(cancelled_at=BASE))
+    assert gone.cancelled
+    assert [r.id for r in store.reservations.window(BASE, BASE + timedelta(hours=3))] == [two.id]
+    everything = store.reservations.window(BASE, BASE + timedelta(hours=3), include_cancelled=True)
+    assert [r.id for r in everything] == [one.id, two.id]
+    # The cancelled slot is free again.
+    again = store.reservations.create("carol", "c", "", BASE, BASE + timedelta(hours=1), [g0.id])
+    assert again.id > two.id
+    with pytest.raises(NotFound, match="no reservation 9999"):
+        store.reservations.get(9999)
+
+
+def test_inventory_sync_is_idempotent_and_never_forgets(store: Store) -> None:
+    gpus_before = store.inventory.gpus()
+    assert len(gpus_before) == 12
+    assert [h.name for h in store.inventory.hosts()] == ["gpu1", "gpu2", "gpu3"]
+    store.inventory.sync(parse_hosts(HOSTS[:1]))  # gpu2/gpu3 no longer configured
+    assert store.inventory.gpus() == gpus_before
+    by_uuid = store.inventory.gpu(gpus_before[5].uuid)
+    assert by_uuid == gpus_before[5]
+    assert store.inventory.gpu("gpu9:0") is None
+
+
+def test_migrations_match_the_schema(db_url: str) -> None:
+    store = Store(db_url).open()
+    store.db.migrate()  # a second upgrade is a no-op
+    store.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, metadata) == []
+            head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+            assert context.get_current_revision() == head
+            assert conn.execute(select(func.count()).select_from(reservation_gpus)).scalar() == 0
+            if engine.dialect.name == "postgresql":
+                found = conn.execute(
+                    text("SELECT contype FROM pg_constraint WHERE conname = :n"),
+                    {"n": "reservation_gpus_no_overlap"},
+                ).scalar()
+                assert found == "x"  # an exclusion constraint
+            else:
+                triggers = (
+                    conn.execute(
+                        text("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+                    )
+                    .scalars()
+                    .all()
+                )
+                assert triggers == [
+                    "reservation_gpus_no_overlap_insert",
+                    "reservation_gpus_no_overlap_update",
+                ]
+    finally:
+        engine.dispose()
