@@ -44,3 +44,9 @@ class Invalid(HiveError):
     """Well-formed but unacceptable values (end before start, unknown GPU, too long)."""
 
     status = 422
+
+
+class Unauthorized(HiveError):
+    """No valid credentials were sent."""
+
+    status = 401

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from . import access
 from .errors import Forbidden, Invalid
 from .hosts.pool import HostPool, SshSettings
+from .leader import Leadership
 from .model import Gpu, HostDecl, Identity, Reservation, utcnow
 from .monitor.service import Monitor
 from .overview import occupancy
@@ -55,6 +56,9 @@ class Hive:
         self.monitor = Monitor(
             self.store, self.pool, self.run, settings.poll_interval, settings.history
         )
+        self.leadership = Leadership(
+            settings.db_url, self._lead, self._follow, interval=max(0.2, settings.poll_interval / 2)
+        )
         self._member_of: dict[str, set[str]] = {}
         for group, members in settings.groups.items():
             for member in members:
@@ -67,12 +71,19 @@ class Hive:
         return self
 
     async def start(self) -> None:
-        """Start the background loops (monitoring) on the running event loop."""
+        """Start leader election; the leader runs the background loops (monitoring)."""
+        self.leadership.start()
+
+    async def _lead(self) -> None:
         if self.settings.monitor and self.settings.hosts:
             self.monitor.start()
 
+    async def _follow(self) -> None:
+        await self.monitor.halt()
+
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
+        await self.leadership.stop()
         await self.monitor.stop()
 
     def close(self) -> None:

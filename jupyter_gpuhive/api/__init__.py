@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from . import handlers as h
+from .base import HiveHandler, HiveLogic
 
 PREFIX = "/gpuhive/api"
 
 # (path below PREFIX, handler); path parameters are named in braces in the OpenAPI document.
-ENDPOINTS: list[tuple[str, type[h.HiveHandler]]] = [
+ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/me", h.MeHandler),
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
@@ -25,8 +26,16 @@ ENDPOINTS: list[tuple[str, type[h.HiveHandler]]] = [
 ]
 
 
-def _pattern(path: str) -> str:
-    return PREFIX + path.replace("{id}", "([^/]+)").replace(".", r"\.") + "/?"
+def _pattern(prefix: str, path: str) -> str:
+    return prefix + path.replace("{id}", "([^/]+)").replace(".", r"\.") + "/?"
 
 
-ROUTES: list[tuple[str, Any]] = [(_pattern(path), handler) for path, handler in ENDPOINTS]
+def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]:
+    """The route table with every endpoint mixed onto a deployment's base handler."""
+    return [
+        (_pattern(prefix, path), type(logic.__name__, (logic, base), {}))
+        for path, logic in ENDPOINTS
+    ]
+
+
+ROUTES = routes(HiveHandler)

@@ -1,26 +1,40 @@
-"""The base handler: who is asking, JSON in and out, domain errors → HTTP in one place."""
+"""Handler bases: who is asking, JSON in and out, domain errors → HTTP in one place.
+
+`HiveLogic` holds everything an endpoint needs and works on any tornado RequestHandler
+that can tell who is asking (`requester()`). `HiveHandler` is the base inside a Jupyter
+server (identity from its IdentityProvider); the JupyterHub service has its own base
+(identity from the Hub) in `jupyter_gpuhive.hub`.
+"""
 
 from __future__ import annotations
 
 import getpass
 import json
+import logging
 import re
 from datetime import datetime
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
+from tornado.web import RequestHandler
 
 try:
-    from orjson import dumps
+    import orjson
+
+    def dumps(data: Any) -> bytes:
+        return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
 except ImportError:  # pragma: no cover - orjson is a dependency; stay correct without it
 
-    def dumps(data: Any) -> bytes:  # type: ignore[misc]
+    def dumps(data: Any) -> bytes:
         return json.dumps(data).encode()
 
 
 from ..errors import BadRequest, HiveError, Invalid
 from ..hive import Hive
 from ..model import Identity, parse_duration, parse_instant
+
+log = logging.getLogger(__name__)
 
 # Identity providers of jupyter_server itself hand out random anonymous ids for the
 # server token; for those the owner is the OS user running the server.
@@ -39,8 +53,8 @@ def _is_anonymous(user: object) -> bool:
     )
 
 
-class HiveHandler(APIHandler):
-    """Base of every gpuhive REST handler."""
+class HiveLogic(RequestHandler):
+    """What every endpoint uses; mixed into a deployment-specific base handler."""
 
     _who: Identity | None = None
 
@@ -48,17 +62,15 @@ class HiveHandler(APIHandler):
     def hive(self) -> Hive:
         return self.settings["gpuhive"]  # type: ignore[no-any-return]
 
+    def requester(self) -> Identity:
+        """The authenticated requester; each deployment base says how it knows."""
+        raise NotImplementedError
+
     @property
     def who(self) -> Identity:
         """The requester as gpuhive sees them (name, groups, admin)."""
         if self._who is None:
-            user = self.current_user
-            provider = type(self.identity_provider)
-            if provider.__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
-                name, groups = getpass.getuser(), []
-            else:
-                name, groups = user.username, list(getattr(user, "groups", []) or [])
-            self._who = self.hive.identify(name, groups)
+            self._who = self.requester()
         return self._who
 
     # --- input ---------------------------------------------------------------------
@@ -123,6 +135,19 @@ class HiveHandler(APIHandler):
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, HiveError):
-            self.log.debug("gpuhive: %s %s", value.status, value.message)
+            log.debug("gpuhive: %s %s", value.status, value.message)
             return
         super().log_exception(typ, value, tb)
+
+
+class HiveHandler(HiveLogic, APIHandler):
+    """Base of the REST handlers inside a Jupyter server."""
+
+    def requester(self) -> Identity:
+        user = self.current_user
+        provider = type(self.identity_provider)
+        if provider.__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
+            name, groups = getpass.getuser(), []
+        else:
+            name, groups = user.username, list(getattr(user, "groups", []) or [])
+        return self.hive.identify(name, groups)

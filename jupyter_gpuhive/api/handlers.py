@@ -7,23 +7,23 @@ from datetime import timedelta
 from tornado import web
 
 from ..model import utcnow
-from .base import HiveHandler
+from .base import HiveLogic
 from .openapi import openapi_document
 
 
-class MeHandler(HiveHandler):
+class MeHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         self.reply(await self.hive.me(self.who))
 
 
-class HostsHandler(HiveHandler):
+class HostsHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         self.reply({"hosts": await self.hive.monitor.hosts()})
 
 
-class MetricsHandler(HiveHandler):
+class MetricsHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         since = self.get_query_argument("since", None)
@@ -36,7 +36,7 @@ class MetricsHandler(HiveHandler):
         )
 
 
-class UsageHandler(HiveHandler):
+class UsageHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         end = self.instant_arg("end", utcnow())
@@ -44,14 +44,14 @@ class UsageHandler(HiveHandler):
         self.reply(await self.hive.usage(start, end))
 
 
-class ReservationUsageHandler(HiveHandler):
+class ReservationUsageHandler(HiveLogic):
     @web.authenticated
     async def get(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
         self.reply(await self.hive.reservation_usage(rid))
 
 
-class ReservationsHandler(HiveHandler):
+class ReservationsHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         now = utcnow()
@@ -76,7 +76,7 @@ class ReservationsHandler(HiveHandler):
         self.reply(created.to_json(), status=201)
 
 
-class ReservationHandler(HiveHandler):
+class ReservationHandler(HiveLogic):
     @web.authenticated
     async def get(self, reservation_id: str) -> None:
         found = await self.hive.get_reservation(self.id_arg(reservation_id, "reservation"))
@@ -95,7 +95,7 @@ class ReservationHandler(HiveHandler):
         self.reply(done.to_json())
 
 
-class OverviewHandler(HiveHandler):
+class OverviewHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         now = utcnow().replace(minute=0, second=0, microsecond=0)
@@ -113,7 +113,7 @@ class OverviewHandler(HiveHandler):
         )
 
 
-class RulesHandler(HiveHandler):
+class RulesHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         rules = await self.hive.rules_for(self.who)
@@ -127,7 +127,7 @@ class RulesHandler(HiveHandler):
         self.reply({**rule.to_json(), "flag_changes": flags}, status=201)
 
 
-class RuleHandler(HiveHandler):
+class RuleHandler(HiveLogic):
     @web.authenticated
     async def get(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
@@ -152,7 +152,7 @@ class RuleHandler(HiveHandler):
         self.reply({"deleted": rid, "flag_changes": flags})
 
 
-class CoverageHandler(HiveHandler):
+class CoverageHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         start = self.instant_arg("start", utcnow())
@@ -168,7 +168,7 @@ class CoverageHandler(HiveHandler):
         )
 
 
-class OpenAPIHandler(HiveHandler):
+class OpenAPIHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
-        self.reply(openapi_document(self.base_url))
+        self.reply(openapi_document(self.settings.get("base_url", "/")))

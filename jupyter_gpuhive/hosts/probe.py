@@ -26,15 +26,19 @@ from .nvsmi import (
 
 MARK = "@@gpuhive:"
 
+GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
+
+# nvidia-smi is asked twice in parallel (metrics, processes); `-L` (MIG slice UUIDs) only
+# runs when a GPU reports MIG mode enabled, so a plain host costs two nvidia-smi calls.
 _SCRIPT = f"""
 t=$(mktemp -d 2>/dev/null) || {{ t=/tmp/gpuhive.$$; mkdir -p "$t"; }}
-nvidia-smi --query-gpu={",".join(QUERY_GPU_FIELDS)} --format=csv,nounits >"$t/g" 2>&1 & g=$!
+nvidia-smi --query-gpu={",".join(GPU_FIELDS)} --format=csv,nounits >"$t/g" 2>&1 & g=$!
 nvidia-smi --query-compute-apps={",".join(QUERY_APPS_FIELDS)} --format=csv,nounits \
   >"$t/a" 2>&1 & a=$!
-nvidia-smi -L >"$t/l" 2>&1 & l=$!
 wait $g; echo "{MARK}gpus $?"; cat "$t/g"
+if grep -q ', Enabled' "$t/g"; then nvidia-smi -L >"$t/l" 2>&1; l=$?; else : >"$t/l"; l=0; fi
 wait $a; echo "{MARK}apps $?"; cat "$t/a"
-wait $l; echo "{MARK}list $?"; cat "$t/l"
+echo "{MARK}list $l"; cat "$t/l"
 pids=$(sed -n 's/^\\([0-9][0-9]*\\), .*/\\1/p' "$t/a" | sort -u | paste -sd, -)
 echo "{MARK}ps 0"; [ -n "$pids" ] && ps -o pid=,user:64=,args= -p "$pids"
 echo "{MARK}stat 0"; head -n 1 /proc/stat

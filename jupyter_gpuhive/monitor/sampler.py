@@ -67,6 +67,9 @@ class Sampler:
             result = await self.pool.run(name, PROBE_COMMAND, timeout=self.timeout)
         except HostUnavailable as error:
             return error.reason
+        except Exception as error:  # one host's surprise must not cost the others their sample
+            log.exception("gpuhive: probing %s failed", name)
+            return f"the probe could not run: {type(error).__name__}: {error}"
         taken = utcnow()
         try:
             sample = parse_probe(name, result.stdout, taken)
@@ -96,7 +99,10 @@ class Sampler:
         """Probe every host once, then tell the listeners."""
         at = utcnow()
         names = list(self.pool.hosts)
-        results = await asyncio.gather(*(self._probe(n) for n in names))
+        # A TaskGroup, unlike gather, waits for every probe to wind down when cancelled.
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._probe(n)) for n in names]
+        results = [task.result() for task in tasks]
         sweep = Sweep(at, self.interval)
         for name, result in zip(names, results, strict=True):
             if isinstance(result, str):

@@ -64,12 +64,16 @@ class Monitor:
                 self.sampler.run(), name="gpuhive-sampler"
             )
 
-    async def stop(self) -> None:
+    async def halt(self) -> None:
+        """Stop the sampler loop (connections stay open for other users of the pool)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def stop(self) -> None:
+        await self.halt()
         await self.pool.close()
 
     # --- after each sweep ----------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .database import Database
 from .inventory import Inventory
+from .jobs import Jobs
 from .reservations import Changes, Clash, Reservations
 from .rules import Rules
 from .usage import Usage
@@ -19,6 +20,7 @@ class Store:
         self.reservations = Reservations(self.db, self.inventory)
         self.rules = Rules(self.db)
         self.users = Users(self.db)
+        self.jobs = Jobs(self.db)
         self.usage = Usage(self.db)
 
     def open(self) -> Store:

@@ -1,0 +1,470 @@
+"""The launcher: runs a job's tasks in GNU screen as their owner, follows, stops and reads them.
+
+Every host command goes through the HostPool as the task's owner (screen sessions, and the
+log and exit files, belong to that user). `sync` is for the background loop, never for an API
+request: it costs one command per (host, owner) for all of their active tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import codecs
+import logging
+import shlex
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from ..errors import Conflict
+from ..hosts.pool import CommandResult, HostPool, HostUnavailable
+from ..model import utcnow
+from ..store.jobs import Jobs, TaskChange
+from . import scripts
+from .commands import screen_command
+from .model import ACTIVE, FINAL, Job, Task, TaskState
+from .tasks import TemplateError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TICK = 0.1  # seconds per wait step of the stop script
+KILL_PATIENCE = 3.0  # seconds between SIGTERM and SIGKILL
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """A task that did not start, and why (a sentence for people)."""
+
+    task_id: int
+    index: int
+    host: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"task {self.index} on {self.host}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class StartReport:
+    """What `start` did: the job as it is now, the tasks started and those that failed."""
+
+    job: Job
+    started: tuple[int, ...] = ()
+    failures: tuple[StartFailure, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def message(self) -> str:
+        """One sentence: which tasks failed and why, and what happened to the others."""
+        if self.ok:
+            return f"Job {self.job.id} started {len(self.started)} task(s)."
+        failed = "; ".join(failure.describe() for failure in self.failures)
+        running = [t for t in self.job.tasks if t.state == TaskState.RUNNING]
+        rest = (
+            f" {len(running)} task(s) kept running (partial start)."
+            if running
+            else " The tasks that had started were stopped."
+        )
+        return f"Job {self.job.id} did not start: {failed}.{rest}"
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """What `stop` did: the job as it is now, and hosts that could not be told to stop."""
+
+    job: Job
+    failures: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """Tasks whose state changed (as stored now) and hosts that did not answer."""
+
+    changed: tuple[Task, ...] = ()
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Part of a task's log: text from byte `start` to `next_offset` of a file of `size` bytes."""
+
+    text: str
+    start: int
+    next_offset: int
+    size: int
+
+    @property
+    def complete(self) -> bool:
+        """Whether this chunk reaches the end of the file as it was when read."""
+        return self.next_offset >= self.size
+
+
+class Launcher:
+    """Starts, follows and stops jobs on their hosts; writes every state change to `jobs`."""
+
+    def __init__(
+        self,
+        pool: HostPool,
+        jobs: Jobs,
+        *,
+        grace: float = 10.0,
+        timeout: float = 30.0,
+        log_limit: int = 1 << 20,
+    ) -> None:
+        self.pool = pool
+        self.jobs = jobs
+        self.grace = grace
+        self.timeout = timeout
+        self.log_limit = log_limit
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    # --- starting -------------------------------------------------------------------
+
+    async def start(self, job: Job | int, *, partial_ok: bool = False) -> StartReport:
+        """Start every task; if one fails, stop the others (unless `partial_ok`) and say why."""
+        job_id = job if isinstance(job, int) else job.id
+        async with self._lock(job_id):
+            current = await _db(self.jobs.get, job_id)
+            if not current.tasks:
+                raise Conflict(f"Job {job_id} has no tasks to start.")
+            busy = [t for t in current.tasks if t.active]
+            if busy:
+                listed = ", ".join(f"task {t.index} is {t.state}" for t in busy)
+                raise Conflict(f"Job {job_id} is already running ({listed}).")
+            claims = [
+                TaskChange(t.id, TaskState.STARTING, exit_status=None, screen_pid=None,
+                           pgid=None, started_at=None, ended_at=None, last_error=None)
+                for t in current.tasks
+            ]  # fmt: skip
+            claimed = await _db(self.jobs.change_tasks, claims, {TaskState.PENDING, *FINAL})
+            if len(claimed) != len(claims):
+                back = [TaskChange(i, TaskState.PENDING) for i in claimed]
+                await _db(self.jobs.change_tasks, back, {TaskState.STARTING})
+                raise Conflict(f"Job {job_id} changed while it was being started; try again.")
+            outcomes = await asyncio.gather(*(self._start_task(t) for t in current.tasks))
+            now = utcnow()
+            started: list[Task] = []
+            failures: list[StartFailure] = []
+            changes: list[TaskChange] = []
+            for task, outcome in zip(current.tasks, outcomes, strict=True):
+                if isinstance(outcome, str):
+                    failures.append(StartFailure(task.id, task.index, task.host, outcome))
+                    changes.append(
+                        TaskChange(task.id, TaskState.FAILED, ended_at=now, last_error=outcome)
+                    )
+                else:
+                    started.append(task)
+                    changes.append(replace(outcome, started_at=now))
+            await _db(self.jobs.change_tasks, changes, {TaskState.STARTING})
+            if failures and started and not partial_ok:
+                first = failures[0].describe()
+                fresh = await _db(self.jobs.tasks, None, job_id=job_id)
+                await self._stop_tasks(
+                    [t for t in fresh if t.active], self.grace, f"stopped because {first}"
+                )
+            return StartReport(
+                await _db(self.jobs.get, job_id),
+                tuple(t.id for t in started),
+                tuple(failures),
+            )
+
+    async def _start_task(self, task: Task) -> TaskChange | str:
+        """Start one task's screen session; its new state, or why it failed."""
+        log_path = scripts.host_path(task.log_path)
+        exit_path = scripts.host_path(task.exit_path)
+        log_dir = log_path.rsplit("/", 1)[0] or "/"
+        try:
+            line = screen_command(task.session, task.spec(), log_path, exit_path)
+        except TemplateError as error:
+            return str(error)
+        command = scripts.sh_command(task.session, log_dir, exit_path)
+        try:
+            result = await self._run(task.host, task.owner, scripts.start_script(line), command)
+        except HostUnavailable as error:
+            return f"host unavailable: {error.reason}"
+        problem = _start_problem(task, result, log_dir)
+        if problem:
+            return problem
+        words = _marker(result.stdout, "started")
+        pid, pgid = (_int(words[0]), _int(words[1])) if len(words) == 2 else (None, None)
+        code = _marker(result.stdout, "exit")
+        if code:
+            ended = utcnow()
+            status = _int(code[0])
+            if status is None:
+                return TaskChange(task.id, TaskState.FAILED, ended_at=ended,
+                                  last_error=f"unreadable exit status {code[0]!r}")  # fmt: skip
+            state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
+            return TaskChange(task.id, state, exit_status=status, ended_at=ended)
+        if pid is None:
+            return "the screen session ended at once without an exit status"
+        return TaskChange(task.id, TaskState.RUNNING, screen_pid=pid, pgid=pgid)
+
+    # --- following ------------------------------------------------------------------
+
+    async def sync(self, tasks: Sequence[Task] | None = None) -> SyncReport:
+        """Confirm active tasks on their hosts (all active ones by default) and store changes."""
+        if tasks is None:
+            tasks = await _db(self.jobs.tasks, ACTIVE)
+        todo = [t for t in tasks if t.active and not self._busy(t.job_id)]
+        groups: dict[tuple[str, str], list[Task]] = defaultdict(list)
+        for task in todo:
+            groups[(task.host, task.owner)].append(task)
+        results = await asyncio.gather(
+            *(self._sync_group(host, owner, group) for (host, owner), group in groups.items())
+        )
+        changes_by_state: dict[TaskState, list[TaskChange]] = defaultdict(list)
+        unreachable: dict[str, str] = {}
+        for (host, _owner), result in zip(groups, results, strict=True):
+            if isinstance(result, str):
+                unreachable[host] = result
+                continue
+            for task, change in result:
+                changes_by_state[task.state].append(change)
+        changed: list[Task] = []
+        for state, changes in changes_by_state.items():
+            done = set(await _db(self.jobs.change_tasks, changes, {state}))
+            by_id = {t.id: t for t in todo}
+            changed += [_apply(by_id[c.task_id], c) for c in changes if c.task_id in done]
+        return SyncReport(tuple(changed), unreachable)
+
+    async def _sync_group(
+        self, host: str, owner: str, tasks: list[Task]
+    ) -> list[tuple[Task, TaskChange]] | str:
+        args: list[str] = []
+        for task in tasks:
+            args += [str(task.id), scripts.host_path(task.exit_path)]
+        try:
+            result = await self._run(host, owner, scripts.SYNC, scripts.sh_command(*args))
+        except HostUnavailable as error:
+            return error.reason
+        if result.exit_status != 0:
+            return f"cannot list the screen sessions of {owner}: {_tail(result)}"
+        sessions = {words[0]: _int(words[1]) for words in _markers(result.stdout, "session")}
+        exits = {words[0]: words[1] if len(words) > 1 else "" for words in
+                 _markers(result.stdout, "exit")}  # fmt: skip
+        out: list[tuple[Task, TaskChange]] = []
+        for task in tasks:
+            change = _observe(task, task.session in sessions, exits.get(str(task.id)))
+            if change is not None:
+                if change.state == TaskState.RUNNING and task.screen_pid is None:
+                    change = replace(change, screen_pid=sessions.get(task.session))
+                out.append((task, change))
+        return out
+
+    # --- stopping -------------------------------------------------------------------
+
+    async def stop(self, job: Job | int, *, grace: float | None = None) -> StopReport:
+        """SIGINT each task's process group, after `grace` SIGTERM then SIGKILL; record it."""
+        job_id = job if isinstance(job, int) else job.id
+        async with self._lock(job_id):
+            current = await _db(self.jobs.get, job_id)
+            pending = [
+                TaskChange(t.id, TaskState.STOPPED, ended_at=utcnow(),
+                           last_error="stopped before it started")
+                for t in current.tasks if t.state == TaskState.PENDING
+            ]  # fmt: skip
+            await _db(self.jobs.change_tasks, pending, {TaskState.PENDING})
+            active = [t for t in current.tasks if t.active]
+            failures = await self._stop_tasks(active, self.grace if grace is None else grace)
+            return StopReport(await _db(self.jobs.get, job_id), failures)
+
+    async def _stop_tasks(
+        self, tasks: Sequence[Task], grace: float, reason: str | None = None
+    ) -> dict[int, str]:
+        """Stop tasks (the job's lock is held); the tasks whose host could not be reached."""
+        marks = [TaskChange(t.id, TaskState.STOPPING) for t in tasks]
+        await _db(self.jobs.change_tasks, marks, ACTIVE)
+        groups: dict[tuple[str, str], list[Task]] = defaultdict(list)
+        for task in tasks:
+            groups[(task.host, task.owner)].append(task)
+        results = await asyncio.gather(
+            *(self._stop_group(h, o, group, grace) for (h, o), group in groups.items())
+        )
+        failures: dict[int, str] = {}
+        changes: list[TaskChange] = []
+        for group, result in zip(groups.values(), results, strict=True):
+            if isinstance(result, str):
+                failures.update({t.id: result for t in group})
+                changes += [TaskChange(t.id, TaskState.STOPPING, last_error=result) for t in group]
+                continue
+            for change in result:
+                changes.append(replace(change, last_error=reason) if reason else change)
+        await _db(self.jobs.change_tasks, changes, {TaskState.STOPPING})
+        return failures
+
+    async def _stop_group(
+        self, host: str, owner: str, tasks: list[Task], grace: float
+    ) -> list[TaskChange] | str:
+        args: list[str | int] = [round(grace / TICK), round(KILL_PATIENCE / TICK)]
+        for task in tasks:
+            args += [task.session, scripts.host_path(task.exit_path)]
+        timeout = grace + KILL_PATIENCE + self.timeout
+        try:
+            result = await self._run(
+                host, owner, scripts.STOP, scripts.sh_command(*args), timeout=timeout
+            )
+        except HostUnavailable as error:
+            return f"could not stop it, host unavailable: {error.reason}"
+        if result.exit_status != 0:
+            return f"could not stop it: {_tail(result)}"
+        gone = {words[0] for words in _markers(result.stdout, "gone")}
+        exits = {words[0]: words[1] if len(words) > 1 else "" for words in
+                 _markers(result.stdout, "exit")}  # fmt: skip
+        now = utcnow()
+        changes = []
+        for task in tasks:
+            code = exits.get(task.session)
+            status = _int(code) if code is not None else None
+            if task.session in gone and status is not None:
+                # It had ended by itself before we asked.
+                state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
+                changes.append(TaskChange(task.id, state, exit_status=status, ended_at=now))
+            else:
+                changes.append(
+                    TaskChange(task.id, TaskState.STOPPED, exit_status=status, ended_at=now)
+                )
+        return changes
+
+    # --- logs and attaching ---------------------------------------------------------
+
+    async def log(
+        self, task: Task, offset: int = 0, tail: int | None = None, limit: int | None = None
+    ) -> LogChunk:
+        """Read the task's log from byte `offset` (or its last `tail` bytes), up to `limit`."""
+        limit = min(limit or self.log_limit, self.log_limit)
+        offset = max(0, int(offset))
+        wanted = -1 if tail is None else max(0, tail)
+        args: list[str | int] = [scripts.host_path(task.log_path), offset, wanted, max(0, limit)]
+        result = await self._run(task.host, task.owner, scripts.LOG, scripts.sh_command(*args))
+        if result.exit_status != 0:
+            raise HostUnavailable(task.host, f"cannot read the log: {_tail(result)}")
+        head, _, body = result.stdout.partition("\n")
+        words = head.split()
+        if not words or words[0] != "chunk" or len(words) != 4:
+            return LogChunk("", offset, offset, 0)
+        size, start, count = (int(w) for w in words[1:])
+        try:
+            data = base64.b64decode(body)[:count]
+        except (binascii.Error, ValueError):
+            raise HostUnavailable(task.host, "the log came back garbled") from None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = decoder.decode(data, final=False)
+        pending = len(decoder.getstate()[0])  # a character cut at the end is read next time
+        return LogChunk(text, start, start + len(data) - pending, size)
+
+    def attach_hint(self, task: Task) -> str:
+        """The command that attaches a terminal to the task's screen session."""
+        decl = self.pool.hosts.get(task.host)
+        screen = ["screen", "-x", task.session]
+        if decl is None or decl.transport == "local":
+            return shlex.join(screen)
+        ssh = ["ssh", "-t"]
+        if decl.port != 22:
+            ssh += ["-p", str(decl.port)]
+        return shlex.join([*ssh, f"{task.owner}@{decl.address}", *screen])
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _lock(self, job_id: int) -> asyncio.Lock:
+        return self._locks.setdefault(job_id, asyncio.Lock())
+
+    def _busy(self, job_id: int) -> bool:
+        lock = self._locks.get(job_id)
+        return lock is not None and lock.locked()
+
+    async def _run(
+        self, host: str, owner: str, script: str, command: str, timeout: float | None = None
+    ) -> CommandResult:
+        return await self.pool.run(
+            host, command, user=owner, timeout=timeout or self.timeout, stdin=script
+        )
+
+
+def _observe(task: Task, has_session: bool, code: str | None) -> TaskChange | None:
+    """The change that what `sync` saw on the host implies for one task (None: none)."""
+    now = utcnow()
+    if code is not None:
+        status = _int(code)
+        if status is None:
+            return TaskChange(task.id, TaskState.FAILED, ended_at=now,
+                              last_error=f"unreadable exit status {code!r}")  # fmt: skip
+        if task.state == TaskState.STOPPING:
+            return TaskChange(task.id, TaskState.STOPPED, exit_status=status, ended_at=now)
+        state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
+        return TaskChange(task.id, state, exit_status=status, ended_at=now)
+    if has_session:
+        if task.state == TaskState.STARTING:
+            return TaskChange(task.id, TaskState.RUNNING, started_at=task.started_at or now)
+        return None
+    if task.state == TaskState.STOPPING:
+        return TaskChange(task.id, TaskState.STOPPED, ended_at=now)
+    return TaskChange(
+        task.id,
+        TaskState.LOST,
+        ended_at=now,
+        last_error=(
+            f"screen session {task.session} ended without an exit status "
+            "(killed outside gpuhive, or the host restarted)"
+        ),
+    )
+
+
+def _start_problem(task: Task, result: CommandResult, log_dir: str) -> str | None:
+    """Why the start script failed, in words; None when it ran to the end."""
+    status, err = result.exit_status, result.stderr.strip()
+    where = f"on {task.host} for {task.owner}"
+    if status == 0 and _marker(result.stdout, "started"):
+        return None
+    if status == scripts.NO_SCREEN:
+        return f"GNU screen is not installed {where}"
+    if status == scripts.NO_HOME:
+        return f"cannot enter the home directory of {task.owner} on {task.host}"
+    if status == scripts.NO_LOG_DIR:
+        return f"cannot create the log directory {log_dir} {where}: {err or 'permission denied'}"
+    if status == scripts.SESSION_EXISTS:
+        return f"a screen session {task.session} already exists {where}"
+    if status == scripts.SCREEN_FAILED:
+        return f"screen failed to start {where}: {err or f'exit status {status}'}"
+    return f"could not run a command as {task.owner} on {task.host}: {err or f'exit {status}'}"
+
+
+def _marker(stdout: str, name: str) -> list[str]:
+    found = _markers(stdout, name)
+    return found[-1] if found else []
+
+
+def _markers(stdout: str, name: str) -> list[list[str]]:
+    """The words after `name` on each output line that starts with it."""
+    return [line.split()[1:] for line in stdout.splitlines() if line.split()[:1] == [name]]
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _tail(result: CommandResult) -> str:
+    text = (result.stderr.strip() or result.stdout.strip()).splitlines()
+    return " | ".join(text[-3:]) or f"exit status {result.exit_status}"
+
+
+def _apply(task: Task, change: TaskChange) -> Task:
+    values: dict[str, Any] = {"state": change.state}
+    for name, value in change.values().items():
+        if name != "state":
+            values[name] = value
+    return replace(task, **values)
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Database work off the event loop."""
+    return await asyncio.to_thread(fn, *args, **kwargs)

@@ -1,0 +1,414 @@
+"""Jobs and their tasks: one row per job, one per task; task states change by compare-and-set."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    delete,
+    insert,
+    select,
+    update,
+)
+
+from ..errors import Conflict, NotFound
+from ..jobs.model import (
+    ACTIVE,
+    DEFAULT_LOG_DIR,
+    FINAL,
+    Job,
+    NewJob,
+    Task,
+    TaskState,
+    task_paths,
+    task_session,
+)
+from ..jobs.tasks import TaskSpec
+from ..model import utcnow
+from .database import Database
+from .schema import UTCDateTime, metadata
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("template", String(64), nullable=False),
+    Column("command", Text, nullable=False),
+    Column("options", Text, nullable=False),
+    Column("variables", Text, nullable=False),
+    Column("sweep", Text, nullable=False),
+    Column("env", Text, nullable=False),
+    Column("workdir", Text),
+    Column("queued", Boolean, nullable=False),
+    Column("walltime_s", Integer),
+    Column("start_at", UTCDateTime),
+    Column("stop_at", UTCDateTime),
+    Column("max_retries", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("updated_by", String(128)),
+    Index(None, "owner"),
+)
+
+job_tasks = Table(
+    "job_tasks",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("host", String(128), nullable=False),
+    Column("address", String(255), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("gpus", Text, nullable=False),
+    Column("gpu_indices", Text, nullable=False),
+    Column("command", Text, nullable=False),
+    Column("env", Text, nullable=False),
+    Column("workdir", Text),
+    Column("variables", Text, nullable=False),
+    Column("session", String(128), nullable=False),
+    Column("log_path", Text, nullable=False),
+    Column("exit_path", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("exit_status", Integer),
+    Column("screen_pid", Integer),
+    Column("pgid", Integer),
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+    Column("last_error", Text),
+    UniqueConstraint("job_id", "idx"),
+    Index(None, "state"),
+)
+
+_KEEP: Any = object()
+# Job columns a caller may change with `Jobs.update`.
+EDITABLE = frozenset(
+    {
+        "name",
+        "description",
+        "queued",
+        "walltime",
+        "start_at",
+        "stop_at",
+        "max_retries",
+        "attempts",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    """New values for one task; fields left at KEEP stay as they are (None clears)."""
+
+    task_id: int
+    state: TaskState
+    exit_status: int | None = _KEEP
+    screen_pid: int | None = _KEEP
+    pgid: int | None = _KEEP
+    started_at: datetime | None = _KEEP
+    ended_at: datetime | None = _KEEP
+    last_error: str | None = _KEEP
+
+    def values(self) -> dict[str, Any]:
+        names = ("exit_status", "screen_pid", "pgid", "started_at", "ended_at", "last_error")
+        found = {name: getattr(self, name) for name in names}
+        return {"state": str(self.state)} | {k: v for k, v in found.items() if v is not _KEEP}
+
+
+class Jobs:
+    """Job and task rows; state changes name the states they expect, so none is clobbered."""
+
+    def __init__(self, db: Database, log_dir: str = DEFAULT_LOG_DIR) -> None:
+        self.db = db
+        self.log_dir = log_dir
+
+    # --- writing ------------------------------------------------------------------
+
+    def create(self, job: NewJob, specs: Sequence[TaskSpec]) -> Job:
+        """Store a job and its tasks (in the given order) in one transaction."""
+        now = utcnow()
+
+        def work(conn: Connection) -> int:
+            values = _job_values(job) | {"attempts": 0, "created_at": now, "updated_at": now}
+            job_id = int(conn.execute(insert(jobs).values(**values)).inserted_primary_key[0])  # type: ignore[index]
+            rows = []
+            for index, spec in enumerate(specs):
+                log_path, exit_path = task_paths(self.log_dir, job.owner, job_id, index)
+                rows.append(
+                    {
+                        "job_id": job_id,
+                        "idx": index,
+                        "host": spec.host,
+                        "address": spec.address,
+                        "role": spec.role,
+                        "gpus": json.dumps([gpu.uuid for gpu in spec.gpus]),
+                        "gpu_indices": json.dumps([gpu.index for gpu in spec.gpus]),
+                        "command": spec.command,
+                        "env": json.dumps(spec.env),
+                        "workdir": spec.workdir,
+                        "variables": json.dumps(spec.variables),
+                        "session": task_session(job_id, job.name, index),
+                        "log_path": log_path,
+                        "exit_path": exit_path,
+                        "state": str(TaskState.PENDING),
+                    }
+                )
+            if rows:
+                conn.execute(insert(job_tasks), rows)
+            return job_id
+
+        return self.get(self.db.write(work))
+
+    def update(self, job_id: int, by: str | None = None, **changes: Any) -> Job:
+        """Change a job's own fields (see EDITABLE); its tasks stay as they are."""
+        unknown = sorted(set(changes) - EDITABLE)
+        if unknown:
+            raise ValueError(f"not editable: {', '.join(unknown)}")
+        values = dict(changes)
+        if "walltime" in values:
+            walltime = values.pop("walltime")
+            values["walltime_s"] = _seconds(walltime)
+
+        if by is not None:
+            values["updated_by"] = by
+
+        def work(conn: Connection) -> None:
+            stmt = update(jobs).where(jobs.c.id == job_id)
+            done = conn.execute(stmt.values(updated_at=utcnow(), **values))
+            if not done.rowcount:
+                raise NotFound(f"There is no job {job_id}.")
+
+        self.db.write(work)
+        return self.get(job_id)
+
+    def change_tasks(
+        self, changes: Iterable[TaskChange], expect: Collection[TaskState] | None = None
+    ) -> list[int]:
+        """Apply changes in one transaction; with `expect`, only to tasks in those states."""
+        todo = list(changes)
+        if not todo:
+            return []
+
+        def work(conn: Connection) -> list[int]:
+            done = []
+            for change in todo:
+                stmt = update(job_tasks).where(job_tasks.c.id == change.task_id)
+                if expect is not None:
+                    stmt = stmt.where(job_tasks.c.state.in_([str(s) for s in expect]))
+                if conn.execute(stmt.values(**change.values())).rowcount:
+                    done.append(change.task_id)
+            return done
+
+        return self.db.write(work)
+
+    def reset(self, job_id: int, task_ids: Collection[int] | None = None) -> Job:
+        """Put finished (or never started) tasks back to pending, e.g. before a restart."""
+
+        def work(conn: Connection) -> None:
+            self._refuse_active(conn, job_id, "reset")
+            stmt = update(job_tasks).where(job_tasks.c.job_id == job_id)
+            if task_ids is not None:
+                stmt = stmt.where(job_tasks.c.id.in_(list(task_ids)))
+            conn.execute(
+                stmt.values(
+                    state=str(TaskState.PENDING),
+                    exit_status=None,
+                    screen_pid=None,
+                    pgid=None,
+                    started_at=None,
+                    ended_at=None,
+                    last_error=None,
+                )
+            )
+
+        self.db.write(work)
+        return self.get(job_id)
+
+    def delete(self, job_id: int) -> None:
+        """Remove a job and its tasks; refused while any task may still run."""
+
+        def work(conn: Connection) -> None:
+            self._refuse_active(conn, job_id, "delete")
+            conn.execute(delete(job_tasks).where(job_tasks.c.job_id == job_id))
+            conn.execute(delete(jobs).where(jobs.c.id == job_id))
+
+        self.db.write(work)
+
+    def _refuse_active(self, conn: Connection, job_id: int, what: str) -> None:
+        if conn.execute(select(jobs.c.id).where(jobs.c.id == job_id)).first() is None:
+            raise NotFound(f"There is no job {job_id}.")
+        busy = conn.execute(
+            select(job_tasks.c.idx, job_tasks.c.state).where(
+                job_tasks.c.job_id == job_id,
+                job_tasks.c.state.in_([str(s) for s in ACTIVE]),
+            )
+        ).all()
+        if busy:
+            listed = ", ".join(f"task {row.idx} is {row.state}" for row in busy)
+            raise Conflict(f"Cannot {what} job {job_id} while it runs ({listed}); stop it first.")
+
+    # --- reading ------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job:
+        """One job with its tasks."""
+        found = self._load(select(jobs).where(jobs.c.id == job_id))
+        if not found:
+            raise NotFound(f"There is no job {job_id}.")
+        return found[0]
+
+    def all(
+        self,
+        *,
+        owner: str | None = None,
+        statuses: Collection[str] | None = None,
+        queued: bool | None = None,
+    ) -> list[Job]:
+        """Jobs by id, optionally of one owner, with a derived status among `statuses`."""
+        query = select(jobs).order_by(jobs.c.id)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        if queued is not None:
+            query = query.where(jobs.c.queued.is_(queued))
+        found = self._load(query)
+        if statuses is not None:
+            found = [job for job in found if job.status in statuses]
+        return found
+
+    def tasks(
+        self, states: Collection[TaskState] | None = None, *, job_id: int | None = None
+    ) -> list[Task]:
+        """Tasks (of every job, or one), optionally only those in `states`."""
+        query = _task_query()
+        if states is not None:
+            query = query.where(job_tasks.c.state.in_([str(s) for s in states]))
+        if job_id is not None:
+            query = query.where(job_tasks.c.job_id == job_id)
+        with self.db.read() as conn:
+            return [_task(row) for row in conn.execute(query).all()]
+
+    def task(self, task_id: int) -> Task:
+        """One task by id."""
+        with self.db.read() as conn:
+            row = conn.execute(_task_query().where(job_tasks.c.id == task_id)).first()
+        if row is None:
+            raise NotFound(f"There is no task {task_id}.")
+        return _task(row)
+
+    def _load(self, query: Any) -> list[Job]:
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+            ids = [row.id for row in rows]
+            by_job: dict[int, list[Task]] = {}
+            for start in range(0, len(ids), 5000):
+                chunk = ids[start : start + 5000]
+                tasks_query = _task_query().where(job_tasks.c.job_id.in_(chunk))
+                for row in conn.execute(tasks_query).all():
+                    task = _task(row)
+                    by_job.setdefault(task.job_id, []).append(task)
+        return [_job(row, by_job.get(row.id, [])) for row in rows]
+
+
+def _task_query() -> Any:
+    return (
+        select(job_tasks, jobs.c.owner)
+        .join(jobs, jobs.c.id == job_tasks.c.job_id)
+        .order_by(job_tasks.c.job_id, job_tasks.c.idx)
+    )
+
+
+def _seconds(walltime: timedelta | None) -> int | None:
+    return None if walltime is None else max(1, round(walltime.total_seconds()))
+
+
+def _job_values(job: NewJob) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "owner": job.owner,
+        "description": job.description,
+        "template": job.template,
+        "command": job.command,
+        "options": json.dumps(job.options, sort_keys=True),
+        "variables": json.dumps(job.variables, sort_keys=True),
+        "sweep": json.dumps(job.sweep),
+        "env": json.dumps(job.env, sort_keys=True),
+        "workdir": job.workdir,
+        "queued": job.queued,
+        "walltime_s": _seconds(job.walltime),
+        "start_at": job.start_at,
+        "stop_at": job.stop_at,
+        "max_retries": job.max_retries,
+    }
+
+
+def _job(row: Any, tasks: Sequence[Task]) -> Job:
+    return Job(
+        id=row.id,
+        name=row.name,
+        owner=row.owner,
+        description=row.description,
+        template=row.template,
+        command=row.command,
+        options=json.loads(row.options),
+        variables=json.loads(row.variables),
+        sweep=json.loads(row.sweep),
+        env=json.loads(row.env),
+        workdir=row.workdir,
+        queued=bool(row.queued),
+        walltime=timedelta(seconds=row.walltime_s) if row.walltime_s is not None else None,
+        start_at=row.start_at,
+        stop_at=row.stop_at,
+        max_retries=row.max_retries,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+        tasks=tuple(tasks),
+    )
+
+
+def _task(row: Any) -> Task:
+    return Task(
+        id=row.id,
+        job_id=row.job_id,
+        index=row.idx,
+        owner=row.owner,
+        host=row.host,
+        address=row.address,
+        role=row.role,
+        gpus=tuple(json.loads(row.gpus)),
+        gpu_indices=tuple(json.loads(row.gpu_indices)),
+        command=row.command,
+        env=json.loads(row.env),
+        workdir=row.workdir,
+        variables=json.loads(row.variables),
+        session=row.session,
+        log_path=row.log_path,
+        exit_path=row.exit_path,
+        state=TaskState(row.state),
+        exit_status=row.exit_status,
+        screen_pid=row.screen_pid,
+        pgid=row.pgid,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        last_error=row.last_error,
+    )
+
+
+__all__ = ["EDITABLE", "FINAL", "Jobs", "TaskChange", "job_tasks", "jobs"]
