@@ -1,0 +1,152 @@
+"""Sweep benchmark: one full monitoring sweep with HostPool against its floor and TensorHive's.
+
+Run: ``.venv/bin/python benchmarks/sweep.py [--quick]`` as root (it creates test users and a
+monitoring login; needs ``openssh-server``, and ``pip install parallel-ssh`` into the venv for
+the baseline — not a project dependency).
+
+1. 100 real sshd hosts (``--quick``: 10) on loopback, 4 simulated GPUs each, 2 GPU processes per
+   host owned by real test users, the ``nvidia-smi`` stand-in answering after 0.3 s. Over open
+   connections: ``sweep_s`` = our ``HostPool.run_all(PROBE_COMMAND)`` + ``parse_probe`` for every
+   host; ``floor_s`` = a bare ``asyncio.gather`` of one ``conn.run(PROBE_COMMAND)`` per host on
+   pre-opened asyncssh connections (medians, the two interleaved).
+2. ``baseline_s``: TensorHive's polling pattern with parallel-ssh on the same hosts (see
+   sweep_baseline.py), in its own process.
+3. ``sweep_1000_s``: our pool over 1,000 hosts (``--quick``: 100) served by an asyncssh server in
+   another process (see sweep_fixture.py), no delay.
+4. ``loop_lag_p99_ms``: the event loop's lag (10 ms sleeps, overshoot) during a real-host sweep;
+   ``loop_lag_1000_p99_ms`` the same during a fixture sweep.
+
+The simulated hosts share this machine's CPU with the client: every stand-in call is a Python
+process (~60 ms CPU), so on 2 cores the real-host sweeps are CPU-bound upper bounds.
+The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sweep_fixture import fixture_server, measure_fixture
+from sweep_sshd import (
+    GPUS_PER_HOST,
+    MONITOR_ALIAS,
+    TEST_USERS,
+    RealCluster,
+    measure_real,
+    monitor_account,
+    start_cluster,
+)
+
+HERE = Path(__file__).resolve().parent
+START = time.perf_counter()
+
+
+def log(message: str) -> None:
+    print(f"[{time.perf_counter() - START:6.1f}s] {message}", flush=True)
+
+
+def run_baseline(real: RealCluster, repeats: int) -> dict[str, Any]:
+    """TensorHive's pattern with parallel-ssh, in a subprocess (gevent stays out of asyncio)."""
+    config = {
+        "hosts": [{"address": h.address, "port": h.port} for h in real.cluster],
+        "user": real.monitor,
+        "key": str(real.cluster.client_key),
+        "gpus": GPUS_PER_HOST,
+        "owners": list(TEST_USERS),
+        "repeats": repeats,
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(config, f)
+        f.flush()
+        done = subprocess.run(
+            [sys.executable, str(HERE / "sweep_baseline.py"), f.name],
+            capture_output=True,
+            text=True,
+            timeout=280,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"baseline_error": " | ".join(tail)}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = ", ".join(f"{r:.2f}" for r in result["runs"])
+    log(
+        f"baseline (parallel-ssh, TensorHive pattern): runs {runs} s, "
+        f"first poll incl. connect {result['warm_s']:.2f} s"
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 sshd hosts, 100 fixture hosts")
+    parser.add_argument("--hosts", type=int, help="real sshd hosts (default 100, quick 10)")
+    parser.add_argument("--fixture-hosts", type=int, help="fixture hosts (1000, quick 100)")
+    parser.add_argument("--delay", type=float, default=0.3, help="stand-in delay in seconds")
+    parser.add_argument("--repeats", type=int, help="timed sweeps per figure (default 2, quick 3)")
+    parser.add_argument(
+        "--monitor-user",
+        default=MONITOR_ALIAS,
+        help="login for the real hosts: a uid-0 alias with /bin/sh made for the run (default), "
+        "or 'root' as is (its shell rc is part of every command then)",
+    )
+    args = parser.parse_args()
+    hosts = args.hosts or (10 if args.quick else 100)
+    fixture_hosts = args.fixture_hosts or (100 if args.quick else 1000)
+    repeats = args.repeats or (3 if args.quick else 2)  # a 100-host sweep takes ~15 s here
+
+    out: dict[str, Any] = {"hosts": hosts}
+    with monitor_account(args.monitor_user) as monitor:
+        log(f"starting {hosts} sshd hosts (login {monitor}, stand-in delay {args.delay} s)")
+        real = start_cluster(hosts, monitor, args.delay)
+        try:
+            log("cluster up; sweeping with the pool and the floor")
+            real_fig = asyncio.run(measure_real(real, repeats, log))
+            log("baseline: parallel-ssh, TensorHive's pattern")
+            base = run_baseline(real, repeats)
+        finally:
+            real.stop()
+    log(f"starting the asyncssh fixture with {fixture_hosts} hosts")
+    with fixture_server(fixture_hosts) as fx:
+        fix_fig = asyncio.run(measure_fixture(fx, max(3, repeats), log))
+
+    sweep_s, floor_s = real_fig["sweep_s"], real_fig["floor_s"]
+    baseline_s = base.get("baseline_s")
+    out.update(
+        {
+            "sweep_s": round(sweep_s, 3),
+            "floor_s": round(floor_s, 3),
+            "ratio_to_floor": round(sweep_s / floor_s, 3),
+            "baseline_s": round(baseline_s, 3) if baseline_s else None,
+            "speedup_vs_baseline": round(baseline_s / sweep_s, 2) if baseline_s else None,
+            "sweep_1000_s": round(fix_fig["sweep_s"], 3),
+            "fixture_hosts": fixture_hosts,
+            "loop_lag_p99_ms": round(real_fig["loop_lag_p99_ms"], 1),
+            "loop_lag_max_ms": round(real_fig["loop_lag_max_ms"], 1),
+            "loop_lag_1000_p99_ms": round(fix_fig["loop_lag_p99_ms"], 1),
+            "sweep_client_cpu_s": round(real_fig["sweep_client_cpu_s"], 3),
+            "floor_client_cpu_s": round(real_fig["floor_client_cpu_s"], 3),
+            "sweep_1000_client_cpu_s": round(fix_fig["client_cpu_s"], 3),
+            "sweep_machine_cpu_s": round(real_fig["sweep_machine_cpu_s"], 1),
+            "baseline_machine_cpu_s": round(base["machine_cpu_s"], 1) if baseline_s else None,
+            "stand_in_delay_s": args.delay,
+            "monitor_user": args.monitor_user,
+            "baseline_tool": "parallel-ssh" if baseline_s else None,
+            "repeats": repeats,
+            "quick": args.quick,
+            "total_s": round(time.perf_counter() - START, 1),
+            **({"baseline_error": base["baseline_error"]} if "baseline_error" in base else {}),
+        }
+    )
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Real-sshd part of the sweep benchmark: the cluster, our pool's sweep, the floor, loop lag.
+
+The monitoring account: the stand-in finds GPU processes by reading ``/proc/PID/environ``,
+which only root (or the owner) may read, so the monitor must be uid 0. Root's own
+``~/.bashrc`` on this machine runs ``pyenv init`` (≈120 ms CPU per command, see NOTES.md),
+which would measure pyenv rather than the pool; like the documented monitoring account with a
+minimal shell rc, the benchmark logs in as a uid-0 alias with ``/bin/sh`` and an empty home,
+created for the run and deleted afterwards (``--monitor-user root`` measures root as is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncssh
+
+from jupyter_gpuhive.hosts.pool import CommandResult, HostPool, SshSettings
+from jupyter_gpuhive.hosts.probe import PROBE_COMMAND, HostSample, parse_probe
+from jupyter_gpuhive.model import HostDecl, utcnow
+from jupyter_gpuhive.sim.sshd import SshdCluster
+from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
+
+MONITOR_ALIAS = "ghbenchmon"
+TEST_USERS = ("ghbench1", "ghbench2")
+GPUS_PER_HOST = 4
+PROCS_PER_HOST = 2
+
+
+@contextlib.contextmanager
+def monitor_account(name: str) -> Iterator[str]:
+    """A uid-0 login with /bin/sh and an empty home (removed on exit); 'root' is used as is."""
+    if name == "root":
+        yield name
+        return
+    try:
+        pwd.getpwnam(name)
+        made = False
+    except KeyError:
+        home = tempfile.mkdtemp(prefix="gpuhive-bench-mon-")
+        os.chmod(home, 0o755)
+        subprocess.run(
+            ["useradd", "-o", "-u", "0", "-g", "0", "-M", "-d", home, "-s", "/bin/sh", name],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
+        made = True
+    try:
+        yield name
+    finally:
+        if made:
+            home = pwd.getpwnam(name).pw_dir
+            subprocess.run(["userdel", "-f", name], check=False, capture_output=True)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass
+class RealCluster:
+    """Running sshd hosts with GPU processes owned by test users."""
+
+    cluster: SshdCluster
+    monitor: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def decls(self) -> list[HostDecl]:
+        return [HostDecl(h.name, h.address, h.port, self.monitor, "ssh") for h in self.cluster]
+
+    def settings(self) -> SshSettings:
+        return SshSettings(
+            client_keys=[str(self.cluster.client_key)],
+            known_hosts=[str(self.cluster.known_hosts)],
+            connect_timeout=20.0,
+            command_timeout=60.0,
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+        self.cluster.stop()
+
+
+def start_cluster(count: int, monitor: str, delay_s: float) -> RealCluster:
+    """`count` sshd hosts (a100x4), the stand-in answering after `delay_s`, 2 GPU processes each."""
+    for user in TEST_USERS:
+        ensure_user(user)
+    cluster = SshdCluster([f"bench{i:03d}" for i in range(count)], profile="a100x4")
+    cluster.start()
+    real = RealCluster(cluster, monitor)
+    try:
+        for user in TEST_USERS:
+            cluster.add_user(user)
+        for i, host in enumerate(cluster):
+            cluster.set_fault(host.name, delay_s=delay_s)
+            for k, user in enumerate(TEST_USERS):
+                gpu = (i + k) % GPUS_PER_HOST
+                real.procs.append(
+                    start_gpu_process(
+                        host.name,
+                        [gpu],
+                        user=user,
+                        command=("sleep", "1800"),
+                        mem_mib=1024 * (k + 1) + i,
+                        util=30 + 20 * k,
+                    )
+                )
+    except BaseException:
+        real.stop()
+        raise
+    return real
+
+
+def check_sample(sample: HostSample) -> str | None:
+    """Why a sample is not what the cluster holds (4 GPUs, 2 owned processes), or None."""
+    if sample.gpu_error:
+        return sample.gpu_error
+    if len(sample.gpus) != GPUS_PER_HOST:
+        return f"{len(sample.gpus)} GPUs"
+    owners = sorted(p.user or "?" for p in sample.processes)
+    if owners != sorted(TEST_USERS):
+        return f"processes owned by {owners}"
+    return None
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds this machine has been busy since boot (all cores, from /proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class SweepResult:
+    seconds: float
+    cpu_s: float  # this process (the client)
+    failed: int
+    bad: dict[str, str]
+    machine_cpu_s: float = 0.0  # the whole machine: client, sshd, shells, stand-ins
+
+
+async def pool_sweep(pool: HostPool) -> SweepResult:
+    """One sweep with our pool: run_all(PROBE_COMMAND) and parse_probe for every host."""
+    busy0, cpu0, t0 = machine_cpu_s(), time.process_time(), time.perf_counter()
+    results = await pool.run_all(PROBE_COMMAND)
+    taken = utcnow()
+    samples = {
+        name: parse_probe(name, r.stdout, taken)
+        for name, r in results.items()
+        if isinstance(r, CommandResult)
+    }
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    busy = machine_cpu_s() - busy0
+    bad = {n: str(r) for n, r in results.items() if not isinstance(r, CommandResult)}
+    for name, sample in samples.items():
+        why = check_sample(sample)
+        if why:
+            bad[name] = why
+    return SweepResult(seconds, cpu, len(results) - len(samples), bad, busy)
+
+
+async def floor_sweep(conns: list[asyncssh.SSHClientConnection]) -> SweepResult:
+    """The floor: a bare gather of one conn.run(PROBE_COMMAND) per pre-opened connection."""
+    busy0, cpu0, t0 = machine_cpu_s(), time.process_time(), time.perf_counter()
+    done = await asyncio.gather(*(c.run(PROBE_COMMAND) for c in conns))
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    failed = sum(1 for d in done if d.exit_status != 0)
+    return SweepResult(seconds, cpu, failed, {}, machine_cpu_s() - busy0)
+
+
+async def open_floor(decls: list[HostDecl], settings: SshSettings) -> list[Any]:
+    async def one(d: HostDecl) -> asyncssh.SSHClientConnection:
+        for attempt in range(5):
+            try:
+                return await asyncssh.connect(
+                    d.address,
+                    port=d.port,
+                    username=d.user,
+                    client_keys=settings.client_keys,
+                    known_hosts=settings.known_hosts,
+                    agent_path=None,
+                    config=[],
+                )
+            except (OSError, asyncssh.Error):
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return list(await asyncio.gather(*(one(d) for d in decls)))
+
+
+async def warm_pool(pool: HostPool, tries: int = 6) -> SweepResult:
+    """Sweep until every host answers (connections opened); waits out backoffs."""
+    result = await pool_sweep(pool)
+    for _ in range(tries):
+        if not result.failed:
+            return result
+        await asyncio.sleep(
+            max(0.0, max(s.retry_at for s in pool.statuses().values()) - time.monotonic()) + 0.1
+        )
+        result = await pool_sweep(pool)
+    raise RuntimeError(f"hosts did not come up: {dict(list(result.bad.items())[:5])}")
+
+
+async def with_loop_lag(
+    work: Callable[[], Awaitable[Any]], period: float = 0.01
+) -> tuple[Any, list[float]]:
+    """Run `work` while a ticker sleeps `period` in a loop; return its result and overshoots."""
+    lags: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(period)
+            lags.append(max(0.0, time.perf_counter() - t0 - period))
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    try:
+        result = await work()
+    finally:
+        stop.set()
+        await task
+    return result, lags
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def measure_real(real: RealCluster, repeats: int, log: Callable[[str], None]) -> dict:
+    """Pool sweep and floor (interleaved, medians), loop lag during a pool sweep."""
+    decls, settings = real.decls, real.settings()
+    pool = HostPool(decls, settings)
+    conns: list[Any] = []
+    try:
+        t0 = time.perf_counter()
+        first = await warm_pool(pool)
+        log(f"pool: {len(decls)} hosts connected and swept in {time.perf_counter() - t0:.2f} s")
+        if first.bad:
+            raise RuntimeError(f"probe results wrong: {dict(list(first.bad.items())[:5])}")
+        conns = await open_floor(decls, settings)  # opened, not warmed: sweeps are ~CPU-bound
+        lagged, lags = await with_loop_lag(lambda: pool_sweep(pool))
+        log(
+            f"loop lag during a sweep of {lagged.seconds:.2f} s: p99 "
+            f"{percentile(lags, 99) * 1000:.1f} ms, max {max(lags) * 1000:.1f} ms"
+        )
+        sweeps, floors = [], []
+        for i in range(repeats):
+            if i % 2 == 0:
+                s = await pool_sweep(pool)
+                f = await floor_sweep(conns)
+            else:
+                f = await floor_sweep(conns)
+                s = await pool_sweep(pool)
+            if s.failed or s.bad or f.failed:
+                raise RuntimeError(f"sweep failed: {s.failed} {f.failed} {list(s.bad.items())[:5]}")
+            sweeps.append(s)
+            floors.append(f)
+            log(
+                f"sweep {s.seconds:.3f} s (client CPU {s.cpu_s:.2f} s, machine "
+                f"{s.machine_cpu_s:.1f} CPU-s), floor {f.seconds:.3f} s (client CPU "
+                f"{f.cpu_s:.2f} s, machine {f.machine_cpu_s:.1f} CPU-s)"
+            )
+        return {
+            "sweep_s": statistics.median(r.seconds for r in sweeps),
+            "floor_s": statistics.median(r.seconds for r in floors),
+            "sweep_client_cpu_s": statistics.median(r.cpu_s for r in sweeps),
+            "floor_client_cpu_s": statistics.median(r.cpu_s for r in floors),
+            "sweep_machine_cpu_s": statistics.median(r.machine_cpu_s for r in sweeps),
+            "loop_lag_p99_ms": percentile(lags, 99) * 1000,
+            "loop_lag_max_ms": max(lags) * 1000,
+        }
+    finally:
+        for conn in conns:
+            conn.close()
+        await pool.close()
+
+
+async def measure_sweeps(pool: HostPool, repeats: int, log: Callable[[str], None]) -> dict:
+    """Warm `pool` up, sweep once under the loop-lag ticker, then time `repeats` sweeps."""
+    t0 = time.perf_counter()
+    first = await warm_pool(pool)
+    n = len(pool.hosts)
+    log(f"pool: {n} hosts connected and swept in {time.perf_counter() - t0:.2f} s")
+    if first.bad:
+        raise RuntimeError(f"probe results wrong: {dict(list(first.bad.items())[:5])}")
+    lagged, lags = await with_loop_lag(lambda: pool_sweep(pool))
+    log(
+        f"loop lag during a {n}-host sweep of {lagged.seconds:.2f} s: p99 "
+        f"{percentile(lags, 99) * 1000:.1f} ms, max {max(lags) * 1000:.1f} ms"
+    )
+    sweeps = []
+    for _ in range(repeats):
+        r = await pool_sweep(pool)
+        if r.failed or r.bad:
+            raise RuntimeError(f"sweep failed: {r.failed} {dict(list(r.bad.items())[:5])}")
+        sweeps.append(r)
+        log(f"{n}-host sweep {r.seconds:.3f} s (client CPU {r.cpu_s:.2f} s)")
+    return {
+        "sweep_s": statistics.median(r.seconds for r in sweeps),
+        "client_cpu_s": statistics.median(r.cpu_s for r in sweeps),
+        "loop_lag_p99_ms": percentile(lags, 99) * 1000,
+    }
