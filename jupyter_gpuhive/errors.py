@@ -50,3 +50,9 @@ class Unauthorized(HiveError):
     """No valid credentials were sent."""
 
     status = 401
+
+
+class Unavailable(HiveError):
+    """A host or service needed for the request cannot be reached now."""
+
+    status = 503

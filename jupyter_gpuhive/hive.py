@@ -12,8 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from . import access
-from .errors import Forbidden, Invalid
-from .hosts.pool import HostPool, SshSettings
+from .errors import Conflict, Forbidden, Invalid, Unavailable
+from .hosts.pool import HostPool, HostUnavailable, SshSettings
+from .jobs.launcher import Launcher
+from .jobs.model import Job
+from .jobs.service import JobService
+from .jobs.templates import TEMPLATES
 from .leader import Leadership
 from .model import Gpu, HostDecl, Identity, Reservation, utcnow
 from .monitor.service import Monitor
@@ -56,6 +60,9 @@ class Hive:
         self.monitor = Monitor(
             self.store, self.pool, self.run, settings.poll_interval, settings.history
         )
+        self.launcher = Launcher(self.pool, self.store.jobs)
+        self.jobs = JobService(self.store, settings.policy.zone, self.identity_of)
+        self.monitor.sampler.listeners.append(self._sync_jobs)
         self.leadership = Leadership(
             settings.db_url, self._lead, self._follow, interval=max(0.2, settings.poll_interval / 2)
         )
@@ -303,6 +310,98 @@ class Hive:
                 for r in found
             ],
         }  # fmt: skip
+
+    # --- jobs -----------------------------------------------------------------------
+
+    async def _sync_jobs(self, _sweep: Any) -> None:
+        await self.launcher.sync()
+
+    @staticmethod
+    def templates() -> list[dict[str, Any]]:
+        return [template.describe() for template in TEMPLATES.values()]
+
+    async def list_jobs(self, user: str | None, status: str | None) -> list[Job]:
+        jobs = await self.run(self.store.jobs.all, owner=user)
+        return [j for j in jobs if status is None or j.status == status]
+
+    async def preview_job(self, who: Identity, body: dict[str, Any]) -> list[dict[str, Any]]:
+        _, specs = await self.run(self.jobs.build, who, body)
+        return self.jobs.preview(specs)
+
+    async def create_job(self, who: Identity, body: dict[str, Any]) -> Job:
+        """Store a job; with `start: true` (and not queued or scheduled) run it at once."""
+        job, specs = await self.run(self.jobs.build, who, body)
+        start = bool(body.get("start")) and not job.queued and job.start_at is None
+        if start:  # checked before storing, so a refused start leaves nothing behind
+            uuids = [g.uuid for spec in specs for g in spec.gpus]
+            await self.run(self.jobs.check_run_now, job.owner, uuids, job.walltime)
+        created = await self.run(self.store.jobs.create, job, specs)
+        if start:
+            return await self._start(created)
+        return created
+
+    async def get_job(self, job_id: int) -> Job:
+        return await self.run(self.store.jobs.get, job_id)
+
+    async def _owned_job(self, who: Identity, job_id: int, verb: str) -> Job:
+        job = await self.get_job(job_id)
+        self.jobs.may_act(who, job, verb)
+        return job
+
+    async def _start(self, job: Job) -> Job:
+        report = await self.launcher.start(job)
+        if not report.ok:
+            raise Conflict(report.message, job=report.job.to_json())
+        return report.job
+
+    async def start_job(self, who: Identity, job_id: int) -> Job:
+        job = await self._owned_job(who, job_id, "start")
+        if job.status in ("starting", "running", "stopping"):
+            raise Conflict(f"Job {job_id} is already {job.status}.")
+        await self.run(self.jobs.check_run_now, job.owner, job.gpus, job.walltime)
+        if job.status != "pending":
+            job = await self.run(self.store.jobs.reset, job_id)
+        return await self._start(job)
+
+    async def stop_job(self, who: Identity, job_id: int) -> Job:
+        job = await self._owned_job(who, job_id, "stop")
+        if job.status not in ("pending", "starting", "running", "stopping"):
+            raise Conflict(f"Job {job_id} is {job.status}; there is nothing to stop.")
+        return (await self.launcher.stop(job)).job
+
+    async def delete_job(self, who: Identity, job_id: int) -> None:
+        await self._owned_job(who, job_id, "delete")
+        await self.run(self.store.jobs.delete, job_id)
+
+    async def queue_job(self, who: Identity, job_id: int, queued: bool) -> Job:
+        job = await self._owned_job(who, job_id, "queue" if queued else "dequeue")
+        if queued and job.status in ("starting", "running", "stopping"):
+            raise Conflict(f"Job {job_id} is {job.status}; stop it before queueing it.")
+        return await self.run(
+            functools.partial(self.store.jobs.update, job_id, by=who.name, queued=queued)
+        )
+
+    async def job_log(
+        self, who: Identity, job_id: int, task_index: int, offset: int, tail: int | None
+    ) -> dict[str, Any]:
+        job = await self._owned_job(who, job_id, "read the log of")
+        tasks = {t.index: t for t in job.tasks}
+        if task_index not in tasks:
+            raise Invalid(f"Job {job_id} has no task {task_index} (it has {len(tasks)}).")
+        task = tasks[task_index]
+        try:
+            chunk = await self.launcher.log(task, offset=offset, tail=tail)
+        except HostUnavailable as error:
+            raise Unavailable(f"Cannot read the log on {error.host}: {error.reason}") from None
+        return {
+            "task": task_index,
+            "text": chunk.text,
+            "start": chunk.start,
+            "next_offset": chunk.next_offset,
+            "size": chunk.size,
+            "state": task.state.value if hasattr(task.state, "value") else str(task.state),
+            "attach": self.launcher.attach_hint(task),
+        }
 
     def now(self) -> datetime:
         return utcnow()

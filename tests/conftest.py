@@ -92,8 +92,11 @@ Call = Callable[..., Awaitable[Reply]]
 
 
 @pytest.fixture
-def api(jp_fetch: Any) -> Callable[[str | None], Call]:
+def api(jp_fetch: Any, jp_server_config: dict[str, Any]) -> Callable[[str | None], Call]:
     """api('alice')('POST', 'reservations', body={...}) -> Reply (never raises on 4xx)."""
+
+    users = jp_server_config.get("TokenUsersIdentityProvider", {}).get("users", USERS)
+    tokens = {spec["name"]: token for token, spec in users.items()}
 
     def as_user(user: str | None) -> Call:
         async def call(
@@ -103,7 +106,7 @@ def api(jp_fetch: Any) -> Callable[[str | None], Call]:
             params: dict[str, Any] | None = None,
             raw: bytes | None = None,
         ) -> Reply:
-            headers = {"Authorization": f"token {TOKENS[user]}"} if user else {"Authorization": ""}
+            headers = {"Authorization": f"token {tokens[user]}"} if user else {"Authorization": ""}
             payload: bytes | None = raw
             if payload is None and body is not None:
                 payload = json.dumps(body).encode()

@@ -22,6 +22,15 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/rules", h.RulesHandler),
     ("/rules/coverage", h.CoverageHandler),
     ("/rules/{id}", h.RuleHandler),
+    ("/templates", h.TemplatesHandler),
+    ("/jobs", h.JobsHandler),
+    ("/jobs/preview", h.JobPreviewHandler),
+    ("/jobs/{id}", h.JobHandler),
+    ("/jobs/{id}/start", h.JobStartHandler),
+    ("/jobs/{id}/stop", h.JobStopHandler),
+    ("/jobs/{id}/enqueue", h.JobEnqueueHandler),
+    ("/jobs/{id}/dequeue", h.JobDequeueHandler),
+    ("/jobs/{id}/log", h.JobLogHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 

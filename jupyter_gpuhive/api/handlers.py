@@ -172,3 +172,86 @@ class OpenAPIHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         self.reply(openapi_document(self.settings.get("base_url", "/")))
+
+
+class TemplatesHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply({"templates": self.hive.templates()})
+
+
+class JobsHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        jobs = await self.hive.list_jobs(
+            self.get_query_argument("user", None), self.get_query_argument("status", None)
+        )
+        self.reply({"jobs": [job.to_json() for job in jobs]})
+
+    @web.authenticated
+    async def post(self) -> None:
+        job = await self.hive.create_job(self.who, self.json_body())
+        self.set_header("Location", self.request.path.rstrip("/") + f"/{job.id}")
+        self.reply(job.to_json(), status=201)
+
+
+class JobPreviewHandler(HiveLogic):
+    @web.authenticated
+    async def post(self) -> None:
+        self.reply({"tasks": await self.hive.preview_job(self.who, self.json_body())})
+
+
+class JobHandler(HiveLogic):
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        job = await self.hive.get_job(self.id_arg(job_id, "job"))
+        self.reply(job.to_json())
+
+    @web.authenticated
+    async def delete(self, job_id: str) -> None:
+        jid = self.id_arg(job_id, "job")
+        await self.hive.delete_job(self.who, jid)
+        self.reply({"deleted": jid})
+
+
+class JobStartHandler(HiveLogic):
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        job = await self.hive.start_job(self.who, self.id_arg(job_id, "job"))
+        self.reply(job.to_json())
+
+
+class JobStopHandler(HiveLogic):
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        job = await self.hive.stop_job(self.who, self.id_arg(job_id, "job"))
+        self.reply(job.to_json())
+
+
+class JobEnqueueHandler(HiveLogic):
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=True)
+        self.reply(job.to_json())
+
+
+class JobDequeueHandler(HiveLogic):
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=False)
+        self.reply(job.to_json())
+
+
+class JobLogHandler(HiveLogic):
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        tail = self.get_query_argument("tail", None)
+        self.reply(
+            await self.hive.job_log(
+                self.who,
+                self.id_arg(job_id, "job"),
+                self.int_arg("task", 0),
+                max(0, self.int_arg("offset", 0)),
+                self.int_arg("tail", 0) if tail else None,
+            )
+        )

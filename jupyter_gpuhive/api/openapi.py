@@ -139,6 +139,69 @@ PATHS: dict[str, dict[str, Any]] = {
         ),
         "delete": _op("Delete an access rule (admin)", "200", 404, parameters=_ID),
     },
+    "/templates": {"get": _op("Job templates with their fields, options and an example", "200")},
+    "/jobs": {
+        "get": _op(
+            "Jobs, optionally of one user or in one status",
+            "200",
+            parameters=[_q("user", "Only this owner"), _q("status", "Only this status")],
+        ),
+        "post": _op(
+            "Create a job from a template ('start': true runs it now)",
+            "201",
+            400,
+            403,
+            409,
+            422,
+            body="NewJob",
+        ),
+    },
+    "/jobs/preview": {
+        "post": _op(
+            "The exact per-task commands and environments, without creating anything",
+            "200",
+            400,
+            422,
+            body="NewJob",
+        )
+    },
+    "/jobs/{id}": {
+        "get": _op("One job with its tasks", "200", 404, parameters=_ID),
+        "delete": _op(
+            "Delete a job that is not running (owner/admin)", "200", 404, 409, parameters=_ID
+        ),
+    },
+    "/jobs/{id}/start": {
+        "post": _op("Start (or restart) a job now (owner/admin)", "200", 404, 409, parameters=_ID)
+    },
+    "/jobs/{id}/stop": {
+        "post": _op(
+            "Stop gracefully: SIGINT, then SIGKILL after a grace", "200", 404, 409, parameters=_ID
+        )
+    },
+    "/jobs/{id}/enqueue": {
+        "post": _op(
+            "Put the job in the queue (runs in non-reserved time)", "200", 404, 409, parameters=_ID
+        )
+    },
+    "/jobs/{id}/dequeue": {
+        "post": _op("Take the job out of the queue", "200", 404, 409, parameters=_ID)
+    },
+    "/jobs/{id}/log": {
+        "get": _op(
+            "A task's log from 'offset' (or its last 'tail' bytes), and how to attach",
+            "200",
+            404,
+            422,
+            503,
+            parameters=[
+                *_ID,
+                _q("task", "Task index (default 0)", "integer"),
+                _q("offset", "Byte offset to read from", "integer"),
+                _q("tail", "Only the last N bytes", "integer"),
+            ],
+        )
+    },
     "/openapi.json": {"get": _op("This document", "200")},
 }
 
@@ -171,6 +234,32 @@ SCHEMAS: dict[str, Any] = {
             "start": _INSTANT,
             "end": _INSTANT,
             "duration": {"type": "string"},
+        },
+    },
+    "NewJob": {
+        "type": "object",
+        "required": ["name", "command"],
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "template": {
+                "type": "string",
+                "enum": ["plain", "pytorch", "tensorflow", "tf-clusterspec"],
+            },
+            "command": {"type": "string", "description": "Command template with {fields}"},
+            "gpus": {"type": "array", "items": {"type": "string"}},
+            "reservation": {"type": "integer"},
+            "options": {"type": "object"},
+            "variables": {"type": "object"},
+            "sweep": {"type": "object", "description": "{'lr': ['0.1', '0.01']}"},
+            "env": {"type": "object"},
+            "workdir": {"type": "string"},
+            "queued": {"type": "boolean"},
+            "walltime": {"type": "string", "example": "2h"},
+            "start_at": _INSTANT,
+            "stop_at": _INSTANT,
+            "max_retries": {"type": "integer"},
+            "start": {"type": "boolean", "description": "Run now"},
         },
     },
     "Rule": {

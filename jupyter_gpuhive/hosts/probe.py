@@ -40,7 +40,7 @@ if grep -q ', Enabled' "$t/g"; then nvidia-smi -L >"$t/l" 2>&1; l=$?; else : >"$
 wait $a; echo "{MARK}apps $?"; cat "$t/a"
 echo "{MARK}list $l"; cat "$t/l"
 pids=$(sed -n 's/^\\([0-9][0-9]*\\), .*/\\1/p' "$t/a" | sort -u | paste -sd, -)
-echo "{MARK}ps 0"; [ -n "$pids" ] && ps -o pid=,user:64=,args= -p "$pids"
+echo "{MARK}ps 0"; [ -n "$pids" ] && ps -o pid=,pgid=,user:64=,args= -p "$pids"
 echo "{MARK}stat 0"; head -n 1 /proc/stat
 echo "{MARK}mem 0"; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 echo "{MARK}ncpu 0"; getconf _NPROCESSORS_ONLN
@@ -60,6 +60,7 @@ class ProcessInfo:
     user: str | None
     command: str
     used_memory_mib: int | None
+    pgid: int | None = None  # process group: tells a gpuhive job's processes apart
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,13 @@ def split_sections(text: str) -> dict[str, tuple[int, str]]:
     return sections
 
 
-def _owners(text: str) -> dict[int, tuple[str, str]]:
+def _owners(text: str) -> dict[int, tuple[str, str, int]]:
+    """`ps -o pid=,pgid=,user=,args=` lines as {pid: (user, command, pgid)}."""
     owners = {}
     for line in text.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) >= 2 and parts[0].isdigit():
-            owners[int(parts[0])] = (parts[1], parts[2] if len(parts) > 2 else "")
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[0].isdigit() and parts[1].isdigit():
+            owners[int(parts[0])] = (parts[2], parts[3] if len(parts) > 3 else "", int(parts[1]))
     return owners
 
 
@@ -142,9 +144,10 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         check_driver(body, status)
         owners = _owners(sections.get("ps", (0, ""))[1])
         for proc in parse_compute_apps(body):
-            user, command = owners.get(proc.pid, (None, proc.process_name or ""))
+            found = owners.get(proc.pid)
+            user, command, pgid = found if found else (None, proc.process_name or "", None)
             processes.append(
-                ProcessInfo(proc.pid, proc.gpu_uuid, user, command, proc.used_memory_mib)
+                ProcessInfo(proc.pid, proc.gpu_uuid, user, command, proc.used_memory_mib, pgid)
             )
         status, body = sections.get("list", (1, ""))
         if status == 0:

@@ -1,0 +1,195 @@
+"""Job rules: what a request may create, who may act on a job, when it may run now."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from .. import access
+from ..errors import BadRequest, Conflict, Forbidden, Invalid
+from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
+from ..store import Store
+from .commands import shell_command
+from .model import Job, NewJob, render_tasks
+from .sweeps import parse_sweep
+from .tasks import GpuSlot, TaskSpec, TemplateError
+
+NAME_MAX, TEXT_MAX, COMMAND_MAX = 120, 4000, 100_000
+DEFAULT_WALLTIME = timedelta(hours=1)
+
+
+def _str_map(body: dict[str, Any], key: str) -> dict[str, str]:
+    value = body.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise BadRequest(f"'{key}' must be an object of names to values.")
+    return {k: str(v) for k, v in value.items()}
+
+
+def _text(body: dict[str, Any], key: str, limit: int, required: bool = False) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise BadRequest(f"'{key}' must be a string.")
+    if required and not value.strip():
+        raise Invalid(f"'{key}' is required.")
+    if len(value) > limit:
+        raise Invalid(f"'{key}' is {len(value)} characters long; the limit is {limit}.")
+    return value
+
+
+class JobService:
+    """Turns requests into jobs, and guards who may start, stop or delete them."""
+
+    def __init__(
+        self,
+        store: Store,
+        zone: tzinfo,
+        identity_of: Callable[[str], Identity],
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.zone = zone
+        self.identity_of = identity_of
+        self.now = clock
+
+    # --- building jobs -----------------------------------------------------------------
+
+    def _gpus(self, who: Identity, body: dict[str, Any]) -> list[Gpu]:
+        if body.get("reservation") is not None:
+            if body.get("gpus"):
+                raise Invalid("Give either 'gpus' or 'reservation', not both.")
+            rid = body["reservation"]
+            if not isinstance(rid, int) or isinstance(rid, bool):
+                raise BadRequest("'reservation' must be a reservation id (a number).")
+            res = self.store.reservations.get(rid)
+            if res.owner != who.name and not who.is_admin:
+                raise Forbidden(f"Reservation {rid} belongs to {res.owner}, not to you.")
+            if res.cancelled or res.end <= self.now():
+                raise Conflict(f"Reservation {rid} is over; pick GPUs or a current reservation.")
+            return list(res.gpus)
+        refs = body.get("gpus")
+        if not isinstance(refs, list) or not refs:
+            raise Invalid("'gpus' must be a non-empty list such as [\"gpu1:0\"], or give "
+                          "'reservation'.")  # fmt: skip
+        gpus: dict[int, Gpu] = {}
+        for ref in refs:
+            gpu = self.store.inventory.gpu(str(ref))
+            if gpu is None:
+                raise Invalid(f"Unknown GPU '{ref}'. GET hosts lists the GPUs.")
+            gpus[gpu.id] = gpu
+        return list(gpus.values())
+
+    def _layout(self, gpus: Sequence[Gpu]) -> list[tuple[str, str, list[GpuSlot]]]:
+        by_host: dict[str, list[GpuSlot]] = {}
+        for gpu in gpus:
+            by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, "", gpu.index, gpu.uuid))
+        out = []
+        for host, slots in by_host.items():
+            found = self.store.inventory.host(host)
+            address = found.address if found else host
+            out.append((host, address, [replace(s, address=address) for s in slots]))
+        return out
+
+    def build(self, who: Identity, body: dict[str, Any]) -> tuple[NewJob, list[TaskSpec]]:
+        """Validate a job request and render its tasks (nothing is stored)."""
+        owner = who.name
+        sweep_value = body.get("sweep") or {}
+        sweep: dict[str, list[str]]
+        if isinstance(sweep_value, list):
+            try:
+                sweep = {name: list(values) for name, values in map(parse_sweep, sweep_value)}
+            except (TemplateError, AttributeError) as error:
+                raise Invalid(f"Bad sweep: {error}") from None
+        elif isinstance(sweep_value, dict):
+            sweep = {k: [str(x) for x in (v if isinstance(v, list) else str(v).split(","))]
+                     for k, v in sweep_value.items()}  # fmt: skip
+        else:
+            raise BadRequest('\'sweep\' must be an object like {"lr": ["0.1", "0.01"]}.')
+        options = body.get("options") or {}
+        if not isinstance(options, dict):
+            raise BadRequest("'options' must be an object.")
+        retries = body.get("max_retries", 0)
+        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
+            raise Invalid("'max_retries' must be a whole number from 0 to 10.")
+        workdir = body.get("workdir")
+        if workdir is not None and not isinstance(workdir, str):
+            raise BadRequest("'workdir' must be a path.")
+        walltime = body.get("walltime")
+        job = NewJob(
+            name=_text(body, "name", NAME_MAX, required=True).strip(),
+            owner=owner,
+            command=_text(body, "command", COMMAND_MAX, required=True),
+            template=_text(body, "template", NAME_MAX) or "plain",
+            description=_text(body, "description", TEXT_MAX),
+            options=options,
+            variables=_str_map(body, "variables"),
+            sweep=sweep,
+            env=_str_map(body, "env"),
+            workdir=workdir,
+            queued=bool(body.get("queued", False)),
+            walltime=parse_duration(walltime, "walltime") if walltime else None,
+            start_at=parse_instant(body["start_at"], "start_at") if body.get("start_at") else None,
+            stop_at=parse_instant(body["stop_at"], "stop_at") if body.get("stop_at") else None,
+            max_retries=retries,
+        )
+        if job.start_at and job.stop_at and job.stop_at <= job.start_at:
+            raise Invalid("'stop_at' must be after 'start_at'.")
+        try:
+            specs = render_tasks(job, self._layout(self._gpus(who, body)))
+        except (TemplateError, ValueError) as error:
+            raise Invalid(str(error)) from None
+        return job, specs
+
+    @staticmethod
+    def preview(specs: Sequence[TaskSpec]) -> list[dict[str, Any]]:
+        """The exact per-task commands and environments (what --dry-run shows)."""
+        return [
+            {
+                "index": spec.index,
+                "host": spec.host,
+                "gpus": [f"{g.host}:{g.index}" for g in spec.gpus],
+                "role": spec.role,
+                "env": dict(spec.env),
+                "command": spec.command,
+                "shell": shell_command(spec),
+            }
+            for spec in specs
+        ]
+
+    # --- guarding actions ---------------------------------------------------------------
+
+    @staticmethod
+    def may_act(who: Identity, job: Job, verb: str) -> None:
+        if job.owner != who.name and not who.is_admin:
+            raise Forbidden(
+                f"Job {job.id} belongs to {job.owner}; only they or an admin may {verb} it."
+            )
+
+    def check_run_now(
+        self, owner_name: str, uuids: Collection[str], walltime: timedelta | None
+    ) -> None:
+        """Refuse to start on GPUs someone else holds now, or that the owner may not use."""
+        now = self.now()
+        until = now + (walltime or DEFAULT_WALLTIME)
+        wanted = set(uuids)
+        gpus = [g for g in self.store.inventory.gpus() if g.uuid in wanted]
+        ids = [g.id for g in gpus]
+        for res in self.store.reservations.window(
+            now, now + timedelta(microseconds=1), gpu_ids=ids
+        ):
+            if res.owner != owner_name:
+                held = ", ".join(g.ref for g in res.gpus if g.id in ids)
+                until_text = f"{res.end.astimezone(self.zone):%a %H:%M}"
+                raise Conflict(
+                    f"{held} is reserved by {res.owner} until {until_text}; queue the job to "
+                    "run when the GPUs are free, or choose other GPUs."
+                )
+        owner = self.identity_of(owner_name)
+        mine = self.store.reservations.window(now, until, gpu_ids=ids, owner=owner_name)
+        held_by_owner = {g.id for r in mine if r.start <= now for g in r.gpus}
+        unheld = [g for g in gpus if g.id not in held_by_owner]
+        problems = access.uncovered(self.store.rules.all(), owner, unheld, now, until, self.zone)
+        if problems:
+            refs = ", ".join(g.ref for g, _ in problems)
+            raise Forbidden(f"The access rules do not allow {owner_name} to use {refs} now.")

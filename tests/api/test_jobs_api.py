@@ -1,0 +1,152 @@
+"""Jobs through the REST API: real screen sessions on simulated local hosts, as a real user."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
+from tests.conftest import USERS, iso
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run jobs as a user")
+
+OWNER = "hivejob1"  # a real UNIX user; the gpuhive user of the same name owns the jobs
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+
+
+@pytest.fixture
+def sim_host(tmp_path: Path) -> LocalSimHost:
+    ensure_user(OWNER)
+    return LocalSimHost("gpu1", tmp_path / "sim")
+
+
+@pytest.fixture
+def hive_config(sim_host: LocalSimHost) -> dict[str, Any]:
+    env = sim_host.env()
+    return {
+        "hosts": [{"name": "gpu1", "transport": "local", "env": {k: env[k] for k in SIM_ENV}}],
+        "poll_interval": 0.3,
+        "site_timezone": "UTC",
+    }
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    users = {**USERS, "tok-hivejob1": {"name": OWNER, "groups": []}}
+    jp_server_config["TokenUsersIdentityProvider"] = {"users": users}
+    return jp_server_config
+
+
+@pytest.fixture
+def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
+    hive = jp_serverapp.web_app.settings["gpuhive"]
+    jp_asyncio_loop.run_until_complete(hive.start())
+    yield hive
+    jp_asyncio_loop.run_until_complete(hive.stop())
+
+
+async def until(check: Any, timeout: float = 15.0) -> Any:
+    async with asyncio.timeout(timeout):
+        while not (value := await check()):
+            await asyncio.sleep(0.2)
+    return value
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
+    owner, bob = api(OWNER), api("bob")
+    await until(lambda: _discovered(owner))
+    templates = await owner("GET", "templates")
+    assert {t["name"] for t in templates.body["templates"]} >= {"plain", "pytorch", "tensorflow"}
+
+    body = {
+        "name": "hello",
+        "template": "plain",
+        "gpus": ["gpu1:0"],
+        "command": 'python3 -u -c \'import os,sys,time; print("seen", sys.argv[1], '
+        'os.environ["CUDA_VISIBLE_DEVICES"]); time.sleep(60)\' {word}',
+        "variables": {"word": "it's $(not) run"},
+    }
+    preview = await owner("POST", "jobs/preview", body)
+    assert preview.status == 200, preview
+    [task] = preview.body["tasks"]
+    uuid = sim_host.config.gpus[0].uuid
+    assert task["env"]["CUDA_VISIBLE_DEVICES"] == uuid
+    assert task["gpus"] == ["gpu1:0"]
+
+    created = await owner("POST", "jobs", {**body, "start": True})
+    assert created.status == 201, created
+    job_id = created.body["id"]
+    assert created.body["owner"] == OWNER
+    assert created.body["status"] in ("starting", "running")
+
+    async def on_gpu() -> Any:
+        hosts = (await owner("GET", "hosts")).body["hosts"]
+        procs = hosts[0]["gpus"][0]["processes"]
+        return procs if procs else None
+
+    procs = await until(on_gpu)
+    assert procs[0]["user"] == OWNER
+
+    async def logged() -> Any:
+        reply = await owner("GET", f"jobs/{job_id}/log", params={"task": 0})
+        return reply.body if "seen" in reply.body.get("text", "") else None
+
+    log = await until(logged)
+    assert f"seen it's $(not) run {uuid}" in log["text"]
+    assert "screen -x" in log["attach"]
+
+    refused = await bob("POST", f"jobs/{job_id}/stop")
+    assert refused.status == 403
+    assert OWNER in refused.message
+
+    stopped = await owner("POST", f"jobs/{job_id}/stop")
+    assert stopped.status == 200, stopped
+    assert stopped.body["status"] == "stopped"
+    again = await owner("POST", f"jobs/{job_id}/stop")
+    assert again.status == 409
+
+    # Someone else's reservation on gpu1:1 now: starting there is refused, nothing stored.
+    now = running_hive.now()
+    held = await bob(
+        "POST", "reservations", {"title": "mine", "gpus": ["gpu1:1"], "start": iso(now),
+                                 "duration": "1h"}
+    )  # fmt: skip
+    assert held.status == 201, held
+    before = len((await owner("GET", "jobs")).body["jobs"])
+    clash = await owner("POST", "jobs", {**body, "gpus": ["gpu1:1"], "start": True})
+    assert clash.status == 409
+    assert "bob" in clash.message
+    assert len((await owner("GET", "jobs")).body["jobs"]) == before
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_bad_job_requests_are_refused_in_words(api, running_hive):
+    owner = api(OWNER)
+    await until(lambda: _discovered(owner))
+    base = {"name": "x", "gpus": ["gpu1:0"], "command": "echo {a}", "variables": {"a": "1"}}
+    cases = [
+        ({**base, "template": "caffe"}, 422, "caffe"),
+        ({**base, "command": ""}, 422, "command"),
+        ({**base, "gpus": ["gpu9:0"]}, 422, "gpu9:0"),
+        ({**base, "command": "echo {missing}"}, 422, "missing"),
+        ({**base, "sweep": ["lr"]}, 422, "sweep"),
+        ({**base, "max_retries": 99}, 422, "max_retries"),
+        ({**base, "reservation": 12345, "gpus": []}, 404, "12345"),
+    ]
+    for body, status, word in cases:
+        reply = await owner("POST", "jobs", body)
+        assert reply.status == status, (body, reply)
+        assert word in reply.message, reply.message
+    assert (await owner("GET", "jobs")).body["jobs"] == []
+    assert (await owner("GET", "jobs/77")).status == 404
+    assert (await owner("POST", "jobs/abc/start")).status == 404
+
+
+async def _discovered(client: Any) -> Any:
+    hosts = (await client("GET", "hosts")).body["hosts"]
+    return hosts if hosts and len(hosts[0]["gpus"]) == 4 else None
