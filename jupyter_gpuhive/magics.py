@@ -298,4 +298,6 @@ class GpuHiveMagics(Magics):
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_gpuhive` registers the magics."""
-    ipython.register_magics(GpuHiveMagics)
+    from .jobmagics import GpuJobMagics
+
+    ipython.register_magics(GpuHiveMagics, GpuJobMagics)

@@ -1,0 +1,184 @@
+"""%%gpujob: the cell is the command template of a job; %gpujob attach|stop|log ID."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .client import HiveClientError
+from .magics import GpuHiveMagics, parse_gpu_args, table
+
+FINAL = {"succeeded", "failed", "stopped", "lost"}
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{what} must look like name=value, not {item!r}.")
+        out[name.strip()] = value
+    return out
+
+
+@magics_class
+class GpuJobMagics(GpuHiveMagics):
+    """%%gpujob and %gpujob."""
+
+    @magic_arguments()
+    @argument("gpus", nargs="*", help="GPUs as host:0,1; or 'attach ID' / 'stop ID' / 'log ID'")
+    @argument("--template", "-t", default="plain",
+              help="plain, pytorch, tensorflow or tf-clusterspec")  # fmt: skip
+    @argument("--reservation", "-r", type=int, help="Run on the GPUs of this reservation")
+    @argument("--name", default="notebook job", help="Job name")
+    @argument("--sweep", action="append", help="A sweep variable: lr=0.1,0.01 (repeatable)")
+    @argument("--var", action="append", help="A variable: name=value (repeatable)")
+    @argument("--option", action="append", help="A template option: name=value (repeatable)")
+    @argument("--python", action="store_true",
+              help="The cell is Python: run it with this kernel's interpreter, here")  # fmt: skip
+    @argument("--queue", action="store_true", help="Queue it for non-reserved time")
+    @argument("--walltime", help="Declared run time (for the queue), e.g. 2h")
+    @argument("--release", action="store_true",
+              help="End the reservation as soon as the job finishes")  # fmt: skip
+    @argument("--dry-run", action="store_true", help="Show the exact commands and environment")
+    @argument("--no-follow", action="store_true", help="Do not stream the output here")
+    @argument("--task", type=int, default=None, help="With 'log': only this task")
+    @line_cell_magic
+    def gpujob(self, line: str, cell: str | None = None) -> Any:
+        """Run the cell as a gpuhive job on reserved GPUs, streaming its output here."""
+        args = parse_argstring(self.gpujob, line)
+        if cell is None:
+            return self._line(args)
+        body = self._body(args, cell)
+        if args.dry_run:
+            tasks = self._call(self.client.request, "POST", "jobs/preview", body)["tasks"]
+            for task in tasks:
+                print(f"# task {task['index']} on {task['host']} ({', '.join(task['gpus'])})")
+                for key, value in sorted(task["env"].items()):
+                    print(f"#   {key}={value}")
+                print(task["shell"])
+            return tasks
+        job = self._call(self.client.request, "POST", "jobs", {**body, "start": not args.queue})
+        where = ", ".join(job["gpus"]) or "its GPUs"
+        print(f"Job {job['id']} ({job['name']}) {'queued' if args.queue else 'started'} on "
+              f"{where}. Later: %gpujob attach {job['id']} | %gpujob stop {job['id']}")  # fmt: skip
+        if args.no_follow or args.queue:
+            return job
+        job = self._follow(job["id"])
+        if args.release and args.reservation is not None:
+            self._call(self.client.cancel, args.reservation)
+            print(f"Reservation {args.reservation} ended: its GPUs are free for others.")
+        return job
+
+    def _body(self, args: Any, cell: str) -> dict[str, Any]:
+        command = cell.strip()
+        if not command:
+            raise UsageError("The cell is empty: write the command to run (or --python code).")
+        if args.python:
+            folder = Path.cwd() / ".gpuhive"
+            folder.mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                "w", suffix=".py", dir=folder, delete=False, prefix="cell-"
+            ) as script:
+                script.write(cell)
+            command = f"{shlex.quote(sys.executable)} {shlex.quote(script.name)}"
+        body: dict[str, Any] = {
+            "name": args.name,
+            "template": args.template,
+            "command": command,
+            "variables": _pairs(args.var, "--var"),
+            "options": _pairs(args.option, "--option"),
+            "sweep": list(args.sweep or []),
+            "queued": bool(args.queue),
+        }
+        if args.python:
+            body["workdir"] = str(Path.cwd())
+        if args.walltime:
+            body["walltime"] = args.walltime
+        if args.reservation is not None:
+            body["reservation"] = args.reservation
+        else:
+            gpus, count = parse_gpu_args(args.gpus) if args.gpus else ([], None)
+            if count is not None or not gpus:
+                raise UsageError("Name the GPUs (gpu1:0,1) or give --reservation ID.")
+            body["gpus"] = gpus
+        return body
+
+    def _follow(self, job_id: int, poll: float = 1.0) -> dict[str, Any]:
+        """Stream every task's new output, rank-prefixed, until the job ends."""
+        offsets: dict[int, int] = {}
+        try:
+            while True:
+                job = self._call(self.client.request, "GET", f"jobs/{job_id}")
+                for task in job["tasks"]:
+                    self._print_new(job_id, task["index"], offsets, len(job["tasks"]) > 1)
+                if job["status"] in FINAL:
+                    print(f"Job {job_id} {job['status']}.")
+                    return job  # type: ignore[no-any-return]
+                time.sleep(poll)
+        except KeyboardInterrupt:
+            answer = input(f"\nStop job {job_id}? [y/N] ").strip().lower()
+            if answer == "y":
+                job = self._call(self.client.request, "POST", f"jobs/{job_id}/stop")
+                print(f"Job {job_id} {job['status']}.")
+                return job  # type: ignore[no-any-return]
+            print(f"Detached; job {job_id} keeps running. %gpujob attach {job_id} follows it.")
+            return self._call(self.client.request, "GET", f"jobs/{job_id}")  # type: ignore[no-any-return]
+
+    def _print_new(self, job_id: int, index: int, offsets: dict[int, int], prefix: bool) -> None:
+        try:
+            chunk = self.client.request(
+                "GET", f"jobs/{job_id}/log", params={"task": index, "offset": offsets.get(index, 0)}
+            )
+        except HiveClientError as error:
+            if error.status == 503:
+                return  # host briefly unreachable: try again on the next poll
+            raise UsageError(error.message) from None
+        offsets[index] = chunk["next_offset"]
+        text = chunk["text"]
+        if not text:
+            return
+        lines = text.splitlines()
+        print("\n".join(f"[{index}] {ln}" if prefix else ln for ln in lines), flush=True)
+
+    def _line(self, args: Any) -> Any:
+        if len(args.gpus) != 2 or args.gpus[0] not in ("attach", "stop", "log", "status"):
+            jobs = self._call(self.client.request, "GET", "jobs", params={"user": self._me()})
+            print(table(("ID", "NAME", "STATUS", "GPUS", "TEMPLATE"),
+                        [(j["id"], j["name"], j["status"], len(j["gpus"]), j["template"])
+                         for j in jobs["jobs"]]))  # fmt: skip
+            return None
+        verb, raw = args.gpus
+        if not raw.isdigit():
+            raise UsageError(f"'{raw}' is not a job id.")
+        job_id = int(raw)
+        if verb == "attach":
+            return self._follow(job_id)
+        if verb == "stop":
+            job = self._call(self.client.request, "POST", f"jobs/{job_id}/stop")
+            print(f"Job {job_id} {job['status']}.")
+            return job
+        if verb == "status":
+            return self._call(self.client.request, "GET", f"jobs/{job_id}")
+        job = self._call(self.client.request, "GET", f"jobs/{job_id}")
+        for task in job["tasks"]:
+            if args.task is not None and task["index"] != args.task:
+                continue
+            chunk = self._call(
+                self.client.request, "GET", f"jobs/{job_id}/log", params={"task": task["index"]}
+            )
+            print(f"--- task {task['index']} on {task['host']} ({task['state']}); "
+                  f"attach: {chunk['attach']}")  # fmt: skip
+            print(chunk["text"], end="" if chunk["text"].endswith("\n") else "\n")
+        return None
+
+    def _me(self) -> str:
+        return str(self._call(self.client.me)["name"])

@@ -1,0 +1,125 @@
+"""The magics in a real IPython shell against a real server (own process) and real jobs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
+from tests.fixtures.server import Client, JupyterServer
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as a real test user")
+
+OWNER = "hivejob1"
+USERS = {"tok-owner": {"name": OWNER}, "tok-bob": {"name": "bob"}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    ensure_user(OWNER)
+    root = tmp_path_factory.mktemp("magics")
+    host = LocalSimHost("gpu1", root / "sim")
+    env = host.env()
+    config = {
+        "db_url": f"sqlite:///{root / 'hive.sqlite'}",
+        "hosts": [
+            {"name": "gpu1", "transport": "local",
+             "env": {k: env[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}}
+        ],
+        "poll_interval": 0.5,
+        "min_reservation": "1m",
+        "site_timezone": "UTC",
+    }  # fmt: skip
+    srv = JupyterServer(config, USERS)
+    client = Client(srv.port, "tok-owner")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # wait for discovery of the 4 simulated GPUs
+        status, body, _ = client.call("GET", "hosts")
+        if status == 200 and len(body["hosts"][0]["gpus"]) == 4:
+            break
+        time.sleep(0.3)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def shell(server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{server.port}/")
+    monkeypatch.setenv("GPUHIVE_TOKEN", "tok-owner")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_gpuhive")
+    for magics in list(ip.magics_manager.registry.values()):
+        if hasattr(magics, "_client"):
+            magics._client = None  # a fresh client for this server
+    return ip
+
+
+def test_gpureserve_pins_lists_refuses_and_cancels(shell: Any, server: JupyterServer) -> None:
+    with capture_output() as out:
+        done = shell.run_line_magic("gpureserve", "gpu1:2 --for 30m --title magic")
+    assert done["gpus"] == ["gpu1:2"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == done["gpu_uuids"][0]
+    assert "Reserved gpu1:2" in out.stdout
+    with pytest.raises(UsageError, match="reserved by hivejob1"):
+        shell.run_line_magic("gpureserve", "gpu1:2 --for 30m --no-pin")
+    with pytest.raises(UsageError, match="must be numbers"):
+        shell.run_line_magic("gpureserve", "gpu1:x")
+    with capture_output() as out:
+        shell.run_line_magic("gpureserve", "--list")
+    assert "magic" in out.stdout
+    with capture_output() as out:
+        shell.run_line_magic("gpustatus", "")
+    assert "hivejob1 until" in out.stdout
+    with capture_output() as out:
+        shell.run_line_magic("gpureserve", f"--cancel {done['id']}")
+    assert "ended early" in out.stdout
+
+
+def test_gpureserve_waits_until_the_gpu_frees_up(shell: Any, server: JupyterServer) -> None:
+    bob = Client(server.port, "tok-bob")
+    now = time.time()
+    start = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now))
+    status, held, _ = bob.call(
+        "POST", "reservations", {"title": "bob's", "gpus": ["gpu1:3"], "start": start,
+                                 "duration": "1h"}
+    )  # fmt: skip
+    assert status == 201, held
+    threading.Timer(2.0, lambda: Client(server.port, "tok-bob").call(
+        "DELETE", f"reservations/{held['id']}")).start()  # fmt: skip
+    began = time.monotonic()
+    with capture_output():
+        done = shell.run_line_magic("gpureserve", "gpu1:3 --for 10m --wait --timeout 30s --no-pin")
+    assert done["gpus"] == ["gpu1:3"]
+    assert time.monotonic() - began >= 1.5
+    shell.run_line_magic("gpureserve", f"--cancel {done['id']}")
+
+
+def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
+    with capture_output() as out:
+        tasks = shell.run_cell_magic(
+            "gpujob", "gpu1:0 --template pytorch --option mode=env --dry-run", "python3 x.py"
+        )
+    assert tasks[0]["env"]["WORLD_SIZE"] == "1"
+    assert "MASTER_ADDR=" in out.stdout
+    cell = 'python3 -c \'import os; print("gpus", os.environ["CUDA_VISIBLE_DEVICES"])\''
+    with capture_output() as out:
+        job = shell.run_cell_magic("gpujob", "gpu1:0 --name hello", cell)
+    assert job["status"] == "succeeded", out.stdout
+    assert f"gpus {job['gpus'][0]}" in out.stdout
+    with capture_output() as out:
+        sleeper = shell.run_cell_magic("gpujob", "gpu1:1 --no-follow --name sleeper", "sleep 60")
+        stopped = shell.run_line_magic("gpujob", f"stop {sleeper['id']}")
+    assert stopped["status"] == "stopped"
+    with pytest.raises(UsageError, match="GPUs"):
+        shell.run_cell_magic("gpujob", "--name nothing", "echo hi")
