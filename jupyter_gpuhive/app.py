@@ -108,6 +108,13 @@ class GpuHiveApp(ExtensionApp):
         5.0, help="Seconds between SSH keepalives; 3 unanswered ones mark a host down."
     ).tag(config=True)
 
+    service_url = Unicode(
+        "",
+        help="Client mode (JupyterHub team deployments): URL of the gpuhive service, e.g. "
+        "'http://127.0.0.1:10101/services/gpuhive/'. Set, this server keeps no store and "
+        "forwards every gpuhive API call to the service with its user's Hub token.",
+    ).tag(config=True)
+
     hive: Hive | None = None
 
     @default("ssh_key")
@@ -199,14 +206,19 @@ class GpuHiveApp(ExtensionApp):
         )
 
     def initialize_settings(self) -> None:
+        if self.service_url:
+            self.settings["gpuhive_service_url"] = self.service_url
+            self.log.info("gpuhive: client mode, service %s", self.service_url)
+            return
         self.hive = Hive(self.settings_for_hive()).open()
         self.settings["gpuhive"] = self.hive
         self.log.info("gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(self.hosts))
 
     def initialize_handlers(self) -> None:
-        from .api import ROUTES
+        from .api import PREFIX, ROUTES
+        from .api.proxy import proxy_routes
 
-        self.handlers.extend(ROUTES)
+        self.handlers.extend(proxy_routes(PREFIX) if self.service_url else ROUTES)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # Kernels inherit the server's environment: this is how magics find the server.

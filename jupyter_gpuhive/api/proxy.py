@@ -1,0 +1,72 @@
+"""Client mode: a user's server forwards gpuhive API calls to the team's gpuhive service.
+
+The call carries the user's own Hub token (the server's JUPYTERHUB_API_TOKEN), so the
+service sees that user and nobody else, whatever this server's configuration says.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+
+class ProxyHandler(APIHandler):
+    """Forwards `gpuhive/api/<path>` to `<service_url>api/<path>`."""
+
+    def _target(self, path: str) -> str:
+        base = self.settings["gpuhive_service_url"].rstrip("/") + "/api/" + path
+        query = self.request.query
+        return f"{base}?{query}" if query else base
+
+    async def _forward(self, path: str) -> None:
+        token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
+        request = HTTPRequest(
+            self._target(path),
+            method=self.request.method or "GET",
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+            body=body if body is not None or self.request.method == "GET" else b"",
+            allow_nonstandard_methods=True,
+            request_timeout=60,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except (HTTPClientError, OSError) as error:
+            self.set_status(503)
+            self.finish({"message": f"The gpuhive service cannot be reached: {error}"})
+            return
+        if response.code == 599:
+            self.set_status(503)
+            self.finish({"message": f"The gpuhive service cannot be reached: {response.error}"})
+            return
+        self.set_status(response.code)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(response.body or b"")
+
+    @web.authenticated
+    async def get(self, path: str) -> None:
+        await self._forward(path)
+
+    @web.authenticated
+    async def post(self, path: str) -> None:
+        await self._forward(path)
+
+    @web.authenticated
+    async def patch(self, path: str) -> None:
+        await self._forward(path)
+
+    @web.authenticated
+    async def put(self, path: str) -> None:
+        await self._forward(path)
+
+    @web.authenticated
+    async def delete(self, path: str) -> None:
+        await self._forward(path)
+
+
+def proxy_routes(prefix: str) -> list[tuple[str, Any]]:
+    return [(prefix + "/(.*)", ProxyHandler)]
