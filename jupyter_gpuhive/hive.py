@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class Hive:
             self.store, self.pool, self.run, settings.poll_interval, settings.history
         )
         self.launcher = Launcher(self.pool, self.store.jobs)
+        self._logins: dict[tuple[str, str], float] = {}  # (host, user) → confirmed until
         self.jobs = JobService(self.store, settings.policy.zone, self.identity_of)
         self.monitor.sampler.listeners.append(self._sync_jobs)
         self.leadership = Leadership(
@@ -328,9 +330,50 @@ class Hive:
         _, specs = await self.run(self.jobs.build, who, body)
         return self.jobs.preview(specs)
 
+    async def check_logins(self, user: str, hosts: Iterable[str]) -> dict[str, str | None]:
+        """Per host: None when gpuhive can log in as `user` there, else the reason."""
+        results: dict[str, str | None] = {}
+        for host in sorted(set(hosts)):
+            key = (host, user)
+            if self._logins.get(key, 0.0) > time.monotonic():
+                results[host] = None
+                continue
+            try:
+                await self.pool.run(host, "true", user=user, timeout=10)
+            except HostUnavailable as error:
+                results[host] = error.reason
+                continue
+            self._logins[key] = time.monotonic() + 600
+            results[host] = None
+        return results
+
+    async def _require_logins(self, user: str, hosts: Iterable[str]) -> None:
+        problems = {h: r for h, r in (await self.check_logins(user, hosts)).items() if r}
+        if problems:
+            detail = "; ".join(f"{host}: {reason}" for host, reason in problems.items())
+            raise Conflict(f"gpuhive cannot run jobs as {user} yet. {detail}")
+
+    def public_key(self) -> str | None:
+        """The public key users add to authorized_keys (None without SSH hosts)."""
+        for path in self.settings.ssh.client_keys:
+            try:
+                with open(path + ".pub") as handle:
+                    return handle.read().strip()
+            except OSError:
+                continue
+        return None
+
+    async def ssh_status(self, who: Identity) -> dict[str, Any]:
+        ssh_hosts = [h.name for h in self.settings.hosts if h.transport == "ssh"]
+        return {
+            "public_key": self.public_key(),
+            "hosts": await self.check_logins(who.name, ssh_hosts),
+        }
+
     async def create_job(self, who: Identity, body: dict[str, Any]) -> Job:
         """Store a job; with `start: true` (and not queued or scheduled) run it at once."""
         job, specs = await self.run(self.jobs.build, who, body)
+        await self._require_logins(job.owner, {spec.host for spec in specs})
         start = bool(body.get("start")) and not job.queued and job.start_at is None
         if start:  # checked before storing, so a refused start leaves nothing behind
             uuids = [g.uuid for spec in specs for g in spec.gpus]
@@ -359,6 +402,7 @@ class Hive:
         if job.status in ("starting", "running", "stopping"):
             raise Conflict(f"Job {job_id} is already {job.status}.")
         await self.run(self.jobs.check_run_now, job.owner, job.gpus, job.walltime)
+        await self._require_logins(job.owner, {task.host for task in job.tasks})
         if job.status != "pending":
             job = await self.run(self.store.jobs.reset, job_id)
         return await self._start(job)

@@ -12,6 +12,7 @@ PREFIX = "/gpuhive/api"
 # (path below PREFIX, handler); path parameters are named in braces in the OpenAPI document.
 ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/me", h.MeHandler),
+    ("/me/ssh", h.SshHandler),
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
     ("/usage", h.UsageHandler),

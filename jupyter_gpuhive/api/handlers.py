@@ -255,3 +255,9 @@ class JobLogHandler(HiveLogic):
                 self.int_arg("tail", 0) if tail else None,
             )
         )
+
+
+class SshHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply(await self.hive.ssh_status(self.who))

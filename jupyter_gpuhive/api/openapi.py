@@ -50,6 +50,13 @@ _WINDOW = [
 
 PATHS: dict[str, dict[str, Any]] = {
     "/me": {"get": _op("Who am I: name, groups, admin flag", "200")},
+    "/me/ssh": {
+        "get": _op(
+            "The public key to add to ~/.ssh/authorized_keys, and per SSH host whether "
+            "gpuhive can already log in as me (needed to run my jobs)",
+            "200",
+        )
+    },
     "/hosts": {
         "get": _op(
             "Live state of every host and GPU: metrics, processes with owners, who holds "
