@@ -1,27 +1,39 @@
-"""`make demo`: JupyterLab with gpuhive on a simulated 3-host × 4-GPU cluster on localhost."""
+"""`make demo`: JupyterLab with gpuhive on a simulated 3-host × 4-GPU cluster on localhost.
+
+The hosts use the `local` transport and the project's nvidia-smi stand-in, so monitoring,
+jobs and the violation monitor all work on real processes of this machine. A couple of
+background "training" processes make the dashboards move (`--no-load` leaves them out).
+"""
 
 from __future__ import annotations
 
 import getpass
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-DEMO_HOSTS = [
-    {
-        "name": f"gpu{h}",
-        "address": "localhost",
-        "transport": "local",
-        "gpus": [
-            {"index": i, "model": "NVIDIA A100-SXM4-40GB (simulated)", "memory_mib": 40960}
-            for i in range(4)
-        ],
-    }
-    for h in (1, 2, 3)
-]
+from .sim.cluster import LocalSimHost, start_gpu_process
+
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+HOST_NAMES = ("gpu1", "gpu2", "gpu3")
+
+
+def demo_hosts(root: Path) -> list[dict[str, Any]]:
+    """Simulated hosts (4 A100 each) with their stand-in environment, as config entries."""
+    hosts = []
+    for name in HOST_NAMES:
+        sim = LocalSimHost(name, root / "sim" / name)
+        env = sim.env()
+        hosts.append(
+            {"name": name, "address": "localhost", "transport": "local",
+             "env": {key: env[key] for key in SIM_ENV}}
+        )  # fmt: skip
+    return hosts
 
 
 def write_config(root: Path) -> Path:
@@ -33,22 +45,38 @@ def write_config(root: Path) -> Path:
         "# Written by `python -m jupyter_gpuhive.demo`.\n"
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {('sqlite:///' + str(root / 'gpuhive.sqlite'))!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps(DEMO_HOSTS, indent=2)}\n"
+        f"c.GpuHiveApp.hosts = {json.dumps(demo_hosts(root), indent=2)}\n"
         f"c.GpuHiveApp.admin_users = {{{user!r}}}\n"
+        "c.GpuHiveApp.poll_interval = 2.0\n"
         "c.ServerApp.open_browser = False\n"
         f"c.ServerApp.allow_root = {os.geteuid() == 0}\n"
     )
     return config
 
 
+def start_load() -> list[subprocess.Popen[bytes]]:
+    """Two simulated trainings of the current user, so the dashboards show activity."""
+    return [
+        start_gpu_process("gpu1", [0, 1], mem_mib=30_000, util=85),
+        start_gpu_process("gpu2", [2], mem_mib=12_000, util=40),
+    ]
+
+
 def main() -> None:
     """Start JupyterLab with the demo config; JupyterLab prints the URL with its token."""
+    args = [a for a in sys.argv[1:] if a != "--no-load"]
     root = Path(os.environ.get("GPUHIVE_DEMO_DIR", Path(jupyter_data_dir()) / "gpuhive-demo"))
     config = write_config(root)
     print(f"gpuhive demo: config {config}, store {root / 'gpuhive.sqlite'}")
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
-    args = [sys.executable, "-m", "jupyterlab", f"--config={config}", *sys.argv[1:]]
-    os.execv(sys.executable, args)  # noqa: S606 - replaces this process, by design
+    load = [] if "--no-load" in sys.argv else start_load()
+    try:
+        subprocess.run([sys.executable, "-m", "jupyterlab", f"--config={config}", *args])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for process in load:
+            process.kill()
 
 
 if __name__ == "__main__":
