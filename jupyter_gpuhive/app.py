@@ -19,6 +19,8 @@ from .hive import Hive, HiveSettings
 from .hosts.pool import SshSettings, ensure_client_key
 from .inventory_config import parse_hosts
 from .model import parse_duration
+from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
+from .monitor.protection import ProtectionSettings
 from .reservations import Policy
 
 
@@ -108,6 +110,67 @@ class GpuHiveApp(ExtensionApp):
         5.0, help="Seconds between SSH keepalives; 3 unanswered ones mark a host down."
     ).tag(config=True)
 
+    protection_level = Int(
+        1,
+        help="0: off; 1: act on processes on GPUs reserved by someone else; "
+        "2: also on GPUs nobody reserved.",
+    ).tag(config=True)
+    violation_handlers = Dict(
+        help="Violation handlers by name with their options, e.g. {'email': {'host': "
+        "'smtp.lab', 'port': 587, 'starttls': True, 'username': 'hive', 'password': '…', "
+        "'sender': 'gpuhive@lab', 'address_template': '{user}@lab.org', 'admins': "
+        "['it@lab.org']}, 'kill': {'mode': 'user'}, 'webhook': {'url': 'https://…'}}. "
+        "'type' picks the handler type (default: the name). Every handler takes 'interval' "
+        "(rate limit, s), 'timeout', 'message' (template with {gpu} {host} {holder} {end} "
+        "{title} {pids} {user}) and 'kinds'. kill: 'mode' user|sudo, 'signal', 'grace'. More "
+        "types come from the entry point group jupyter_gpuhive.violation_handlers.",
+    ).tag(config=True)
+    violation_ladder = List(
+        Dict(),
+        default_value=[{"after": 0, "handler": "terminal"}, {"after": 0, "handler": "event"}],
+        help="Escalation ladder: steps {'after': seconds since the violation began, "
+        "'handler': name, plus step options such as 'signal', 'grace', 'message'}, e.g. "
+        "terminal at 0, email at 60, kill INT at 300, kill KILL at 360.",
+    ).tag(config=True)
+    protection_allow_users = Set(
+        Unicode(), help="UNIX users whose GPU processes are never violations (e.g. 'root')."
+    ).tag(config=True)
+    protection_allow_commands = List(
+        Unicode(),
+        default_value=[r"(^|/)Xorg( |$)", r"(^|/)gnome-shell( |$)"],
+        help="Regular expressions; GPU processes whose command matches are never violations.",
+    ).tag(config=True)
+    ghost_memory_mib = Int(
+        1024, help="Flag a GPU using this much memory with no process listed (0: off)."
+    ).tag(config=True)
+    ghost_util = Int(10, help="Flag a GPU this busy (%) with no process listed (0: off).").tag(
+        config=True
+    )
+    idle_notify_after = Unicode(
+        "",
+        help="Tell holders when all GPUs of their running reservation were idle this long, "
+        "e.g. '30m' ('' = off).",
+    ).tag(config=True)
+    idle_util = Float(5.0, help="Utilization (%) below which a GPU with no process is idle.").tag(
+        config=True
+    )
+    idle_end = Bool(
+        False, help="End idle reservations early (after idle_notify_after + idle_end_after)."
+    ).tag(config=True)
+    idle_end_after = Unicode(
+        "30m", help="Further grace after the idle notice before the reservation is ended."
+    ).tag(config=True)
+    idle_handlers = List(
+        Unicode(),
+        default_value=["event"],
+        help="Handlers that tell holders about idle reservations (e.g. ['event', 'email']).",
+    ).tag(config=True)
+    unix_users = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        help="gpuhive user → UNIX user, where they differ (process owners are UNIX users).",
+    ).tag(config=True)
+
     service_url = Unicode(
         "",
         help="Client mode (JupyterHub team deployments): URL of the gpuhive service, e.g. "
@@ -191,7 +254,27 @@ class GpuHiveApp(ExtensionApp):
             keepalive_interval=self.ssh_keepalive_interval,
             max_sessions=self.ssh_max_sessions,
         )
+
+        def seconds(value: str, name: str) -> float:
+            return parse_duration(value, name).total_seconds() if value else 0.0
+
+        protection = ProtectionSettings(
+            level=self.protection_level,
+            ladder=list(self.violation_ladder),
+            handlers=dict(self.violation_handlers),
+            allow_users=frozenset(self.protection_allow_users),
+            allow_commands=list(self.protection_allow_commands),
+            ghost_mem_mib=self.ghost_memory_mib,
+            ghost_util=self.ghost_util,
+            idle_after=seconds(self.idle_notify_after, "idle_notify_after"),
+            idle_util=self.idle_util,
+            idle_end=self.idle_end,
+            idle_end_after=seconds(self.idle_end_after, "idle_end_after"),
+            idle_handlers=list(self.idle_handlers),
+            user_map=dict(self.unix_users),
+        )
         return HiveSettings(
+            protection=protection,
             db_url=self.resolved_db_url(),
             policy=policy,
             hosts=hosts,
@@ -210,7 +293,19 @@ class GpuHiveApp(ExtensionApp):
             self.settings["gpuhive_service_url"] = self.service_url
             self.log.info("gpuhive: client mode, service %s", self.service_url)
             return
-        self.hive = Hive(self.settings_for_hive()).open()
+        logger = self.serverapp.event_logger if self.serverapp is not None else None
+        publish = None
+        if logger is not None:
+            logger.register_event_schema(EVENT_SCHEMA)
+
+            def publish(data: dict[str, Any]) -> None:
+                logger.emit(schema_id=EVENT_SCHEMA_ID, data=data)
+
+        try:
+            settings = self.settings_for_hive()
+        except (HandlerConfigError, Invalid) as error:
+            raise TraitError(f"gpuhive configuration: {error}") from None
+        self.hive = Hive(settings, publish=publish).open()
         self.settings["gpuhive"] = self.hive
         self.log.info("gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(self.hosts))
 

@@ -16,11 +16,13 @@ from . import access
 from .errors import Conflict, Forbidden, Invalid, Unavailable
 from .hosts.pool import HostPool, HostUnavailable, SshSettings
 from .jobs.launcher import Launcher
-from .jobs.model import Job
+from .jobs.model import ACTIVE, Job
 from .jobs.service import JobService
 from .jobs.templates import TEMPLATES
 from .leader import Leadership
 from .model import Gpu, HostDecl, Identity, Reservation, utcnow
+from .monitor.protection import Protection, ProtectionSettings
+from .monitor.sampler import Sweep
 from .monitor.service import Monitor
 from .overview import occupancy
 from .reservations import Policy, ReservationService
@@ -47,12 +49,15 @@ class HiveSettings:
     poll_interval: float = 5.0
     history: int = 720
     monitor: bool = True
+    protection: ProtectionSettings = field(default_factory=ProtectionSettings)
 
 
 class Hive:
     """The running gpuhive: store, services and their lifecycles."""
 
-    def __init__(self, settings: HiveSettings) -> None:
+    def __init__(
+        self, settings: HiveSettings, publish: Callable[[dict[str, Any]], Any] | None = None
+    ) -> None:
         self.settings = settings
         self.store = Store(settings.db_url)
         self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="gpuhive-db")
@@ -65,6 +70,11 @@ class Hive:
         self._logins: dict[tuple[str, str], float] = {}  # (host, user) → confirmed until
         self.jobs = JobService(self.store, settings.policy.zone, self.identity_of)
         self.monitor.sampler.listeners.append(self._sync_jobs)
+        self.protection = Protection(
+            settings.protection, self.store, self.pool, self.run,
+            publish=publish, job_owners=self._job_owners,
+        )  # fmt: skip
+        self.monitor.sampler.listeners.append(self.protection.on_sweep)
         self.leadership = Leadership(
             settings.db_url, self._lead, self._follow, interval=max(0.2, settings.poll_interval / 2)
         )
@@ -93,6 +103,7 @@ class Hive:
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
         await self.leadership.stop()
+        await self.protection.stop()
         await self.monitor.stop()
 
     def close(self) -> None:
@@ -268,7 +279,9 @@ class Hive:
 
     async def reservation_usage(self, reservation_id: int) -> dict[str, Any]:
         res = await self.get_reservation(reservation_id)
-        return await self.run(self.store.usage.for_reservation, res)
+        usage = await self.run(self.store.usage.for_reservation, res)
+        usage["violations"] = await self.protection.for_reservation(reservation_id)
+        return usage
 
     async def usage(self, start: datetime, end: datetime) -> dict[str, Any]:
         """Reserved and used GPU-hours per user, per GPU and per reservation in a window."""
@@ -317,6 +330,20 @@ class Hive:
 
     async def _sync_jobs(self, _sweep: Any) -> None:
         await self.launcher.sync()
+
+    async def _job_owners(self, sweep: Sweep) -> dict[tuple[str, int], str]:
+        """GPU processes that belong to running gpuhive jobs: (host, pid) → job owner."""
+        tasks = await self.run(self.store.jobs.tasks, ACTIVE)
+        groups: dict[tuple[str, int | None], str] = {
+            (t.host, t.pgid): t.owner for t in tasks if t.pgid
+        }
+        owners = {}
+        for host, sample in sweep.samples.items():
+            for proc in sample.processes:
+                owner = groups.get((host, proc.pgid))
+                if owner is not None:
+                    owners[(host, proc.pid)] = owner
+        return owners
 
     @staticmethod
     def templates() -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
     ("/usage", h.UsageHandler),
+    ("/violations", h.ViolationsHandler),
     ("/reservations", h.ReservationsHandler),
     ("/reservations/{id}", h.ReservationHandler),
     ("/reservations/{id}/usage", h.ReservationUsageHandler),

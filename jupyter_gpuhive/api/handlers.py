@@ -261,3 +261,29 @@ class SshHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
         self.reply(await self.hive.ssh_status(self.who))
+
+
+class ViolationsHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        end = self.instant_arg("end", utcnow() + timedelta(seconds=1))
+        start = self.instant_arg("start", end - timedelta(days=7))
+        reservation = self.get_query_argument("reservation", None)
+        protection = self.hive.protection
+        found = await protection.history(
+            start,
+            end,
+            user=self.get_query_argument("user", None),
+            host=self.get_query_argument("host", None),
+            reservation_id=self.id_arg(reservation, "reservation") if reservation else None,
+            kinds=self.get_query_arguments("kind") or None,
+            limit=self.int_arg("limit", 1000),
+        )
+        self.reply(
+            {
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "ongoing": protection.ongoing(),
+                "violations": found,
+            }
+        )

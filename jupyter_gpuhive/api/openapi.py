@@ -87,6 +87,23 @@ PATHS: dict[str, dict[str, Any]] = {
             ],
         )
     },
+    "/violations": {
+        "get": _op(
+            "Violation history (foreign, unreserved, ghost, idle) with the actions taken, "
+            "and those ongoing now",
+            "200",
+            422,
+            parameters=[
+                _q("start", "Window start (default: 7 days ago)", fmt="date-time"),
+                _q("end", "Window end (default: now)", fmt="date-time"),
+                _q("user", "Offender or holder"),
+                _q("host", "Only this host"),
+                _q("reservation", "Only during this reservation", "integer"),
+                _q("kind", "foreign, unreserved, ghost or idle (repeatable)"),
+                _q("limit", "At most this many (1–10000)", "integer"),
+            ],
+        )
+    },
     "/reservations/{id}/usage": {
         "get": _op("Usage of one reservation (live while it runs)", "200", 404, parameters=_ID)
     },

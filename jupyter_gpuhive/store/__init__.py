@@ -9,6 +9,7 @@ from .reservations import Changes, Clash, Reservations
 from .rules import Rules
 from .usage import Usage
 from .users import Users
+from .violations import Violations
 
 
 class Store:
@@ -22,6 +23,7 @@ class Store:
         self.users = Users(self.db)
         self.jobs = Jobs(self.db)
         self.usage = Usage(self.db)
+        self.violations = Violations(self.db)
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -87,10 +87,10 @@ async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
     async def on_gpu() -> Any:
         hosts = (await owner("GET", "hosts")).body["hosts"]
         procs = hosts[0]["gpus"][0]["processes"]
-        return procs if procs else None
+        return [p for p in procs if p["user"] == OWNER]
 
     procs = await until(on_gpu)
-    assert procs[0]["user"] == OWNER
+    assert "python3" in procs[0]["command"]
 
     async def logged() -> Any:
         reply = await owner("GET", f"jobs/{job_id}/log", params={"task": 0})

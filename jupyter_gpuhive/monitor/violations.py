@@ -1,0 +1,227 @@
+"""Violation detection: a pure function of one sweep, the active reservations and running jobs.
+
+Protection levels: 0 off; 1 a process on a reserved GPU whose owner is not the holder; 2 also
+any process on a GPU nobody reserved. The holder's own processes and the processes of the
+holder's own gpuhive jobs never count, nor do allow-listed users and commands. "Ghost"
+occupancy (memory or utilization on a GPU that lists no process) is flagged at level 1 on
+reserved GPUs and at level 2 on every GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..hosts.nvsmi import GpuMetrics
+from ..hosts.probe import HostSample, ProcessInfo
+from ..model import Reservation
+
+FOREIGN = "foreign"  # on a GPU reserved by someone else
+UNRESERVED = "unreserved"  # on a GPU nobody reserved (level 2)
+GHOST = "ghost"  # memory or utilization with no process listed
+IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside them)
+KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE)
+
+# (host, pid) -> the gpuhive user whose job runs that process.
+JobOwners = Mapping[tuple[str, int], str]
+
+
+def same_name(user: str) -> str:
+    """The default mapping of gpuhive users to UNIX users: the identity."""
+    return user
+
+
+@dataclass(frozen=True)
+class DetectionPolicy:
+    """What counts as a violation."""
+
+    level: int = 1
+    allow_users: frozenset[str] = frozenset()
+    allow_commands: tuple[re.Pattern[str], ...] = ()
+    ghost_mem_mib: int = 1024  # 0: never flag memory without a process
+    ghost_util: int = 10  # 0: never flag utilization without a process
+
+    @classmethod
+    def build(
+        cls,
+        level: int = 1,
+        allow_users: Collection[str] = (),
+        allow_commands: Iterable[str] = (),
+        ghost_mem_mib: int = 1024,
+        ghost_util: int = 10,
+    ) -> DetectionPolicy:
+        """A policy from config values; bad values raise ValueError with a clear message."""
+        if level not in (0, 1, 2):
+            raise ValueError(f"protection level must be 0, 1 or 2, not {level!r}")
+        patterns = []
+        for text in allow_commands:
+            try:
+                patterns.append(re.compile(text))
+            except re.error as error:
+                raise ValueError(f"allow-listed command pattern {text!r}: {error}") from None
+        if ghost_mem_mib < 0 or ghost_util < 0:
+            raise ValueError("ghost thresholds must not be negative")
+        return cls(level, frozenset(allow_users), tuple(patterns), ghost_mem_mib, ghost_util)
+
+    def allows(self, proc: ProcessInfo) -> bool:
+        """Whether the allow-list exempts this process."""
+        if proc.user in self.allow_users:
+            return True
+        return any(p.search(proc.command or "") for p in self.allow_commands)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violation seen in one sweep: one kind, GPU and offender, with its processes."""
+
+    kind: str
+    host: str
+    gpu: str  # 'host:index'
+    gpu_uuid: str
+    offender: str | None  # UNIX user; None for ghosts
+    pids: tuple[int, ...] = ()
+    commands: tuple[str, ...] = ()
+    reservation: Reservation | None = field(default=None, compare=False)
+    detail: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, int | None]:
+        """What stays the same while the violation lasts."""
+        rid = self.reservation.id if self.reservation else None
+        return self.kind, self.gpu_uuid, self.offender or "", rid
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU as a sweep saw it: its metrics and the processes on it."""
+
+    host: str
+    metrics: GpuMetrics
+    processes: tuple[ProcessInfo, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.host}:{self.metrics.index}"
+
+
+def gpu_views(samples: Iterable[HostSample]) -> dict[str, GpuView]:
+    """Every GPU of the healthy samples by UUID, processes on MIG slices under their GPU."""
+    views: dict[str, GpuView] = {}
+    for sample in samples:
+        if sample.gpu_error:
+            continue
+        parent = {mig: gpu for gpu, migs in sample.mig_uuids.items() for mig in migs}
+        procs: dict[str, list[ProcessInfo]] = {}
+        for proc in sample.processes:
+            if proc.gpu_uuid:
+                procs.setdefault(parent.get(proc.gpu_uuid, proc.gpu_uuid), []).append(proc)
+        for gpu in sample.gpus:
+            views[gpu.uuid] = GpuView(sample.host, gpu, tuple(procs.get(gpu.uuid, ())))
+    return views
+
+
+def holders(active: Sequence[Reservation], at: datetime) -> dict[str, Reservation]:
+    """GPU UUID -> the reservation holding it at `at`."""
+    held: dict[str, Reservation] = {}
+    for res in active:
+        if not res.cancelled and res.start <= at < res.end:
+            for gpu in res.gpus:
+                held[gpu.uuid] = res
+    return held
+
+
+def detect(
+    samples: Iterable[HostSample],
+    active: Sequence[Reservation],
+    at: datetime,
+    policy: DetectionPolicy,
+    *,
+    job_owners: JobOwners | None = None,
+    unix_user: Callable[[str], str] = same_name,
+) -> list[Finding]:
+    """The violations in one sweep, one Finding per (kind, GPU, offender)."""
+    if policy.level == 0:
+        return []
+    held = holders(active, at)
+    jobs = job_owners or {}
+    found: list[Finding] = []
+    for uuid, view in gpu_views(samples).items():
+        res = held.get(uuid)
+        if res is None and policy.level < 2:
+            continue
+        holder_unix = unix_user(res.owner) if res else None
+        offenders: dict[str, list[ProcessInfo]] = {}
+        for proc in view.processes:
+            if proc.user is None:
+                continue  # gone before `ps` saw it: nobody to tell or stop
+            if res is not None and proc.user in (holder_unix, res.owner):
+                continue
+            job_owner = jobs.get((view.host, proc.pid))
+            if res is not None and job_owner is not None and job_owner == res.owner:
+                continue
+            if policy.allows(proc):
+                continue
+            offenders.setdefault(proc.user, []).append(proc)
+        kind = FOREIGN if res else UNRESERVED
+        for user, procs in sorted(offenders.items()):
+            found.append(
+                Finding(
+                    kind,
+                    view.host,
+                    view.ref,
+                    uuid,
+                    user,
+                    tuple(sorted(p.pid for p in procs)),
+                    tuple(p.command for p in sorted(procs, key=lambda p: p.pid)),
+                    res,
+                )
+            )
+        ghost = _ghost(view, policy)
+        if ghost:
+            found.append(Finding(GHOST, view.host, view.ref, uuid, None, (), (), res, ghost))
+    return found
+
+
+def _ghost(view: GpuView, policy: DetectionPolicy) -> str | None:
+    """Why the GPU looks used although it lists no process, or None."""
+    if view.processes:
+        return None
+    m = view.metrics
+    reasons = []
+    if policy.ghost_mem_mib and (m.mem_used_mib or 0) >= policy.ghost_mem_mib:
+        reasons.append(f"{m.mem_used_mib} MiB of memory used")
+    if policy.ghost_util and (m.util_gpu or 0) >= policy.ghost_util:
+        reasons.append(f"{m.util_gpu}% utilization")
+    if not reasons:
+        return None
+    return " and ".join(reasons) + " with no process listed"
+
+
+def idle_reservations(
+    samples: Iterable[HostSample],
+    active: Sequence[Reservation],
+    at: datetime,
+    util_below: float = 5.0,
+) -> dict[int, Reservation]:
+    """Active reservations whose every GPU was seen this sweep with no process and low load.
+
+    A GPU the sweep did not see (host down, probe failed) is never idle: nothing is ended on
+    partial knowledge.
+    """
+    views = gpu_views(samples)
+    idle: dict[int, Reservation] = {}
+    for res in active:
+        if res.cancelled or not (res.start <= at < res.end) or not res.gpus:
+            continue
+        if all(_idle(views.get(gpu.uuid), util_below) for gpu in res.gpus):
+            idle[res.id] = res
+    return idle
+
+
+def _idle(view: GpuView | None, util_below: float) -> bool:
+    if view is None or view.processes:
+        return False
+    util = view.metrics.util_gpu
+    return util is None or util < util_below

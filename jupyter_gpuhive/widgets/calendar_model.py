@@ -1,0 +1,374 @@
+"""CalendarModel: the state of the reservation calendar, without any widget.
+
+Columns are day × GPU (x = day * len(gpus) + gpu position, width 1); y is hours since the local
+midnight of that day (0-24). A brush in those coordinates becomes a Draft; a Draft becomes the
+exact request the dialog sends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta, tzinfo
+from typing import Any
+
+from ..client import HiveClientError
+from . import palette
+from .clock import UTC, as_zone, day_segments, hours_into, iso, local_text, midnight, parse
+from .messages import error_text
+
+PAD = 0.06  # gap between neighbouring columns, in column widths
+
+
+@dataclass(frozen=True)
+class Box:
+    """One reservation drawn in one column (one GPU on one day)."""
+
+    reservation_id: int
+    gpu: str
+    column: int
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    owner: str
+    title: str
+    mine: bool
+    colour: str
+    status: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner}: {self.title}"
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
+
+
+@dataclass(frozen=True)
+class Span:
+    """A painted rectangle without an owner (an allowed window)."""
+
+    column: int
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+
+
+@dataclass
+class Draft:
+    """What the reservation dialog holds: a new booking or an edit of an own one."""
+
+    title: str
+    description: str
+    gpus: list[str]
+    start: datetime
+    end: datetime
+    reservation_id: int | None = None
+    status: str = "upcoming"
+    original: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_new(self) -> bool:
+        return self.reservation_id is None
+
+    def request(self) -> tuple[str, str, dict[str, Any]]:
+        """(method, path, body) that submitting this dialog sends."""
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("The start and end must carry a time zone.")
+        body: dict[str, Any] = {
+            "title": self.title.strip(),
+            "description": self.description,
+            "gpus": list(self.gpus),
+            "start": iso(self.start),
+            "end": iso(self.end),
+        }
+        if self.is_new:
+            return "POST", "reservations", body
+        old = self.original
+        changed = {}
+        for key in ("title", "description"):
+            if body[key] != old.get(key):
+                changed[key] = body[key]
+        if sorted(body["gpus"]) != sorted(old.get("gpus", [])):
+            changed["gpus"] = body["gpus"]
+        for key in ("start", "end"):
+            if key not in old or parse(old[key]) != parse(body[key]):
+                changed[key] = body[key]
+        return "PATCH", f"reservations/{self.reservation_id}", changed
+
+
+def gpus_of(hosts: Sequence[dict[str, Any]]) -> list[str]:
+    """GPU refs ('host:index') of the hosts endpoint, host by host in index order."""
+    return [g["id"] for h in hosts for g in sorted(h.get("gpus", []), key=lambda g: g["index"])]
+
+
+class CalendarModel:
+    """Seven (or `days`) local days from a start date, a sub-column per selected GPU."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        start: date | None = None,
+        days: int = 7,
+        gpus: Sequence[str] | None = None,
+        zone: tzinfo | str | None = None,
+        snap_minutes: int = 15,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.client = client
+        self.zone = as_zone(zone)
+        self.clock = now or (lambda: datetime.now(UTC))
+        self.start = start or self.clock().astimezone(self.zone).date()
+        self.days = days
+        self.snap = snap_minutes
+        self.me: str = ""
+        self.all_gpus: list[str] = []
+        self.gpus: list[str] = list(gpus or [])
+        self.reservations: dict[int, dict[str, Any]] = {}
+        self.boxes: list[Box] = []
+        self.allowed: list[Span] = []
+        self.unrestricted = True
+        self.draft: Draft | None = None
+        self.error = ""  # shown in the dialog, in words
+        self.message = ""  # the last thing that happened, for the status line
+        self.listeners: list[Callable[[], None]] = []
+
+    # --- geometry ------------------------------------------------------------------
+
+    @property
+    def dates(self) -> list[date]:
+        return [self.start + timedelta(days=i) for i in range(self.days)]
+
+    @property
+    def columns(self) -> int:
+        return self.days * len(self.gpus)
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        return midnight(self.start, self.zone), midnight(self.dates[-1] + timedelta(1), self.zone)
+
+    def column(self, day: int, gpu: str) -> int:
+        return day * len(self.gpus) + self.gpus.index(gpu)
+
+    def column_of(self, x: float) -> tuple[int, str] | None:
+        """(day index, GPU) under an x coordinate."""
+        col = math.floor(x)
+        if not self.gpus or not 0 <= col < self.columns:
+            return None
+        return divmod(col, len(self.gpus))[0], self.gpus[col % len(self.gpus)]
+
+    def day_labels(self) -> dict[float, str]:
+        """Axis labels at the centre of each day's group of columns."""
+        width = len(self.gpus)
+        return {(i + 0.5) * width: d.strftime("%a %d %b") for i, d in enumerate(self.dates)}
+
+    def now_line(self) -> tuple[list[float], list[float]] | None:
+        """x and y of the now-line, across today's columns (None if today is not shown)."""
+        now = self.clock().astimezone(self.zone)
+        if now.date() not in self.dates or not self.gpus:
+            return None
+        day = self.dates.index(now.date())
+        y = hours_into(now, midnight(now.date(), self.zone))
+        width = len(self.gpus)
+        return [day * width, (day + 1) * width], [y, y]
+
+    # --- loading -------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Fetch who I am, the GPUs, and this week's reservations and allowed windows."""
+        if not self.me:
+            self.me = self.client.request("GET", "me")["name"]
+        if not self.all_gpus:
+            self.all_gpus = gpus_of(self.client.request("GET", "hosts")["hosts"])
+            self.gpus = [g for g in self.gpus if g in self.all_gpus] or list(self.all_gpus)
+        start, end = self.window
+        window = {"start": iso(start), "end": iso(end)}
+        found = self.client.request("GET", "reservations", params={**window, "limit": 10000})
+        coverage = self.client.request("GET", "rules/coverage", params=window)
+        self.apply(found["reservations"], coverage)
+
+    def apply(self, reservations: Sequence[dict[str, Any]], coverage: dict[str, Any]) -> None:
+        """Recompute the boxes and painted windows from API replies."""
+        self.reservations = {r["id"]: r for r in reservations}
+        position = {g: i for i, g in enumerate(self.gpus)}
+        width = len(self.gpus)
+        dates = self.dates
+        colours: dict[str, str] = {}
+        boxes = []
+        for r in reservations:
+            shown = [g for g in r["gpus"] if g in position]
+            if not shown or r.get("status") == "cancelled":
+                continue
+            owner = r["owner"]
+            colour = colours.get(owner) or colours.setdefault(
+                owner, palette.user_colour(owner, self.me)
+            )
+            mine = owner == self.me
+            for day, y0, y1 in day_segments(parse(r["start"]), parse(r["end"]), dates, self.zone):
+                for gpu in shown:
+                    col = day * width + position[gpu]
+                    boxes.append(
+                        Box(r["id"], gpu, col, col + PAD, col + 1 - PAD, y0, y1, owner,
+                            r["title"], mine, colour, r.get("status", ""))
+                    )  # fmt: skip
+        self.boxes = boxes
+        self.unrestricted = bool(coverage.get("unrestricted", True))
+        spans = []
+        for gpu, ranges in coverage.get("gpus", {}).items():
+            if gpu not in position:
+                continue
+            for a, b in ranges:
+                for day, y0, y1 in day_segments(parse(a), parse(b), dates, self.zone):
+                    col = day * width + position[gpu]
+                    spans.append(Span(col, float(col), col + 1.0, y0, y1))
+        self.allowed = spans
+        self._changed()
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    # --- navigation -----------------------------------------------------------------
+
+    def show(self, start: date | None = None, gpus: Sequence[str] | None = None) -> None:
+        """Move the week and/or choose the GPUs, then reload."""
+        if start is not None:
+            self.start = start
+        if gpus is not None:
+            self.gpus = (
+                [g for g in self.all_gpus if g in set(gpus)] if self.all_gpus else list(gpus)
+            )
+        self.load()
+
+    def shift(self, days: int) -> None:
+        self.show(self.start + timedelta(days=days))
+
+    # --- selection and dialog --------------------------------------------------------
+
+    def _instant(self, day: int, hours: float) -> datetime:
+        step = self.snap / 60
+        hours = min(24.0, max(0.0, round(hours / step) * step))
+        base = midnight(self.dates[day], self.zone)
+        return (base + timedelta(hours=hours)).astimezone(self.zone)
+
+    def select(self, x0: float, x1: float, y0: float, y1: float) -> Draft | None:
+        """A brushed rectangle → a new-reservation draft (GPUs of the columns, snapped times).
+
+        The GPUs are those from the first column's to the last column's (within one day: the
+        columns covered). Over several days the booking runs from the top edge on the first
+        day to the bottom edge on the last day; the dialog can then set exact times.
+        """
+        self.error = ""
+        if x1 < x0:
+            x0, x1 = x1, x0
+        if y1 < y0:
+            y0, y1 = y1, y0
+        first = max(0, math.floor(x0))
+        last = min(self.columns - 1, math.ceil(x1) - 1)
+        if not self.gpus or last < first:
+            return None
+        width = len(self.gpus)
+        low, high = sorted((first % width, last % width))
+        gpus = self.gpus[low : high + 1]
+        start = self._instant(first // width, y0)
+        end = self._instant(last // width, y1)
+        if end <= start:
+            end = start + timedelta(minutes=self.snap)
+        self.draft = Draft("", "", gpus, start, end)
+        self._changed()
+        return self.draft
+
+    def box_at(self, x: float, y: float) -> Box | None:
+        return next((b for b in reversed(self.boxes) if b.contains(x, y)), None)
+
+    def open(self, reservation_id: int) -> Draft | None:
+        """An own reservation → an edit draft; someone else's → only a message."""
+        self.error = ""
+        r = self.reservations.get(reservation_id)
+        if r is None:
+            return None
+        if r["owner"] != self.me:
+            self.message = (
+                f"{r['owner']}: {r['title']} ({local_text(parse(r['start']), self.zone)} – "
+                f"{local_text(parse(r['end']), self.zone)})"
+            )
+            self.draft = None
+        elif r.get("status") == "ended":
+            self.message = f"Your reservation {r['id']} has ended; it cannot be changed."
+            self.draft = None
+        else:
+            self.draft = Draft(
+                r["title"], r.get("description", ""), list(r["gpus"]),
+                parse(r["start"]).astimezone(self.zone), parse(r["end"]).astimezone(self.zone),
+                r["id"], r.get("status", "upcoming"), dict(r),
+            )  # fmt: skip
+        self._changed()
+        return self.draft
+
+    def click(self, x: float, y: float) -> Draft | None:
+        box = self.box_at(x, y)
+        return self.open(box.reservation_id) if box else None
+
+    def edit(self, **values: Any) -> Draft:
+        """Change fields of the open draft (title, description, gpus, start, end)."""
+        if self.draft is None:
+            raise RuntimeError("No dialog is open.")
+        self.draft = replace(self.draft, **values)
+        return self.draft
+
+    def close(self) -> None:
+        self.draft, self.error = None, ""
+        self._changed()
+
+    def submit(self) -> dict[str, Any] | None:
+        """Send the draft; on success reload and close, on failure keep it open with `error`."""
+        draft = self.draft
+        if draft is None:
+            return None
+        if not draft.title.strip():
+            self.error = "Give the reservation a title."
+            self._changed()
+            return None
+        method, path, body = draft.request()
+        if not body:
+            self.error = "Nothing was changed."
+            self._changed()
+            return None
+        action = "reserve" if draft.is_new else "change the reservation"
+        try:
+            done: dict[str, Any] = self.client.request(method, path, body=body)
+        except HiveClientError as error:
+            self.error = error_text(error, action)
+            self._changed()
+            return None
+        verb = "Reserved" if draft.is_new else "Changed"
+        self.message = (
+            f"{verb} {', '.join(done['gpus'])} from {local_text(parse(done['start']), self.zone)}"
+            f" to {local_text(parse(done['end']), self.zone)} (reservation {done['id']})."
+        )
+        self.draft, self.error = None, ""
+        self.load()
+        return done
+
+    def end_or_cancel(self) -> dict[str, Any] | None:
+        """Cancel the open own reservation if upcoming, or end it now if running."""
+        draft = self.draft
+        if draft is None or draft.reservation_id is None:
+            return None
+        try:
+            done: dict[str, Any] = self.client.request(
+                "DELETE", f"reservations/{draft.reservation_id}"
+            )
+        except HiveClientError as error:
+            self.error = error_text(error, "cancel the reservation")
+            self._changed()
+            return None
+        what = "cancelled" if done.get("status") == "cancelled" else "ended early"
+        self.message = f"Reservation {done['id']} {what}."
+        self.draft, self.error = None, ""
+        self.load()
+        return done

@@ -1,0 +1,174 @@
+"""DashboardView: live charts (chosen and ordered with tags), the process table, usage."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import bqplot as bq
+import ipywidgets as w
+import numpy as np
+
+from ..client import HiveClientError
+from .dashboard_model import CHARTS, DashboardModel
+from .display import Shown
+from .poller import Poller
+
+_LINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
+
+
+def _times(t: list[float]) -> np.ndarray:
+    return (np.asarray(t, dtype=float) * 1000).astype("datetime64[ms]")
+
+
+class Chart:
+    """One figure: a line per source, updated in place."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.x, self.y = bq.DateScale(), bq.LinearScale(min=0.0)
+        self.lines: dict[str, bq.Lines] = {}
+        self.figure = bq.Figure(
+            title=title,
+            axes=[bq.Axis(scale=self.x), bq.Axis(scale=self.y, orientation="vertical")],
+            legend_location="top-left",
+            fig_margin={"top": 40, "bottom": 30, "left": 50, "right": 10},
+            layout=w.Layout(width="100%", height="260px"),
+        )
+
+    def update(self, data: dict[str, tuple[list[float], list[float | None]]]) -> None:
+        for name, (t, values) in data.items():
+            if not t:
+                continue
+            line = self.lines.get(name)
+            x, y = _times(t), np.asarray(values, dtype=float)
+            if line is None:
+                colour = _LINE_COLOURS[len(self.lines) % len(_LINE_COLOURS)]
+                line = bq.Lines(x=x, y=y, scales={"x": self.x, "y": self.y}, labels=[name],
+                                colors=[colour], display_legend=True)  # fmt: skip
+                self.lines[name] = line
+                self.figure.marks = list(self.lines.values())
+            else:
+                with line.hold_sync():
+                    line.x, line.y = x, y
+
+
+def process_table(model: DashboardModel) -> str:
+    """The process table as HTML; violating processes in red."""
+    head = "".join(
+        f"<th style='text-align:left;padding:2px 8px'>{h}</th>"
+        for h in ("Host", "GPU", "PID", "Owner", "Command", "Memory", "Reserved by", "Violation")
+    )
+    body = []
+    for p in model.processes:
+        style = "background:#fdd" if p.violation else ""
+        cells = (p.host, p.gpu, p.pid, p.user, p.command[:60],
+                 "" if p.memory_mib is None else f"{p.memory_mib} MiB", p.holder or "—",
+                 "yes" if p.violation else "")  # fmt: skip
+        row = "".join(f"<td style='padding:2px 8px'>{html.escape(str(c))}</td>" for c in cells)
+        body.append(f"<tr style='{style}'>{row}</tr>")
+    if not body:
+        body.append("<tr><td colspan='8'>No GPU processes.</td></tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def usage_text(usage: dict[str, Any] | None) -> str:
+    if not usage:
+        return ""
+    parts = [
+        f"<b>Reservation {usage['reservation']}</b>: used {usage['used_gpu_hours']:.2f} of "
+        f"{usage['reserved_gpu_hours']:.2f} GPU-hours; mean utilization "
+        f"{usage['mean_util'] if usage['mean_util'] is not None else '—'}%, max "
+        f"{usage['max_util'] if usage['max_util'] is not None else '—'}%"
+    ]
+    for g in usage.get("gpus", []):
+        parts.append(
+            f"{html.escape(g['gpu'])}: {g.get('used_gpu_hours', 0):.2f} h used, "
+            f"{g.get('samples', 0)} samples"
+        )
+    return "<br>".join(parts)
+
+
+class DashboardView(Shown):
+    """Charts, processes and usage, refreshed in place by a background Poller."""
+
+    def __init__(
+        self, model: DashboardModel, interval: float = 5.0, charts: list[str] | None = None
+    ) -> None:
+        self.model = model
+        self.charts = {title: Chart(title) for title in CHARTS}
+        self.order = w.TagsInput(
+            value=charts or [*list(CHARTS)[:4], "Host CPU (%)"],
+            allowed_tags=list(CHARTS),
+            allow_duplicates=False,
+        )
+        self.order.observe(lambda _c: self._arrange(), "value")
+        self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(2, 1fr)"))
+        self.table = w.HTML()
+        self.reservation = w.Dropdown(description="Usage of", layout=w.Layout(width="420px"))
+        self.reservation.observe(self._watch, "value")
+        self.usage = w.HTML()
+        self.status = w.HTML()
+        self.poller = Poller(self.refresh, interval, name="gpuhive-dashboard")
+        toggle = w.ToggleButton(value=False, description="Live", icon="play")
+        toggle.observe(self._toggle, "value")
+        self.toggle = toggle
+        self.widget = w.VBox(
+            [w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"), self.order,
+             self.grid, w.HTML("<b>GPU processes</b>"), self.table,
+             w.HBox([self.reservation]), self.usage]
+        )  # fmt: skip
+        self._arrange()
+
+    def _arrange(self) -> None:
+        self.grid.children = [self.charts[t].figure for t in self.order.value if t in self.charts]
+
+    def refresh(self) -> None:
+        """Poll the server once and update every widget in place."""
+        self.model.poll()
+        self.render()
+
+    def render(self) -> None:
+        m = self.model
+        for title, chart in self.charts.items():
+            chart.update(m.chart(title))
+        self.table.value = process_table(m)
+        self.usage.value = usage_text(m.usage)
+        options: list[tuple[str, int | None]] = [("—", None)]
+        for h in m.state:
+            for g in h.get("gpus", []):
+                r = g.get("reservation")
+                label = f"{r['owner']}: {r['title']}" if r else ""
+                if r and m.wants_gpu(g["id"]) and (label, r["id"]) not in options:
+                    options.append((label, r["id"]))
+        if m.usage_id is not None and all(v != m.usage_id for _l, v in options):
+            options.append((f"reservation {m.usage_id}", m.usage_id))
+        if list(self.reservation.options) != options:
+            self.reservation.options = options
+            self.reservation.value = m.usage_id
+        error = self.poller.last_error
+        self.status.value = f"<span style='color:#b00'>{html.escape(error)}</span>" if error else ""
+
+    def _watch(self, change: dict[str, Any]) -> None:
+        if change["new"] == self.model.usage_id:
+            return
+        try:
+            self.model.watch_usage(change["new"])
+        except HiveClientError as error:
+            self.status.value = html.escape(error.message)
+        self.usage.value = usage_text(self.model.usage)
+
+    def _toggle(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.poller.start()
+        else:
+            self.poller.stop()
+        self.toggle.icon = "pause" if change["new"] else "play"
+
+    def start(self) -> None:
+        """Start the live refresh (also the Live button)."""
+        self.toggle.value = True
+
+    def stop(self) -> None:
+        self.toggle.value = False

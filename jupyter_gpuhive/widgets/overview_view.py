@@ -1,0 +1,97 @@
+"""OverviewView: a heat map of GPUs × slots (canvas for big grids) and a host/GPU picker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bqplot as bq
+import ipywidgets as w
+import numpy as np
+
+from . import palette
+from .display import Shown
+from .overview_model import OverviewModel
+
+SVG_CELL_LIMIT = 5000  # GridHeatMap (SVG, selectable) up to here; HeatMap (canvas) beyond
+
+
+class OverviewView(Shown):
+    """The grid coloured free / others / mine; picking hosts or GPUs filters linked views."""
+
+    def __init__(self, model: OverviewModel, height: int | None = None) -> None:
+        self.model = model
+        self.x = bq.LinearScale()
+        self.y = bq.LinearScale(reverse=True)
+        self.colour = bq.ColorScale(
+            colors=[palette.FREE, palette.OTHERS, palette.MINE], min=0, max=2
+        )
+        self.x_axis = bq.Axis(scale=self.x, label="time", grid_lines="none")
+        self.y_axis = bq.Axis(scale=self.y, orientation="vertical", grid_lines="none")
+        self.figure = bq.Figure(
+            axes=[self.x_axis, self.y_axis],
+            fig_margin={"top": 10, "bottom": 40, "left": 90, "right": 10},
+            layout=w.Layout(width="100%", height=f"{height or 120 + 14 * 16}px"),
+        )
+        self.grid: bq.Mark | None = None
+        self.hosts = w.SelectMultiple(description="Hosts", rows=5)
+        self.gpus = w.SelectMultiple(description="GPUs", rows=5)
+        show = w.Button(description="Show in calendar", icon="calendar")
+        show.on_click(lambda _b: self._apply_selection())
+        self.info = w.HTML()
+        legend = " ".join(
+            f"<span style='background:{c};padding:0 8px;border:1px solid #999'>{n}</span>"
+            for n, c in (("free", palette.FREE), ("others", palette.OTHERS), ("mine", palette.MINE))
+        )
+        self.widget = w.VBox(
+            [w.HTML(legend), self.figure, w.HBox([self.hosts, self.gpus, show]), self.info]
+        )
+        model.listeners.append(self.render)
+        self.render()
+
+    def render(self) -> None:
+        """Rebuild the grid mark from the model (one array assignment, no per-cell work)."""
+        m = self.model
+        rows, cols = m.matrix.shape
+        self.figure.layout.height = f"{80 + 14 * max(rows, 4)}px"
+        labels = {f"{i:g}": g for i, g in enumerate(m.gpus)}
+        self.y_axis.tick_values = list(range(rows)) if rows <= 96 else []
+        self.y_axis.tick_labels = labels
+        ticks = m.day_ticks()
+        self.x_axis.tick_values = list(ticks)
+        self.x_axis.tick_labels = {f"{k:g}": v for k, v in ticks.items()}
+        colour = m.matrix.astype(np.float32) if rows and cols else np.zeros((1, 1), np.float32)
+        scales = {"x": self.x, "y": self.y, "color": self.colour}
+        if rows * cols <= SVG_CELL_LIMIT:
+            grid: bq.Mark = bq.GridHeatMap(
+                color=colour, scales={"row": self.y, "column": self.x, "color": self.colour},
+                row=np.arange(colour.shape[0]), column=np.arange(colour.shape[1]),
+                interactions={"click": "select"}, stroke="white",
+            )  # fmt: skip
+            grid.observe(self._cells_selected, "selected")
+        else:
+            grid = bq.HeatMap(
+                x=np.arange(colour.shape[1]), y=np.arange(colour.shape[0]), color=colour,
+                scales=scales,
+            )  # fmt: skip
+        grid.on_element_click(self._clicked)
+        self.grid = grid
+        self.figure.marks = [grid]
+        self.hosts.options = list(m.hosts)
+        self.gpus.options = m.gpus
+
+    def _apply_selection(self) -> None:
+        self.model.select(self.gpus.value, self.hosts.value)
+        self.info.value = f"Selected: {', '.join(self.model.selected) or 'nothing'}"
+
+    def _cells_selected(self, change: dict[str, Any]) -> None:
+        cells = change["new"] if change["new"] is not None else []
+        rows = sorted({int(r) for r, _c in np.asarray(cells).reshape(-1, 2)})
+        if rows:
+            self.model.select_rows(rows)
+            self.info.value = f"Selected: {', '.join(self.model.selected)}"
+
+    def _clicked(self, _mark: Any, event: dict[str, Any]) -> None:
+        data = event.get("data", {})
+        row, col = data.get("row"), data.get("column")
+        if row is not None and col is not None:
+            self.info.value = self.model.describe(int(row), int(col))

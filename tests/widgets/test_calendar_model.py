@@ -1,0 +1,197 @@
+"""CalendarModel against a real server: selection, dialog requests, errors, own boxes."""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.widgets import palette
+from jupyter_gpuhive.widgets.calendar_model import CalendarModel
+from jupyter_gpuhive.widgets.calendar_view import CalendarView
+from tests.widgets.conftest import next_monday
+
+UTC = timezone.utc
+
+
+def at(day: Any, hour: float) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC) + timedelta(hours=hour)
+
+
+@pytest.fixture
+def cal(as_user: Any) -> CalendarModel:
+    model = CalendarModel(as_user("alice"), start=next_monday(), gpus=["gpu02:0", "gpu02:1"],
+                          zone="UTC")  # fmt: skip
+    model.load()
+    return model
+
+
+def test_brush_becomes_the_exact_post_the_dialog_sends(cal: CalendarModel) -> None:
+    assert cal.me == "alice" and cal.columns == 14  # 7 days × 2 GPUs
+    assert len(cal.all_gpus) == 64
+    # Tuesday (day 1) columns 2-3 = both GPUs, 09:07 → 11:52 snapped to quarters.
+    draft = cal.select(2.2, 3.8, 9.12, 11.87)
+    assert draft is not None and draft.gpus == ["gpu02:0", "gpu02:1"]
+    tuesday = cal.start + timedelta(days=1)
+    assert (draft.start, draft.end) == (at(tuesday, 9), at(tuesday, 11.75))
+    assert draft.start.tzinfo is not None  # what DatetimePicker needs
+    cal.edit(title="training", description="resnet")
+    method, path, body = cal.draft.request()
+    assert (method, path) == ("POST", "reservations")
+    assert body == {
+        "title": "training", "description": "resnet", "gpus": ["gpu02:0", "gpu02:1"],
+        "start": at(tuesday, 9).isoformat(), "end": at(tuesday, 11.75).isoformat(),
+    }  # fmt: skip
+    done = cal.submit()
+    assert done is not None and cal.draft is None and cal.error == ""
+    assert "Reserved gpu02:0, gpu02:1" in cal.message
+    mine = [b for b in cal.boxes if b.reservation_id == done["id"]]
+    assert [b.column for b in mine] == [2, 3]
+    assert all(b.mine and b.colour == palette.MINE for b in mine)
+    assert (mine[0].y0, mine[0].y1) == (9.0, 11.75)
+    assert mine[0].label == "alice: training"
+
+
+def test_single_column_brush_takes_one_gpu(cal: CalendarModel) -> None:
+    draft = cal.select(5.1, 5.9, 14, 13)  # Thursday, second GPU; y reversed by the brush
+    assert draft is not None and draft.gpus == ["gpu02:1"]
+    assert draft.start.hour == 13 and draft.end.hour == 14
+
+
+def test_conflict_is_shown_in_the_dialog_in_words(cal: CalendarModel, as_user: Any) -> None:
+    wednesday = cal.start + timedelta(days=2)
+    bob = as_user("bob")
+    taken = bob.reserve(title="bob's run", gpus=["gpu02:0"], start=at(wednesday, 10).isoformat(),
+                        end=at(wednesday, 12).isoformat())  # fmt: skip
+    cal.load()
+    bobs = [b for b in cal.boxes if b.reservation_id == taken["id"]]
+    assert len(bobs) == 1 and not bobs[0].mine
+    assert bobs[0].colour == palette.user_colour("bob") != palette.MINE
+    assert bobs[0].column == 4 and bobs[0].label == "bob: bob's run"
+    cal.select(4.1, 4.9, 11, 13)
+    cal.edit(title="clash")
+    assert cal.submit() is None
+    assert cal.draft is not None  # the dialog stays open
+    assert cal.error.startswith("Could not reserve. Conflict: ")
+    assert "not free" in cal.error
+    # Clicking someone else's box opens no dialog, only says whose it is.
+    assert cal.click(4.5, 11) is None
+    assert cal.message.startswith("bob: bob's run")
+
+
+def test_empty_title_and_unchanged_edit_are_refused_locally(cal: CalendarModel) -> None:
+    cal.select(12.2, 12.8, 1, 2)
+    assert cal.submit() is None and cal.error == "Give the reservation a title."
+    cal.edit(title="sunday")
+    done = cal.submit()
+    assert done is not None
+    cal.open(done["id"])
+    assert cal.submit() is None and cal.error == "Nothing was changed."
+
+
+def test_click_own_box_then_edit_and_cancel(cal: CalendarModel, as_user: Any) -> None:
+    friday = cal.start + timedelta(days=4)
+    cal.select(8.1, 8.9, 6, 8)
+    cal.edit(title="mine")
+    made = cal.submit()
+    assert made is not None
+    draft = cal.click(8.5, 7.0)
+    assert draft is not None and draft.reservation_id == made["id"]
+    assert draft.title == "mine" and draft.status == "upcoming"
+    cal.edit(end=at(friday, 9), title="longer")
+    method, path, body = cal.draft.request()
+    assert (method, path) == ("PATCH", f"reservations/{made['id']}")
+    assert body == {"title": "longer", "end": at(friday, 9).isoformat()}  # only what changed
+    assert cal.submit() is not None
+    box = next(b for b in cal.boxes if b.reservation_id == made["id"])
+    assert (box.y0, box.y1, box.title) == (6.0, 9.0, "longer")
+    cal.open(made["id"])
+    assert cal.end_or_cancel() is not None
+    assert cal.message == f"Reservation {made['id']} cancelled."
+    assert all(b.reservation_id != made["id"] for b in cal.boxes)
+    # A second cancel (e.g. from a stale dialog) is a conflict, shown in words.
+    stale = CalendarModel(as_user("alice"), start=cal.start, gpus=cal.gpus, zone="UTC")
+    stale.load()
+    stale.reservations[made["id"]] = {**made, "status": "upcoming"}
+    stale.open(made["id"])
+    assert stale.end_or_cancel() is None
+    assert (
+        stale.error
+        == f"Could not cancel the reservation. Conflict: Reservation {made['id']} is already cancelled."
+    )
+
+
+def test_running_own_reservation_ends_early(as_user: Any) -> None:
+    alice = as_user("alice")
+    now = datetime.now(UTC)
+    made = alice.reserve(title="now", gpus=["gpu03:2"], start=now.isoformat(), duration="2h")
+    cal = CalendarModel(alice, gpus=["gpu03:2"], zone="UTC")
+    cal.load()
+    line = cal.now_line()
+    assert line is not None and line[0] == [0, 1]
+    assert abs(line[1][0] - (now.hour + now.minute / 60)) < 0.1
+    draft = cal.open(made["id"])
+    assert draft is not None and draft.status == "active"
+    done = cal.end_or_cancel()
+    assert done is not None and "ended early" in cal.message
+
+
+def test_allowed_windows_are_painted_and_forbidden_times_explained(as_user: Any) -> None:
+    carol = CalendarModel(as_user("carol"), start=next_monday(), gpus=["gpu01:0", "gpu02:0"],
+                          zone="UTC")  # fmt: skip
+    carol.load()
+    assert carol.unrestricted is False
+    office = [s for s in carol.allowed if s.column % 2 == 0]  # gpu01:0 columns
+    assert [(s.column, s.y0, s.y1) for s in office] == [(2 * d, 8.0, 16.0) for d in range(5)]
+    anytime = [s for s in carol.allowed if s.column % 2 == 1]
+    assert [(s.column, s.y0, s.y1) for s in anytime] == [(2 * d + 1, 0.0, 24.0) for d in range(7)]
+    carol.select(10.2, 10.8, 18, 20)  # Saturday evening on gpu01:0
+    carol.edit(title="weekend")
+    assert carol.submit() is None
+    assert carol.error.startswith("Could not reserve. Not allowed: "), carol.error
+    boss = CalendarModel(as_user("boss"), start=next_monday(), gpus=["gpu01:0"], zone="UTC")
+    boss.load()
+    assert boss.unrestricted and [(s.y0, s.y1) for s in boss.allowed] == [(0.0, 24.0)] * 7
+
+
+def test_reservation_across_midnight_is_cut_into_days(as_user: Any) -> None:
+    monday = next_monday(2)
+    bob = as_user("bob")
+    bob.reserve(title="overnight", gpus=["gpu04:0"], start=at(monday, 22).isoformat(),
+                end=at(monday, 26).isoformat())  # fmt: skip
+    cal = CalendarModel(as_user("alice"), start=monday, gpus=["gpu04:0"], zone="UTC")
+    cal.load()
+    assert [(b.column, b.y0, b.y1) for b in cal.boxes] == [(0, 22.0, 24.0), (1, 0.0, 2.0)]
+    # Shown in another zone the same booking moves on the clock.
+    warsaw = CalendarModel(as_user("alice"), start=monday, gpus=["gpu04:0"], zone="Europe/Warsaw")
+    warsaw.load()
+    local = at(monday, 22).astimezone(warsaw.zone)
+    first = warsaw.boxes[0]
+    assert (first.column, first.y0) == ((local.date() - monday).days, float(local.hour))
+
+
+def test_view_draws_the_model(cal: CalendarModel, as_user: Any) -> None:
+    view = CalendarView(cal)
+    cal.select(0.1, 0.9, 3, 4)
+    assert view.dialog.layout.display == "flex"
+    assert view.start.value == cal.draft.start and view.start.value.tzinfo is not None
+    view.title.value = "from the dialog"
+    view._submit()
+    assert cal.draft is None and view.dialog.layout.display == "none"
+    assert len(view.boxes.x) == len(cal.boxes) >= 1
+    assert view.top_axis.tick_labels["1"] == cal.start.strftime("%a %d %b")
+    assert view.gpu_picker.value == ("gpu02:0", "gpu02:1")
+    view.gpu_picker.value = ("gpu02:1",)
+    assert cal.gpus == ["gpu02:1"] and cal.columns == 7
+
+
+def test_brush_over_two_days_runs_from_first_top_to_last_bottom(cal: CalendarModel) -> None:
+    # Tuesday's first GPU column to Wednesday's first: gpu02:0 only, Tue 18:00 → Wed 09:00 after
+    # the dialog's exact times; the rectangle itself gives Tue 09:00 → Wed 18:00.
+    draft = cal.select(2.1, 4.9, 9, 18)
+    tuesday = cal.start + timedelta(days=1)
+    assert draft is not None and draft.gpus == ["gpu02:0"]
+    assert (draft.start, draft.end) == (at(tuesday, 9), at(tuesday, 24 + 18))
+    cal.edit(start=at(tuesday, 18), end=at(tuesday, 33))
+    assert cal.draft.request()[2]["end"] == at(tuesday, 33).isoformat()

@@ -1,0 +1,44 @@
+"""The quickstart notebook, executed top to bottom by a real kernel against a real server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.conftest import TOKENS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_quickstart_runs_top_to_bottom(url: str, monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path) -> None:  # fmt: skip
+    # The kernel inherits these, as it would from the server extension.
+    monkeypatch.setenv("GPUHIVE_URL", url)
+    monkeypatch.setenv("GPUHIVE_TOKEN", TOKENS["boss"])
+    book = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
+    NotebookClient(book, timeout=60, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    text = "\n".join(_text(cell) for cell in book.cells if cell.cell_type == "code")
+    assert "I am boss; 64 GPUs on 16 hosts" in text
+    assert "Reserved gpu01:0, gpu01:1 from" in text
+    assert "('POST', 'reservations'," in text
+    assert "cancelled." in text
+    widgets = [o for c in book.cells for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]  # fmt: skip
+    assert len(widgets) == 3  # calendar, overview, dashboard
+
+
+def _text(cell: Any) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif out.get("output_type") == "error":
+            raise AssertionError(f"{out['ename']}: {out['evalue']}")
+        else:
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
