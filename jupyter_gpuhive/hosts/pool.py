@@ -240,14 +240,35 @@ class HostPool:
     async def _run_ssh(
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
     ) -> CommandResult:
-        limit = self.settings.connect_timeout + timeout
-        try:
-            async with asyncio.timeout(limit):
-                conn = await self._connection(decl, user)
-                done = await conn.run(command, check=False, input=stdin)
-        except (asyncssh.Error, OSError, TimeoutError) as error:
-            self._drop((decl.name, user))
-            raise HostUnavailable(decl.name, explain(decl, user, error, limit)) from None
+        key = (decl.name, user)
+        for attempt in (1, 2):
+            cached = self._conns.get(key)
+            # Connecting and running are bounded separately: a command that hangs on an open
+            # connection gives up after `timeout`, not `connect_timeout + timeout`.
+            limit = self.settings.connect_timeout
+            conn = None
+            try:
+                async with asyncio.timeout(limit):
+                    conn = await self._connection(decl, user)
+                limit = timeout
+                async with asyncio.timeout(limit):
+                    done = await _run_session(conn, command, stdin)
+            except (asyncssh.Error, OSError, TimeoutError) as error:
+                refused = isinstance(error, asyncssh.ChannelOpenError)
+                if conn is None or conn.is_closed() or not refused:
+                    self._drop(key)  # a session refused on a live connection keeps the others
+                stale = conn is not None and conn is cached and conn.is_closed()
+                if attempt == 1 and refused and stale:
+                    continue  # the kept connection died since its last use: the command never
+                    # started, so one fresh connection is tried at once
+                raise HostUnavailable(decl.name, explain(decl, user, error, limit)) from None
+            break
+        if done.exit_status is None and done.exit_signal is None:
+            # sshd always reports how a command ended; without it the connection was cut.
+            self._drop(key)
+            raise HostUnavailable(
+                decl.name, f"the connection to {_address(decl)} was lost while the command ran"
+            )
         status = done.exit_status if done.exit_status is not None else -1
         return CommandResult(status, _text(done.stdout), _text(done.stderr))
 
@@ -260,23 +281,29 @@ class HostPool:
             if os.geteuid() != 0:
                 raise HostUnavailable(decl.name, f"cannot run as {user} without root")
             argv = ["runuser", "-u", user, "--", *argv]
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as error:  # no shell, no file descriptors, a bad env
+            raise HostUnavailable(decl.name, f"cannot start the local command: {error}") from None
         try:
             async with asyncio.timeout(timeout):
                 out, err = await process.communicate(stdin.encode() if stdin else None)
         except (TimeoutError, asyncio.CancelledError) as error:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            await asyncio.shield(process.wait())
             if isinstance(error, asyncio.CancelledError):
+                with contextlib.suppress(BaseException):
+                    async with asyncio.timeout(1):
+                        await process.wait()
                 raise
+            await process.wait()
             raise HostUnavailable(
                 decl.name, f"no answer from the local command within {timeout:.0f} s"
             ) from None
@@ -294,6 +321,30 @@ class HostPool:
                     await conn.wait_closed()
             except (TimeoutError, OSError, asyncssh.Error):
                 pass
+
+
+async def _run_session(
+    conn: asyncssh.SSHClientConnection, command: str, stdin: str | None
+) -> asyncssh.SSHCompletedProcess:
+    """`conn.run`, waiting out sshd's session limit for a moment.
+
+    sshd frees a session's slot only after the client has seen the channel close, so a new
+    session opened at once can be refused ("no more sessions") even below MaxSessions. The
+    command never started then, so it is safe to ask again.
+    """
+    delay = 0.02
+    for _ in range(_SESSION_RETRIES):
+        try:
+            return await conn.run(command, check=False, input=stdin)
+        except asyncssh.ChannelOpenError:
+            if conn.is_closed():
+                raise
+        await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, 0.5)
+    return await conn.run(command, check=False, input=stdin)
+
+
+_SESSION_RETRIES = 6
 
 
 def _env(decl: HostDecl) -> Mapping[str, Any]:

@@ -35,10 +35,10 @@ t=$(mktemp -d 2>/dev/null) || {{ t=/tmp/gpuhive.$$; mkdir -p "$t"; }}
 nvidia-smi --query-gpu={",".join(GPU_FIELDS)} --format=csv,nounits >"$t/g" 2>&1 & g=$!
 nvidia-smi --query-compute-apps={",".join(QUERY_APPS_FIELDS)} --format=csv,nounits \
   >"$t/a" 2>&1 & a=$!
-wait $g; echo "{MARK}gpus $?"; cat "$t/g"
+wait $g; echo "{MARK}gpus $?"; cat "$t/g"; echo
 if grep -q ', Enabled' "$t/g"; then nvidia-smi -L >"$t/l" 2>&1; l=$?; else : >"$t/l"; l=0; fi
-wait $a; echo "{MARK}apps $?"; cat "$t/a"
-echo "{MARK}list $l"; cat "$t/l"
+wait $a; echo "{MARK}apps $?"; cat "$t/a"; echo
+echo "{MARK}list $l"; cat "$t/l"; echo
 pids=$(sed -n 's/^\\([0-9][0-9]*\\), .*/\\1/p' "$t/a" | sort -u | paste -sd, -)
 echo "{MARK}ps 0"; [ -n "$pids" ] && ps -o pid=,pgid=,user:64=,args= -p "$pids"
 echo "{MARK}stat 0"; head -n 1 /proc/stat
@@ -140,6 +140,8 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         status, body = sections["gpus"]
         check_driver(body, status)
         gpus = parse_query_gpu(body)
+        if not gpus:
+            raise NvsmiParseError("nvidia-smi listed no GPUs")
         status, body = sections.get("apps", (0, ""))
         check_driver(body, status)
         owners = _owners(sections.get("ps", (0, ""))[1])
