@@ -5,10 +5,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# System packages the tests use (real PostgreSQL, real sshd, real GNU screen).
-APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps
+# System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests).
+APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium
+# JupyterLab extension (labextension/): node_modules cached by a stamp, rebuilt when its sources change.
+LABEXT       := labextension
+LABEXT_STAMP := $(LABEXT)/node_modules/.installed
+LABEXT_BUILT := jupyter_gpuhive/labextension/package.json
+JLPM         := PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/jlpm"
 
-.PHONY: demo test lint format sysdeps venv bench clean
+.PHONY: demo test lint format sysdeps venv bench clean labextension test-js test-ui
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +22,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(LABEXT_STAMP): $(STAMP) $(LABEXT)/package.json $(LABEXT)/yarn.lock
+	cd $(LABEXT) && $(JLPM) install --immutable
+	touch $@
+
+# Builds into jupyter_gpuhive/labextension, then reinstalls (no JS rebuild) so the venv's
+# share/jupyter/labextensions/jupyter-gpuhive holds this build.
+$(LABEXT_BUILT): $(wildcard $(LABEXT)/src/*.ts $(LABEXT)/style/*) $(LABEXT)/tsconfig.json $(LABEXT)/package.json | $(LABEXT_STAMP)
+	cd $(LABEXT) && $(JLPM) build:prod
+	SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet --no-deps -e .
+
+labextension: $(LABEXT_BUILT)
+
+# Jest unit tests of the panel's model code.
+test-js: $(LABEXT_STAMP)
+	cd $(LABEXT) && $(JLPM) test
+
+# Playwright UI tests on Debian's chromium; screenshots in labextension/ui-tests/artifacts/.
+test-ui: sysdeps $(LABEXT_BUILT)
+	cd $(LABEXT) && $(JLPM) test:ui
 
 # Installs the system packages the tests need, when run as root and they are missing.
 sysdeps:
@@ -41,10 +66,10 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) lint
+test: sysdeps $(STAMP) lint test-js test-ui
 	$(BIN)/python -m pytest -q
 
-demo: $(STAMP)
+demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.demo
 
 bench: sysdeps $(STAMP)
@@ -52,3 +77,4 @@ bench: sysdeps $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache
+	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(LABEXT)/tsconfig.tsbuildinfo $(LABEXT)/ui-tests/artifacts jupyter_gpuhive/labextension

@@ -1,0 +1,95 @@
+import { Fetcher, HiveApi, HiveApiError, apiUrl, buildReservationRequest, errorMessage } from '../api';
+
+describe('apiUrl', () => {
+  it('joins base, prefix, path and query', () => {
+    expect(apiUrl('http://h/base/', 'reservations', { user: 'a b', start: undefined, x: '' })).toBe(
+      'http://h/base/gpuhive/api/reservations?user=a%20b'
+    );
+    expect(apiUrl('/lab', '/hosts')).toBe('/lab/gpuhive/api/hosts');
+  });
+});
+
+describe('buildReservationRequest', () => {
+  it('builds the POST body', () => {
+    expect(buildReservationRequest({ gpus: ['gpu1:0', 'gpu1:1'], duration: ' 2h ', title: ' sweep ' })).toEqual({
+      body: { title: 'sweep', gpus: ['gpu1:0', 'gpu1:1'], duration: '2h' }
+    });
+  });
+  it('gives a default title', () => {
+    expect(buildReservationRequest({ gpus: ['gpu1:0'], duration: '30m', title: '' }).body!.title).toBe('Quick reservation');
+  });
+  it('says what is missing', () => {
+    expect(buildReservationRequest({ gpus: [], duration: '2h', title: '' }).error).toBe('Select at least one GPU to reserve.');
+    expect(buildReservationRequest({ gpus: ['gpu1:0'], duration: 'forever', title: '' }).error).toContain("'forever'");
+  });
+});
+
+describe('errorMessage', () => {
+  it("takes the server's message", () => {
+    expect(errorMessage(409, '{"message": "Those GPUs are not free", "conflicts": []}')).toBe('Those GPUs are not free');
+    expect(errorMessage(400, '{"reason": "bad"}')).toBe('bad');
+  });
+  it('falls back to words for the status', () => {
+    expect(errorMessage(404, '<html>404</html>')).toBe('Request failed (404): not found.');
+    expect(errorMessage(500, '', 'Internal Server Error')).toBe('Request failed (500): Internal Server Error.');
+    expect(errorMessage(418, '{}')).toBe('Request failed (418): the request failed.');
+  });
+});
+
+type Call = { url: string; method: string; body?: string };
+
+function fake(replies: Record<string, [number, unknown]>): { fetcher: Fetcher; calls: Call[] } {
+  const calls: Call[] = [];
+  const fetcher: Fetcher = async (url, init) => {
+    calls.push({ url, ...init });
+    const key = `${init.method} ${url.replace(/\?.*/, '')}`;
+    const [status, data] = replies[key] ?? [404, '<html>Not Found</html>'];
+    const text = typeof data === 'string' ? data : JSON.stringify(data);
+    return { ok: status < 400, status, text: async () => text };
+  };
+  return { fetcher, calls };
+}
+
+describe('HiveApi', () => {
+  const base = 'http://localhost/';
+  it('lists and creates reservations', async () => {
+    const made = { id: 3, owner: 'me', title: 't', start: 's', end: 'e', gpus: ['gpu1:0'], status: 'active' };
+    const { fetcher, calls } = fake({
+      'GET http://localhost/gpuhive/api/reservations': [200, { reservations: [made] }],
+      'POST http://localhost/gpuhive/api/reservations': [201, made]
+    });
+    const api = new HiveApi(base, fetcher);
+    expect(await api.reservations('me')).toEqual([made]);
+    expect(calls[0].url).toBe('http://localhost/gpuhive/api/reservations?user=me');
+    expect(await api.reserve({ title: 't', gpus: ['gpu1:0'], duration: '1h' })).toEqual(made);
+    expect(JSON.parse(calls[1].body!)).toEqual({ title: 't', gpus: ['gpu1:0'], duration: '1h' });
+  });
+  it("raises the server's message with the status", async () => {
+    const { fetcher } = fake({ 'POST http://localhost/gpuhive/api/reservations': [409, { message: 'gpu1:0 is reserved by bob' }] });
+    const api = new HiveApi(base, fetcher);
+    await expect(api.reserve({})).rejects.toEqual(new HiveApiError('gpu1:0 is reserved by bob', 409));
+  });
+  it('cancels by id with DELETE', async () => {
+    const { fetcher, calls } = fake({ 'DELETE http://localhost/gpuhive/api/reservations/5': [200, { id: 5 }] });
+    await new HiveApi(base, fetcher).cancel(5);
+    expect(calls[0]).toMatchObject({ method: 'DELETE', url: 'http://localhost/gpuhive/api/reservations/5' });
+  });
+  it('treats a missing jobs API (404) as "no jobs section"', async () => {
+    const { fetcher } = fake({});
+    expect(await new HiveApi(base, fetcher).jobs('me')).toBeNull();
+  });
+  it('lists and stops jobs', async () => {
+    const { fetcher, calls } = fake({
+      'GET http://localhost/gpuhive/api/jobs': [200, { jobs: [{ id: 1, name: 'train', status: 'running' }] }],
+      'POST http://localhost/gpuhive/api/jobs/1/stop': [200, {}]
+    });
+    const api = new HiveApi(base, fetcher);
+    expect(await api.jobs('me')).toEqual([{ id: 1, name: 'train', status: 'running' }]);
+    await api.stopJob(1);
+    expect(calls[1]).toMatchObject({ method: 'POST', url: 'http://localhost/gpuhive/api/jobs/1/stop' });
+  });
+  it('passes other job errors on', async () => {
+    const { fetcher } = fake({ 'GET http://localhost/gpuhive/api/jobs': [500, { message: 'boom' }] });
+    await expect(new HiveApi(base, fetcher).jobs('me')).rejects.toThrow('boom');
+  });
+});

@@ -1,0 +1,180 @@
+import {
+  IGpu,
+  IHost,
+  IReservation,
+  activeReservations,
+  compactGpus,
+  formatCountdown,
+  formatMemory,
+  formatTime,
+  formatUsage,
+  gpuState,
+  isJobActive,
+  isRunning,
+  jobStatusText,
+  jobsToShow,
+  reservationCountdown,
+  summarize
+} from '../model';
+
+// jest.config.js sets TZ=UTC, so local times below are UTC.
+const NOW = new Date('2026-11-22T10:00:00Z');
+
+function gpu(extra: Partial<IGpu> = {}): IGpu {
+  return { id: 'gpu1:0', host: 'gpu1', index: 0, processes: [], reservation: null, next_reservation: null, ...extra };
+}
+
+const brief = (owner: string, start: string, end: string) => ({ id: 7, owner, title: 'sweep', start, end });
+
+describe('formatTime', () => {
+  it('shows only the time today', () => {
+    expect(formatTime('2026-11-22T14:30:00Z', NOW)).toBe('14:30');
+  });
+  it('adds the weekday within a week', () => {
+    expect(formatTime('2026-11-24T09:05:00Z', NOW)).toBe('Tue 09:05');
+  });
+  it('shows the date further away', () => {
+    expect(formatTime('2026-12-24T09:05:00Z', NOW)).toBe('2026-12-24 09:05');
+  });
+  it('honours the offset of the ISO string', () => {
+    expect(formatTime('2026-11-22T14:30:00+02:00', NOW)).toBe('12:30');
+  });
+  it('returns garbage unchanged', () => {
+    expect(formatTime('soon', NOW)).toBe('soon');
+  });
+});
+
+describe('formatCountdown', () => {
+  it.each([
+    [0, '0s'],
+    [-5000, '0s'],
+    [12_000, '12s'],
+    [4 * 60_000 + 9_000, '4m 09s'],
+    [65 * 60_000, '1h 05m'],
+    [(2 * 24 + 3) * 3600_000 + 59_000, '2d 3h']
+  ])('%d ms → %s', (ms, text) => {
+    expect(formatCountdown(ms)).toBe(text);
+  });
+});
+
+describe('reservationCountdown', () => {
+  it('counts to the start, then to the end', () => {
+    const r = brief('me', '2026-11-22T10:30:00Z', '2026-11-22T12:00:00Z');
+    expect(reservationCountdown(r, NOW)).toBe('starts in 30m 00s');
+    expect(reservationCountdown(r, new Date('2026-11-22T11:00:00Z'))).toBe('ends in 1h 00m');
+    expect(reservationCountdown(r, new Date('2026-11-22T12:00:00Z'))).toBe('ended');
+  });
+});
+
+describe('memory and usage', () => {
+  it('formats MiB and GiB', () => {
+    expect(formatMemory(512)).toBe('512 MiB');
+    expect(formatMemory(40960)).toBe('40.0 GiB');
+    expect(formatMemory(null)).toBe('–');
+  });
+  it('joins utilisation and memory, empty when unmeasured', () => {
+    expect(formatUsage(gpu({ util: 37.4, mem_used_mib: 1229, mem_total_mib: 40960 }))).toBe('37% · 1.2 GiB/40.0 GiB');
+    expect(formatUsage(gpu())).toBe('');
+  });
+});
+
+describe('gpuState', () => {
+  it('is down when the host is down', () => {
+    const s = gpuState(gpu({ reservation: brief('me', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z') }), 'down', 'me', NOW);
+    expect(s.kind).toBe('down');
+    expect(s.detail).toContain('host gpu1 is down');
+  });
+  it('is mine with the end time', () => {
+    const s = gpuState(gpu({ reservation: brief('me', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z') }), 'up', 'me', NOW);
+    expect(s).toMatchObject({ kind: 'mine', label: 'mine until 11:00' });
+  });
+  it('names who reserved it until when', () => {
+    const s = gpuState(gpu({ reservation: brief('bob', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z') }), 'up', 'me', NOW);
+    expect(s).toMatchObject({ kind: 'reserved', label: 'bob until 11:00' });
+    expect(s.detail).toContain("reserved by bob ('sweep') until 11:00");
+  });
+  it('notes foreign processes on my reservation', () => {
+    const s = gpuState(
+      gpu({
+        reservation: brief('me', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z'),
+        processes: [{ pid: 1, user: 'me' }, { pid: 2, user: 'eve' }]
+      }),
+      'up',
+      'me',
+      NOW
+    );
+    expect(s.kind).toBe('mine');
+    expect(s.detail).toContain('processes of eve running');
+  });
+  it('is busy with whose processes when not reserved', () => {
+    const s = gpuState(gpu({ processes: [{ pid: 1, user: 'alice' }, { pid: 2, user: 'alice' }, { pid: 3, user: null }] }), 'up', 'me', NOW);
+    expect(s).toMatchObject({ kind: 'busy', label: 'busy: alice, pid 3' });
+    expect(s.detail).toContain('3 processes');
+  });
+  it('is free, until the next reservation', () => {
+    expect(gpuState(gpu(), 'up', 'me', NOW)).toMatchObject({ kind: 'free', label: 'free' });
+    const s = gpuState(gpu({ next_reservation: brief('bob', '2026-11-22T13:00:00Z', '2026-11-22T14:00:00Z') }), 'up', 'me', NOW);
+    expect(s).toMatchObject({ kind: 'free', label: 'free until 13:00' });
+  });
+  it('has no data while the host state is unknown', () => {
+    expect(gpuState(gpu(), 'unknown', 'me', NOW).kind).toBe('unknown');
+  });
+});
+
+describe('summaries and lists', () => {
+  const hosts: IHost[] = [
+    { name: 'gpu1', state: 'up', gpus: [gpu(), gpu({ id: 'gpu1:1', reservation: brief('me', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z') })] },
+    { name: 'gpu2', state: 'down', gpus: [gpu({ id: 'gpu2:0', host: 'gpu2' })] }
+  ];
+  it('counts kinds', () => {
+    expect(summarize(hosts, 'me', NOW)).toEqual({ free: 1, mine: 1, reserved: 0, busy: 0, down: 1, unknown: 0 });
+  });
+  const res = (id: number, start: string, end: string, extra: Partial<IReservation> = {}): IReservation => ({
+    id,
+    owner: 'me',
+    title: `r${id}`,
+    start,
+    end,
+    gpus: ['gpu1:0'],
+    status: 'upcoming',
+    ...extra
+  });
+  it('keeps running and upcoming reservations, soonest first', () => {
+    const list = [
+      res(1, '2026-11-22T12:00:00Z', '2026-11-22T13:00:00Z'),
+      res(2, '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z', { status: 'active' }),
+      res(3, '2026-11-22T08:00:00Z', '2026-11-22T09:00:00Z', { status: 'ended' }),
+      res(4, '2026-11-22T12:00:00Z', '2026-11-22T13:00:00Z', { status: 'cancelled', cancelled_at: '2026-11-22T09:00:00Z' })
+    ];
+    expect(activeReservations(list, NOW).map(r => r.id)).toEqual([2, 1]);
+    expect(isRunning(list[1], NOW)).toBe(true);
+    expect(isRunning(list[0], NOW)).toBe(false);
+  });
+  it('knows which jobs can be stopped', () => {
+    expect(isJobActive({ id: 1, name: 'a', status: 'running' })).toBe(true);
+    expect(isJobActive({ id: 1, name: 'a', status: 'Queued' })).toBe(true);
+    expect(isJobActive({ id: 1, name: 'a', status: 'finished' })).toBe(false);
+  });
+  it('compacts GPU ids per host', () => {
+    expect(compactGpus(['gpu1:1', 'gpu2:3', 'gpu1:0', 'gpu1:10'])).toBe('gpu1:0,1,10 gpu2:3');
+  });
+});
+
+describe('jobs', () => {
+  const job = (id: number, status: string, extra: Record<string, unknown> = {}) => ({ id, name: `j${id}`, status, ...extra });
+  it('describes status, queue and GPUs', () => {
+    expect(jobStatusText(job(1, 'running', { gpus: ['gpu1:0', 'gpu1:1'] }))).toBe('running · 2 GPUs');
+    expect(jobStatusText(job(2, 'pending', { queued: true, gpus: [] }))).toBe('pending · queued');
+    expect(jobStatusText(job(3, 'succeeded'))).toBe('succeeded');
+  });
+  it('lists active jobs first, then the latest finished ones', () => {
+    const jobs = [
+      job(1, 'succeeded', { updated_at: '2026-11-22T08:00:00Z' }),
+      job(2, 'running', { updated_at: '2026-11-22T07:00:00Z' }),
+      job(3, 'failed', { updated_at: '2026-11-22T09:00:00Z' }),
+      job(4, 'pending', { updated_at: '2026-11-22T09:30:00Z' }),
+      job(5, 'stopped', { updated_at: '2026-11-22T06:00:00Z' })
+    ];
+    expect(jobsToShow(jobs, 2).map(j => j.id)).toEqual([4, 2, 3, 1]);
+  });
+});

@@ -1,0 +1,173 @@
+/**
+ * Talking to the gpuhive REST API under `{base_url}gpuhive/api/`: URL and body building,
+ * error extraction, and a small client over an injected `fetch` (ServerConnection in the
+ * extension, a fake in the unit tests). No JupyterLab imports here.
+ */
+
+import { IHost, IJob, IMe, IReservation } from './model';
+
+export const API_PREFIX = 'gpuhive/api/';
+
+/** Lengths offered by quick reserve (the server accepts e.g. 90m, 2h, 1d). */
+export const LENGTHS = ['30m', '1h', '2h', '4h', '8h', '1d'];
+
+const DURATION = /^\s*\d+(\.\d+)?\s*(m|min|h|d)\s*$/i;
+
+/** An error that carries the server's message in words. */
+export class HiveApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+    this.name = 'HiveApiError';
+  }
+}
+
+/** `{base}gpuhive/api/{path}?{query}`, skipping empty query values. */
+export function apiUrl(
+  baseUrl: string,
+  path: string,
+  query: Record<string, string | undefined> = {}
+): string {
+  const base = baseUrl.endsWith('/') ? baseUrl : baseUrl + '/';
+  const params = Object.entries(query)
+    .filter(([, v]) => v !== undefined && v !== '')
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v as string)}`)
+    .join('&');
+  const clean = path.replace(/^\/+/, '');
+  return `${base}${API_PREFIX}${clean}${params ? '?' + params : ''}`;
+}
+
+export interface IQuickReserve {
+  gpus: string[];
+  duration: string;
+  title: string;
+}
+
+/**
+ * The POST body for a reservation starting now, or an error message in words when the form
+ * cannot be sent.
+ */
+export function buildReservationRequest(form: IQuickReserve): { body?: Record<string, unknown>; error?: string } {
+  if (!form.gpus.length) {
+    return { error: 'Select at least one GPU to reserve.' };
+  }
+  const duration = form.duration.trim();
+  if (!DURATION.test(duration)) {
+    return { error: `'${form.duration}' is not a length I can read; use e.g. 30m, 2h or 1d.` };
+  }
+  const title = form.title.trim() || 'Quick reservation';
+  return { body: { title, gpus: [...form.gpus], duration } };
+}
+
+function statusWords(status: number, statusText?: string): string {
+  const words: Record<number, string> = {
+    400: 'the request was malformed',
+    401: 'you are not logged in',
+    403: 'that is not allowed',
+    404: 'not found',
+    409: 'it conflicts with another reservation',
+    422: 'the values were not accepted',
+    500: 'the server failed'
+  };
+  return statusText || words[status] || 'the request failed';
+}
+
+/** The server's `{"message": ...}` in words, or a sentence built from the status. */
+export function errorMessage(status: number, body: string, statusText?: string): string {
+  const text = (body || '').trim();
+  if (text) {
+    try {
+      const data = JSON.parse(text);
+      if (data && typeof data === 'object') {
+        for (const key of ['message', 'reason', 'error']) {
+          const value = (data as Record<string, unknown>)[key];
+          if (typeof value === 'string' && value.trim()) {
+            return value.trim();
+          }
+        }
+      }
+    } catch {
+      // Not JSON (an HTML error page): fall through to the status.
+    }
+  }
+  return `Request failed (${status}): ${statusWords(status, statusText)}.`;
+}
+
+/** The parts of a fetch Response the client reads. */
+export interface IResponseLike {
+  ok: boolean;
+  status: number;
+  statusText?: string;
+  text(): Promise<string>;
+}
+
+export type Fetcher = (url: string, init: { method: string; body?: string }) => Promise<IResponseLike>;
+
+/** A thin client; `fetcher` adds the server's auth (ServerConnection.makeRequest). */
+export class HiveApi {
+  constructor(
+    private readonly baseUrl: string,
+    private readonly fetcher: Fetcher
+  ) {}
+
+  async request<T>(
+    method: string,
+    path: string,
+    options: { query?: Record<string, string | undefined>; body?: unknown } = {}
+  ): Promise<T> {
+    const url = apiUrl(this.baseUrl, path, options.query);
+    const init: { method: string; body?: string } = { method };
+    if (options.body !== undefined) {
+      init.body = JSON.stringify(options.body);
+    }
+    const response = await this.fetcher(url, init);
+    const text = await response.text();
+    if (!response.ok) {
+      throw new HiveApiError(errorMessage(response.status, text, response.statusText), response.status);
+    }
+    return (text ? JSON.parse(text) : {}) as T;
+  }
+
+  me(): Promise<IMe> {
+    return this.request<IMe>('GET', 'me');
+  }
+
+  async hosts(): Promise<IHost[]> {
+    return (await this.request<{ hosts: IHost[] }>('GET', 'hosts')).hosts ?? [];
+  }
+
+  async reservations(user: string): Promise<IReservation[]> {
+    const data = await this.request<{ reservations: IReservation[] }>('GET', 'reservations', {
+      query: { user }
+    });
+    return data.reservations ?? [];
+  }
+
+  reserve(body: Record<string, unknown>): Promise<IReservation> {
+    return this.request<IReservation>('POST', 'reservations', { body });
+  }
+
+  /** Cancel an upcoming reservation, or end a running one now. */
+  cancel(id: number): Promise<IReservation> {
+    return this.request<IReservation>('DELETE', `reservations/${id}`);
+  }
+
+  /** My jobs, or `null` when the server has no jobs API (404): the panel then hides the section. */
+  async jobs(user: string): Promise<IJob[] | null> {
+    try {
+      const data = await this.request<{ jobs?: IJob[] }>('GET', 'jobs', { query: { user } });
+      return data.jobs ?? [];
+    } catch (error) {
+      if (error instanceof HiveApiError && error.status === 404) {
+        return null;
+      }
+      throw error;
+    }
+  }
+
+  stopJob(id: number | string): Promise<unknown> {
+    return this.request('POST', `jobs/${encodeURIComponent(String(id))}/stop`);
+  }
+}

@@ -1,0 +1,81 @@
+/** jupyter-gpuhive's JupyterLab plugin: the GPU hive sidebar panel. */
+
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import { ServerConnection } from '@jupyterlab/services';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { Fetcher, HiveApi } from './api';
+import { GpuHivePanel } from './panel';
+
+const PLUGIN_ID = 'jupyter-gpuhive:panel';
+const CMD_OPEN = 'gpuhive:open-panel';
+
+export const gpuIcon = new LabIcon({
+  name: 'jupyter-gpuhive:gpu',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24">' +
+    '<g class="jp-icon3" fill="#616161">' +
+    '<path d="M4 7h14a2 2 0 0 1 2 2v1h2v2h-2v2h2v2h-2v1a2 2 0 0 1-2 2H4V7zm2 2v8h12V9H6z"/>' +
+    '<path d="M8 11h3v4H8zm5 0h3v4h-3zM7 3h2v4H7zm4 0h2v4h-2zm4 0h2v4h-2z"/>' +
+    '</g></svg>'
+});
+
+/** Insert `code` as a new cell below the active one of the current notebook, or open a new notebook with it. */
+async function insertCell(app: JupyterFrontEnd, tracker: INotebookTracker | null, code: string): Promise<void> {
+  let panel: NotebookPanel | null = tracker?.currentWidget ?? null;
+  let fresh = false;
+  if (!panel) {
+    panel = (await app.commands.execute('notebook:create-new', { kernelName: 'python3' })) as NotebookPanel;
+    fresh = true;
+  }
+  await panel.context.ready;
+  const notebook = panel.content;
+  const current = notebook.activeCell;
+  if (fresh || !current || (current.model.type === 'code' && current.model.sharedModel.getSource() === '')) {
+    // Reuse an empty code cell (the first cell of a new notebook).
+  } else {
+    NotebookActions.insertBelow(notebook);
+  }
+  const cell = notebook.activeCell;
+  if (cell) {
+    if (cell.model.type !== 'code') {
+      NotebookActions.changeCellType(notebook, 'code');
+    }
+    notebook.activeCell!.model.sharedModel.setSource(code);
+  }
+  app.shell.activateById(panel.id);
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'GPU hive sidebar: which GPUs are free, what I hold, what is running.',
+  autoStart: true,
+  optional: [ILayoutRestorer, INotebookTracker],
+  activate: (app: JupyterFrontEnd, restorer: ILayoutRestorer | null, tracker: INotebookTracker | null) => {
+    const settings = ServerConnection.makeSettings();
+    const fetcher: Fetcher = (url, init) =>
+      ServerConnection.makeRequest(
+        url,
+        { method: init.method, body: init.body, headers: init.body ? { 'Content-Type': 'application/json' } : undefined },
+        settings
+      );
+    const panel = new GpuHivePanel({
+      api: new HiveApi(settings.baseUrl, fetcher),
+      insertCell: code => insertCell(app, tracker, code)
+    });
+    panel.title.icon = gpuIcon;
+    app.shell.add(panel, 'left', { rank: 900 });
+    if (restorer) {
+      restorer.add(panel, 'jupyter-gpuhive-panel');
+    }
+    app.commands.addCommand(CMD_OPEN, {
+      label: 'Show GPU hive',
+      caption: 'Show the GPU hive sidebar',
+      icon: gpuIcon,
+      execute: () => app.shell.activateById(panel.id)
+    });
+  }
+};
+
+export default plugin;

@@ -1,0 +1,292 @@
+/**
+ * The panel's model: the shapes the gpuhive REST API returns and pure functions that turn
+ * them into what the panel shows (GPU state, countdowns, times). No DOM, no JupyterLab:
+ * unit-tested with jest.
+ */
+
+/** A reservation as `hosts` gives it on each GPU (`reservation`, `next_reservation`). */
+export interface IBrief {
+  id: number;
+  owner: string;
+  title: string;
+  start: string;
+  end: string;
+}
+
+export interface IProcess {
+  pid: number;
+  user: string | null;
+  command?: string | null;
+  used_memory_mib?: number | null;
+}
+
+export interface IGpu {
+  id: string;
+  host: string;
+  index: number;
+  model?: string | null;
+  util?: number | null;
+  mem_used_mib?: number | null;
+  mem_total_mib?: number | null;
+  processes?: IProcess[];
+  reservation?: IBrief | null;
+  next_reservation?: IBrief | null;
+}
+
+export interface IHost {
+  name: string;
+  state: string;
+  error?: string | null;
+  gpu_error?: string | null;
+  gpus: IGpu[];
+}
+
+export interface IReservation extends IBrief {
+  gpus: string[];
+  status: string;
+  created_at?: string;
+  cancelled_at?: string | null;
+  flagged?: boolean;
+  flag_reason?: string | null;
+}
+
+export interface IJob {
+  id: number | string;
+  name: string;
+  status: string;
+  [key: string]: unknown;
+}
+
+export interface IMe {
+  name: string;
+  groups: string[];
+  admin: boolean;
+}
+
+export type GpuKind = 'free' | 'mine' | 'reserved' | 'busy' | 'down' | 'unknown';
+
+export interface IGpuState {
+  kind: GpuKind;
+  /** One or two words: the badge. */
+  label: string;
+  /** A sentence: tooltip and accessible description. */
+  detail: string;
+}
+
+const MINUTE = 60_000;
+
+function pad(n: number): string {
+  return n < 10 ? `0${n}` : `${n}`;
+}
+
+const DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+
+/** A local wall-clock time: "14:30" today, "Tue 14:30" within a week, else "2026-12-01 14:30". */
+export function formatTime(iso: string, now: Date = new Date()): string {
+  const t = new Date(iso);
+  if (isNaN(t.getTime())) {
+    return iso;
+  }
+  const hm = `${pad(t.getHours())}:${pad(t.getMinutes())}`;
+  const sameDay =
+    t.getFullYear() === now.getFullYear() &&
+    t.getMonth() === now.getMonth() &&
+    t.getDate() === now.getDate();
+  if (sameDay) {
+    return hm;
+  }
+  if (Math.abs(t.getTime() - now.getTime()) < 6 * 24 * 60 * MINUTE) {
+    return `${DAYS[t.getDay()]} ${hm}`;
+  }
+  return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ${hm}`;
+}
+
+/** A countdown: "2d 3h", "1h 05m", "4m 09s", "12s"; "0s" once past. */
+export function formatCountdown(ms: number): string {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  if (d > 0) {
+    return `${d}d ${h}h`;
+  }
+  if (h > 0) {
+    return `${h}h ${pad(m)}m`;
+  }
+  if (m > 0) {
+    return `${m}m ${pad(sec)}s`;
+  }
+  return `${sec}s`;
+}
+
+/** What a countdown line says for one of my reservations. */
+export function reservationCountdown(r: IBrief, now: Date): string {
+  const start = new Date(r.start).getTime();
+  const end = new Date(r.end).getTime();
+  const t = now.getTime();
+  if (t < start) {
+    return `starts in ${formatCountdown(start - t)}`;
+  }
+  if (t < end) {
+    return `ends in ${formatCountdown(end - t)}`;
+  }
+  return 'ended';
+}
+
+/** "40.0 GiB" / "512 MiB". */
+export function formatMemory(mib: number | null | undefined): string {
+  if (mib === null || mib === undefined) {
+    return '–';
+  }
+  return mib >= 1024 ? `${(mib / 1024).toFixed(1)} GiB` : `${Math.round(mib)} MiB`;
+}
+
+/** "37% · 1.2/40.0 GiB", or '' when nothing was measured. */
+export function formatUsage(gpu: IGpu): string {
+  const parts: string[] = [];
+  if (gpu.util !== null && gpu.util !== undefined) {
+    parts.push(`${Math.round(gpu.util)}%`);
+  }
+  if (gpu.mem_used_mib !== null && gpu.mem_used_mib !== undefined) {
+    parts.push(`${formatMemory(gpu.mem_used_mib)}/${formatMemory(gpu.mem_total_mib)}`);
+  }
+  return parts.join(' · ');
+}
+
+/** The distinct users of a GPU's processes, in order of appearance. */
+export function processUsers(gpu: IGpu): string[] {
+  const users: string[] = [];
+  for (const p of gpu.processes ?? []) {
+    const u = p.user || `pid ${p.pid}`;
+    if (!users.includes(u)) {
+      users.push(u);
+    }
+  }
+  return users;
+}
+
+/** A GPU's state for `me`: down / mine / reserved by whom until when / busy with whose processes / free. */
+export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = new Date()): IGpuState {
+  if (hostState === 'down') {
+    return { kind: 'down', label: 'down', detail: `${gpu.id}: host ${gpu.host} is down` };
+  }
+  const users = processUsers(gpu);
+  const others = users.filter(u => u !== me);
+  const res = gpu.reservation;
+  if (res) {
+    const until = formatTime(res.end, now);
+    const running = others.length ? `; processes of ${others.join(', ')} running` : '';
+    if (res.owner === me) {
+      return {
+        kind: 'mine',
+        label: `mine until ${until}`,
+        detail: `${gpu.id}: reserved by you ('${res.title}') until ${until}${running}`
+      };
+    }
+    return {
+      kind: 'reserved',
+      label: `${res.owner} until ${until}`,
+      detail: `${gpu.id}: reserved by ${res.owner} ('${res.title}') until ${until}${running}`
+    };
+  }
+  if (users.length) {
+    const n = gpu.processes?.length ?? 0;
+    return {
+      kind: 'busy',
+      label: `busy: ${users.join(', ')}`,
+      detail: `${gpu.id}: not reserved, busy with ${n} process${n === 1 ? '' : 'es'} of ${users.join(', ')}`
+    };
+  }
+  if (hostState !== 'up') {
+    return {
+      kind: 'unknown',
+      label: 'no data',
+      detail: `${gpu.id}: not reserved; host ${gpu.host} is ${hostState || 'unknown'}`
+    };
+  }
+  const next = gpu.next_reservation;
+  if (next) {
+    const from = formatTime(next.start, now);
+    return {
+      kind: 'free',
+      label: `free until ${from}`,
+      detail: `${gpu.id}: free until ${from}, then reserved by ${next.owner}`
+    };
+  }
+  return { kind: 'free', label: 'free', detail: `${gpu.id}: free` };
+}
+
+/** Counts of each kind over all hosts: for the summary line. */
+export function summarize(hosts: IHost[], me: string, now: Date = new Date()): Record<GpuKind, number> {
+  const counts: Record<GpuKind, number> = { free: 0, mine: 0, reserved: 0, busy: 0, down: 0, unknown: 0 };
+  for (const h of hosts) {
+    for (const g of h.gpus) {
+      counts[gpuState(g, h.state, me, now).kind] += 1;
+    }
+  }
+  return counts;
+}
+
+/** My reservations worth listing (running or upcoming), soonest first. */
+export function activeReservations(list: IReservation[], now: Date = new Date()): IReservation[] {
+  const t = now.getTime();
+  return list
+    .filter(r => !r.cancelled_at && r.status !== 'cancelled' && new Date(r.end).getTime() > t)
+    .sort((a, b) => new Date(a.start).getTime() - new Date(b.start).getTime());
+}
+
+/** Whether a reservation is running now (DELETE then ends it) or upcoming (DELETE cancels it). */
+export function isRunning(r: IBrief, now: Date = new Date()): boolean {
+  const t = now.getTime();
+  return new Date(r.start).getTime() <= t && t < new Date(r.end).getTime();
+}
+
+/** Whether a job can still be stopped. */
+export function isJobActive(job: IJob): boolean {
+  return ['pending', 'queued', 'starting', 'running'].includes(String(job.status).toLowerCase());
+}
+
+/** The status line of a job: "running · 2 GPUs", "pending · queued". */
+export function jobStatusText(job: IJob): string {
+  const parts = [String(job.status)];
+  if (job.queued === true && String(job.status).toLowerCase() === 'pending') {
+    parts.push('queued');
+  }
+  const gpus = Array.isArray(job.gpus) ? job.gpus.length : 0;
+  if (gpus) {
+    parts.push(`${gpus} GPU${gpus === 1 ? '' : 's'}`);
+  }
+  return parts.join(' · ');
+}
+
+/** The jobs worth listing: every active one (newest first), then the `recent` latest finished ones. */
+export function jobsToShow(jobs: IJob[], recent = 5): IJob[] {
+  const newest = (a: IJob, b: IJob) =>
+    String(b.updated_at ?? b.created_at ?? '').localeCompare(String(a.updated_at ?? a.created_at ?? '')) ||
+    Number(b.id) - Number(a.id);
+  const active = jobs.filter(isJobActive).sort(newest);
+  const done = jobs.filter(j => !isJobActive(j)).sort(newest).slice(0, recent);
+  return [...active, ...done];
+}
+
+/** 'gpu1:0','gpu1:1','gpu2:3' → 'gpu1:0,1 gpu2:3' (the %gpureserve form). */
+export function compactGpus(ids: string[]): string {
+  const byHost = new Map<string, string[]>();
+  for (const id of ids) {
+    const i = id.lastIndexOf(':');
+    const host = i < 0 ? id : id.slice(0, i);
+    const index = i < 0 ? '' : id.slice(i + 1);
+    if (!byHost.has(host)) {
+      byHost.set(host, []);
+    }
+    if (index) {
+      byHost.get(host)!.push(index);
+    }
+  }
+  return [...byHost.entries()]
+    .map(([host, idx]) =>
+      idx.length ? `${host}:${idx.sort((a, b) => Number(a) - Number(b)).join(',')}` : host
+    )
+    .join(' ');
+}

@@ -1,0 +1,413 @@
+/**
+ * The sidebar panel: hosts and GPUs, my reservations, my jobs, quick reserve and the
+ * notebook shortcuts. Plain DOM; all decisions come from model.ts, api.ts, reminders.ts.
+ */
+
+import { Notification, showErrorMessage } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { HiveApi, LENGTHS, buildReservationRequest } from './api';
+import {
+  IHost,
+  IJob,
+  IMe,
+  IReservation,
+  activeReservations,
+  formatTime,
+  formatUsage,
+  gpuState,
+  isJobActive,
+  isRunning,
+  jobStatusText,
+  jobsToShow,
+  reservationCountdown,
+  summarize
+} from './model';
+import { dueReminders } from './reminders';
+import { WIDGETS, WidgetName, gpureserveCell, widgetCell } from './snippets';
+
+/** Where the panel puts a code cell: the active notebook, else a new one. */
+export type CellInserter = (code: string) => Promise<void>;
+
+export interface IPanelOptions {
+  api: HiveApi;
+  insertCell: CellInserter;
+  /** Poll interval in ms (the poll backs off on errors up to `maxInterval`). */
+  interval?: number;
+  maxInterval?: number;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  ...children: (Node | string)[]
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') {
+      node.className = v;
+    } else {
+      node.setAttribute(k, v);
+    }
+  }
+  for (const c of children) {
+    node.append(c);
+  }
+  return node;
+}
+
+function button(label: string, aria: string, onClick: () => void, cls = ''): HTMLButtonElement {
+  const b = el('button', { type: 'button', class: `jp-gpuhive-button ${cls}`.trim(), 'aria-label': aria, title: aria }, label);
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+export class GpuHivePanel extends Widget {
+  constructor(options: IPanelOptions) {
+    super();
+    this.id = 'jupyter-gpuhive-panel';
+    this.addClass('jp-gpuhive-panel');
+    this.title.caption = 'GPU hive: GPUs, reservations and jobs';
+    this._api = options.api;
+    this._insertCell = options.insertCell;
+    this._build();
+    this._poll = new Poll({
+      factory: () => this._refresh(),
+      frequency: {
+        interval: options.interval ?? 5000,
+        backoff: true,
+        max: options.maxInterval ?? 60_000
+      },
+      name: 'jupyter-gpuhive:panel',
+      // Pause while the panel or the browser tab is hidden.
+      standby: () => !this.isVisible || document.hidden
+    });
+    this._tick = window.setInterval(() => this._onTick(), 1000);
+  }
+
+  get poll(): Poll {
+    return this._poll;
+  }
+
+  /** Refresh now (after an action, or on show). */
+  async refresh(): Promise<void> {
+    await this._poll.refresh();
+    await this._poll.tick;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    window.clearInterval(this._tick);
+    this._poll.dispose();
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this._poll.refresh();
+  }
+
+  // --- data --------------------------------------------------------------------------
+
+  private async _refresh(): Promise<void> {
+    try {
+      if (!this._me) {
+        this._me = await this._api.me();
+      }
+      const me = this._me.name;
+      const [hosts, reservations, jobs] = await Promise.all([
+        this._api.hosts(),
+        this._api.reservations(me),
+        this._api.jobs(me).catch(() => this._jobs) // keep the last jobs on a transient error
+      ]);
+      this._hosts = hosts;
+      this._reservations = reservations;
+      this._jobs = jobs;
+      this._updatedAt = new Date();
+      this._setStatus(`Updated ${formatTime(this._updatedAt.toISOString())}`, false);
+      this._render();
+    } catch (error) {
+      this._setStatus(`Cannot reach gpuhive: ${(error as Error).message}`, true);
+      throw error; // the poll backs off
+    }
+  }
+
+  // --- layout ------------------------------------------------------------------------
+
+  private _build(): void {
+    const root = this.node;
+    root.setAttribute('role', 'region');
+    root.setAttribute('aria-label', 'GPU hive');
+
+    const refresh = button('⟳', 'Refresh now', () => void this.refresh(), 'jp-gpuhive-refresh');
+    this._summary = el('div', { class: 'jp-gpuhive-summary', 'aria-live': 'polite' });
+    this._status = el('div', { class: 'jp-gpuhive-status' });
+    root.append(el('header', { class: 'jp-gpuhive-header' }, el('h2', {}, 'GPU hive'), refresh), this._summary, this._status);
+
+    this._hostsNode = el('div', { class: 'jp-gpuhive-hosts' });
+    root.append(this._section('GPUs', 'jp-gpuhive-section-gpus', this._hostsNode));
+
+    // Quick reserve: a form kept across renders.
+    this._selectedNode = el('div', { class: 'jp-gpuhive-selected' }, 'No GPUs selected');
+    this._length = el('select', { class: 'jp-gpuhive-length', 'aria-label': 'Reservation length' });
+    for (const l of LENGTHS) {
+      this._length.append(el('option', { value: l }, l));
+    }
+    this._length.value = '2h';
+    this._titleInput = el('input', {
+      class: 'jp-gpuhive-title',
+      type: 'text',
+      placeholder: 'Title',
+      'aria-label': 'Reservation title',
+      maxlength: '200'
+    });
+    this._formError = el('div', { class: 'jp-gpuhive-error', role: 'alert', 'aria-live': 'assertive' });
+    const reserve = button('Reserve', 'Reserve the selected GPUs now', () => void this._reserve(), 'jp-mod-accept jp-gpuhive-reserve');
+    const magic = button('%gpureserve', 'Insert a %gpureserve cell for the selected GPUs', () => void this._insertGpureserve(), 'jp-gpuhive-insert-magic');
+    const form = el(
+      'form',
+      { class: 'jp-gpuhive-form', 'aria-label': 'Quick reserve' },
+      this._selectedNode,
+      el('div', { class: 'jp-gpuhive-row' }, el('label', {}, 'for ', this._length), this._titleInput),
+      el('div', { class: 'jp-gpuhive-row' }, reserve, magic),
+      this._formError
+    );
+    form.addEventListener('submit', e => {
+      e.preventDefault();
+      void this._reserve();
+    });
+    root.append(this._section('Quick reserve', 'jp-gpuhive-section-reserve', form));
+
+    this._reservationsNode = el('ul', { class: 'jp-gpuhive-reservations', 'aria-label': 'My reservations' });
+    root.append(this._section('My reservations', 'jp-gpuhive-section-reservations', this._reservationsNode));
+
+    this._jobsNode = el('ul', { class: 'jp-gpuhive-jobs', 'aria-label': 'My jobs' });
+    this._jobsSection = this._section('My jobs', 'jp-gpuhive-section-jobs', this._jobsNode);
+    this._jobsSection.hidden = true; // until the server answers with a jobs list
+    root.append(this._jobsSection);
+
+    const tools = el('div', { class: 'jp-gpuhive-row jp-gpuhive-tools' });
+    for (const w of WIDGETS) {
+      tools.append(
+        button(w.label, `Insert a ${w.label.toLowerCase()} cell into the notebook`, () => void this._insertWidget(w.name), `jp-gpuhive-open-${w.name}`)
+      );
+    }
+    root.append(this._section('In a notebook', 'jp-gpuhive-section-tools', tools));
+  }
+
+  private _section(title: string, cls: string, body: HTMLElement): HTMLElement {
+    const id = `${cls}-heading`;
+    return el('section', { class: `jp-gpuhive-section ${cls}`, 'aria-labelledby': id }, el('h3', { id }, title), body);
+  }
+
+  private _setStatus(text: string, error: boolean): void {
+    this._status.textContent = text;
+    this._status.classList.toggle('jp-gpuhive-status-error', error);
+  }
+
+  // --- rendering ---------------------------------------------------------------------
+
+  private _render(): void {
+    const me = this._me?.name ?? '';
+    const now = new Date();
+    const counts = summarize(this._hosts, me, now);
+    this._summary.textContent = (['free', 'mine', 'reserved', 'busy', 'down'] as const)
+      .filter(k => counts[k])
+      .map(k => `${counts[k]} ${k}`)
+      .join(' · ') || 'No GPUs';
+
+    // Hosts and GPUs.
+    const known = new Set<string>();
+    this._hostsNode.replaceChildren(
+      ...this._hosts.map(host => {
+        const list = el('ul', { class: 'jp-gpuhive-gpus', 'aria-label': `GPUs of ${host.name}` });
+        for (const gpu of host.gpus) {
+          known.add(gpu.id);
+          const state = gpuState(gpu, host.state, me, now);
+          const box = el('input', { type: 'checkbox', class: 'jp-gpuhive-select', 'aria-label': `Select ${gpu.id} (${state.label})` });
+          box.checked = this._selected.has(gpu.id);
+          box.disabled = state.kind === 'down';
+          box.addEventListener('change', () => {
+            if (box.checked) {
+              this._selected.add(gpu.id);
+            } else {
+              this._selected.delete(gpu.id);
+            }
+            this._renderSelection();
+          });
+          const usage = formatUsage(gpu);
+          list.append(
+            el(
+              'li',
+              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, title: state.detail },
+              el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.id)),
+              el('span', { class: 'jp-gpuhive-badge' }, state.label),
+              el('span', { class: 'jp-gpuhive-usage' }, usage),
+              el('span', { class: 'jp-gpuhive-sr' }, state.detail)
+            )
+          );
+        }
+        const problem = host.state === 'up' ? '' : host.error ? `: ${host.error}` : '';
+        return el(
+          'div',
+          { class: `jp-gpuhive-host jp-gpuhive-host-${host.state}`, 'data-host': host.name },
+          el('h4', {}, host.name, el('span', { class: 'jp-gpuhive-host-state', title: `${host.state}${problem}` }, host.state)),
+          list
+        );
+      })
+    );
+    for (const id of [...this._selected]) {
+      if (!known.has(id)) {
+        this._selected.delete(id);
+      }
+    }
+    this._renderSelection();
+
+    // My reservations.
+    const mine = activeReservations(this._reservations, now);
+    this._reservationsNode.replaceChildren(
+      ...(mine.length
+        ? mine.map(r => this._reservationItem(r, now))
+        : [el('li', { class: 'jp-gpuhive-empty' }, 'No current or upcoming reservations')])
+    );
+
+    // My jobs (hidden when the server has no jobs API).
+    this._jobsSection.hidden = this._jobs === null;
+    if (this._jobs !== null) {
+      this._jobsNode.replaceChildren(
+        ...(this._jobs.length ? jobsToShow(this._jobs).map(j => this._jobItem(j)) : [el('li', { class: 'jp-gpuhive-empty' }, 'No jobs')])
+      );
+    }
+  }
+
+  private _reservationItem(r: IReservation, now: Date): HTMLElement {
+    const running = isRunning(r, now);
+    const verb = running ? 'End now' : 'Cancel';
+    const action = button(verb, `${verb}: reservation '${r.title}'`, () => void this._cancel(r), 'jp-gpuhive-cancel');
+    const countdown = el('span', { class: 'jp-gpuhive-countdown', 'data-start': r.start, 'data-end': r.end }, reservationCountdown(r, now));
+    return el(
+      'li',
+      { class: `jp-gpuhive-reservation${running ? ' jp-mod-running' : ''}`, 'data-reservation-id': String(r.id) },
+      el('div', { class: 'jp-gpuhive-res-title' }, r.title),
+      el('div', { class: 'jp-gpuhive-res-gpus' }, r.gpus.join(', ')),
+      el('div', { class: 'jp-gpuhive-res-time' }, `${formatTime(r.start, now)}–${formatTime(r.end, now)} · `, countdown),
+      r.flagged ? el('div', { class: 'jp-gpuhive-flag' }, `⚠ ${r.flag_reason ?? 'no longer allowed by the access rules'}`) : '',
+      action
+    );
+  }
+
+  private _jobItem(job: IJob): HTMLElement {
+    const item = el(
+      'li',
+      { class: `jp-gpuhive-job jp-gpuhive-job-${String(job.status).toLowerCase()}`, 'data-job-id': String(job.id) },
+      el('span', { class: 'jp-gpuhive-job-name' }, job.name || `job ${job.id}`),
+      el('span', { class: 'jp-gpuhive-badge' }, jobStatusText(job))
+    );
+    if (isJobActive(job)) {
+      item.append(button('Stop', `Stop job '${job.name}'`, () => void this._stopJob(job), 'jp-gpuhive-stop'));
+    }
+    return item;
+  }
+
+  private _renderSelection(): void {
+    const ids = [...this._selected].sort();
+    this._selectedNode.textContent = ids.length ? `Selected: ${ids.join(', ')}` : 'No GPUs selected';
+  }
+
+  private _onTick(): void {
+    const now = new Date();
+    // Reminders from the reservations last fetched, once per 15 s, even while hidden.
+    if (now.getTime() - this._lastReminder.getTime() >= 15_000) {
+      for (const r of dueReminders(this._reservations, this._lastReminder, now, this._fired)) {
+        Notification.info(r.message, { autoClose: r.kind === 'ends-soon' ? false : 8000 });
+      }
+      this._lastReminder = now;
+    }
+    if (!this.isVisible) {
+      return;
+    }
+    for (const node of this._reservationsNode.querySelectorAll<HTMLElement>('.jp-gpuhive-countdown')) {
+      node.textContent = reservationCountdown(
+        { id: 0, owner: '', title: '', start: node.dataset.start!, end: node.dataset.end! },
+        now
+      );
+    }
+  }
+
+  // --- actions -----------------------------------------------------------------------
+
+  private async _reserve(): Promise<void> {
+    const req = buildReservationRequest({
+      gpus: [...this._selected].sort(),
+      duration: this._length.value,
+      title: this._titleInput.value
+    });
+    if (!req.body) {
+      this._formError.textContent = req.error ?? '';
+      return;
+    }
+    this._formError.textContent = '';
+    try {
+      const made = await this._api.reserve(req.body);
+      this._selected.clear();
+      this._titleInput.value = '';
+      Notification.success(`Reserved ${made.gpus.join(', ')} until ${formatTime(made.end)} ('${made.title}').`, { autoClose: 5000 });
+      await this.refresh();
+    } catch (error) {
+      this._formError.textContent = (error as Error).message;
+    }
+  }
+
+  private async _cancel(r: IReservation): Promise<void> {
+    try {
+      await this._api.cancel(r.id);
+      await this.refresh();
+    } catch (error) {
+      await showErrorMessage('Could not change the reservation', (error as Error).message);
+    }
+  }
+
+  private async _stopJob(job: IJob): Promise<void> {
+    try {
+      await this._api.stopJob(job.id);
+      await this.refresh();
+    } catch (error) {
+      await showErrorMessage('Could not stop the job', (error as Error).message);
+    }
+  }
+
+  private async _insertWidget(name: WidgetName): Promise<void> {
+    await this._insertCell(widgetCell(name));
+  }
+
+  private async _insertGpureserve(): Promise<void> {
+    await this._insertCell(gpureserveCell([...this._selected].sort(), this._length.value, this._titleInput.value));
+  }
+
+  private _api: HiveApi;
+  private _insertCell: CellInserter;
+  private _poll: Poll;
+  private _tick: number;
+  private _me: IMe | null = null;
+  private _hosts: IHost[] = [];
+  private _reservations: IReservation[] = [];
+  private _jobs: IJob[] | null = null;
+  private _updatedAt: Date | null = null;
+  private _selected = new Set<string>();
+  private _fired = new Set<string>();
+  private _lastReminder = new Date();
+  private _summary!: HTMLElement;
+  private _status!: HTMLElement;
+  private _hostsNode!: HTMLElement;
+  private _selectedNode!: HTMLElement;
+  private _length!: HTMLSelectElement;
+  private _titleInput!: HTMLInputElement;
+  private _formError!: HTMLElement;
+  private _reservationsNode!: HTMLElement;
+  private _jobsNode!: HTMLElement;
+  private _jobsSection!: HTMLElement;
+}

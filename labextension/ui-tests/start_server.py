@@ -1,0 +1,85 @@
+"""Start JupyterLab with jupyter-gpuhive for the UI tests (Playwright's webServer runs this).
+
+Everything lives in a temporary directory: the server config (hosts declared with
+`gpu_count`, SQLite store), JupyterLab's settings and workspaces, the notebooks, and a
+labextensions folder that points at the freshly built extension in
+`jupyter_gpuhive/labextension` (so the tests use the build, whatever is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BUILD = HERE.parent.parent / "jupyter_gpuhive" / "labextension"
+PORT = int(os.environ.get("GPUHIVE_UI_PORT", "18765"))
+TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
+BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
+
+HOSTS = [
+    {"name": "gpu1", "address": "localhost", "transport": "local", "gpu_count": 4},
+    {"name": "gpu2", "address": "localhost", "transport": "local", "gpu_count": 2},
+]
+
+
+def main() -> None:
+    if not (BUILD / "package.json").exists():
+        sys.exit(f"no built extension in {BUILD}: run `jlpm build:prod` in labextension/")
+    # Playwright kills the server, so nothing cleans up after it: remove old runs' folders.
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob("gpuhive-ui-*"):
+        if old.is_dir() and time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix="gpuhive-ui-"))
+    exts = root / "labextensions"
+    exts.mkdir()
+    (exts / "jupyter-gpuhive").symlink_to(BUILD, target_is_directory=True)
+    notebooks = root / "notebooks"
+    notebooks.mkdir()
+    # No news/update prompts over the panel.
+    settings = root / "settings"
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
+    (
+        settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    ).write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    config = root / "jupyter_server_config.py"
+    config.write_text(
+        "c = get_config()  # noqa\n"
+        f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
+        f"c.GpuHiveApp.hosts = {json.dumps(HOSTS)}\n"
+        "c.ServerApp.identity_provider_class = 'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
+        f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}}}\n"
+        f"c.IdentityProvider.token = {TOKEN!r}\n"
+        "c.ServerApp.allow_root = True\n"
+        "c.ServerApp.open_browser = False\n"
+        "c.ServerApp.ip = '127.0.0.1'\n"
+        f"c.ServerApp.port = {PORT}\n"
+        "c.ServerApp.port_retries = 0\n"
+        f"c.ServerApp.root_dir = {str(notebooks)!r}\n"
+        f"c.LabServerApp.extra_labextensions_path = [{str(exts)!r}]\n"
+        f"c.LabApp.user_settings_dir = {str(settings)!r}\n"
+        f"c.LabApp.workspaces_dir = {str(root / 'workspaces')!r}\n"
+    )
+    log = HERE / "artifacts" / "server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"gpuhive UI tests: server files in {root}, log in {log}", flush=True)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(root / "config"),
+        "JUPYTER_DATA_DIR": str(root / "data"),
+    }
+    args = [sys.executable, "-m", "jupyterlab", f"--config={config}"]
+    os.execve(sys.executable, args, env)  # noqa: S606
+
+
+if __name__ == "__main__":
+    main()
