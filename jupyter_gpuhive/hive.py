@@ -17,10 +17,11 @@ from .errors import Conflict, Forbidden, Invalid, Unavailable
 from .hosts.pool import HostPool, HostUnavailable, SshSettings
 from .jobs.launcher import Launcher
 from .jobs.model import ACTIVE, Job
+from .jobs.queue import Scheduler
 from .jobs.service import JobService
 from .jobs.templates import TEMPLATES
 from .leader import Leadership
-from .model import Gpu, HostDecl, Identity, Reservation, utcnow
+from .model import Gpu, HostDecl, Identity, Reservation, isoformat, utcnow
 from .monitor.protection import Protection, ProtectionSettings
 from .monitor.sampler import Sweep
 from .monitor.service import Monitor
@@ -69,6 +70,13 @@ class Hive:
         self.launcher = Launcher(self.pool, self.store.jobs)
         self._logins: dict[tuple[str, str], float] = {}  # (host, user) → confirmed until
         self.jobs = JobService(self.store, settings.policy.zone, self.identity_of)
+        self.scheduler = Scheduler(
+            self.store,
+            self.launcher,
+            identity_of=self.identity_of,
+            zone=settings.policy.zone,
+            interval=settings.poll_interval,
+        )
         self.monitor.sampler.listeners.append(self._sync_jobs)
         self.protection = Protection(
             settings.protection, self.store, self.pool, self.run,
@@ -99,6 +107,7 @@ class Hive:
 
     async def _follow(self) -> None:
         await self.monitor.halt()
+        await self.scheduler.settle()
 
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
@@ -328,8 +337,26 @@ class Hive:
 
     # --- jobs -----------------------------------------------------------------------
 
-    async def _sync_jobs(self, _sweep: Any) -> None:
+    async def _sync_jobs(self, sweep: Sweep) -> None:
+        """After each sweep (leader only): follow running tasks, then run the queue."""
         await self.launcher.sync()
+        await self.scheduler.tick(sweep)
+
+    async def queue(self) -> list[dict[str, Any]]:
+        """Queued jobs not yet running, with when they could start and what they wait for."""
+        jobs = await self.run(self.store.jobs.all, queued=True)
+        pending = [j for j in jobs if j.status == "pending"]
+        estimates = await self.scheduler.estimates()
+        report = self.scheduler.last_report
+        waiting = report.waiting if report is not None else {}
+        return [
+            {
+                **job.to_json(),
+                "estimated_start": isoformat(estimates.get(job.id)),
+                "waiting_for": waiting.get(job.id),
+            }
+            for job in pending
+        ]
 
     async def _job_owners(self, sweep: Sweep) -> dict[tuple[str, int], str]:
         """GPU processes that belong to running gpuhive jobs: (host, pid) → job owner."""

@@ -27,6 +27,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/templates", h.TemplatesHandler),
     ("/jobs", h.JobsHandler),
     ("/jobs/preview", h.JobPreviewHandler),
+    ("/queue", h.QueueHandler),
     ("/jobs/{id}", h.JobHandler),
     ("/jobs/{id}/start", h.JobStartHandler),
     ("/jobs/{id}/stop", h.JobStopHandler),

@@ -287,3 +287,9 @@ class ViolationsHandler(HiveLogic):
                 "violations": found,
             }
         )
+
+
+class QueueHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        self.reply({"jobs": await self.hive.queue()})

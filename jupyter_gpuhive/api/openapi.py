@@ -180,6 +180,12 @@ PATHS: dict[str, dict[str, Any]] = {
             body="NewJob",
         ),
     },
+    "/queue": {
+        "get": _op(
+            "Queued jobs not yet running, with their estimated start and what they wait for",
+            "200",
+        )
+    },
     "/jobs/preview": {
         "post": _op(
             "The exact per-task commands and environments, without creating anything",

@@ -11,6 +11,7 @@ from .. import access
 from ..errors import BadRequest, Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
 from ..store import Store
+from .admission import gpu_count, template_options
 from .commands import shell_command
 from .model import Job, NewJob, render_tasks
 from .sweeps import parse_sweep
@@ -136,10 +137,35 @@ class JobService:
         if job.start_at and job.stop_at and job.stop_at <= job.start_at:
             raise Invalid("'stop_at' must be after 'start_at'.")
         try:
+            count = gpu_count(options)
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        if count is not None:
+            return job, self._check_count_only(job, body, count)
+        try:
             specs = render_tasks(job, self._layout(self._gpus(who, body)))
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None
         return job, specs
+
+    def _check_count_only(self, job: NewJob, body: dict[str, Any], count: int) -> list[TaskSpec]:
+        """A job that names only a GPU count: queued, GPUs chosen at admission, no tasks yet."""
+        if body.get("gpus") or body.get("reservation") is not None:
+            raise Invalid("Give either 'gpu_count' (in options) or GPUs, not both.")
+        if not job.queued:
+            raise Invalid(
+                "A job that names only a GPU count must be queued ('queued': true): gpuhive "
+                "picks its GPUs when enough are free."
+            )
+        gpus = self.store.inventory.gpus()
+        if count > len(gpus):
+            raise Invalid(f"The job wants {count} GPUs; there are only {len(gpus)}.")
+        trial = replace(job, options=template_options(job.options))
+        try:  # render once on any GPUs, so template mistakes show now, not at admission
+            render_tasks(trial, self._layout(gpus[:count]))
+        except (TemplateError, ValueError) as error:
+            raise Invalid(str(error)) from None
+        return []
 
     @staticmethod
     def preview(specs: Sequence[TaskSpec]) -> list[dict[str, Any]]:

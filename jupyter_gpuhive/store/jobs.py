@@ -19,8 +19,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     delete,
     insert,
+    or_,
     select,
     update,
 )
@@ -34,6 +36,7 @@ from ..jobs.model import (
     NewJob,
     Task,
     TaskState,
+    job_status,
     task_paths,
     task_session,
 )
@@ -65,6 +68,8 @@ jobs = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("updated_by", String(128)),
+    # Set while the scheduler stops a queued job to put it back in the queue (crash-safe).
+    Column("requeue_reason", Text),
     Index(None, "owner"),
 )
 
@@ -148,33 +153,111 @@ class Jobs:
         def work(conn: Connection) -> int:
             values = _job_values(job) | {"attempts": 0, "created_at": now, "updated_at": now}
             job_id = int(conn.execute(insert(jobs).values(**values)).inserted_primary_key[0])  # type: ignore[index]
-            rows = []
-            for index, spec in enumerate(specs):
-                log_path, exit_path = task_paths(self.log_dir, job.owner, job_id, index)
-                rows.append(
-                    {
-                        "job_id": job_id,
-                        "idx": index,
-                        "host": spec.host,
-                        "address": spec.address,
-                        "role": spec.role,
-                        "gpus": json.dumps([gpu.uuid for gpu in spec.gpus]),
-                        "gpu_indices": json.dumps([gpu.index for gpu in spec.gpus]),
-                        "command": spec.command,
-                        "env": json.dumps(spec.env),
-                        "workdir": spec.workdir,
-                        "variables": json.dumps(spec.variables),
-                        "session": task_session(job_id, job.name, index),
-                        "log_path": log_path,
-                        "exit_path": exit_path,
-                        "state": str(TaskState.PENDING),
-                    }
-                )
+            rows = self._task_rows(job_id, job.name, job.owner, specs)
             if rows:
                 conn.execute(insert(job_tasks), rows)
             return job_id
 
         return self.get(self.db.write(work))
+
+    def _task_rows(
+        self, job_id: int, name: str, owner: str, specs: Sequence[TaskSpec]
+    ) -> list[dict[str, Any]]:
+        """Pending task rows for `specs`, numbered in order."""
+        rows = []
+        for index, spec in enumerate(specs):
+            log_path, exit_path = task_paths(self.log_dir, owner, job_id, index)
+            rows.append(
+                {
+                    "job_id": job_id,
+                    "idx": index,
+                    "host": spec.host,
+                    "address": spec.address,
+                    "role": spec.role,
+                    "gpus": json.dumps([gpu.uuid for gpu in spec.gpus]),
+                    "gpu_indices": json.dumps([gpu.index for gpu in spec.gpus]),
+                    "command": spec.command,
+                    "env": json.dumps(spec.env),
+                    "workdir": spec.workdir,
+                    "variables": json.dumps(spec.variables),
+                    "session": task_session(job_id, name, index),
+                    "log_path": log_path,
+                    "exit_path": exit_path,
+                    "state": str(TaskState.PENDING),
+                }
+            )
+        return rows
+
+    def replace_tasks(self, job_id: int, specs: Sequence[TaskSpec]) -> Job:
+        """Swap a job's tasks for new pending ones (GPUs bound at admission); not while active."""
+
+        def work(conn: Connection) -> None:
+            self._refuse_active(conn, job_id, "re-plan")
+            row = conn.execute(select(jobs.c.name, jobs.c.owner).where(jobs.c.id == job_id)).one()
+            conn.execute(delete(job_tasks).where(job_tasks.c.job_id == job_id))
+            rows = self._task_rows(job_id, row.name, row.owner, specs)
+            if rows:
+                conn.execute(insert(job_tasks), rows)
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(updated_at=utcnow()))
+
+        self.db.write(work)
+        return self.get(job_id)
+
+    def mark_requeue(self, job_id: int, reason: str | None) -> None:
+        """Note (or clear, with None) that the scheduler stops this job to queue it again."""
+
+        def work(conn: Connection) -> None:
+            stmt = update(jobs).where(jobs.c.id == job_id).values(requeue_reason=reason)
+            if not conn.execute(stmt).rowcount:
+                raise NotFound(f"There is no job {job_id}.")
+
+        self.db.write(work)
+
+    def requeue(
+        self,
+        job_id: int,
+        *,
+        expect: Collection[str],
+        note: str | None = None,
+        count_attempt: bool = False,
+    ) -> bool:
+        """Put a job whose status is in `expect` back to pending in one transaction.
+
+        Clears the requeue mark, keeps `note` as the tasks' last_error and, with
+        `count_attempt`, adds one to `attempts`. False (and no change) when the job is gone,
+        still active, or no longer in an expected status: each outcome is acted on once.
+        """
+
+        def work(conn: Connection) -> bool:
+            states = conn.execute(
+                select(job_tasks.c.state).where(job_tasks.c.job_id == job_id)
+            ).scalars()
+            status = job_status(TaskState(s) for s in states)
+            if status not in expect:
+                return False
+            found = conn.execute(select(jobs.c.attempts).where(jobs.c.id == job_id)).first()
+            if found is None:
+                return False
+            values: dict[str, Any] = {"requeue_reason": None, "updated_at": utcnow()}
+            if count_attempt:
+                values["attempts"] = found.attempts + 1
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            conn.execute(
+                update(job_tasks)
+                .where(job_tasks.c.job_id == job_id)
+                .values(
+                    state=str(TaskState.PENDING),
+                    exit_status=None,
+                    screen_pid=None,
+                    pgid=None,
+                    started_at=None,
+                    ended_at=None,
+                    last_error=note,
+                )
+            )
+            return True
+
+        return self.db.write(work)
 
     def update(self, job_id: int, by: str | None = None, **changes: Any) -> Job:
         """Change a job's own fields (see EDITABLE); its tasks stay as they are."""
@@ -290,6 +373,38 @@ class Jobs:
         if statuses is not None:
             found = [job for job in found if job.status in statuses]
         return found
+
+    def schedulable(self) -> tuple[list[Job], dict[int, str]]:
+        """Jobs the scheduler looks at, and the requeue reasons of those marked.
+
+        That is every job with a pending or active task, every queued job without tasks
+        (GPUs chosen at admission), queued jobs that may be retried, and marked jobs.
+        """
+        live = [str(s) for s in (TaskState.PENDING, *ACTIVE)]
+        failed = [str(TaskState.FAILED), str(TaskState.LOST)]
+        has = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id)
+        query = (
+            select(jobs)
+            .where(
+                or_(
+                    has.where(job_tasks.c.state.in_(live)).exists(),
+                    and_(jobs.c.queued.is_(True), ~has.exists()),
+                    and_(
+                        jobs.c.queued.is_(True),
+                        jobs.c.attempts < jobs.c.max_retries,
+                        has.where(job_tasks.c.state.in_(failed)).exists(),
+                    ),
+                    jobs.c.requeue_reason.is_not(None),
+                )
+            )
+            .order_by(jobs.c.id)
+        )
+        found = self._load(query)
+        with self.db.read() as conn:
+            marked = conn.execute(
+                select(jobs.c.id, jobs.c.requeue_reason).where(jobs.c.requeue_reason.is_not(None))
+            ).all()
+        return found, {row.id: row.requeue_reason for row in marked}
 
     def tasks(
         self, states: Collection[TaskState] | None = None, *, job_id: int | None = None

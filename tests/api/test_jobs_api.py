@@ -150,3 +150,48 @@ async def test_bad_job_requests_are_refused_in_words(api, running_hive):
 async def _discovered(client: Any) -> Any:
     hosts = (await client("GET", "hosts")).body["hosts"]
     return hosts if hosts and len(hosts[0]["gpus"]) == 4 else None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_queued_jobs_run_in_free_time_through_the_api(api, running_hive):
+    owner = api(OWNER)
+    await until(lambda: _discovered(owner))
+    body = {"name": "q", "gpus": ["gpu1:2"], "command": "sleep 30", "queued": True,
+            "walltime": "10m"}  # fmt: skip
+    queued = await owner("POST", "jobs", body)
+    assert queued.status == 201, queued
+
+    async def running() -> Any:
+        job = (await owner("GET", f"jobs/{queued.body['id']}")).body
+        return job if job["status"] == "running" else None
+
+    await until(running)
+    # A count-only job must be queued, and is placed when GPUs are free.
+    refused = await owner(
+        "POST", "jobs", {"name": "c", "command": "sleep 30", "options": {"gpu_count": 2}}
+    )
+    assert refused.status == 422
+    assert "queued" in refused.message
+    counted = await owner(
+        "POST", "jobs", {"name": "c", "command": "sleep 30", "options": {"gpu_count": 2},
+                         "queued": True, "walltime": "10m"}
+    )  # fmt: skip
+    assert counted.status == 201, counted
+    assert counted.body["tasks"] == []
+
+    async def placed() -> Any:
+        job = (await owner("GET", f"jobs/{counted.body['id']}")).body
+        return job if job["status"] == "running" else None
+
+    try:
+        job = await until(placed)
+    except TimeoutError:
+        raise AssertionError((await owner("GET", "queue")).body) from None
+    assert len(job["gpus"]) == 2
+    assert "gpu1:2" not in [
+        t["host"] + ":" + str(i) for t in job["tasks"] for i in t["gpu_indices"]
+    ]
+    listing = await owner("GET", "queue")
+    assert listing.status == 200
+    for job_id in (queued.body["id"], counted.body["id"]):
+        assert (await owner("POST", f"jobs/{job_id}/stop")).status == 200

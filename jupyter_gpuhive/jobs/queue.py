@@ -1,0 +1,524 @@
+"""The queue and the schedule: the leader's `Scheduler.tick` after each sweep.
+
+What one tick does, in order:
+1. Jobs with a stop time that has come are stopped (not queued again); pending ones are
+   marked stopped ("stopped before it started").
+2. A running queued job whose GPUs have a reservation beginning within the preemption lead
+   (1.5 poll intervals + the stop grace + the kill patience), or one active now, is marked
+   in the store (`requeue_reason`), stopped gracefully and put back to pending. The mark
+   makes this survive a restart: a marked job that is no longer active is requeued.
+3. A failed (or lost) queued job with `attempts < max_retries` goes back to pending, and
+   `attempts` grows by one, in one transaction, so a failure is retried exactly once.
+4. Scheduled jobs that are not queued start when their `start_at` has come.
+5. The admission pass (`admission.admit`) over the pending queued jobs: see there. Running
+   work claims its GPUs through its active tasks (in the store, so claims survive a
+   restart); a scheduled job's planned run [start_at, stop_at) counts as a reservation.
+
+Processes in the sweep are matched to the job whose active task has the same (host, process
+group) — or, when the probe gave no process group, the same owner on one of the task's
+GPUs. Queued jobs are never stopped for processes, only for reservations and stop times.
+Reservations block the queue whoever holds them, the job's owner included: queued jobs run
+in time nobody reserved. A queued job without a walltime is treated as `default_walltime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any, TypeVar
+
+from sqlalchemy import select
+
+from .. import access
+from ..access import Rule
+from ..errors import Conflict, NotFound
+from ..model import Gpu, Identity, Reservation, utcnow
+from ..monitor.sampler import Sweep
+from ..store import Store
+from ..store.schema import gpus as gpu_table
+from ..store.schema import reservation_gpus
+from .admission import (
+    FOREVER,
+    AccessCheck,
+    Candidate,
+    GpuState,
+    admit,
+    estimates,
+    gpu_count,
+    template_options,
+)
+from .launcher import KILL_PATIENCE, Launcher
+from .model import Job, render_tasks
+from .tasks import GpuSlot, TaskSpec, TemplateError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Spans = dict[str, list[tuple[float, float]]]
+
+
+@dataclass
+class TickReport:
+    """What one tick did; `waiting` says why each pending queued job did not start."""
+
+    at: datetime
+    started: list[int] = field(default_factory=list)  # scheduled jobs started on time
+    admitted: list[int] = field(default_factory=list)  # queued jobs started
+    stopping: dict[int, str] = field(default_factory=dict)  # jobs being stopped, and why
+    requeued: list[int] = field(default_factory=list)
+    retried: list[int] = field(default_factory=list)
+    failures: dict[int, str] = field(default_factory=dict)  # jobs that did not start
+    waiting: dict[int, str] = field(default_factory=dict)
+    skipped: bool = False  # another tick was still running
+
+
+@dataclass
+class Snapshot:
+    """What a tick reads from the store and the sweep, as the pure pass takes it."""
+
+    now: datetime
+    jobs: list[Job]
+    marked: dict[int, str]
+    gpus: dict[str, GpuState]
+    reserved: Spans
+    inventory: dict[str, Gpu]
+    rules: list[Rule]
+    identities: dict[str, Identity]
+
+
+class Scheduler:
+    """Runs scheduled jobs on time and queued jobs in free, unreserved GPU time."""
+
+    def __init__(
+        self,
+        store: Store,
+        launcher: Launcher,
+        *,
+        identity_of: Callable[[str], Identity],
+        zone: tzinfo,
+        interval: float = 5.0,
+        default_walltime: timedelta = timedelta(hours=1),
+        drain_after: timedelta | None = timedelta(hours=4),
+        horizon: timedelta = timedelta(days=14),
+        sync_tasks: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.launcher = launcher
+        self.identity_of = identity_of
+        self.zone = zone
+        self.interval = interval
+        self.default_walltime = default_walltime
+        self.drain_after = drain_after
+        self.horizon = horizon
+        self.sync_tasks = sync_tasks
+        self.clock = clock
+        self.last_report: TickReport | None = None
+        self._sweep: Sweep | None = None
+        self._lock = asyncio.Lock()
+        self._stopping: dict[int, asyncio.Task[None]] = {}
+
+    def lead_time(self, interval: float | None = None) -> float:
+        """Seconds before a reservation at which a queued job on its GPUs is stopped."""
+        every = self.interval if interval is None else interval
+        return 1.5 * every + self.launcher.grace + KILL_PATIENCE
+
+    # --- the tick --------------------------------------------------------------------
+
+    async def tick(self, sweep: Sweep | None = None) -> TickReport:
+        """One round (leader only): stops, requeues, retries, scheduled starts, admission."""
+        if self._lock.locked():
+            return TickReport(self.clock(), skipped=True)
+        async with self._lock:
+            if self.sync_tasks:
+                await self.launcher.sync()
+            self._sweep = sweep
+            interval = sweep.interval if sweep is not None else self.interval
+            now = self.clock()
+            report = TickReport(now)
+            snap = await _db(self.snapshot, now, sweep)
+            if await self._housekeeping(snap, report, self.lead_time(interval)):
+                snap = await _db(self.snapshot, now, sweep)
+            await self._admit(snap, report, self.lead_time(interval))
+            self.last_report = report
+            return report
+
+    async def settle(self) -> None:
+        """Wait for the stops that ticks started in the background."""
+        while self._stopping:
+            await asyncio.gather(*self._stopping.values(), return_exceptions=True)
+
+    async def _housekeeping(self, snap: Snapshot, report: TickReport, lead: float) -> bool:
+        """Steps 1-4 of the module doc; whether the store changed."""
+        now, jobs = snap.now, self.store.jobs
+        changed = False
+        starts: list[int] = []
+        for job in snap.jobs:
+            status = job.status
+            active = any(t.active for t in job.tasks)
+            reason = snap.marked.get(job.id)
+            if reason is not None:
+                if active:
+                    self._stop_later(job.id, reason, requeue=True)
+                elif status == "stopped":
+                    if await _db(jobs.requeue, job.id, expect={"stopped"}, note=reason):
+                        report.requeued.append(job.id)
+                else:
+                    await _db(jobs.mark_requeue, job.id, None)
+                changed = True
+            elif job.stop_at is not None and job.stop_at <= now:
+                if active or (status == "pending" and job.tasks):
+                    why = f"its stop time {job.stop_at:%Y-%m-%d %H:%M} UTC has come"
+                    report.stopping[job.id] = why
+                    self._stop_later(job.id, why, requeue=False)
+            elif job.queued and active:
+                soon = _reserved_soon(job, snap, now.timestamp() + lead)
+                if soon is not None:
+                    await _db(jobs.mark_requeue, job.id, soon)
+                    report.stopping[job.id] = soon
+                    self._stop_later(job.id, soon, requeue=True)
+                    changed = True
+            elif job.queued and status in ("failed", "lost") and job.attempts < job.max_retries:
+                note = f"retry {job.attempts + 1} of {job.max_retries} after: {_cause(job)}"
+                if await _db(jobs.requeue, job.id, expect={"failed", "lost"}, note=note,
+                             count_attempt=True):  # fmt: skip
+                    report.retried.append(job.id)
+                    changed = True
+            elif (
+                not job.queued
+                and job.start_at is not None
+                and job.start_at <= now
+                and status == "pending"
+                and job.tasks
+            ):
+                starts.append(job.id)
+        for job_id, outcome in zip(starts, await self._start_all(starts), strict=True):
+            if outcome is None:
+                report.started.append(job_id)
+            else:
+                report.failures[job_id] = outcome
+            changed = True
+        return changed
+
+    async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
+        now = snap.now.timestamp()
+        queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead)
+        ready = [c for c in queued if c.not_before <= now]
+        if not ready:
+            return
+        check = RuleCheck(snap, self.zone)
+        drain = self.drain_after.total_seconds() if self.drain_after is not None else None
+        result = await _db(admit, ready, snap.gpus, now, access=check, drain_after=drain)
+        report.waiting = result.waiting
+        by_id = {job.id: job for job in snap.jobs}
+        todo: list[int] = []
+        for admission in result.admitted:
+            job = by_id[admission.job_id]
+            try:
+                if gpu_count(job.options) is not None:
+                    chosen = [snap.inventory[u] for u in admission.gpus]
+                    specs = await _db(bind, job, chosen, self.store)
+                    await _db(self.store.jobs.replace_tasks, job.id, specs)
+            except (TemplateError, ValueError, Conflict, NotFound) as error:
+                report.failures[job.id] = f"could not place the job: {error}"
+                continue
+            todo.append(job.id)
+        for job_id, outcome in zip(todo, await self._start_all(todo), strict=True):
+            if outcome is None:
+                report.admitted.append(job_id)
+                log.info("gpuhive queue: started job %s", job_id)
+            else:
+                report.failures[job_id] = outcome
+
+    async def _start_all(self, job_ids: Sequence[int]) -> list[str | None]:
+        """Start jobs, a few at a time; None for each that started, else why not."""
+        gate = asyncio.Semaphore(8)
+
+        async def one(job_id: int) -> str | None:
+            async with gate:
+                try:
+                    started = await self.launcher.start(job_id)
+                except (Conflict, NotFound) as error:
+                    return str(error)
+                return None if started.ok else started.message
+
+        return list(await asyncio.gather(*(one(i) for i in job_ids)))
+
+    def _stop_later(self, job_id: int, why: str, *, requeue: bool) -> None:
+        """Stop a job in the background (a graceful stop takes seconds); once at a time."""
+        if job_id in self._stopping:
+            return
+        task = asyncio.create_task(self._stop(job_id, why, requeue))
+        self._stopping[job_id] = task
+        task.add_done_callback(lambda _: self._stopping.pop(job_id, None))
+
+    async def _stop(self, job_id: int, why: str, requeue: bool) -> None:
+        try:
+            stopped = await self.launcher.stop(job_id)
+            if stopped.failures:
+                log.warning("gpuhive queue: job %s did not stop: %s", job_id, stopped.failures)
+                return  # still marked: the next tick tries again
+            log.info("gpuhive queue: stopped job %s: %s", job_id, why)
+            if requeue:
+                jobs = self.store.jobs
+                if not await _db(jobs.requeue, job_id, expect={"stopped"}, note=why):
+                    await _db(jobs.mark_requeue, job_id, None)
+        except NotFound:
+            pass
+        except Exception:
+            log.exception("gpuhive queue: stopping job %s failed", job_id)
+
+    # --- what the UI asks ------------------------------------------------------------
+
+    async def estimates(self) -> dict[int, datetime | None]:
+        """For each pending queued job, when it could start (None: not known)."""
+        now = self.clock()
+        sweep = self._sweep
+        if sweep is not None and (now - sweep.at).total_seconds() > 3 * sweep.interval:
+            sweep = None
+        snap = await _db(self.snapshot, now, sweep)
+        queued = candidates(snap.jobs, now, self.default_walltime)
+        until = (now + self.horizon).timestamp()
+        found = await _db(estimates, queued, snap.gpus, snap.reserved, now.timestamp(), until)
+        return {
+            job_id: None if ts is None else datetime.fromtimestamp(ts, UTC)
+            for job_id, ts in found.items()
+        }
+
+    # --- reading the world -----------------------------------------------------------
+
+    def snapshot(self, now: datetime, sweep: Sweep | None) -> Snapshot:
+        """Jobs, GPU states and reservations as plain data (blocking: runs in a thread)."""
+        jobs, marked = self.store.jobs.schedulable()
+        inventory = {gpu.uuid: gpu for gpu in self.store.inventory.gpus()}
+        reserved = reserved_spans(booked(self.store, now, now + self.horizon), jobs)
+        states = gpu_states(inventory.values(), reserved, jobs, sweep, now)
+        rules = self.store.rules.all()
+        owners = {job.owner for job in jobs if job.queued} if rules else set()
+        identities = {name: self.identity_of(name) for name in owners}
+        return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities)
+
+
+# --- building the pass's inputs ----------------------------------------------------------
+
+
+def candidates(
+    jobs: Iterable[Job], now: datetime, default_walltime: timedelta, min_length: float = 0.0
+) -> list[Candidate]:
+    """The pending queued jobs as the pass takes them (those past their stop time left out)."""
+    out = []
+    at = now.timestamp()
+    for job in jobs:
+        if not job.queued or job.status != "pending":
+            continue
+        if job.stop_at is not None and job.stop_at <= now:
+            continue
+        try:
+            count = gpu_count(job.options) or 0
+        except ValueError:
+            continue
+        length = max((job.walltime or default_walltime).total_seconds(), min_length)
+        start = job.start_at.timestamp() if job.start_at else 0.0
+        end = max(at, start) + length
+        if job.stop_at is not None:
+            end = min(end, job.stop_at.timestamp())
+        created = job.created_at.timestamp() if job.created_at else 0.0
+        gpus = () if count else job.gpus
+        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start))
+    return out
+
+
+def booked(store: Store, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+    """(GPU UUID, start, end) of every booking overlapping [start, end): one light query."""
+    query = select(gpu_table.c.uuid, reservation_gpus.c.start_at, reservation_gpus.c.end_at).where(
+        reservation_gpus.c.gpu_id == gpu_table.c.id,
+        reservation_gpus.c.cancelled.is_(False),
+        reservation_gpus.c.start_at < end,
+        reservation_gpus.c.end_at > start,
+    )
+    with store.db.read() as conn:
+        return [(row[0], row[1], row[2]) for row in conn.execute(query)]
+
+
+def bookings_of(reservations: Iterable[Reservation]) -> list[tuple[str, datetime, datetime]]:
+    """(GPU UUID, start, end) per GPU of each reservation, as `booked` returns them."""
+    return [(gpu.uuid, r.start, r.end) for r in reservations for gpu in r.gpus]
+
+
+def reserved_spans(
+    bookings: Iterable[tuple[str, datetime, datetime]], jobs: Iterable[Job] = ()
+) -> Spans:
+    """Per GPU UUID, the spans that keep queued jobs off it: bookings and planned runs."""
+    spans: Spans = {}
+    for uuid, low, high in bookings:
+        spans.setdefault(uuid, []).append((low.timestamp(), high.timestamp()))
+    for job in jobs:
+        if job.queued or job.start_at is None or job.status != "pending":
+            continue
+        end = job.stop_at.timestamp() if job.stop_at else FOREVER
+        for uuid in job.gpus:
+            spans.setdefault(uuid, []).append((job.start_at.timestamp(), end))
+    for found in spans.values():
+        found.sort()
+    return spans
+
+
+def gpu_states(
+    gpus: Iterable[Gpu],
+    reserved: Mapping[str, Sequence[tuple[float, float]]],
+    jobs: Iterable[Job],
+    sweep: Sweep | None,
+    now: datetime,
+) -> dict[str, GpuState]:
+    """Each GPU's state: who holds it (active tasks, then foreign processes) and next booking.
+
+    Without a sweep (monitoring off) only the store's claims are known.
+    """
+    at = now.timestamp()
+    holder: dict[str, Job] = {}
+    group_of: dict[tuple[str, int], int] = {}  # (host, process group) -> job id
+    owner_on: dict[tuple[str, str, str], int] = {}  # (host, owner, GPU) -> job id
+    for job in jobs:
+        for task in job.tasks:
+            if task.active:
+                for uuid in task.gpus:
+                    holder[uuid] = job
+                    owner_on[(task.host, task.owner, uuid)] = job.id
+                if task.pgid is not None:
+                    group_of[(task.host, task.pgid)] = job.id
+    foreign: dict[str, str] = {}
+    if sweep is not None:
+        for host, sample in sweep.samples.items():
+            for proc in sample.processes:
+                on = proc.gpu_uuid
+                if on is None or on in foreign:
+                    continue
+                pgid = getattr(proc, "pgid", None)
+                if pgid is not None:
+                    owner = group_of.get((host, pgid))
+                else:
+                    owner = owner_on.get((host, proc.user or "", on))
+                held = holder.get(on)
+                if held is None or owner != held.id:
+                    whose = f"job {owner}" if owner is not None else proc.user or "an unknown user"
+                    foreign[on] = f"process {proc.pid} of {whose}"
+    out: dict[str, GpuState] = {}
+    for gpu in gpus:
+        spans = reserved.get(gpu.uuid, ())
+        free_until = next((low for low, high in spans if high > at), FOREVER)
+        blocker: str | None = None
+        release: float | None = None
+        running = holder.get(gpu.uuid)
+        if running is not None:
+            blocker = f"{gpu.ref} runs job {running.id}"
+            release = _release(running, at)
+        elif gpu.uuid in foreign:
+            blocker = f"{gpu.ref} runs {foreign[gpu.uuid]}"
+        elif sweep is not None:
+            probed = sweep.samples.get(gpu.host)
+            if probed is None:
+                why = sweep.failures.get(gpu.host, "it was not probed")
+                blocker = f"{gpu.host} did not answer the last sweep: {why}"
+            elif probed.gpu_error:
+                blocker = f"the GPUs of {gpu.host} cannot be read: {probed.gpu_error}"
+        out[gpu.uuid] = GpuState(
+            gpu.uuid, gpu.host, gpu.index, gpu.ref, blocker, free_until, release
+        )
+    return out
+
+
+def _release(job: Job, at: float) -> float | None:
+    """When a running job will likely let go of its GPUs (None: nobody knows)."""
+    ends = []
+    if job.stop_at is not None:
+        ends.append(job.stop_at.timestamp())
+    started = [t.started_at for t in job.tasks if t.started_at is not None]
+    if job.queued and job.walltime is not None and started:
+        ends.append(min(started).timestamp() + job.walltime.total_seconds())
+    found = min(ends) if ends else None
+    return found if found is not None and found > at else None
+
+
+class RuleCheck(AccessCheck):
+    """The access rules over a snapshot; the answer depends only on which rules apply and
+    the end, so it is memoised per (rules that apply to owner and GPU, end)."""
+
+    def __init__(self, snap: Snapshot, zone: tzinfo) -> None:
+        self.snap = snap
+        self.zone = zone
+        self._applying: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._covered: dict[tuple[tuple[int, ...], float], bool] = {}
+
+    def restricted(self, owner: str) -> bool:
+        who = self.snap.identities.get(owner)
+        return bool(self.snap.rules) and (who is None or not who.is_admin)
+
+    def allows(self, owner: str, uuid: str, end: float) -> bool:
+        rules = self.snap.rules
+        applying = self._applying.get((owner, uuid))
+        if applying is None:
+            who = self.snap.identities.get(owner) or Identity(owner)
+            gpu = self.snap.inventory[uuid]
+            applying = tuple(
+                i for i, r in enumerate(rules) if r.applies_to(who) and r.covers_gpu(gpu)
+            )
+            self._applying[(owner, uuid)] = applying
+        found = self._covered.get((applying, end))
+        if found is None:
+            start, until = self.snap.now, datetime.fromtimestamp(end, UTC)
+            spans = [s for i in applying for s in rules[i].spans(start, until, self.zone)]
+            found = access.first_gap(access.merge(spans), start, until) is None
+            self._covered[(applying, end)] = found
+        return found
+
+
+def bind(job: Job, chosen: Sequence[Gpu], store: Store) -> list[TaskSpec]:
+    """Render a count-only job's tasks for the GPUs admission chose."""
+    by_host: dict[str, list[GpuSlot]] = {}
+    for gpu in chosen:
+        found = store.inventory.host(gpu.host)
+        address = found.address if found else gpu.host
+        by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, address, gpu.index, gpu.uuid))
+    layout = [(host, slots[0].address, slots) for host, slots in by_host.items()]
+    return render_tasks(replace(job, options=template_options(job.options)), layout)
+
+
+def _reserved_soon(job: Job, snap: Snapshot, before: float) -> str | None:
+    """Why a running queued job must make way: a reservation on its GPUs begins soon."""
+    for uuid in job.gpus:
+        state = snap.gpus.get(uuid)
+        if state is not None and state.free_until <= before:
+            when = datetime.fromtimestamp(state.free_until, UTC)
+            return f"{state.ref} is reserved from {when:%Y-%m-%d %H:%M:%S} UTC; back in the queue"
+    return None
+
+
+def _cause(job: Job) -> str:
+    for task in job.tasks:
+        if task.last_error:
+            return f"task {task.index}: {task.last_error}"
+        if task.exit_status not in (None, 0):
+            return f"task {task.index} exited with status {task.exit_status}"
+    return f"the job {job.status}"
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Blocking work off the event loop."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+__all__ = [
+    "RuleCheck",
+    "Scheduler",
+    "Snapshot",
+    "TickReport",
+    "bind",
+    "booked",
+    "bookings_of",
+    "candidates",
+    "gpu_states",
+    "reserved_spans",
+]

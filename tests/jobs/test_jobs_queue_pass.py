@@ -1,0 +1,291 @@
+"""The queue's pure parts: the admission pass, estimates, GPU states; and its store methods."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jupyter_gpuhive.errors import Conflict
+from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
+from jupyter_gpuhive.jobs import GpuSlot
+from jupyter_gpuhive.jobs.admission import (
+    Candidate,
+    GpuState,
+    admit,
+    earliest_fit,
+    estimates,
+    gpu_count,
+    template_options,
+)
+from jupyter_gpuhive.jobs.model import Job, NewJob, Task, TaskState, render_tasks
+from jupyter_gpuhive.jobs.queue import bookings_of, candidates, gpu_states, reserved_spans
+from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation
+from jupyter_gpuhive.monitor.sampler import Sweep
+from jupyter_gpuhive.store import Store
+from jupyter_gpuhive.store.jobs import TaskChange
+
+NOW = 1_900_000_000.0
+H = 3600.0
+
+
+def gpu(host: str, index: int, **kwargs: object) -> GpuState:
+    return GpuState(f"{host}-{index}", host, index, f"{host}:{index}", **kwargs)  # type: ignore[arg-type]
+
+
+def world(*states: GpuState) -> dict[str, GpuState]:
+    return {s.uuid: s for s in states}
+
+
+def job(job_id: int, *gpus: str, count: int = 0, hours: float = 1, created: float = 0,
+        owner: str = "ann") -> Candidate:  # fmt: skip
+    return Candidate(job_id, owner, created or job_id, NOW + hours * H, tuple(gpus), count)
+
+
+class OnlyOn:
+    """Access: `owner` may use just the listed GPUs; everyone else everything."""
+
+    def __init__(self, owner: str, allowed: set[str]) -> None:
+        self.owner, self.allowed = owner, allowed
+
+    def restricted(self, owner: str) -> bool:
+        return owner == self.owner
+
+    def allows(self, owner: str, uuid: str, end: float) -> bool:
+        return uuid in self.allowed
+
+
+# --- the admission pass ----------------------------------------------------------------------
+
+
+def test_gang_waits_for_all_and_backfill_lets_later_jobs_through() -> None:
+    gpus = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs job 9"), gpu("a", 2))
+    result = admit([job(1, "a-0", "a-1"), job(2, "a-0"), job(3, "a-2")], gpus, NOW)
+    assert [(a.job_id, a.gpus) for a in result.admitted] == [(2, ("a-0",)), (3, ("a-2",))]
+    assert result.waiting == {1: "a:1 runs job 9"}  # a-0 was not taken for the gang job
+
+
+def test_claims_in_one_pass_first_come_first_served() -> None:
+    gpus = world(gpu("a", 0), gpu("a", 1))
+    early = job(7, "a-0", "a-1", created=NOW - 100)  # higher id, created first
+    late = job(3, "a-1", created=NOW - 50)
+    result = admit([late, early], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [7]
+    assert result.waiting == {3: "a:1 went to an earlier queued job"}
+
+
+def test_walltime_must_end_before_the_next_reservation() -> None:
+    gpus = world(gpu("a", 0, free_until=NOW + 2 * H), gpu("a", 1, free_until=NOW - 1))
+    result = admit([job(1, "a-0", hours=3), job(2, "a-0", hours=2), job(3, "a-1")], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [2]  # ends exactly as the booking begins
+    assert result.waiting[1].startswith("a:0 is reserved from 2030-03-17")
+    assert "a:1 is reserved" in result.waiting[3]  # reserved now
+
+
+def test_unknown_gpu_and_access_rules() -> None:
+    gpus = world(gpu("a", 0), gpu("a", 1))
+    check = OnlyOn("bob", {"a-1"})
+    jobs = [job(1, "zz-9"), job(2, "a-0", owner="bob"), job(3, "a-1", owner="bob"),
+            job(4, "a-0")]  # fmt: skip
+    result = admit(jobs, gpus, NOW, access=check)
+    assert [a.job_id for a in result.admitted] == [3, 4]
+    assert "not known" in result.waiting[1]
+    assert result.waiting[2] == "the access rules do not let bob use a:0 until then"
+
+
+def test_count_only_prefers_one_host_best_fit_then_fewest_hosts() -> None:
+    gpus = world(
+        *(gpu("big", i) for i in range(4)),
+        *(gpu("small", i) for i in range(2)),
+        gpu("small", 2, blocker="busy"),
+    )
+    result = admit([job(1, count=2), job(2, count=3), job(3, count=1)], gpus, NOW)
+    placed = {a.job_id: a.gpus for a in result.admitted}
+    assert placed[1] == ("small-0", "small-1")  # the host where 2 fit most tightly
+    assert len(placed[2]) == 3 and {u.split("-")[0] for u in placed[2]} == {"big"}
+    assert placed[3] == ("big-0",) or len(placed[3]) == 1
+    assert len(set(placed[1] + placed[2] + placed[3])) == 6  # nothing taken twice
+
+    spread = admit([job(1, count=5)], gpus, NOW)
+    assert len(spread.admitted[0].gpus) == 5  # 4 on big + 1 on small: as few hosts as can be
+    assert sum(u.startswith("big") for u in spread.admitted[0].gpus) == 4
+    assert admit([job(1, count=7)], gpus, NOW).waiting == {1: "waiting for 7 free GPU(s)"}
+
+
+def test_count_only_takes_gpus_whose_booking_comes_soonest_after_its_end() -> None:
+    gpus = world(
+        gpu("a", 0, free_until=NOW + 10 * H),
+        gpu("a", 1, free_until=NOW + 2 * H),
+        gpu("a", 2, free_until=NOW + 30 * 60),
+        gpu("a", 3),
+    )
+    result = admit([job(1, count=1), job(2, count=2, hours=5), job(3, count=1, hours=3)], gpus, NOW)
+    placed = {a.job_id: a.gpus for a in result.admitted}
+    assert placed == {1: ("a-1",), 2: ("a-0", "a-3")}  # the long-free GPUs kept for long jobs
+    assert 3 in result.waiting
+
+
+def test_count_failures_are_remembered_but_not_across_restricted_owners() -> None:
+    gpus = world(gpu("a", 0), gpu("a", 1, free_until=NOW + H / 2))
+    check = OnlyOn("bob", {"a-0"})
+    jobs = [job(1, count=2), job(2, count=3), job(3, count=1, owner="bob"), job(4, count=1)]
+    result = admit(jobs, gpus, NOW, access=check)
+    assert [(a.job_id, a.gpus) for a in result.admitted] == [(3, ("a-0",))]
+    assert set(result.waiting) == {1, 2, 4}
+
+
+def test_a_starving_job_keeps_the_gpus_that_free_up() -> None:
+    gpus = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs job 5", release=NOW + H))
+    old = job(1, "a-0", "a-1", created=NOW - 5 * H)
+    small = job(2, "a-0", created=NOW - 10)
+    assert [a.job_id for a in admit([old, small], gpus, NOW).admitted] == [2]
+    drained = admit([old, small], gpus, NOW, drain_after=4 * H)
+    assert drained.admitted == [] and drained.held == {"a-0": 1}
+    assert drained.waiting[2] == "a:0 went to an earlier queued job"
+    # Not for a blocker with no known end (a foreign process): holding would not help.
+    foreign = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs process 7 of eve"))
+    assert [a.job_id for a in admit([old, small], foreign, NOW, drain_after=H).admitted] == [2]
+
+
+# --- estimates ----------------------------------------------------------------------------------
+
+
+def test_earliest_fit() -> None:
+    busy = [(10.0, 20.0), (25.0, 30.0), (15.0, 22.0)]
+    assert earliest_fit(busy, 0, 10, 1000) == 0
+    assert earliest_fit(busy, 0, 11, 1000) == 30
+    assert earliest_fit(busy, 21, 3, 1000) == 22
+    assert earliest_fit(busy, 0, 100, 120) is None  # beyond what is known
+
+
+def test_estimates_from_reservations_running_jobs_and_unknowns() -> None:
+    gpus = world(
+        gpu("a", 0, free_until=NOW + H),
+        gpu("a", 1, blocker="a:1 runs job 4", release=NOW + 2 * H),
+        gpu("a", 2, blocker="a:2 runs process 9 of eve"),
+    )
+    reserved = {"a-0": [(NOW + H, NOW + 3 * H)]}
+    jobs = [job(1, "a-0"), job(2, "a-0", "a-1", hours=2), job(3, "a-2"), job(4, count=2)]
+    later = Candidate(5, "ann", 5, NOW + 5 * H, ("a-0",), 0, NOW + 4 * H)
+    found = estimates([*jobs, later], gpus, reserved, NOW, NOW + 48 * H)
+    assert found == {1: NOW, 2: NOW + 3 * H, 3: None, 4: NOW + 2 * H, 5: NOW + 4 * H}
+
+
+# --- inputs from jobs, reservations and a sweep --------------------------------------------------
+
+
+def _stored_job(
+    job_id: int,
+    owner: str,
+    host: str,
+    uuids: list[str],
+    state: TaskState = TaskState.PENDING,
+    pgid: int | None = None,
+    **kwargs: object,
+) -> Job:
+    """A job as the store returns it, with one task."""
+    task = Task(
+        id=job_id * 10, job_id=job_id, index=0, owner=owner, host=host, address="x", role="task",
+        gpus=tuple(uuids), gpu_indices=tuple(range(len(uuids))), command="c", env={}, workdir=None,
+        variables={}, session="s", log_path="l", exit_path="e", state=state, pgid=pgid,
+        started_at=datetime.fromtimestamp(NOW - 60, UTC),
+    )  # fmt: skip
+    return Job(name=f"j{job_id}", owner=owner, command="c", id=job_id, tasks=(task,),
+               created_at=datetime.fromtimestamp(NOW - 1000 + job_id, UTC), **kwargs)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_gpu_states_tell_own_processes_from_foreign_ones() -> None:
+    now = datetime.fromtimestamp(NOW, UTC)
+    inv = [Gpu(i + 1, "h", i, f"h-{i}") for i in range(5)] + [Gpu(9, "down", 0, "down-0")]
+    running = _stored_job(1, "ann", "h", ["h-0", "h-1"], state=TaskState.RUNNING, pgid=500,
+                          queued=True, walltime=timedelta(hours=2))  # fmt: skip
+    procs = (
+        ProcessInfo(501, "h-0", "ann", "python", 10, 500),  # the job's own process group
+        ProcessInfo(502, "h-1", "ann", "python", 10, 500),
+        ProcessInfo(503, "h-2", "ann", "python", 10, 500),  # the job's, but off its GPUs
+        ProcessInfo(600, "h-3", "eve", "python", 10, 600),  # someone else's
+    )
+    sweep = Sweep(now, 5.0, {"h": HostSample("h", now, processes=procs)}, {"down": "timeout"})
+    res = Reservation(1, "bob", "t", "", now + timedelta(hours=1), now + timedelta(hours=2),
+                      (inv[4],), now)  # fmt: skip
+    states = gpu_states(inv, reserved_spans(bookings_of([res])), [running], sweep, now)
+    assert states["h-0"].blocker == "h:0 runs job 1"
+    assert states["h-0"].release == NOW - 60 + 2 * H
+    assert states["h-2"].blocker == "h:2 runs process 503 of job 1"
+    assert states["h-3"].blocker == "h:3 runs process 600 of eve"
+    assert states["h-4"].blocker is None and states["h-4"].free_until == NOW + H
+    assert states["down-0"].blocker == "down did not answer the last sweep: timeout"
+    # Without process groups (an older probe) the owner on the task's GPU is recognised.
+    bare = tuple(ProcessInfo(p.pid, p.gpu_uuid, p.user, p.command, 1) for p in procs)
+    sweep2 = Sweep(now, 5.0, {"h": HostSample("h", now, processes=bare)}, {})
+    states2 = gpu_states(inv, {}, [running], sweep2, now)
+    assert states2["h-2"].blocker == "h:2 runs process 503 of ann"
+    # Without a sweep only claims count.
+    assert gpu_states(inv, {}, [running], None, now)["h-3"].blocker is None
+
+
+def test_candidates_and_planned_runs() -> None:
+    now = datetime.fromtimestamp(NOW, UTC)
+    q = _stored_job(1, "ann", "h", ["h-0"], queued=True, walltime=timedelta(minutes=1))
+    expired = _stored_job(2, "ann", "h", ["h-0"], queued=True, stop_at=now)
+    later = _stored_job(3, "ann", "h", ["h-1"], queued=True, start_at=now + timedelta(hours=1),
+                        stop_at=now + timedelta(hours=1, minutes=30))  # fmt: skip
+    counted = _stored_job(4, "ann", "h", [], queued=True, options={"gpu_count": 2})
+    planned = _stored_job(5, "bob", "h", ["h-2"], start_at=now + timedelta(hours=3))
+    found = {c.job_id: c for c in candidates([q, expired, later, counted, planned], now,
+                                             timedelta(hours=1), min_length=300)}  # fmt: skip
+    assert set(found) == {1, 3, 4}
+    assert found[1].end == NOW + 300  # at least the preemption lead
+    assert found[3].not_before == NOW + H and found[3].end == NOW + 1.5 * H
+    assert found[4].count == 2 and found[4].gpus == () and found[4].end == NOW + H
+    assert reserved_spans([], [planned]) == {"h-2": [(NOW + 3 * H, float("inf"))]}
+
+
+def test_gpu_count_option() -> None:
+    assert gpu_count({}) is None and gpu_count({"gpu_count": 3}) == 3
+    for bad in (0, -1, True, "2", 1.5):
+        with pytest.raises(ValueError):
+            gpu_count({"gpu_count": bad})
+    assert template_options({"gpu_count": 2, "per_gpu": True}) == {"per_gpu": True}
+
+
+# --- store methods --------------------------------------------------------------------------------
+
+
+def test_store_requeue_once_replace_tasks_and_schedulable(db_url: str) -> None:
+    store = Store(db_url).open()
+    try:
+        store.inventory.sync([HostDecl("h", "10.0.0.1", gpus=(GpuDecl(0, "U0"), GpuDecl(1, "U1")))])
+        slots = [("h", "10.0.0.1", [GpuSlot("h", "10.0.0.1", 0, "U0")])]
+        spec = NewJob(name="q", owner="ann", command="run", queued=True, max_retries=1)
+        queued = store.jobs.create(spec, render_tasks(spec, slots))
+        done = store.jobs.create(NewJob(name="d", owner="ann", command="x"),
+                                 render_tasks(spec, slots))  # fmt: skip
+        counted = store.jobs.create(NewJob(name="c", owner="ann", command="x", queued=True,
+                                           options={"gpu_count": 1}), [])  # fmt: skip
+        store.jobs.change_tasks([TaskChange(done.tasks[0].id, TaskState.SUCCEEDED)])
+        found, marked = store.jobs.schedulable()
+        assert [j.id for j in found] == [queued.id, counted.id] and marked == {}
+
+        store.jobs.change_tasks([TaskChange(queued.tasks[0].id, TaskState.RUNNING)])
+        with pytest.raises(Conflict):
+            store.jobs.replace_tasks(queued.id, [])
+        store.jobs.mark_requeue(queued.id, "reserved soon")
+        assert not store.jobs.requeue(queued.id, expect={"stopped"})  # still running
+        store.jobs.change_tasks([TaskChange(queued.tasks[0].id, TaskState.FAILED)])
+        assert store.jobs.schedulable()[1] == {queued.id: "reserved soon"}
+        assert store.jobs.requeue(queued.id, expect={"failed"}, note="retry", count_attempt=True)
+        assert not store.jobs.requeue(queued.id, expect={"failed"}, count_attempt=True)  # once
+        again = store.jobs.get(queued.id)
+        assert again.attempts == 1 and again.status == "pending"
+        assert again.tasks[0].last_error == "retry" and store.jobs.schedulable()[1] == {}
+
+        two = [("h", "10.0.0.1", [GpuSlot("h", "10.0.0.1", i, f"U{i}") for i in (0, 1)])]
+        bound = store.jobs.replace_tasks(
+            counted.id, render_tasks(replace(counted, options={}), two)
+        )
+        assert [t.gpus for t in bound.tasks] == [("U0", "U1")]
+        assert bound.tasks[0].session.startswith(f"gpuhive-{counted.id}-c-")
+    finally:
+        store.close()
