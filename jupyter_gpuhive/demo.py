@@ -17,26 +17,25 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from .sim.cluster import LocalSimHost, start_gpu_process
+from .sim.cluster import LocalSimHost
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 HOST_NAMES = ("gpu1", "gpu2", "gpu3")
 
 
-def demo_hosts(root: Path) -> list[dict[str, Any]]:
-    """Simulated hosts (4 A100 each) with their stand-in environment, as config entries."""
-    hosts = []
-    for name in HOST_NAMES:
-        sim = LocalSimHost(name, root / "sim" / name)
-        env = sim.env()
-        hosts.append(
-            {"name": name, "address": "localhost", "transport": "local",
-             "env": {key: env[key] for key in SIM_ENV}}
-        )  # fmt: skip
-    return hosts
+def demo_hosts(root: Path) -> list[LocalSimHost]:
+    """Simulated hosts with 4 A100 each, their stand-in installed under `root`."""
+    return [LocalSimHost(name, root / "sim" / name) for name in HOST_NAMES]
 
 
-def write_config(root: Path) -> Path:
+def host_config(host: LocalSimHost) -> dict[str, Any]:
+    """A simulated host as a c.GpuHiveApp.hosts entry (local transport, stand-in env)."""
+    env = host.env()
+    return {"name": host.name, "address": "localhost", "transport": "local",
+            "env": {key: env[key] for key in SIM_ENV}}  # fmt: skip
+
+
+def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
     """Write the demo's server config (SQLite store in `root`) and return its path."""
     root.mkdir(parents=True, exist_ok=True)
     config = root / "jupyter_server_config.py"
@@ -45,7 +44,7 @@ def write_config(root: Path) -> Path:
         "# Written by `python -m jupyter_gpuhive.demo`.\n"
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {('sqlite:///' + str(root / 'gpuhive.sqlite'))!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps(demo_hosts(root), indent=2)}\n"
+        f"c.GpuHiveApp.hosts = {json.dumps([host_config(h) for h in hosts], indent=2)}\n"
         f"c.GpuHiveApp.admin_users = {{{user!r}}}\n"
         "c.GpuHiveApp.poll_interval = 2.0\n"
         "c.ServerApp.open_browser = False\n"
@@ -54,11 +53,11 @@ def write_config(root: Path) -> Path:
     return config
 
 
-def start_load() -> list[subprocess.Popen[bytes]]:
+def start_load(hosts: list[LocalSimHost]) -> list[subprocess.Popen[bytes]]:
     """Two simulated trainings of the current user, so the dashboards show activity."""
     return [
-        start_gpu_process("gpu1", [0, 1], mem_mib=30_000, util=85),
-        start_gpu_process("gpu2", [2], mem_mib=12_000, util=40),
+        hosts[0].start_process([0, 1], mem_mib=30_000, util=85),
+        hosts[1].start_process([2], mem_mib=12_000, util=40),
     ]
 
 
@@ -66,10 +65,11 @@ def main() -> None:
     """Start JupyterLab with the demo config; JupyterLab prints the URL with its token."""
     args = [a for a in sys.argv[1:] if a != "--no-load"]
     root = Path(os.environ.get("GPUHIVE_DEMO_DIR", Path(jupyter_data_dir()) / "gpuhive-demo"))
-    config = write_config(root)
+    hosts = demo_hosts(root)
+    config = write_config(root, hosts)
     print(f"gpuhive demo: config {config}, store {root / 'gpuhive.sqlite'}")
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
-    load = [] if "--no-load" in sys.argv else start_load()
+    load = [] if "--no-load" in sys.argv else start_load(hosts)
     try:
         subprocess.run([sys.executable, "-m", "jupyterlab", f"--config={config}", *args])
     except KeyboardInterrupt:

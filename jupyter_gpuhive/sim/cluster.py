@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,9 @@ class LocalSimHost:
     def clear_faults(self) -> SimHostConfig:
         """Reset every fault knob."""
         return clear_faults(self.config_path)
+
+    def start_process(
+        self, gpus: Sequence[int | str], *, user: str | None = None, **kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        """Start a real process on `gpus` of this host only (see users.start_gpu_process)."""
+        return start_gpu_process(self.name, gpus, user=user, config=self.config_path, **kwargs)

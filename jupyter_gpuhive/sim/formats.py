@@ -1,16 +1,23 @@
 """Render a host snapshot in nvidia-smi's formats: query CSV, ``-q -x`` XML and ``-L``.
 
-Standard library only: the ``nvidia-smi`` stand-in imports this on every call.
+Standard library only. The query CSV and ``-L`` live in ``core`` (shared with the stand-in's fast
+path) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from .inventory import NA
-from .snapshot import GpuProcessRow, GpuState, HostSnapshot
+from .core import APP_ALIASES as APP_ALIASES
+from .core import APP_FIELDS as APP_FIELDS
+from .core import GPU_ALIASES as GPU_ALIASES
+from .core import GPU_FIELDS as GPU_FIELDS
+from .core import NA
+from .core import UnknownField as UnknownField
+from .core import list_gpus as list_gpus
+from .core import query_apps_csv as query_apps_csv
+from .core import query_gpu_csv as query_gpu_csv
+from .snapshot import GpuState, HostSnapshot
 
 DRIVER_FAILURE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -24,145 +31,8 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class UnknownField(ValueError):
-    """A query named a field nvidia-smi does not know."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f'Field "{name}" is not a valid field to query.')
-        self.name = name
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """How one query field is named in the header, which unit it carries, and its value."""
-
-    header: str
-    unit: str
-    value: Callable[[HostSnapshot, GpuState], object]
-
-
 def _enabled(flag: bool) -> str:
     return "Enabled" if flag else "Disabled"
-
-
-def _mig_mode(s: HostSnapshot, g: GpuState) -> str | None:
-    return _enabled(g.gpu.mig_enabled) if g.gpu.mig_capable else None
-
-
-GPU_FIELDS: dict[str, FieldSpec] = {
-    "timestamp": FieldSpec("timestamp", "", lambda s, g: _csv_time(s.timestamp)),
-    "driver_version": FieldSpec("driver_version", "", lambda s, g: s.config.driver_version),
-    "count": FieldSpec("count", "", lambda s, g: len(s.config.gpus)),
-    "index": FieldSpec("index", "", lambda s, g: g.gpu.index),
-    "uuid": FieldSpec("uuid", "", lambda s, g: g.gpu.uuid),
-    "name": FieldSpec("name", "", lambda s, g: g.gpu.name),
-    "pci.bus_id": FieldSpec("pci.bus_id", "", lambda s, g: g.gpu.pci_bus_id),
-    "persistence_mode": FieldSpec(
-        "persistence_mode", "", lambda s, g: _enabled(g.gpu.persistence_mode)
-    ),
-    "pstate": FieldSpec("pstate", "", lambda s, g: "P0"),
-    "compute_mode": FieldSpec("compute_mode", "", lambda s, g: "Default"),
-    "mig.mode.current": FieldSpec("mig.mode.current", "", _mig_mode),
-    "mig.mode.pending": FieldSpec("mig.mode.pending", "", _mig_mode),
-    "fan.speed": FieldSpec("fan.speed", "%", lambda s, g: g.gpu.fan_pct),
-    "utilization.gpu": FieldSpec("utilization.gpu", "%", lambda s, g: g.util_gpu),
-    "utilization.memory": FieldSpec("utilization.memory", "%", lambda s, g: g.util_mem),
-    "memory.total": FieldSpec("memory.total", "MiB", lambda s, g: g.gpu.memory_total_mib),
-    "memory.reserved": FieldSpec("memory.reserved", "MiB", lambda s, g: g.gpu.memory_reserved_mib),
-    "memory.used": FieldSpec("memory.used", "MiB", lambda s, g: g.mem_used_mib),
-    "memory.free": FieldSpec("memory.free", "MiB", lambda s, g: g.mem_free_mib),
-    "temperature.gpu": FieldSpec("temperature.gpu", "", lambda s, g: g.temperature_c),
-    "power.draw": FieldSpec("power.draw", "W", lambda s, g: g.power_w),
-    "power.limit": FieldSpec("power.limit", "W", lambda s, g: g.gpu.power_limit_w),
-    "clocks.sm": FieldSpec("clocks.current.sm", "MHz", lambda s, g: g.gpu.clocks_sm_mhz),
-}
-GPU_ALIASES = {
-    "gpu_name": "name",
-    "gpu_uuid": "uuid",
-    "gpu_bus_id": "pci.bus_id",
-    "persistence.mode": "persistence_mode",
-    "clocks.current.sm": "clocks.sm",
-    "power.draw.instant": "power.draw",
-}
-
-Row = tuple[GpuState, GpuProcessRow]
-APP_FIELDS: dict[str, tuple[str, str, Callable[[Row], object]]] = {
-    "pid": ("pid", "", lambda r: r[1].pid),
-    "process_name": ("process_name", "", lambda r: r[1].process.name),
-    "gpu_uuid": ("gpu_uuid", "", lambda r: r[0].gpu.uuid),
-    "gpu_name": ("gpu_name", "", lambda r: r[0].gpu.name),
-    "gpu_bus_id": ("gpu_bus_id", "", lambda r: r[0].gpu.pci_bus_id),
-    "gpu_serial": ("gpu_serial", "", lambda r: None),
-    "used_memory": ("used_gpu_memory", "MiB", lambda r: r[1].process.used_memory_mib),
-}
-APP_ALIASES = {"name": "process_name", "used_gpu_memory": "used_memory"}
-
-
-def _csv_time(timestamp: float) -> str:
-    """nvidia-smi's CSV timestamp: '2026/11/22 01:51:50.123'."""
-    millis = int(timestamp * 1000) % 1000
-    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(timestamp)) + f".{millis:03d}"
-
-
-def _cell(value: object, unit: str, nounits: bool, marker: str | None = None) -> str:
-    """One CSV cell: a value with its unit, or a bracketed N/A / Not Supported marker."""
-    if marker is not None or value is None:
-        return f"[{marker or NA}]"
-    text = f"{value:.2f}" if unit == "W" and isinstance(value, int | float) else str(value)
-    return text if nounits or not unit else f"{text} {unit}"
-
-
-def _header(name: str, unit: str) -> str:
-    return f"{name} [{unit}]" if unit else name
-
-
-def _lines(header: list[str], rows: list[list[str]], noheader: bool) -> str:
-    lines = ([] if noheader else [", ".join(header)]) + [", ".join(row) for row in rows]
-    return "".join(f"{line}\n" for line in lines)
-
-
-def query_gpu_csv(
-    snap: HostSnapshot, names: Sequence[str], *, noheader: bool = False, nounits: bool = False
-) -> str:
-    """``--query-gpu=NAMES --format=csv[,noheader][,nounits]``."""
-    specs = []
-    for name in names:
-        key = GPU_ALIASES.get(name, name)
-        if key not in GPU_FIELDS:
-            raise UnknownField(name)
-        specs.append((key, GPU_FIELDS[key]))
-    rows = [
-        [
-            _cell(spec.value(snap, g), spec.unit, nounits, g.gpu.unavailable.get(key))
-            for key, spec in specs
-        ]
-        for g in snap.gpus
-    ]
-    return _lines([_header(s.header, s.unit) for _, s in specs], rows, noheader)
-
-
-def query_apps_csv(
-    snap: HostSnapshot, names: Sequence[str], *, noheader: bool = False, nounits: bool = False
-) -> str:
-    """``--query-compute-apps=NAMES --format=csv[,noheader][,nounits]``."""
-    specs = []
-    for name in names:
-        key = APP_ALIASES.get(name, name)
-        if key not in APP_FIELDS:
-            raise UnknownField(name)
-        specs.append(APP_FIELDS[key])
-    rows = [[_cell(get(row), unit, nounits) for _, unit, get in specs] for row in snap.rows()]
-    return _lines([_header(header, unit) for header, unit, _ in specs], rows, noheader)
-
-
-def list_gpus(snap: HostSnapshot) -> str:
-    """``-L``: one line per GPU, MIG slices indented below."""
-    out = []
-    for g in snap.gpus:
-        out.append(f"GPU {g.gpu.index}: {g.gpu.name} (UUID: {g.gpu.uuid})\n")
-        for i, mig in enumerate(g.gpu.mig):
-            out.append(f"  MIG {mig.profile:<11} Device {i:>2}: (UUID: {mig.uuid})\n")
-    return "".join(out)
 
 
 # --- -q -x ------------------------------------------------------------------------------

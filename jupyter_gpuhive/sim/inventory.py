@@ -1,6 +1,7 @@
 """The simulated GPU inventory of one host: its JSON config file, presets and fault knobs.
 
-Standard library only: the ``nvidia-smi`` stand-in imports this on every call.
+Standard library only: the ``nvidia-smi`` stand-in imports this when its fast path (``fastpath``)
+cannot answer; the fast path mirrors these dataclasses' fields and defaults.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-CONFIG_ENV = "GPUHIVE_SIM_CONFIG"
-HOST_ENV = "GPUHIVE_SIM_HOST"
-MEM_ENV = "GPUHIVE_SIM_MEM_MIB"
-UTIL_ENV = "GPUHIVE_SIM_UTIL"
+from .core import CONFIG_ENV as CONFIG_ENV
+from .core import HOST_ENV as HOST_ENV
+from .core import MEM_ENV as MEM_ENV
+from .core import NA, NOT_SUPPORTED, fill_gpu_defaults
+from .core import UTIL_ENV as UTIL_ENV
 
-# Markers a field can show instead of a value (CSV prints them in brackets, XML as plain N/A).
-NA = "N/A"
-NOT_SUPPORTED = "Not Supported"
 FAULTS = ("delay_s", "hang", "junk", "driver_failure")
 
 
@@ -61,14 +60,7 @@ class SimGpu:
 
     def __post_init__(self) -> None:
         """Fill the derived defaults (PCI bus id, reserved memory, MIG capability)."""
-        if not self.pci_bus_id:
-            self.pci_bus_id = f"00000000:{0x07 + 8 * self.index:02X}:00.0"
-        if self.memory_reserved_mib is None:
-            self.memory_reserved_mib = self.memory_total_mib // 160
-        if self.mig_capable is None:
-            self.mig_capable = bool(self.mig) or any(
-                model in self.name for model in ("A100", "A30", "H100", "H200", "B200")
-            )
+        fill_gpu_defaults(self)
 
     @property
     def mig_enabled(self) -> bool:

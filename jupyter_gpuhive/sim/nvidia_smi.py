@@ -4,6 +4,10 @@ It reads the simulated host from the JSON file named by ``GPUHIVE_SIM_CONFIG`` o
 (so fault knobs apply at once), finds the real processes on its GPUs (see ``processes``) and
 prints ``--query-gpu``, ``--query-compute-apps``, ``-q -x`` and ``-L`` in nvidia-smi's formats.
 
+The two CSV queries and ``-L`` go through ``fastpath`` (no dataclasses, json, pathlib or typing to
+import): each call starts a fresh interpreter, so imports are most of its cost. Everything else,
+and any config the fast path declines, takes the full path through the dataclass model.
+
 `install_nvidia_smi` writes an executable ``nvidia-smi`` into a bin directory for ``PATH``. It
 carries its own copy of these modules and runs on an interpreter every user may execute, so the
 stand-in works for any UNIX user, whatever the permissions of this checkout or virtualenv.
@@ -12,23 +16,19 @@ Standard library only.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-import shutil
-import stat
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TextIO
 
-from . import formats
-from .inventory import CONFIG_ENV, HOST_ENV, SimConfigError, load_config
-from .processes import scan
-from .snapshot import HostSnapshot, snapshot
-from .table import summary_table
+from .core import CONFIG_ENV, HOST_ENV, UnknownField
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the stand-in imports this module on every call: keep it light
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+    from typing import TextIO
+
+    from .snapshot import HostSnapshot
 
 USAGE_EXIT = 2
 NOT_FOUND_EXIT = 6
@@ -46,6 +46,8 @@ The simulated host is read from $GPUHIVE_SIM_CONFIG on every call.
 """
 MODULES = (
     "__init__.py",
+    "core.py",
+    "fastpath.py",
     "inventory.py",
     "processes.py",
     "snapshot.py",
@@ -58,16 +60,16 @@ class UsageError(Exception):
     """The command line asks for something nvidia-smi would refuse."""
 
 
-@dataclass
 class Request:
-    """What one command line asks for."""
+    """What one command line asks for (a plain class: ``dataclasses`` is slow to import)."""
 
-    mode: str = ""
-    fields: list[str] = field(default_factory=list)
-    csv: bool = False
-    noheader: bool = False
-    nounits: bool = False
-    ids: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.mode = ""
+        self.fields: list[str] = []
+        self.csv = False
+        self.noheader = False
+        self.nounits = False
+        self.ids: list[str] = []
 
 
 def _set_mode(req: Request, mode: str) -> None:
@@ -131,11 +133,16 @@ def _select(snap: HostSnapshot, ids: list[str]) -> HostSnapshot:
     )
     if len(keep) != len(ids):
         raise UsageError("No devices were found\n")
+    import dataclasses
+
     return dataclasses.replace(snap, gpus=keep)
 
 
 def render(req: Request, snap: HostSnapshot) -> str:
     """The text nvidia-smi prints for `req` on `snap`."""
+    from . import formats
+    from .table import summary_table
+
     snap = _select(snap, req.ids)
     if req.mode == "gpu":
         return formats.query_gpu_csv(snap, req.fields, noheader=req.noheader, nounits=req.nounits)
@@ -156,6 +163,10 @@ def _hang(path: str) -> int:
     The way out keeps tests from piling up hung processes: sshd leaves a command running when
     its client goes away, and the command is re-parented once that session ends.
     """
+    import contextlib
+
+    from .inventory import SimConfigError, load_config
+
     parent = os.getppid()
     checked = time.monotonic()
     while os.getppid() == parent:
@@ -189,6 +200,30 @@ def main(
         sys.stderr.write(f"nvidia-smi (gpuhive sim): ${CONFIG_ENV} is not set\n")
         return 1
     try:
+        if req.mode in ("gpu", "apps", "list") and not req.ids:
+            from .fastpath import fast_answer
+
+            text = fast_answer(
+                req.mode, req.fields, req.noheader, req.nounits, path, env.get(HOST_ENV, "")
+            )
+            if text is not None:
+                stdout.write(text)
+                stdout.flush()
+                return 0
+    except UnknownField as exc:
+        stdout.write(f"{exc}\n\n")
+        return USAGE_EXIT
+    return _full_path(req, path, env, stdout)
+
+
+def _full_path(req: Request, path: str, env: Mapping[str, str], stdout: TextIO) -> int:
+    """Answer through the dataclass model: any mode, fault knobs, config errors."""
+    from . import formats
+    from .inventory import SimConfigError, load_config
+    from .processes import scan
+    from .snapshot import snapshot
+
+    try:
         config = load_config(path)
     except SimConfigError as exc:
         sys.stderr.write(f"nvidia-smi (gpuhive sim): {exc}\n")
@@ -206,7 +241,7 @@ def main(
         return 0
     try:
         text = render(req, snapshot(config, scan(config)))
-    except formats.UnknownField as exc:
+    except UnknownField as exc:
         stdout.write(f"{exc}\n\n")
         return USAGE_EXIT
     except UsageError as exc:
@@ -219,6 +254,9 @@ def main(
 
 def _everyone_can_run(path: str) -> bool:
     """Whether any user may execute `path` (the file and every directory above it)."""
+    import stat
+    from pathlib import Path
+
     real = Path(os.path.realpath(path))
     try:
         if not real.stat().st_mode & stat.S_IXOTH:
@@ -230,6 +268,8 @@ def _everyone_can_run(path: str) -> bool:
 
 def world_python() -> str:
     """An interpreter every user may run: this one if it can, else the system python3."""
+    import shutil
+
     for candidate in (sys.executable, "/usr/bin/python3", shutil.which("python3") or ""):
         if candidate and _everyone_can_run(candidate):
             return candidate
@@ -237,7 +277,17 @@ def world_python() -> str:
 
 
 def install_nvidia_smi(bin_dir: str | os.PathLike[str], python: str | None = None) -> Path:
-    """Write an executable ``nvidia-smi`` stand-in into `bin_dir`; return its path."""
+    """Write an executable ``nvidia-smi`` stand-in into `bin_dir`; return its path.
+
+    The modules are byte-compiled for the stand-in's interpreter here: the users who run it
+    may not write ``__pycache__`` below `bin_dir`, and compiling on every call costs more
+    than the call itself.
+    """
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    interpreter = python or world_python()
     bin_path = Path(bin_dir)
     lib = bin_path / ".gpuhive-sim" / "jupyter_gpuhive"
     (lib / "sim").mkdir(parents=True, exist_ok=True)
@@ -246,16 +296,22 @@ def install_nvidia_smi(bin_dir: str | os.PathLike[str], python: str | None = Non
         shutil.copyfile(here / name, lib / "sim" / name)
     script = bin_path / "nvidia-smi"
     script.write_text(
-        f"#!{python or world_python()} -IS\n"
+        f"#!{interpreter} -IS\n"
         '"""nvidia-smi stand-in of jupyter-gpuhive (generated by install_nvidia_smi)."""\n'
-        "import sys\n"
-        "import types\n\n"
-        'package = types.ModuleType("jupyter_gpuhive")\n'
+        "import sys\n\n"
+        'package = type(sys)("jupyter_gpuhive")  # a module (types is not worth importing)\n'
         f"package.__path__ = [{str(lib)!r}]\n"
         'sys.modules["jupyter_gpuhive"] = package\n'
         "from jupyter_gpuhive.sim.nvidia_smi import main  # noqa: E402\n\n"
         "sys.exit(main())\n",
         encoding="utf-8",
+    )
+    compileall = ["-m", "compileall", "-q", "--invalidation-mode", "checked-hash"]
+    subprocess.run(
+        [interpreter, "-IS", *compileall, str(lib)],
+        capture_output=True,
+        check=False,
+        timeout=120,
     )
     for path in [bin_path, *bin_path.joinpath(".gpuhive-sim").rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -1,6 +1,6 @@
 """The state of a simulated host at one instant: GPU load derived from its processes.
 
-Standard library only: the ``nvidia-smi`` stand-in imports this on every call.
+Standard library only. The arithmetic lives in ``core`` (shared with the stand-in's fast path).
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .core import BASE_USED_MIB as BASE_USED_MIB
+from .core import DEGREES_PER_UTIL as DEGREES_PER_UTIL
+from .core import WATTS_PER_UTIL as WATTS_PER_UTIL
+from .core import free_mib, gpu_load
 from .inventory import SimGpu, SimHostConfig
 from .processes import Placement, SimProcess
-
-BASE_USED_MIB = 4  # what an idle GPU without MIG reports as used
-WATTS_PER_UTIL = 2.5
-DEGREES_PER_UTIL = 0.33
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class GpuState:
     @property
     def mem_free_mib(self) -> int:
         """Memory neither used nor reserved."""
-        return self.gpu.memory_total_mib - (self.gpu.memory_reserved_mib or 0) - self.mem_used_mib
+        return free_mib(self.gpu, self.mem_used_mib)
 
 
 @dataclass(frozen=True)
@@ -63,29 +63,8 @@ class HostSnapshot:
 
 def gpu_state(gpu: SimGpu, rows: list[GpuProcessRow]) -> GpuState:
     """Derive one GPU's utilization, memory, temperature and power from its process rows."""
-    ghost = gpu.ghost or {}
-    util = min(100, sum(r.process.util_pct for r in rows) + int(ghost.get("util", 0)))
-    capacity = gpu.memory_total_mib - (gpu.memory_reserved_mib or 0)
-    if gpu.mig_enabled:
-        slices = tuple(
-            min(
-                mig.memory_total_mib,
-                sum(r.process.used_memory_mib for r in rows if r.placement.mig_index == i),
-            )
-            for i, mig in enumerate(gpu.mig)
-        )
-        used = min(capacity, sum(slices))
-        util_gpu: int | None = None
-        util_mem: int | None = None
-    else:
-        slices = ()
-        used = BASE_USED_MIB + sum(r.process.used_memory_mib for r in rows)
-        used = min(capacity, used + int(ghost.get("memory_mib", 0)))
-        util_gpu, util_mem = util, util // 2
-    power: float | None = gpu.idle_power_w + WATTS_PER_UTIL * util
-    if gpu.power_limit_w is not None and power is not None:
-        power = min(power, gpu.power_limit_w)
-    temperature = gpu.temperature_c + round(DEGREES_PER_UTIL * util)
+    loads = [(r.process.util_pct, r.process.used_memory_mib, r.placement.mig_index) for r in rows]
+    util_gpu, util_mem, used, slices, temperature, power = gpu_load(gpu, loads)
     return GpuState(gpu, util_gpu, util_mem, used, slices, temperature, power, tuple(rows))
 
 

@@ -445,4 +445,5 @@ class SshdCluster:
         self, name: str, gpus: Sequence[int | str], *, user: str | None = None, **kwargs: Any
     ) -> subprocess.Popen[bytes]:
         """Start a real process as `user` on `gpus` of host `name` (see users.start_gpu_process)."""
+        kwargs.setdefault("config", self[name].config_path)
         return start_gpu_process(name, gpus, user=user, **kwargs)

@@ -8,7 +8,7 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from .inventory import HOST_ENV, MEM_ENV, UTIL_ENV
+from .inventory import CONFIG_ENV, HOST_ENV, MEM_ENV, UTIL_ENV
 
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
 USERADD_EXISTS = 9  # useradd's status when the user appeared meanwhile
@@ -73,8 +73,11 @@ def start_gpu_process(
     mem_mib: int | None = None,
     util: int | None = None,
     env: Mapping[str, str] | None = None,
+    config: str | os.PathLike[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a real process as `user` that the stand-in reports on `gpus` of `host`.
+
+    With `config` (the host's sim config file) only that simulated host reports it.
 
     `gpus` are indices or UUIDs (as in CUDA_VISIBLE_DEVICES). The process is started directly
     with the user's uid/gids (no su/runuser in between), so the Popen's pid is the GPU process
@@ -89,6 +92,7 @@ def start_gpu_process(
         "SHELL": account.pw_shell or "/bin/sh",
         **(env or {}),
         **gpu_env(host, gpus, mem_mib=mem_mib, util=util),
+        **({CONFIG_ENV: str(config)} if config else {}),
     }
     as_other = account.pw_uid != os.geteuid()
     if as_other and not is_root():

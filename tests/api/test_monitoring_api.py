@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user, start_gpu_process
+from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import iso
 
 pytestmark = pytest.mark.skipif(
@@ -75,7 +75,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
     )  # fmt: skip
     assert booked.status == 201, booked
 
-    proc = start_gpu_process("gpu1", [1], user="gh-alice", mem_mib=2048, util=80)
+    proc = sim_hosts[0].start_process([1], user="gh-alice", mem_mib=2048, util=80)
     try:
 
         async def seen() -> Any:
