@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
 import subprocess
+import time
 
 import pytest
 
