@@ -1,6 +1,6 @@
 """Queue benchmark: one admission pass over 10,000 queued jobs, 1,000 GPUs, 50,000 reservations.
 
-Run: `.venv/bin/python benchmarks/queue.py [--quick]`.
+Run: `.venv/bin/python benchmarks/job_queue.py [--quick]`.
 The cluster: 125 hosts × 8 GPUs; 50,000 single-GPU reservations over the next 14 days (the
 scheduler's horizon); 150 running jobs holding 300 GPUs (their processes in the sweep, by
 process group); foreign processes on 50 more GPUs; 10,000 pending queued jobs, 70 % naming
