@@ -15,13 +15,22 @@ JLPM         := PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/jlpm"
 
 .PHONY: demo test lint format sysdeps venv bench clean labextension test-js test-ui
 
+# configurable-http-proxy (npm) for the JupyterHub team-mode tests (tests/hub), in a local prefix.
+CHP_PREFIX := $(VENV)/node
+CHP_STAMP  := $(CHP_PREFIX)/.installed
+export GPUHIVE_CHP := $(CURDIR)/$(CHP_PREFIX)/node_modules/.bin/configurable-http-proxy
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) $(CHP_STAMP)
+
+$(CHP_STAMP): $(STAMP)
+	npm install --prefix $(CHP_PREFIX) --no-audit --no-fund --loglevel=error configurable-http-proxy@5
+	touch $@
 
 $(LABEXT_STAMP): $(STAMP) $(LABEXT)/package.json $(LABEXT)/yarn.lock
 	cd $(LABEXT) && $(JLPM) install --immutable
@@ -66,13 +75,13 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) lint test-js test-ui
+test: sysdeps $(STAMP) $(CHP_STAMP) lint test-js test-ui
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.demo
 
-bench: sysdeps $(STAMP)
+bench: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python benchmarks/reservations.py
 
 clean:

@@ -175,6 +175,33 @@ class TrustApp(_Base):
         print(f"Added to {target}.")
 
 
+class MigrateApp(_Base):
+    """Copy a gpuhive store into another database (personal SQLite → team PostgreSQL)."""
+
+    name = "jupyter-gpuhive-migrate"
+    description = __doc__
+    source = Unicode("", help="URL of the store to copy (default: this user's store).").tag(
+        config=True
+    )
+    target = Unicode("", help="URL of the new store, e.g. postgresql+psycopg://…/gpuhive.").tag(
+        config=True
+    )
+    aliases = {"from": "MigrateApp.source", "to": "MigrateApp.target"}
+
+    def start(self) -> None:
+        from .migrate import MigrationError, migrate
+
+        if not self.target:
+            print("Usage: jupyter gpuhive migrate [--from URL] --to URL")
+            sys.exit(1)
+        try:
+            copied = migrate(self.source or self.gpuhive().resolved_db_url(), self.target)
+        except MigrationError as error:
+            print(f"Not migrated: {error}", file=sys.stderr)
+            sys.exit(1)
+        print(f"Copied {sum(copied.values())} rows in {len(copied)} tables.")
+
+
 class GpuHiveCLI(_Base):
     """jupyter-gpuhive: GPU reservations, monitoring and jobs for shared GPU servers."""
 
@@ -186,6 +213,7 @@ class GpuHiveCLI(_Base):
         "key": (KeyApp, KeyApp.__doc__),
         "test": (TestApp, TestApp.__doc__),
         "trust": (TrustApp, TrustApp.__doc__),
+        "migrate": (MigrateApp, MigrateApp.__doc__),
     }
 
     def start(self) -> None:

@@ -32,7 +32,9 @@ from .model import Identity
 
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
-_WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+# Changes to existing things and admin actions re-check the token with the Hub every time;
+# reads and new bookings may use the short cache (token_cache_seconds).
+_DESTRUCTIVE = {"PUT", "PATCH", "DELETE"}
 
 
 class HubHandler(HubAuthenticated, HiveLogic):
@@ -45,9 +47,9 @@ class HubHandler(HubAuthenticated, HiveLogic):
         token = auth.get_token(self, in_cookie=False)
         model = None
         if token:
-            # Writes and admin actions re-check with the Hub, so a revoked token or a
-            # removed admin stops working at once rather than when the cache expires.
-            fresh = self.request.method in _WRITES
+            # Edits, cancellations and admin actions re-check with the Hub, so a revoked token
+            # or a removed admin stops working at once, not when the cache expires.
+            fresh = self.request.method in _DESTRUCTIVE or "/rules" in self.request.path
             model = await auth.user_for_token(token, use_cache=not fresh, sync=False)
         if not token:
             raise Unauthorized("Send your JupyterHub token: Authorization: token <token>.")
@@ -87,6 +89,10 @@ class HubHandler(HubAuthenticated, HiveLogic):
         self.finish({"message": reason if status_code < 500 else "Internal error (see logs)."})
 
 
+def _log_event(data: dict[str, Any]) -> None:
+    log.info("gpuhive event: %s", data.get("message") or data)
+
+
 class HealthHandler(web.RequestHandler):
     def get(self) -> None:
         hive: Hive = self.settings["gpuhive"]
@@ -111,7 +117,8 @@ class GpuHiveService(Application):
 
     def make_app(self) -> tuple[web.Application, Hive, str]:
         settings = GpuHiveApp(config=self.config).settings_for_hive()
-        hive = Hive(settings).open()
+        # The service has no Jupyter event bus: 'event' violation handlers log instead.
+        hive = Hive(settings, publish=_log_event).open()
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
         auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
         api = routes(HubHandler, prefix=prefix.rstrip("/") + "/api")

@@ -201,12 +201,15 @@ def task_session(job_id: int, job_name: str, index: int) -> str:
 _LOG_DIR = re.compile(r"(/|~/)[^\0]*\Z")
 
 
-def task_paths(log_dir: str, owner: str, job_id: int, index: int) -> tuple[str, str]:
-    """Log and exit file of a task on its host; `~/` is the owner's home, `{user}` the owner."""
+def task_paths(log_dir: str, owner: str, job_id: int, index: int, tag: str = "") -> tuple[str, str]:
+    """Log and exit file of a task on its host; `~/` is the owner's home, `{user}` the owner.
+
+    `tag` (random per job) keeps jobs of two stores that share an id from sharing a log.
+    """
     directory = log_dir.replace("{user}", owner).rstrip("/")
     if not _LOG_DIR.match(directory + "/"):
         raise TemplateError(f"job log directory {log_dir!r} must be absolute or start with ~/")
-    base = f"{directory}/{job_id}-{index}"
+    base = f"{directory}/{job_id}-{tag}-{index}" if tag else f"{directory}/{job_id}-{index}"
     return f"{base}.log", f"{base}.exit"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -165,8 +166,9 @@ class Jobs:
     ) -> list[dict[str, Any]]:
         """Pending task rows for `specs`, numbered in order."""
         rows = []
+        tag = secrets.token_hex(3)
         for index, spec in enumerate(specs):
-            log_path, exit_path = task_paths(self.log_dir, owner, job_id, index)
+            log_path, exit_path = task_paths(self.log_dir, owner, job_id, index, tag)
             rows.append(
                 {
                     "job_id": job_id,

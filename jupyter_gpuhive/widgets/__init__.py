@@ -1,4 +1,4 @@
-"""Notebook views of gpuhive: reservation calendar, long-term overview, live dashboard.
+"""Notebook views of gpuhive: reservation calendar, long-term overview, live dashboard, jobs.
 
 Entry points (each returns a view; the last expression of a cell displays it)::
 
@@ -10,18 +10,29 @@ Entry points (each returns a view; the last expression of a cell displays it)::
     ov = gpuhive.overview(days=90, slot="1d")
     dash = gpuhive.dashboard(hosts=["gpu1"], interval=5)  # live charts, processes, usage
     dash.stop()                              # end the background refresh
+    jobs = gpuhive.jobs()                    # my jobs, status, log tail (live), stop, attach
+    jb = gpuhive.job_builder(template="pytorch", gpus=["gpu1:0", "gpu2:0"], jobs=jobs)
+    jb = gpuhive.job_builder(reservation=42)  # run on the GPUs of one of my reservations
 
 In the calendar, drag over one or more GPU columns ("Select time") to open the booking
 dialog; switch to "Pick a box" (or use the "Mine" list) to edit, end or cancel your own
 reservations. Server errors (conflicts, rules) appear in the dialog in words.
 
+The job builder picks a template (its description, options and example are shown), GPUs
+(checkboxes) or one of my reservations, the command with {variables} and sweeps
+(``lr=0.1,0.01`` a line); *Preview* shows the exact per-task commands and environment;
+*Submit* runs it now, at a time (Schedule) or puts it in the queue (with a walltime). The job
+list shows my jobs, the log tail of the selected one, a stop button and how to attach.
+
 Every view keeps its state in a plain model (`view.model`: CalendarModel, OverviewModel,
-DashboardModel) that works without a browser, e.g. ``cal.model.select(0, 2, 9, 11)`` then
-``cal.model.edit(title="training")`` and ``cal.model.submit()``.
+DashboardModel, JobBuilderModel, JobListModel) that works without a browser, e.g.
+``cal.model.select(0, 2, 9, 11)`` then ``cal.model.edit(title="training")`` and
+``cal.model.submit()``; or ``jb.model.edit(command="python t.py --lr {lr}",
+sweeps="lr=0.1,0.01")``, ``jb.model.preview()`` and ``jb.model.submit()``.
 
 All views talk to the server through one HiveClient, found from the kernel's environment
 (GPUHIVE_URL / GPUHIVE_TOKEN, exported by the server extension); pass ``client=`` to use
-another. A job builder will join these once the jobs REST API exists.
+another.
 """
 
 from __future__ import annotations
@@ -35,9 +46,10 @@ from ..client import HiveClient
 if TYPE_CHECKING:
     from .calendar_view import CalendarView
     from .dashboard_view import DashboardView
+    from .jobs_view import JobBuilderView, JobListView
     from .overview_view import OverviewView
 
-__all__ = ["calendar", "client", "dashboard", "overview"]
+__all__ = ["calendar", "client", "dashboard", "job_builder", "jobs", "overview"]
 
 _client: HiveClient | None = None
 
@@ -113,3 +125,56 @@ def dashboard(
     if live:
         view.start()
     return view
+
+
+def jobs(
+    client: Any = None, *, user: str | None = None, interval: float = 2.0, live: bool = True
+) -> JobListView:
+    """My jobs (or `user`'s) with status and the selected job's log tail; stop, attach."""
+    from .jobs_model import JobListModel
+    from .jobs_view import JobListView
+
+    model = JobListModel(client or globals()["client"](), user=user)
+    view = JobListView(model, interval=interval)
+    view.refresh()
+    if live:
+        view.start()
+    return view
+
+
+def job_builder(
+    client: Any = None,
+    *,
+    template: str | None = None,
+    gpus: Sequence[str] = (),
+    reservation: int | None = None,
+    command: str | None = None,
+    jobs: JobListView | None = None,
+) -> JobBuilderView:
+    """Build a job from a template on GPUs or a reservation; preview it; run, schedule, queue.
+
+    With `jobs`, a submitted job is selected in that job list (its log tail follows)."""
+    from .jobs_model import JobBuilderModel
+    from .jobs_view import JobBuilderView
+
+    model = JobBuilderModel(client or globals()["client"]())
+    model.load()
+    if template is not None:
+        model.choose_template(template)
+    elif model.form.template in model.templates:
+        model.choose_template(model.form.template)
+    if command is not None:
+        model.edit(command=command)
+    if gpus:
+        model.pick_gpus(gpus)
+    if reservation is not None:
+        model.choose_reservation(reservation)
+    if jobs is not None:
+        listing = jobs.model
+
+        def follow(job: dict[str, Any]) -> None:
+            listing.refresh()
+            listing.select(job["id"])
+
+        model.submitted.append(follow)
+    return JobBuilderView(model)

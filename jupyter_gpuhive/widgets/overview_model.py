@@ -1,18 +1,23 @@
-"""OverviewModel: GPUs (grouped by host) × time slots, from the overview endpoint."""
+"""OverviewModel: GPUs (grouped by host) × time slots, from the overview endpoint.
+
+Cells are free, reserved by others, by me, or held by a running queued job (from GET jobs).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
 import numpy as np
 
+from ..client import HiveClientError
 from .clock import UTC, as_zone, iso, midnight, parse
 
-FREE, OTHERS, MINE = 0, 1, 2  # cell codes; the colour scale maps them in this order
+FREE, OTHERS, MINE, QUEUED = 0, 1, 2, 3  # cell codes; the colour scale maps them in order
 _CODES = np.zeros(256, dtype=np.uint8)
-_CODES[ord("o")], _CODES[ord("m")] = OTHERS, MINE
+_CODES[ord("o")], _CODES[ord("m")], _CODES[ord("q")] = OTHERS, MINE, QUEUED
 
 
 class OverviewModel:
@@ -31,6 +36,7 @@ class OverviewModel:
         self.client = client
         self.zone = as_zone(zone)
         clock = now or (lambda: datetime.now(UTC))
+        self.clock = clock
         self.start = start or clock().astimezone(self.zone).date()
         self.days = days
         self.slot = slot
@@ -39,6 +45,7 @@ class OverviewModel:
         self.matrix = np.zeros((0, 0), dtype=np.uint8)
         self.cells: list[list[int | None]] = []
         self.reservations: dict[str, dict[str, Any]] = {}
+        self.queued: dict[int, list[tuple[int, int, dict[str, Any]]]] = {}  # row -> job spans
         self.slot_seconds = 3600.0
         self.origin = midnight(self.start, self.zone)
         self.selected: list[str] = []
@@ -55,9 +62,18 @@ class OverviewModel:
         """Fetch the grid for the current span."""
         start, end = self.window
         params = {"start": iso(start), "end": iso(end), "slot": self.slot}
-        self.apply(self.client.request("GET", "overview", params=params))
+        data = self.client.request("GET", "overview", params=params)
+        self.apply(data, jobs=self.running_queued_jobs())
 
-    def apply(self, data: dict[str, Any]) -> None:
+    def running_queued_jobs(self) -> list[dict[str, Any]]:
+        """Running jobs that came from the queue (they occupy their GPUs in free time)."""
+        try:
+            jobs = self.client.request("GET", "jobs", params={"status": "running"})["jobs"]
+        except HiveClientError:
+            return []  # a server without the jobs API: reservations only
+        return [j for j in jobs if j.get("queued")]
+
+    def apply(self, data: dict[str, Any], jobs: Sequence[dict[str, Any]] = ()) -> None:
         """Build the grid from an overview reply: states decoded in bulk, rows by host."""
         rows = sorted(data["gpus"], key=lambda g: (g["host"], g["index"]))
         self.origin = parse(data["start"])
@@ -73,8 +89,39 @@ class OverviewModel:
         self.cells = [g["cells"] for g in rows]
         self.reservations = data.get("reservations", {})
         self.selected = [g for g in self.selected if g in self.gpus]
+        self.mark_queued(jobs)
         for listener in list(self.listeners):
             listener()
+
+    def mark_queued(self, jobs: Sequence[dict[str, Any]]) -> int:
+        """Paint free cells of running queued jobs' GPUs QUEUED, from the current slot to the
+        end of the job's walltime (to the end of the span without one); returns cells painted."""
+        self.queued = {}
+        rows = {g: i for i, g in enumerate(self.gpus)}
+        slots = self.matrix.shape[1]
+        now_col = int((self.clock() - self.origin).total_seconds() // self.slot_seconds)
+        painted = 0
+        for job in jobs:
+            end_col = slots
+            started = [parse(t["started_at"]) for t in job.get("tasks", []) if t.get("started_at")]
+            if job.get("walltime_s") and started:
+                end = min(started) + timedelta(seconds=float(job["walltime_s"]))
+                end_s = (end - self.origin).total_seconds()
+                end_col = min(slots, max(now_col + 1, math.ceil(end_s / self.slot_seconds)))
+            c0, c1 = max(now_col, 0), end_col
+            if c0 >= c1:
+                continue
+            refs = {f"{t['host']}:{i}" for t in job.get("tasks", []) for i in t["gpu_indices"]}
+            for ref in refs:
+                row = rows.get(ref)
+                if row is None:
+                    continue
+                cells = self.matrix[row, c0:c1]
+                free = cells == FREE
+                painted += int(free.sum())
+                cells[free] = QUEUED
+                self.queued.setdefault(row, []).append((c0, c1, job))
+        return painted
 
     # --- reading the grid -----------------------------------------------------------
 
@@ -97,6 +144,10 @@ class OverviewModel:
         when = self.slot_start(column).strftime("%a %d %b %H:%M")
         rid = self.cells[row][column]
         if rid is None:
+            for c0, c1, job in self.queued.get(row, []):
+                if c0 <= column < c1:
+                    return (f"{self.gpus[row]} {when}: queued job {job['id']} of "
+                            f"{job.get('owner', '?')} — {job.get('name', '')}")  # fmt: skip
             return f"{self.gpus[row]} {when}: free"
         r = self.reservations.get(str(rid), {})
         return f"{self.gpus[row]} {when}: {r.get('owner', '?')} — {r.get('title', '')}"

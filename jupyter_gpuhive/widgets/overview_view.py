@@ -12,18 +12,19 @@ from . import palette
 from .display import Shown
 from .overview_model import OverviewModel
 
+QUEUED_COLOUR = "#756bb1"  # purple: GPUs a running queued job holds in unreserved time
 SVG_CELL_LIMIT = 5000  # GridHeatMap (SVG, selectable) up to here; HeatMap (canvas) beyond
 
 
 class OverviewView(Shown):
-    """The grid coloured free / others / mine; picking hosts or GPUs filters linked views."""
+    """The grid coloured free / others / mine / queued job; picked hosts or GPUs filter views."""
 
     def __init__(self, model: OverviewModel, height: int | None = None) -> None:
         self.model = model
         self.x = bq.LinearScale()
         self.y = bq.LinearScale(reverse=True)
         self.colour = bq.ColorScale(
-            colors=[palette.FREE, palette.OTHERS, palette.MINE], min=0, max=2
+            colors=[palette.FREE, palette.OTHERS, palette.MINE, QUEUED_COLOUR], min=0, max=3
         )
         self.x_axis = bq.Axis(scale=self.x, label="time", grid_lines="none")
         self.y_axis = bq.Axis(scale=self.y, orientation="vertical", grid_lines="none")
@@ -40,8 +41,9 @@ class OverviewView(Shown):
         self.info = w.HTML()
         legend = " ".join(
             f"<span style='background:{c};padding:0 8px;border:1px solid #999'>{n}</span>"
-            for n, c in (("free", palette.FREE), ("others", palette.OTHERS), ("mine", palette.MINE))
-        )
+            for n, c in (("free", palette.FREE), ("others", palette.OTHERS),
+                         ("mine", palette.MINE), ("queued job", QUEUED_COLOUR))
+        )  # fmt: skip
         self.widget = w.VBox(
             [w.HTML(legend), self.figure, w.HBox([self.hosts, self.gpus, show]), self.info]
         )

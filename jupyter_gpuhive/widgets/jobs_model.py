@@ -1,0 +1,547 @@
+"""JobBuilderModel and JobListModel: the job builder and the job list, without any widget.
+
+The builder holds a form (template, GPUs or a reservation, command, variables, sweeps,
+options, when to run) and turns it into the exact request the server gets: `preview()` sends
+it to ``POST jobs/preview`` and keeps the per-task commands and environments, `submit()` sends
+it to ``POST jobs`` (run now, at a time, or in the queue). The list follows my jobs and the
+log tail of one of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..client import HiveClientError
+from .calendar_model import gpus_of
+from .clock import UTC, iso, parse
+from .messages import error_text
+
+MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
+FINAL = frozenset({"succeeded", "failed", "stopped", "lost"})
+ACTIVE = frozenset({"starting", "running", "stopping"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+class FormError(ValueError):
+    """Something in the form that cannot be sent (said in words)."""
+
+
+def _lines(text: str) -> list[str]:
+    """Non-empty lines without '#' comments."""
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def parse_pairs(text: str, what: str = "variable") -> dict[str, str]:
+    """'name=value' per line (the value verbatim after the first '=') into a dict."""
+    out: dict[str, str] = {}
+    for line in _lines(text):
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            raise FormError(f"The {what} '{line}' must look like name=value.")
+        if name in out:
+            raise FormError(f"The {what} '{name}' is given twice.")
+        out[name] = value.strip()
+    return out
+
+
+def parse_sweeps(text: str) -> dict[str, list[str]]:
+    """'lr=0.1,0.01' per line (or separated by ';') into {"lr": ["0.1", "0.01"]}."""
+    out: dict[str, list[str]] = {}
+    for line in _lines(text.replace(";", "\n")):
+        name, sep, rest = line.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            raise FormError(f"The sweep '{line}' must look like name=value1,value2.")
+        values = [v.strip() for v in rest.split(",")]
+        if any(not v for v in values):
+            raise FormError(f"The sweep '{line}' has an empty value (commas separate values).")
+        if name in out:
+            raise FormError(f"The sweep '{name}' is given twice.")
+        out[name] = values
+    return out
+
+
+def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
+    """An option value of the template's type ('bool', 'int', 'str') from a widget's value."""
+    kind = spec.get("type", "str")
+    if value is None or (isinstance(value, str) and not value.strip() and kind != "str"):
+        return None
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise FormError(f"The option '{name}' is yes or no, not '{value}'.")
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise FormError(f"The option '{name}' must be a whole number, not '{value}'.") from None
+    return str(value)
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """One previewed task as the lines a terminal would show (environment, then the shell)."""
+    head = f"# task {task['index']} on {task['host']} ({', '.join(task['gpus']) or 'no GPUs'})"
+    if task.get("role"):
+        head += f" role={task['role']}"
+    env = [f"#   {k}={v}" for k, v in sorted(task.get("env", {}).items())]
+    return "\n".join([head, *env, task.get("shell") or task.get("command", "")])
+
+
+@dataclass
+class JobForm:
+    """Everything the builder's fields hold."""
+
+    name: str = "notebook job"
+    description: str = ""
+    template: str = "plain"
+    command: str = ""
+    gpus: list[str] = field(default_factory=list)
+    reservation: int | None = None
+    variables: str = ""  # name=value per line
+    sweeps: str = ""  # name=v1,v2 per line
+    options: dict[str, Any] = field(default_factory=dict)  # as typed; converted on sending
+    env: str = ""  # NAME=value per line
+    workdir: str = ""
+    mode: str = "now"
+    start_at: datetime | None = None
+    stop_at: datetime | None = None
+    walltime: str = ""
+    max_retries: int = 0
+
+
+class JobBuilderModel:
+    """The job builder: templates, GPUs and my reservations, preview and submit."""
+
+    def __init__(self, client: Any, *, now: Callable[[], datetime] | None = None) -> None:
+        self.client = client
+        self.clock = now or (lambda: datetime.now(UTC))
+        self.form = JobForm()
+        self.me = ""
+        self.templates: dict[str, dict[str, Any]] = {}
+        self.hosts: dict[str, list[str]] = {}  # host -> its GPU refs
+        self.reservations: list[dict[str, Any]] = []  # mine, current or upcoming
+        self.tasks: list[dict[str, Any]] = []  # the last preview
+        self.previewed: dict[str, Any] | None = None  # the body that preview was made from
+        self.job: dict[str, Any] | None = None  # the last submitted job
+        self.error = ""
+        self.message = ""
+        self.listeners: list[Callable[[], None]] = []
+        self.submitted: list[Callable[[dict[str, Any]], None]] = []
+
+    # --- loading ---------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Fetch who I am, the templates, the GPUs and my reservations."""
+        self.me = str(self.client.request("GET", "me")["name"])
+        reply = self.client.request("GET", "templates")
+        self.templates = {t["name"]: t for t in reply["templates"]}
+        hosts = self.client.request("GET", "hosts")["hosts"]
+        self.hosts = {h["name"]: gpus_of([h]) for h in sorted(hosts, key=lambda h: h["name"])}
+        self.load_reservations()
+        if self.form.template not in self.templates and self.templates:
+            self.form.template = next(iter(self.templates))
+        if not self.form.command.strip():
+            self.form.command = self.template.get("example", "")
+        self._changed()
+
+    def load_reservations(self) -> list[dict[str, Any]]:
+        """My reservations that have not ended (the ones a job may run in)."""
+        found = self.client.request("GET", "reservations", params={"user": self.me})
+        now = self.clock()
+        self.reservations = [
+            r for r in found["reservations"]
+            if r.get("owner") == self.me and not r.get("cancelled_at") and parse(r["end"]) > now
+        ]  # fmt: skip
+        self.reservations.sort(key=lambda r: r["start"])
+        if self.form.reservation is not None and all(
+            r["id"] != self.form.reservation for r in self.reservations
+        ):
+            self.form.reservation = None
+        return self.reservations
+
+    @property
+    def all_gpus(self) -> list[str]:
+        return [g for refs in self.hosts.values() for g in refs]
+
+    def reservation_label(self, r: dict[str, Any]) -> str:
+        when = parse(r["start"]).strftime("%a %d %b %H:%M")
+        until = parse(r["end"]).strftime("%H:%M")
+        return f"#{r['id']} {r['title']} — {', '.join(r['gpus'])} ({when}–{until}, {r['status']})"
+
+    # --- editing the form --------------------------------------------------------------
+
+    def choose_template(self, name: str, use_example: bool = False) -> dict[str, Any]:
+        """Pick a template; its options start at their defaults (its example replaces an empty
+        command or the previous template's example, or any command with `use_example`)."""
+        if name not in self.templates:
+            raise FormError(f"There is no template '{name}' ({', '.join(self.templates)}).")
+        untouched = self.form.command.strip() in ("", self.template.get("example", ""))
+        self.form.template = name
+        self.form.options = {}
+        template = self.templates[name]
+        if use_example or untouched:
+            self.form.command = template.get("example", "")
+        self._invalidate()
+        return template
+
+    @property
+    def template(self) -> dict[str, Any]:
+        return self.templates.get(self.form.template, {})
+
+    def template_info(self) -> dict[str, Any]:
+        """Description, fields, options (help, default, type) and example of the template."""
+        t = self.template
+        return {
+            "name": t.get("name", self.form.template),
+            "description": t.get("description", ""),
+            "fields": list(t.get("fields", [])),
+            "options": dict(t.get("options", {})),
+            "example": t.get("example", ""),
+        }
+
+    def pick_gpus(self, gpus: Iterable[str]) -> list[str]:
+        """Run on these GPUs (in the order of the hosts list); forgets a chosen reservation."""
+        gpus = list(gpus)
+        wanted = set(gpus)
+        unknown = sorted(wanted - set(self.all_gpus))
+        if unknown and self.hosts:
+            raise FormError(f"Unknown GPU {', '.join(unknown)}.")
+        order = self.all_gpus if self.hosts else list(gpus)
+        self.form.gpus = [g for g in order if g in wanted]
+        if self.form.gpus:
+            self.form.reservation = None
+        self._invalidate()
+        return self.form.gpus
+
+    def toggle_gpu(self, gpu: str, on: bool) -> list[str]:
+        chosen = set(self.form.gpus)
+        (chosen.add if on else chosen.discard)(gpu)
+        return self.pick_gpus(chosen)
+
+    def choose_reservation(self, reservation_id: int | None) -> dict[str, Any] | None:
+        """Run on the GPUs of one of my reservations (None: pick GPUs instead)."""
+        self.form.reservation = reservation_id
+        self._invalidate()
+        if reservation_id is None:
+            return None
+        for r in self.reservations:
+            if r["id"] == reservation_id:
+                self.form.gpus = []
+                return r
+        self.form.reservation = None
+        raise FormError(f"Reservation {reservation_id} is not one of your current reservations.")
+
+    def set_option(self, name: str, value: Any) -> None:
+        """Set a template option as typed in a field ('' or None: its default)."""
+        if name not in self.template.get("options", {}):
+            raise FormError(f"The template '{self.form.template}' has no option '{name}'.")
+        self.form.options[name] = value
+        self._invalidate()
+
+    def edit(self, **changes: Any) -> JobForm:
+        """Change form fields by name (command=..., sweeps='lr=0.1,0.01', mode='queue', ...)."""
+        for key, value in changes.items():
+            if key == "template":
+                self.choose_template(value)
+            elif key == "gpus":
+                self.pick_gpus(value)
+            elif key == "reservation":
+                self.choose_reservation(value)
+            elif key == "options":
+                for name, option in value.items():
+                    self.set_option(name, option)
+            elif hasattr(self.form, key):
+                if key == "mode" and value not in MODES:
+                    raise FormError(f"Run '{value}'? Choose one of {', '.join(MODES)}.")
+                setattr(self.form, key, value)
+            else:
+                raise FormError(f"The job form has no field '{key}'.")
+        self._invalidate()
+        self._changed()
+        return self.form
+
+    # --- requests ----------------------------------------------------------------------
+
+    def options_body(self) -> dict[str, Any]:
+        """The options that differ from the template's defaults, of the right types."""
+        specs = self.template.get("options", {})
+        out = {}
+        for name, raw in self.form.options.items():
+            spec = specs.get(name, {})
+            value = convert_option(spec, name, raw)
+            if value is not None and value != spec.get("default"):
+                out[name] = value
+        return out
+
+    def body(self) -> dict[str, Any]:
+        """The job as ``POST jobs/preview`` gets it (the same body ``POST jobs`` starts from)."""
+        f = self.form
+        if not f.name.strip():
+            raise FormError("Give the job a name.")
+        if not f.command.strip():
+            raise FormError("Write the command to run.")
+        body: dict[str, Any] = {
+            "name": f.name.strip(),
+            "description": f.description,
+            "template": f.template,
+            "command": f.command.strip(),
+        }
+        if f.reservation is not None:
+            body["reservation"] = f.reservation
+        elif f.gpus:
+            body["gpus"] = list(f.gpus)
+        else:
+            raise FormError("Pick GPUs or one of your reservations.")
+        options = self.options_body()
+        variables = parse_pairs(f.variables, "variable")
+        sweep = parse_sweeps(f.sweeps)
+        clash = sorted(set(variables) & set(sweep))
+        if clash:
+            raise FormError(f"{', '.join(clash)} is both a variable and a sweep.")
+        env = parse_pairs(f.env, "environment variable")
+        for key, value in (("options", options), ("variables", variables), ("sweep", sweep),
+                           ("env", env)):  # fmt: skip
+            if value:
+                body[key] = value
+        if f.workdir.strip():
+            body["workdir"] = f.workdir.strip()
+        if f.walltime.strip():
+            body["walltime"] = f.walltime.strip()
+        if f.max_retries:
+            body["max_retries"] = int(f.max_retries)
+        return body
+
+    def request(self, action: str = "submit") -> tuple[str, str, dict[str, Any]]:
+        """(method, path, body) that 'preview' or 'submit' sends."""
+        body = self.body()
+        if action == "preview":
+            return "POST", "jobs/preview", body
+        f = self.form
+        if f.mode == "now":
+            body["start"] = True
+        elif f.mode == "schedule":
+            if f.start_at is None:
+                raise FormError("Give the time the job should start at.")
+            body["start_at"] = iso(f.start_at)
+            body["start"] = False
+        elif f.mode == "queue":
+            body["queued"] = True
+            body["start"] = False
+        else:
+            raise FormError(f"Run '{f.mode}'? Choose one of {', '.join(MODES)}.")
+        if f.stop_at is not None:
+            body["stop_at"] = iso(f.stop_at)
+        return "POST", "jobs", body
+
+    def preview(self) -> list[dict[str, Any]] | None:
+        """Ask the server for the exact per-task commands and environments."""
+        self.error = self.message = ""
+        try:
+            method, path, body = self.request("preview")
+            self.tasks = self.client.request(method, path, body)["tasks"]
+        except FormError as error:
+            self.tasks, self.previewed = [], None
+            self.error = f"Could not preview the job: {error}"
+        except HiveClientError as error:
+            self.tasks, self.previewed = [], None
+            self.error = error_text(error, "preview the job")
+        else:
+            self.previewed = body
+            n = len(self.tasks)
+            self.message = f"{n} task{'s' if n != 1 else ''} on {self._hosts_text()}."
+        self._changed()
+        return self.tasks if not self.error else None
+
+    def submit(self) -> dict[str, Any] | None:
+        """Create the job: run now, at `start_at`, or queue it (with its walltime)."""
+        self.error = self.message = ""
+        try:
+            method, path, body = self.request("submit")
+            job: dict[str, Any] = self.client.request(method, path, body)
+        except FormError as error:
+            self.error = f"Could not submit the job: {error}"
+            self._changed()
+            return None
+        except HiveClientError as error:
+            self.error = error_text(error, "submit the job")
+            self._changed()
+            return None
+        self.job = job
+        verb = {"now": "started", "schedule": "scheduled", "queue": "queued"}[self.form.mode]
+        where = ", ".join(job_gpus(job)) or "its GPUs"
+        self.message = f"Job {job['id']} ({job['name']}) {verb} on {where}: {job['status']}."
+        if self.form.mode == "schedule" and self.form.start_at is not None:
+            self.message += f" It starts at {self.form.start_at:%a %d %b %H:%M}."
+        for listener in list(self.submitted):
+            listener(job)
+        self._changed()
+        return job
+
+    def preview_text(self) -> str:
+        return "\n\n".join(task_text(t) for t in self.tasks)
+
+    def _hosts_text(self) -> str:
+        hosts = list(dict.fromkeys(t["host"] for t in self.tasks))
+        return ", ".join(hosts) or "no host"
+
+    def _invalidate(self) -> None:
+        """A changed form makes the shown preview stale."""
+        self.previewed = None
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+
+def job_gpus(job: dict[str, Any]) -> list[str]:
+    """A job's GPUs as 'host:index' refs, from its tasks (the job's own list holds UUIDs)."""
+    refs = [f"{t['host']}:{i}" for t in job.get("tasks", []) for i in t.get("gpu_indices", [])]
+    return list(dict.fromkeys(refs))
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One line of the job list."""
+
+    id: int
+    name: str
+    status: str
+    template: str
+    gpus: str
+    tasks: int
+    queued: bool
+    created: str
+
+    @property
+    def label(self) -> str:
+        queued = " (queued)" if self.queued else ""
+        return f"#{self.id} {self.name} — {self.status}{queued} — {self.gpus}"
+
+
+class JobListModel:
+    """My jobs with their status, and the log tail of a selected job's task."""
+
+    def __init__(self, client: Any, *, user: str | None = None, tail: int = 4000) -> None:
+        self.client = client
+        self.user = user
+        self.tail = tail
+        self.jobs: list[dict[str, Any]] = []
+        self.selected: int | None = None
+        self.task = 0
+        self.log = ""
+        self.log_state = ""
+        self.attach = ""
+        self.error = ""
+        self.message = ""
+        self.listeners: list[Callable[[], None]] = []
+
+    def refresh(self) -> None:
+        """My jobs, newest first, and the log tail of the selected one (a poller's tick)."""
+        if self.user is None:
+            self.user = str(self.client.request("GET", "me")["name"])
+        jobs = self.client.request("GET", "jobs", params={"user": self.user})["jobs"]
+        self.jobs = sorted(jobs, key=lambda j: j["id"], reverse=True)
+        if self.selected is not None and self.job() is None:
+            self.selected, self.log, self.attach, self.log_state = None, "", "", ""
+        if self.selected is not None:
+            self.poll_log()
+        self._changed()
+
+    def rows(self) -> list[JobRow]:
+        return [
+            JobRow(j["id"], j["name"], j["status"], j.get("template", ""),
+                   ", ".join(job_gpus(j)), len(j.get("tasks", [])), bool(j.get("queued")),
+                   j.get("created_at") or "")
+            for j in self.jobs
+        ]  # fmt: skip
+
+    def job(self, job_id: int | None = None) -> dict[str, Any] | None:
+        wanted = self.selected if job_id is None else job_id
+        return next((j for j in self.jobs if j["id"] == wanted), None)
+
+    def select(self, job_id: int | None, task: int = 0) -> None:
+        """Follow one job's task (its log tail is read now and with every refresh)."""
+        self.selected, self.task = job_id, task
+        self.log = self.attach = self.log_state = self.error = ""
+        if job_id is not None:
+            if self.job() is None:
+                self.jobs.insert(0, self.client.request("GET", f"jobs/{job_id}"))
+            self.poll_log()
+        self._changed()
+
+    def poll_log(self) -> str:
+        """Re-read the last `tail` bytes of the selected task's log."""
+        if self.selected is None:
+            return ""
+        params = {"task": self.task, "tail": self.tail}
+        try:
+            chunk = self.client.request("GET", f"jobs/{self.selected}/log", params=params)
+        except HiveClientError as error:
+            if error.status == 503:  # the host is briefly unreachable: keep what we have
+                self.error = error.message
+                return self.log
+            raise
+        self.log = chunk.get("text", "")
+        self.log_state = chunk.get("state", "")
+        self.attach = chunk.get("attach", "")
+        self.error = ""
+        return self.log
+
+    def _act(self, verb: str, job_id: int | None) -> dict[str, Any] | None:
+        target = self.selected if job_id is None else job_id
+        self.error = self.message = ""
+        if target is None:
+            self.error = f"Choose a job to {verb}."
+            self._changed()
+            return None
+        try:
+            if verb == "delete":
+                self.client.request("DELETE", f"jobs/{target}")
+                job = None
+                self.jobs = [j for j in self.jobs if j["id"] != target]
+                if self.selected == target:
+                    self.selected, self.log, self.attach = None, "", ""
+                self.message = f"Job {target} deleted."
+            else:
+                job = self.client.request("POST", f"jobs/{target}/{verb}")
+                self.jobs = [job if j["id"] == target else j for j in self.jobs]
+                self.message = f"Job {target} {job['status']}."
+        except HiveClientError as error:
+            self.error = error_text(error, f"{verb} job {target}")
+            job = None
+        self._changed()
+        return job
+
+    def stop(self, job_id: int | None = None) -> dict[str, Any] | None:
+        """Stop a job (SIGINT, then SIGKILL after a grace); the selected one by default."""
+        return self._act("stop", job_id)
+
+    def start(self, job_id: int | None = None) -> dict[str, Any] | None:
+        return self._act("start", job_id)
+
+    def delete(self, job_id: int | None = None) -> dict[str, Any] | None:
+        return self._act("delete", job_id)
+
+    def attach_hint(self) -> str:
+        """How to follow the selected job from a terminal or a notebook."""
+        if self.selected is None:
+            return ""
+        parts = [f"%gpujob attach {self.selected}"]
+        if self.attach:
+            parts.insert(0, self.attach)
+        return "  or  ".join(parts)
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            listener()
