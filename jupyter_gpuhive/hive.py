@@ -139,7 +139,8 @@ class Hive:
     # --- queries -------------------------------------------------------------------
 
     async def me(self, who: Identity) -> dict[str, Any]:
-        await self.run(self.store.users.touch, who)
+        if not self.store.users.known(who):
+            await self.run(self.store.users.touch, who)
         return who.to_json()
 
     def hosts(self) -> list[dict[str, Any]]:
@@ -209,7 +210,8 @@ class Hive:
         return await self.run(self.store.reservations.get, reservation_id)
 
     async def create_reservation(self, who: Identity, body: dict[str, Any]) -> Reservation:
-        await self.run(self.store.users.touch, who)
+        if not self.store.users.known(who):
+            await self.run(self.store.users.touch, who)
         return await self.run(self.reservations.create, who, body)
 
     async def update_reservation(

@@ -20,9 +20,13 @@ class Users:
         self.db = db
         self._seen: dict[str, frozenset[str]] = {}
 
+    def known(self, who: Identity) -> bool:
+        """Whether this process already recorded the user with these groups (no I/O)."""
+        return self._seen.get(who.name) == who.groups
+
     def touch(self, who: Identity) -> None:
         """Record a user and their groups; a no-op when nothing changed in this process."""
-        if self._seen.get(who.name) == who.groups:
+        if self.known(who):
             return
 
         def work(conn: Connection) -> None:
