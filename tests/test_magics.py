@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
+from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.fixtures.server import Client, JupyterServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as a real test user")
@@ -25,30 +27,32 @@ USERS = {"tok-owner": {"name": OWNER}, "tok-bob": {"name": "bob"}}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    """A real server in its own process, monitoring a real sshd host (as the job owner)."""
     ensure_user(OWNER)
     root = tmp_path_factory.mktemp("magics")
-    host = LocalSimHost("gpu1", root / "sim")
-    env = host.env()
-    config = {
-        "db_url": f"sqlite:///{root / 'hive.sqlite'}",
-        "hosts": [
-            {"name": "gpu1", "transport": "local",
-             "env": {k: env[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}}
-        ],
-        "poll_interval": 0.5,
-        "min_reservation": "1m",
-        "site_timezone": "UTC",
-    }  # fmt: skip
-    srv = JupyterServer(config, USERS)
-    client = Client(srv.port, "tok-owner")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # wait for discovery of the 4 simulated GPUs
-        status, body, _ = client.call("GET", "hosts")
-        if status == 200 and len(body["hosts"][0]["gpus"]) == 4:
-            break
-        time.sleep(0.3)
-    yield srv
-    srv.stop()
+    with SshdCluster([f"mg{os.getpid() % 10000}"]) as cluster:
+        cluster.add_user(OWNER)
+        host = next(iter(cluster))
+        config = {
+            "db_url": f"sqlite:///{root / 'hive.sqlite'}",
+            "hosts": [{"name": "gpu1", "address": host.address, "port": host.port,
+                       "user": OWNER}],
+            "ssh_key": str(cluster.client_key),
+            "known_hosts": [str(cluster.known_hosts)],
+            "poll_interval": 0.5,
+            "min_reservation": "1m",
+            "site_timezone": "UTC",
+        }  # fmt: skip
+        srv = JupyterServer(config, USERS)
+        client = Client(srv.port, "tok-owner")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait for discovery of the 4 simulated GPUs
+            status, body, _ = client.call("GET", "hosts")
+            if status == 200 and len(body["hosts"][0]["gpus"]) == 4:
+                break
+            time.sleep(0.3)
+        yield srv
+        srv.stop()
 
 
 @pytest.fixture
@@ -123,3 +127,33 @@ def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
     assert stopped["status"] == "stopped"
     with pytest.raises(UsageError, match="GPUs"):
         shell.run_cell_magic("gpujob", "--name nothing", "echo hi")
+    with pytest.raises(UsageError, match="caffe"):
+        shell.run_cell_magic("gpujob", "gpu1:0 --template caffe", "echo hi")
+
+
+def test_gpujob_runs_a_pytorch_template_job_with_rank_prefixed_output(shell: Any) -> None:
+    cell = (
+        'python3 -c \'import os; print("rank", os.environ["RANK"], "of", '
+        'os.environ["WORLD_SIZE"], os.environ["MASTER_ADDR"])\''
+    )
+    with capture_output() as out:
+        job = shell.run_cell_magic(
+            "gpujob", "gpu1:2,3 --template pytorch --option mode=env --name ddp", cell
+        )
+    assert job["status"] == "succeeded", out.stdout
+    lines = out.stdout.splitlines()
+    assert "[0] rank 0 of 2 127.0.0.1" in lines
+    assert "[1] rank 1 of 2 127.0.0.1" in lines
+
+
+def test_pinning_is_refused_once_a_framework_holds_cuda(
+    shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No GPU here, so a framework that initialised CUDA cannot be produced for real: stand
+    # in an imported TensorFlow, which is enough for the magic to refuse.
+    monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
+    with capture_output() as out:
+        done = shell.run_line_magic("gpureserve", "gpu1:1 --for 10m")
+    assert "TensorFlow has already set up CUDA" in out.stdout
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    shell.run_line_magic("gpureserve", f"--cancel {done['id']}")
