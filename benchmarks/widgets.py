@@ -108,7 +108,7 @@ def main() -> None:
     cal_client = CannedClient({"me": {"name": "alice"}, "hosts": {"hosts": inventory()},
                                "reservations": {"reservations": booked},
                                "rules/coverage": coverage})  # fmt: skip
-    ov_client = CannedClient({"overview": overview_reply(start, 30, rng)})
+    ov_client = CannedClient({"overview": overview_reply(start, 30, rng), "jobs": {"jobs": []}})
 
     def build_calendar() -> CalendarView:
         model = CalendarModel(cal_client, start=day, gpus=gpus, zone="UTC")
