@@ -5,7 +5,10 @@ monitoring login; needs ``openssh-server``, and ``pip install parallel-ssh`` int
 the baseline — not a project dependency).
 
 1. 100 real sshd hosts (``--quick``: 10) on loopback, 4 simulated GPUs each, 2 GPU processes per
-   host owned by real test users, the ``nvidia-smi`` stand-in answering after 0.3 s. Over open
+   host owned by real test users, the ``nvidia-smi`` stand-in answering after 0.3 s
+   (``--stand-in replay``, the default: a shell script replaying answers recorded from the real
+   stand-in for every argument set asked, see sweep_sshd.py; ``--stand-in sim``: the real
+   stand-in, which reads /proc on every call and makes the sweeps CPU-bound here). Over open
    connections: ``sweep_s`` = our ``HostPool.run_all(PROBE_COMMAND)`` + ``parse_probe`` for every
    host; ``floor_s`` = a bare ``asyncio.gather`` of one ``conn.run(PROBE_COMMAND)`` per host on
    pre-opened asyncssh connections (medians, the two interleaved).
@@ -15,9 +18,15 @@ the baseline — not a project dependency).
    another process (see sweep_fixture.py), no delay.
 4. ``loop_lag_p99_ms``: the event loop's lag (10 ms sleeps, overshoot) during a real-host sweep;
    ``loop_lag_1000_p99_ms`` the same during a fixture sweep.
+5. ``api_*``: a real Jupyter server with gpuhive monitoring the same sshd hosts every 5 s, its
+   ``me`` and ``hosts`` endpoints each called 10 times a second for 30 s (``--quick``: 10 s)
+   while its sampler sweeps (see sweep_api.py; ``--api-seconds 0`` skips it).
 
-The simulated hosts share this machine's CPU with the client: every stand-in call is a Python
-process (~60 ms CPU), so on 2 cores the real-host sweeps are CPU-bound upper bounds.
+The simulated hosts share this machine's CPU with the client. With ``sim`` every stand-in call
+is a Python process reading /proc (~15-60 ms CPU), so on 2 cores the real-host sweeps measure
+CPU, not the polling pattern. ``replay`` answers with ``sh`` + ``sleep`` + ``cat`` and is the
+same script for our probe and the baseline, so the comparison stays fair (``"stand_in"`` in
+the JSON line says which ran).
 The last line printed is one JSON object with the figures.
 """
 
@@ -33,12 +42,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweep_api import measure_api
 from sweep_fixture import fixture_server, measure_fixture
 from sweep_sshd import (
     GPUS_PER_HOST,
     MONITOR_ALIAS,
     TEST_USERS,
     RealCluster,
+    install_replay,
     measure_real,
     monitor_account,
     start_cluster,
@@ -90,6 +101,22 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, help="real sshd hosts (default 100, quick 10)")
     parser.add_argument("--fixture-hosts", type=int, help="fixture hosts (1000, quick 100)")
     parser.add_argument("--delay", type=float, default=0.3, help="stand-in delay in seconds")
+    parser.add_argument(
+        "--stand-in",
+        choices=("replay", "sim"),
+        default="replay",
+        help="nvidia-smi on the hosts: recorded answers replayed by a shell script (default), "
+        "or the simulator itself (reads /proc on every call)",
+    )
+    parser.add_argument(
+        "--api-seconds", type=float, help="API phase length (default 30, quick 10; 0: skip)"
+    )
+    parser.add_argument(
+        "--api-nice",
+        type=int,
+        default=0,
+        help="diagnostic: nice value for the API phase's server (-10: ahead of the hosts)",
+    )
     parser.add_argument("--repeats", type=int, help="timed sweeps per figure (default 2, quick 3)")
     parser.add_argument(
         "--monitor-user",
@@ -100,17 +127,29 @@ def main() -> None:
     args = parser.parse_args()
     hosts = args.hosts or (10 if args.quick else 100)
     fixture_hosts = args.fixture_hosts or (100 if args.quick else 1000)
-    repeats = args.repeats or (3 if args.quick else 2)  # a 100-host sweep takes ~15 s here
+    repeats = args.repeats or (3 if args.quick else 2)  # a 100-host sim sweep takes ~10 s here
+    api_seconds = (10.0 if args.quick else 30.0) if args.api_seconds is None else args.api_seconds
+    replay = args.stand_in == "replay"
 
     out: dict[str, Any] = {"hosts": hosts}
     with monitor_account(args.monitor_user) as monitor:
-        log(f"starting {hosts} sshd hosts (login {monitor}, stand-in delay {args.delay} s)")
-        real = start_cluster(hosts, monitor, args.delay)
+        log(
+            f"starting {hosts} sshd hosts (login {monitor}, stand-in {args.stand_in}, "
+            f"delay {args.delay} s)"
+        )
+        real = start_cluster(hosts, monitor, 0.0 if replay else args.delay)
+        api: dict[str, Any] = {}
         try:
+            if replay:
+                recorded = install_replay(real, args.delay)
+                log(f"replay stand-in installed: {recorded} answers recorded from the simulator")
             log("cluster up; sweeping with the pool and the floor")
             real_fig = asyncio.run(measure_real(real, repeats, log))
             log("baseline: parallel-ssh, TensorHive's pattern")
             base = run_baseline(real, repeats)
+            if api_seconds > 0:
+                log("API phase: a Jupyter server with gpuhive sweeping the same hosts")
+                api = measure_api(real, api_seconds, log, delay_s=args.delay, nice=args.api_nice)
         finally:
             real.stop()
     log(f"starting the asyncssh fixture with {fixture_hosts} hosts")
@@ -136,6 +175,8 @@ def main() -> None:
             "sweep_1000_client_cpu_s": round(fix_fig["client_cpu_s"], 3),
             "sweep_machine_cpu_s": round(real_fig["sweep_machine_cpu_s"], 1),
             "baseline_machine_cpu_s": round(base["machine_cpu_s"], 1) if baseline_s else None,
+            **api,
+            "stand_in": args.stand_in,
             "stand_in_delay_s": args.delay,
             "monitor_user": args.monitor_user,
             "baseline_tool": "parallel-ssh" if baseline_s else None,

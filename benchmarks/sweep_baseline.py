@@ -10,6 +10,10 @@ parallel (one ``run_command`` over all hosts per step, joined before the next):
    ``pmon``, so ``--query-compute-apps … -i INDEX``, one call per GPU);
 3. per GPU process, ``ps`` for its owner;
 4. CPU and memory with ``top -bn2 -d1`` (the 1 s sample TensorHive takes).
+
+With ``--stand-in replay`` (sweep.py's default) the ``nvidia-smi`` these commands reach is the
+same replay script our probe reaches (see ``sweep_sshd.install_replay``), with an answer
+recorded for each argument set below (``baseline_nvidia_smi_args``).
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pssh.clients import ParallelSSHClient
-from pssh.config import HostConfig
+if TYPE_CHECKING:  # imported in main(): sweep_sshd reads the constants without parallel-ssh
+    from pssh.clients import ParallelSSHClient
 
 QUERY_GPU = (
     "nvidia-smi --query-gpu=index,uuid,name,utilization.gpu,utilization.memory,memory.used,"
@@ -33,6 +37,12 @@ QUERY_APPS = (
     "nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits"
 )
 CPU = "top -bn2 -d1 | grep -E '^(%Cpu|MiB Mem)' | tail -n 2"
+
+
+def baseline_nvidia_smi_args(gpus: int) -> list[list[str]]:
+    """Every nvidia-smi argument list a poll runs (for the replay stand-in)."""
+    apps = QUERY_APPS.split()[1:]
+    return [QUERY_GPU.split()[1:], *([*apps, "-i", str(i)] for i in range(gpus))]
 
 
 def machine_cpu_s() -> float:
@@ -84,6 +94,9 @@ def poll(client: ParallelSSHClient, n: int) -> list[dict[str, Any]]:
 
 
 def main(path: str) -> None:
+    from pssh.clients import ParallelSSHClient
+    from pssh.config import HostConfig
+
     config = json.loads(Path(path).read_text())
     hosts = config["hosts"]
     n = len(hosts)

@@ -6,12 +6,22 @@ which only root (or the owner) may read, so the monitor must be uid 0. Root's ow
 which would measure pyenv rather than the pool; like the documented monitoring account with a
 minimal shell rc, the benchmark logs in as a uid-0 alias with ``/bin/sh`` and an empty home,
 created for the run and deleted afterwards (``--monitor-user root`` measures root as is).
+
+The stand-in (``--stand-in``): ``sim`` is the project's ``nvidia-smi`` stand-in, which derives
+every answer from /proc on every call (a Python process, ~15-60 ms CPU each; on 2 cores it makes
+the 100-host sweeps CPU-bound). ``replay`` (``install_replay``) records, once per host while its
+GPU processes run, the real stand-in's answer to every argument set the probe and the baseline
+ask, and puts a POSIX shell script in its place on the hosts' PATH that sleeps the stand-in
+delay and prints the recorded answer (``sh`` + ``sleep`` + ``cat``, ~2 ms CPU). The PIDs in the
+answers are the real GPU processes', so ``ps`` still finds their real owners. Our probe and the
+baseline reach the same script, so the comparison stays fair.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import pwd
 import shutil
@@ -24,10 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncssh
+from sweep_baseline import baseline_nvidia_smi_args
 
+from jupyter_gpuhive.hosts.nvsmi import QUERY_APPS_FIELDS
 from jupyter_gpuhive.hosts.pool import CommandResult, HostPool, SshSettings
-from jupyter_gpuhive.hosts.probe import PROBE_COMMAND, HostSample, parse_probe
+from jupyter_gpuhive.hosts.probe import GPU_FIELDS, PROBE_COMMAND, HostSample, parse_probe
 from jupyter_gpuhive.model import HostDecl, utcnow
+from jupyter_gpuhive.sim import nvidia_smi
+from jupyter_gpuhive.sim.inventory import CONFIG_ENV, HOST_ENV
 from jupyter_gpuhive.sim.sshd import SshdCluster
 from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
 
@@ -123,6 +137,57 @@ def start_cluster(count: int, monitor: str, delay_s: float) -> RealCluster:
         real.stop()
         raise
     return real
+
+
+def probe_nvidia_smi_args() -> list[list[str]]:
+    """The nvidia-smi argument lists PROBE_COMMAND runs (kept in step with probe._SCRIPT)."""
+    args = [
+        [f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,nounits"],
+        [f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}", "--format=csv,nounits"],
+        ["-L"],
+    ]
+    for argv in args[:2]:
+        if " ".join(argv) not in PROBE_COMMAND:
+            raise RuntimeError(f"the probe no longer runs nvidia-smi {' '.join(argv)}")
+    return args
+
+
+def install_replay(real: RealCluster, delay_s: float) -> int:
+    """Record every host's answers and replace the hosts' nvidia-smi with the replay script.
+
+    Returns how many answers were recorded. Every argument set must answer with status 0.
+    """
+    cluster = real.cluster
+    arg_sets = [*probe_nvidia_smi_args(), *baseline_nvidia_smi_args(GPUS_PER_HOST)]
+    store = cluster.bin_dir / ".gpuhive-replay"
+    for host in cluster:
+        env = {CONFIG_ENV: str(host.config_path), HOST_ENV: host.name}
+        hostdir = store / host.name
+        hostdir.mkdir(parents=True, exist_ok=True)
+        for k, argv in enumerate(arg_sets):
+            out = io.StringIO()
+            status = nvidia_smi.main(argv, env, out)
+            if status != 0:
+                raise RuntimeError(f"stand-in {argv} on {host.name}: status {status}")
+            (hostdir / str(k)).write_text(out.getvalue(), encoding="utf-8")
+    for path in [store, *store.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    cases = "\n".join(f"  '{' '.join(argv)}') k={k} ;;" for k, argv in enumerate(arg_sets))
+    script = (
+        "#!/bin/sh\n"
+        "# nvidia-smi replay of the gpuhive sweep benchmark (benchmarks/sweep_sshd.py)\n"
+        'case "$*" in\n'
+        f"{cases}\n"
+        '  *) echo "nvidia-smi replay: no recorded answer for: $*" >&2; exit 2 ;;\n'
+        "esac\n"
+        f"sleep {delay_s:g}\n"
+        f'exec cat {store}/"${{{HOST_ENV}}}"/$k\n'
+    )
+    tmp = cluster.bin_dir / ".nvidia-smi.replay"
+    tmp.write_text(script, encoding="utf-8")
+    tmp.chmod(0o755)
+    os.replace(tmp, cluster.bin_dir / "nvidia-smi")
+    return len(arg_sets) * len(cluster)
 
 
 def check_sample(sample: HostSample) -> str | None:

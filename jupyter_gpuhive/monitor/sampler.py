@@ -59,6 +59,9 @@ class Sampler:
         self.metrics = MetricsBuffer(history)
         self.live: dict[str, HostLive] = {name: HostLive() for name in pool.hosts}
         self.listeners: list[Listener] = []
+        # When set, sweep() hands each sweep to it instead of running the listeners itself
+        # (the Monitor uses it to run them on the server's loop while probing on its own).
+        self.dispatch: Listener | None = None
         self.sweeps = 0
         self.last_sweep: Sweep | None = None
 
@@ -111,12 +114,19 @@ class Sampler:
                 sweep.samples[name] = result
         self.sweeps += 1
         self.last_sweep = sweep
+        if self.dispatch is not None:
+            await self.dispatch(sweep)
+        else:
+            await self.tell_listeners(sweep)
+        return sweep
+
+    async def tell_listeners(self, sweep: Sweep) -> None:
+        """Run every listener in turn; one that fails is logged and the others still run."""
         for listener in self.listeners:
             try:
                 await listener(sweep)
             except Exception:
                 log.exception("gpuhive: a sweep listener failed")
-        return sweep
 
     async def run(self) -> None:
         """Sweep every `interval` seconds until cancelled; one failure never ends the loop."""

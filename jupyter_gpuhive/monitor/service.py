@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -20,6 +22,13 @@ from .sampler import Sampler, Sweep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+async def _drain() -> None:
+    """Wait until every other task of the running loop has finished."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.gather(*others, return_exceptions=True)
 
 
 def _brief(res: Reservation | None) -> dict[str, Any] | None:
@@ -50,7 +59,10 @@ class Monitor:
         self._run = run
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.listeners.append(self._after_sweep)
-        self._task: asyncio.Task[None] | None = None
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._future: concurrent.futures.Future[None] | None = None
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(functools.partial(fn, *args))  # type: ignore[no-any-return]
@@ -58,19 +70,51 @@ class Monitor:
     # --- lifecycle -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the sampler loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self.sampler.run(), name="gpuhive-sampler"
-            )
+        """Start sweeping on a thread of its own (idempotent).
+
+        Probing 100s of hosts means a burst of SSH work per sweep; on the server's event
+        loop it would hold up API requests for a second. The sampler therefore runs on its
+        own event loop (its own connections, the monitoring account's), and only hands each
+        finished sweep to the listeners, which run on the server's loop.
+        """
+        if self._thread is not None:
+            return
+        self._main = asyncio.get_running_loop()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="gpuhive-sampler", daemon=True
+        )
+        self._thread.start()
+        self.sampler.pool = HostPool(list(self.pool.hosts.values()), self.pool.settings)
+        self.sampler.dispatch = self._forward
+        self._future = asyncio.run_coroutine_threadsafe(self.sampler.run(), self._loop)
+
+    async def _forward(self, sweep: Sweep) -> None:
+        """(Sampler thread) run the listeners on the server's loop and wait for them."""
+        assert self._main is not None
+        done = asyncio.run_coroutine_threadsafe(self.sampler.tell_listeners(sweep), self._main)
+        await asyncio.wrap_future(done)
 
     async def halt(self) -> None:
-        """Stop the sampler loop (connections stay open for other users of the pool)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop sweeping and close the sampler's connections; the server's pool stays open."""
+        if self._thread is None or self._loop is None or self._future is None:
+            return
+        loop, thread, future = self._loop, self._thread, self._future
+        future.cancel()
+        # The cancelled sweep winds down on its own loop (probes kill their processes):
+        # wait for every task there before closing connections and the loop.
+        drained = asyncio.run_coroutine_threadsafe(_drain(), loop)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.wrap_future(drained), 10)
+        closing = asyncio.run_coroutine_threadsafe(self.sampler.pool.close(), loop)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.wrap_future(closing), 5)
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, thread.join, 5)
+        if not thread.is_alive():
+            loop.close()
+        self.sampler.pool, self.sampler.dispatch = self.pool, None
+        self._thread = self._loop = self._future = None
 
     async def stop(self) -> None:
         await self.halt()
@@ -146,7 +190,7 @@ class Monitor:
                 elif gpu.id not in following:
                     following[gpu.id] = res
         out = []
-        statuses = self.pool.statuses()
+        statuses = self.sampler.pool.statuses()
         for host in self.store.inventory.hosts():
             live = self.sampler.live.get(host.name)
             sample = live.sample if live else None
