@@ -40,7 +40,7 @@ if grep -q ', Enabled' "$t/g"; then nvidia-smi -L >"$t/l" 2>&1; l=$?; else : >"$
 wait $a; echo "{MARK}apps $?"; cat "$t/a"; echo
 echo "{MARK}list $l"; cat "$t/l"; echo
 pids=$(sed -n 's/^\\([0-9][0-9]*\\), .*/\\1/p' "$t/a" | sort -u | paste -sd, -)
-echo "{MARK}ps 0"; [ -n "$pids" ] && ps -o pid=,pgid=,user:64=,args= -p "$pids"
+echo "{MARK}ps 0"; [ -n "$pids" ] && ps -ww -o pid=,pgid=,user:64=,args= -p "$pids"
 echo "{MARK}stat 0"; head -n 1 /proc/stat
 echo "{MARK}mem 0"; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 echo "{MARK}ncpu 0"; getconf _NPROCESSORS_ONLN

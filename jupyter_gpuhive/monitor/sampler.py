@@ -79,10 +79,11 @@ class Sampler:
         except NvsmiParseError as error:
             detail = result.stderr.strip()[:200] or str(error)
             sample = HostSample(name, taken, gpu_error=f"the probe failed: {detail}")
-        self._record(sample)
+        self.record(sample)
         return sample
 
-    def _record(self, sample: HostSample) -> None:
+    def record(self, sample: HostSample) -> None:
+        """Take a sample into the live state and the metric series."""
         live = self.live.setdefault(sample.host, HostLive())
         live.cpu_percent = _cpu_percent(live.sample, sample)
         live.sample, live.updated_at = sample, sample.taken_at

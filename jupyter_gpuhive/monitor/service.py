@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import functools
 import logging
-import threading
+import multiprocessing
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from ..errors import Invalid
-from ..hosts.pool import HostPool
+from ..hosts.pool import HostPool, HostStatus
 from ..model import GpuDecl, Reservation, isoformat, utcnow
 from ..store import Store
 from ..store.usage import GpuReading
+from . import worker
 from .metrics import GPU_FIELDS, HOST_FIELDS
 from .sampler import Sampler, Sweep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-async def _drain() -> None:
-    """Wait until every other task of the running loop has finished."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.gather(*others, return_exceptions=True)
 
 
 def _brief(res: Reservation | None) -> dict[str, Any] | None:
@@ -59,10 +52,12 @@ class Monitor:
         self._run = run
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.listeners.append(self._after_sweep)
-        self._main: asyncio.AbstractEventLoop | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._future: concurrent.futures.Future[None] | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._statuses: dict[str, HostStatus] = {}
+        self._pending: Sweep | None = None
+        self._telling: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(functools.partial(fn, *args))  # type: ignore[no-any-return]
@@ -70,51 +65,83 @@ class Monitor:
     # --- lifecycle -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Start sweeping on a thread of its own (idempotent).
+        """Start sweeping in a child process of its own (idempotent).
 
-        Probing 100s of hosts means a burst of SSH work per sweep; on the server's event
-        loop it would hold up API requests for a second. The sampler therefore runs on its
-        own event loop (its own connections, the monitoring account's), and only hands each
-        finished sweep to the listeners, which run on the server's loop.
+        Probing 100s of hosts is a burst of SSH work per sweep; in the server's process it
+        would hold up API requests (one interpreter, one GIL). The child probes with its own
+        connections and sends each finished sweep back; samples are recorded and the
+        listeners run here, on the server's loop.
         """
-        if self._thread is not None:
+        if self._process is not None:
             return
-        self._main = asyncio.get_running_loop()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="gpuhive-sampler", daemon=True
-        )
-        self._thread.start()
-        self.sampler.pool = HostPool(list(self.pool.hosts.values()), self.pool.settings)
-        self.sampler.dispatch = self._forward
-        self._future = asyncio.run_coroutine_threadsafe(self.sampler.run(), self._loop)
+        self._stopping = False
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(
+            target=worker.main,
+            args=(theirs, list(self.pool.hosts.values()), self.pool.settings,
+                  self.sampler.interval, self.sampler.timeout),
+            name="gpuhive-sampler",
+            daemon=True,
+        )  # fmt: skip
+        self._process.start()
+        theirs.close()
+        self._conn = ours
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._receive)
 
-    async def _forward(self, sweep: Sweep) -> None:
-        """(Sampler thread) run the listeners on the server's loop and wait for them."""
-        assert self._main is not None
-        done = asyncio.run_coroutine_threadsafe(self.sampler.tell_listeners(sweep), self._main)
-        await asyncio.wrap_future(done)
+    def _receive(self) -> None:
+        """(Server loop) a sweep arrived: record it, then let the listeners see it."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                sweep, statuses = worker.decode(conn.recv())
+                self._statuses = statuses
+                for sample in sweep.samples.values():
+                    self.sampler.record(sample)
+                self.sampler.sweeps += 1
+                self.sampler.last_sweep = sweep
+                self._pending = sweep
+        except (EOFError, OSError):
+            self._lost_worker()
+            return
+        if self._pending is not None and (self._telling is None or self._telling.done()):
+            self._telling = asyncio.get_running_loop().create_task(self._tell())
+
+    async def _tell(self) -> None:
+        while self._pending is not None:
+            sweep, self._pending = self._pending, None
+            await self.sampler.tell_listeners(sweep)
+
+    def _lost_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._conn is not None:
+            loop.remove_reader(self._conn.fileno())
+            self._conn.close()
+        self._conn = None
+        process, self._process = self._process, None
+        if process is not None:
+            process.join(0.1)
+        if not self._stopping:
+            log.error("gpuhive: the sampler process ended; starting a new one in 5 s")
+            loop.call_later(5, lambda: None if self._stopping else self.start())
 
     async def halt(self) -> None:
-        """Stop sweeping and close the sampler's connections; the server's pool stays open."""
-        if self._thread is None or self._loop is None or self._future is None:
-            return
-        loop, thread, future = self._loop, self._thread, self._future
-        future.cancel()
-        # The cancelled sweep winds down on its own loop (probes kill their processes):
-        # wait for every task there before closing connections and the loop.
-        drained = asyncio.run_coroutine_threadsafe(_drain(), loop)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.wrap_future(drained), 10)
-        closing = asyncio.run_coroutine_threadsafe(self.sampler.pool.close(), loop)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.wrap_future(closing), 5)
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.get_running_loop().run_in_executor(None, thread.join, 5)
-        if not thread.is_alive():
-            loop.close()
-        self.sampler.pool, self.sampler.dispatch = self.pool, None
-        self._thread = self._loop = self._future = None
+        """Stop sweeping (the child closes its connections); the server's pool stays open."""
+        self._stopping = True
+        conn, process = self._conn, self._process
+        self._conn = self._process = None
+        if conn is not None:
+            asyncio.get_running_loop().remove_reader(conn.fileno())
+            conn.close()
+        if process is not None:
+            await asyncio.get_running_loop().run_in_executor(None, process.join, 10)
+            if process.is_alive():
+                process.kill()
+        if self._telling is not None:
+            await asyncio.gather(self._telling, return_exceptions=True)
+            self._telling = None
 
     async def stop(self) -> None:
         await self.halt()
@@ -190,7 +217,7 @@ class Monitor:
                 elif gpu.id not in following:
                     following[gpu.id] = res
         out = []
-        statuses = self.sampler.pool.statuses()
+        statuses = self._statuses if self._process is not None else self.pool.statuses()
         for host in self.store.inventory.hosts():
             live = self.sampler.live.get(host.name)
             sample = live.sample if live else None
