@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, func, insert, select, update
+from sqlalchemy import Connection, Table, and_, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model import Reservation
 from .database import Database
@@ -29,34 +30,41 @@ class GpuReading:
         return bool(self.owners) or (self.util or 0) >= 5
 
 
-def _bump(conn: Connection, table: Table, key: dict[str, Any], r: GpuReading, **extra: Any) -> None:
-    util, mem = float(r.util or 0), float(r.mem_used_mib or 0)
-    busy = r.seconds if r.busy else 0.0
-    c = table.c
-    where = and_(*(c[k] == v for k, v in key.items()))
-    values = {
-        "samples": c.samples + 1,
-        "seconds": c.seconds + r.seconds,
-        "busy_seconds": c.busy_seconds + busy,
-        "util_sum": c.util_sum + util,
-        "mem_sum_mib": c.mem_sum_mib + mem,
-    }
-    values.update({k: (c[k] + v if isinstance(v, float) else v) for k, v in extra.items()})
-    done = conn.execute(update(table).where(where).values(**values))
-    if done.rowcount:
-        conn.execute(update(table).where(where, c.util_max < util).values(util_max=util))
-        return
-    row = {
+def _values(r: GpuReading, **key: Any) -> dict[str, Any]:
+    """One reading as the aggregate columns of a first sample."""
+    util = float(r.util or 0)
+    return {
         **key,
         "samples": 1,
         "seconds": r.seconds,
-        "busy_seconds": busy,
+        "busy_seconds": r.seconds if r.busy else 0.0,
         "util_sum": util,
         "util_max": util,
-        "mem_sum_mib": mem,
-        **extra,
+        "mem_sum_mib": float(r.mem_used_mib or 0),
     }
-    conn.execute(insert(table).values(**row))
+
+
+def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict[str, Any]],
+            keep: Sequence[str] = ()) -> None:  # fmt: skip
+    """Insert rows, or add them to the existing aggregates: one statement for all rows."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert_(table)
+    new, old = stmt.excluded, table.c
+    larger = func.greatest if dialect == "postgresql" else func.max
+    summed = ("samples", "seconds", "busy_seconds", "util_sum", "mem_sum_mib", "foreign_seconds")
+    update: dict[str, Any] = {c: old[c] + new[c] for c in summed if c in table.c}
+    update["util_max"] = larger(old.util_max, new.util_max)
+    update.update(
+        {
+            c: new[c]
+            for c in (col.name for col in table.columns)
+            if c not in (*keys, *summed, "util_max", *keep)
+        }
+    )
+    conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), rows)
 
 
 def _summary(row: Any) -> dict[str, Any]:
@@ -84,28 +92,29 @@ class Usage:
         hour = at.replace(minute=0, second=0, microsecond=0)
         by_gpu = {r.gpu_id: r for r in readings}
 
+        hourly = [
+            _values(r, gpu_id=r.gpu_id, hour=hour, user_name=owner)
+            for r in readings
+            for owner in (sorted(r.owners) or [""])
+        ]
+        per_reservation = []
+        for res in active:
+            for gpu in res.gpus:
+                reading = by_gpu.get(gpu.id)
+                if reading is None:
+                    continue
+                foreign = reading.seconds if reading.owners - {res.owner} else 0.0
+                per_reservation.append(
+                    _values(reading, reservation_id=res.id, gpu_id=gpu.id,
+                            foreign_seconds=foreign, first_at=at, last_at=at)
+                )  # fmt: skip
+
         def work(conn: Connection) -> None:
-            for r in readings:
-                for owner in sorted(r.owners) or [""]:
-                    key = {"gpu_id": r.gpu_id, "hour": hour, "user_name": owner}
-                    _bump(conn, gpu_usage_hourly, key, r)
-            for res in active:
-                for gpu in res.gpus:
-                    reading = by_gpu.get(gpu.id)
-                    if reading is None:
-                        continue
-                    foreign = reading.seconds if reading.owners - {res.owner} else 0.0
-                    key = {"reservation_id": res.id, "gpu_id": gpu.id}
-                    exists = conn.execute(
-                        select(reservation_usage.c.samples).where(
-                            reservation_usage.c.reservation_id == res.id,
-                            reservation_usage.c.gpu_id == gpu.id,
-                        )
-                    ).first()
-                    extra: dict[str, Any] = {"foreign_seconds": foreign, "last_at": at}
-                    if exists is None:
-                        extra["first_at"] = at
-                    _bump(conn, reservation_usage, key, reading, **extra)
+            _upsert(conn, gpu_usage_hourly, ("gpu_id", "hour", "user_name"), hourly)
+            _upsert(
+                conn, reservation_usage, ("reservation_id", "gpu_id"), per_reservation,
+                keep=("first_at",),
+            )  # fmt: skip
 
         if readings:
             self.db.write(work)
