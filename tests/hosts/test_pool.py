@@ -93,6 +93,11 @@ async def test_stopped_host_is_down_others_fine_then_back_by_itself(make_cluster
         assert set(sweep.samples) == {"gpu1", "gpu3"}
         assert elapsed < healthy * 1.5 + 0.5, (elapsed, healthy)
     assert "refused" in pool.status("gpu2").error
+    # Once its backoff has passed it is tried (and refused) again.
+    deadline = time.monotonic() + 15
+    while pool.status("gpu2").failures < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        await sampler.sweep()
     assert pool.status("gpu2").failures >= 2
 
     cluster.start_host("gpu2")

@@ -124,7 +124,13 @@ def slots(cluster: SshdCluster) -> list[tuple[str, str, list[GpuSlot]]]:
 
 
 def reports(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line[4:]) for line in text.splitlines() if line.startswith("DDP {")]
+    """Every `DDP {...}` report in a log; ranks sharing a log may write on one line."""
+    decoder, found, at = json.JSONDecoder(), [], text.find("DDP {")
+    while at != -1:
+        value, end = decoder.raw_decode(text, at + 4)
+        found.append(value)
+        at = text.find("DDP {", end)
+    return found
 
 
 def quit_sessions(job_name: str) -> None:

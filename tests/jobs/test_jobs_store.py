@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -81,8 +82,8 @@ def test_create_get_and_list_keep_every_field(store: Store) -> None:
     assert task.env["CUDA_VISIBLE_DEVICES"] == "GPU-gpu2-0"
     assert task.workdir == "/data/it's here"
     assert task.session == f"gpuhive-{job.id}-train-2"
-    assert task.log_path == f"~/.gpuhive/jobs/{job.id}-2.log"
-    assert task.exit_path == f"~/.gpuhive/jobs/{job.id}-2.exit"
+    assert re.fullmatch(rf"~/\.gpuhive/jobs/{job.id}-[0-9a-f]{{6}}-2\.log", task.log_path)
+    assert task.exit_path == task.log_path.removesuffix(".log") + ".exit"
     assert task.spec().visible_devices == "GPU-gpu2-0"
     assert job.to_json()["tasks"][2]["state"] == "pending"
 
