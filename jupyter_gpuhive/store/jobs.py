@@ -245,17 +245,7 @@ class Jobs:
                 values["attempts"] = found.attempts + 1
             conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
             conn.execute(
-                update(job_tasks)
-                .where(job_tasks.c.job_id == job_id)
-                .values(
-                    state=str(TaskState.PENDING),
-                    exit_status=None,
-                    screen_pid=None,
-                    pgid=None,
-                    started_at=None,
-                    ended_at=None,
-                    last_error=note,
-                )
+                update(job_tasks).where(job_tasks.c.job_id == job_id).values(**_pending(note))
             )
             return True
 
@@ -311,17 +301,7 @@ class Jobs:
             stmt = update(job_tasks).where(job_tasks.c.job_id == job_id)
             if task_ids is not None:
                 stmt = stmt.where(job_tasks.c.id.in_(list(task_ids)))
-            conn.execute(
-                stmt.values(
-                    state=str(TaskState.PENDING),
-                    exit_status=None,
-                    screen_pid=None,
-                    pgid=None,
-                    started_at=None,
-                    ended_at=None,
-                    last_error=None,
-                )
-            )
+            conn.execute(stmt.values(**_pending(None)))
 
         self.db.write(work)
         return self.get(job_id)
@@ -529,3 +509,16 @@ def _task(row: Any) -> Task:
 
 
 __all__ = ["EDITABLE", "FINAL", "Jobs", "TaskChange", "job_tasks", "jobs"]
+
+
+def _pending(note: str | None) -> dict[str, Any]:
+    """Task columns of a task put back to pending (nothing of its last run kept)."""
+    return {
+        "state": str(TaskState.PENDING),
+        "exit_status": None,
+        "screen_pid": None,
+        "pgid": None,
+        "started_at": None,
+        "ended_at": None,
+        "last_error": note,
+    }

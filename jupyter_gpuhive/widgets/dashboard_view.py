@@ -12,7 +12,7 @@ import numpy as np
 from ..client import HiveClientError
 from .dashboard_model import CHARTS, DashboardModel
 from .display import Shown
-from .poller import Poller
+from .poller import LiveSwitch, Poller
 
 _LINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                  "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
@@ -111,9 +111,8 @@ class DashboardView(Shown):
         self.usage = w.HTML()
         self.status = w.HTML()
         self.poller = Poller(self.refresh, interval, name="gpuhive-dashboard")
-        toggle = w.ToggleButton(value=False, description="Live", icon="play")
-        toggle.observe(self._toggle, "value")
-        self.toggle = toggle
+        self.live = LiveSwitch(self.poller)
+        self.toggle = toggle = self.live.button
         self.widget = w.VBox(
             [w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"), self.order,
              self.grid, w.HTML("<b>GPU processes</b>"), self.table,
@@ -159,16 +158,9 @@ class DashboardView(Shown):
             self.status.value = html.escape(error.message)
         self.usage.value = usage_text(self.model.usage)
 
-    def _toggle(self, change: dict[str, Any]) -> None:
-        if change["new"]:
-            self.poller.start()
-        else:
-            self.poller.stop()
-        self.toggle.icon = "pause" if change["new"] else "play"
-
     def start(self) -> None:
         """Start the live refresh (also the Live button)."""
-        self.toggle.value = True
+        self.live.start()
 
     def stop(self) -> None:
-        self.toggle.value = False
+        self.live.stop()

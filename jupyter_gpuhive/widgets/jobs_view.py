@@ -11,7 +11,7 @@ import ipywidgets as w
 from ..client import HiveClientError
 from .display import Shown
 from .jobs_model import MODES, FormError, JobBuilderModel, JobListModel, task_text
-from .poller import Poller
+from .poller import LiveSwitch, Poller
 
 _WIDE = w.Layout(width="98%")
 _MODE_LABELS = {"now": "Run now", "schedule": "Schedule", "queue": "Queue"}
@@ -240,12 +240,12 @@ class JobListView(Shown):
         refresh.on_click(lambda _b: self.refresh())
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(lambda _b: self.model.stop())
-        self.toggle = w.ToggleButton(value=False, description="Live", icon="play")
-        self.toggle.observe(self._toggle, "value")
         self.status = w.HTML()
         self.attach = w.HTML()
         self.log = w.HTML()
         self.poller = Poller(self.refresh, interval, name="gpuhive-jobs")
+        self.live = LiveSwitch(self.poller)
+        self.toggle = self.live.button
         self.widget = w.VBox(
             [w.HBox([self.toggle, refresh, self.task, self.stop_button]), self.jobs,
              self.status, self.attach, self.log]
@@ -294,16 +294,9 @@ class JobListView(Shown):
         except HiveClientError as error:
             self.status.value = _error(error.message)
 
-    def _toggle(self, change: dict[str, Any]) -> None:
-        if change["new"]:
-            self.poller.start()
-        else:
-            self.poller.stop()
-        self.toggle.icon = "pause" if change["new"] else "play"
-
     def start(self) -> None:
         """Start the background refresh (also the Live button)."""
-        self.toggle.value = True
+        self.live.start()
 
     def stop(self) -> None:
-        self.toggle.value = False
+        self.live.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +51,27 @@ class Poller:
                 log.warning("gpuhive: %s refresh failed: %s", self.name, self.last_error)
             self.rounds += 1
             self._stop.wait(self.interval)
+
+
+class LiveSwitch:
+    """A Live/Pause toggle button that starts and stops a Poller."""
+
+    def __init__(self, poller: Poller) -> None:
+        import ipywidgets as w
+
+        self.poller = poller
+        self.button = w.ToggleButton(value=False, description="Live", icon="play")
+        self.button.observe(self._toggled, "value")
+
+    def _toggled(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.poller.start()
+        else:
+            self.poller.stop()
+        self.button.icon = "pause" if change["new"] else "play"
+
+    def start(self) -> None:
+        self.button.value = True
+
+    def stop(self) -> None:
+        self.button.value = False
