@@ -5,7 +5,10 @@ import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/no
 import { ServerConnection } from '@jupyterlab/services';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { Notification } from '@jupyterlab/apputils';
+
 import { Fetcher, HiveApi } from './api';
+import { IHiveEvent, eventToast } from './events';
 import { GpuHivePanel } from './panel';
 
 const PLUGIN_ID = 'jupyter-gpuhive:panel';
@@ -69,6 +72,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (restorer) {
       restorer.add(panel, 'jupyter-gpuhive-panel');
     }
+    // Someone on my GPUs (or my reservation idle): the server's event bus, filtered for me.
+    app.serviceManager.events.stream.connect((_, emission) => {
+      const toast = eventToast(emission as unknown as IHiveEvent, panel.me);
+      if (toast) {
+        Notification.emit(toast.message, toast.level, { autoClose: toast.level === 'warning' ? false : 10000 });
+      }
+    });
     app.commands.addCommand(CMD_OPEN, {
       label: 'Show GPU hive',
       caption: 'Show the GPU hive sidebar',

@@ -393,6 +393,11 @@ export class GpuHivePanel extends Widget {
   private _poll: Poll;
   private _tick: number;
   private _me: IMe | null = null;
+
+  /** The user this panel shows (null until the server answered). */
+  get me(): string | null {
+    return this._me?.name ?? null;
+  }
   private _hosts: IHost[] = [];
   private _reservations: IReservation[] = [];
   private _jobs: IJob[] | null = null;

@@ -1,7 +1,7 @@
 /**
- * Client-side reminders derived from my reservations (the server's event bus is not there
- * yet): "has started" and "ends in 10 minutes". Each fires once, when its moment falls
- * between two checks.
+ * Client-side reminders derived from my reservations: "has started" and "ends in 10
+ * minutes". Each fires once, when its moment falls between two checks. (Violations on my
+ * GPUs arrive from the server's event bus instead: see events.ts.)
  */
 
 import { IReservation, formatTime } from './model';
