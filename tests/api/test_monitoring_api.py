@@ -132,3 +132,50 @@ async def _hosts_with_gpus(client: Any, want: int = 2) -> Any:
     hosts = reply.body["hosts"]
     ready = [h for h in hosts if h["gpus"] and h["gpus"][0]["util"] is not None]
     return hosts if len(ready) >= want else None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
+    api, jp_serverapp, running_hive, sim_hosts
+):
+    from jupyter_gpuhive.monitor.handlers import EVENT_SCHEMA_ID
+
+    ensure_user("gh-bob")
+    alice = api("alice")
+    await wait_for(lambda: _hosts_with_gpus(alice))
+    seen: list[dict[str, Any]] = []
+
+    async def listener(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        seen.append(data)
+
+    jp_serverapp.event_logger.add_listener(schema_id=EVENT_SCHEMA_ID, listener=listener)
+    now = running_hive.now()
+    booked = await alice(
+        "POST", "reservations", {"title": "mine", "gpus": ["gpu1:3"], "start": iso(now),
+                                 "duration": "1h"}
+    )  # fmt: skip
+    assert booked.status == 201, booked
+    intruder = sim_hosts[0].start_process([3], user="gh-bob", mem_mib=1000, util=50)
+    try:
+
+        async def told() -> Any:
+            return [e for e in seen if e.get("offender") == "gh-bob"]
+
+        events = await wait_for(told)
+        assert events[0]["holder"] == "alice"
+        assert events[0]["gpu"] == "gpu1:3"
+        assert str(intruder.pid) in str(events[0]["pids"])
+
+        async def recorded() -> Any:
+            reply = await alice("GET", "violations")
+            found = [v for v in reply.body["violations"] if v["offender"] == "gh-bob"]
+            return found if found and found[0]["actions"] else None
+
+        [violation] = await wait_for(recorded)
+        assert violation["reservation"] == booked.body["id"]
+        assert violation["kind"] == "foreign"
+        usage = await alice("GET", f"reservations/{booked.body['id']}/usage")
+        assert [v["offender"] for v in usage.body["violations"]] == ["gh-bob"]
+    finally:
+        intruder.kill()
+        intruder.wait()
