@@ -143,9 +143,6 @@ class Hive:
             await self.run(self.store.users.touch, who)
         return who.to_json()
 
-    def hosts(self) -> list[dict[str, Any]]:
-        return [host.to_json() for host in self.store.inventory.hosts()]
-
     def gpus_matching(self, host: str | None, gpu: str | None) -> list[Gpu]:
         """GPUs filtered by host name and/or GPU name; unknown names are refused."""
         inventory = self.store.inventory
