@@ -43,7 +43,10 @@ class CalendarView(Shown):
         self.allowed = bq.Lines(scales=scales, fill="inside", opacities=[0.0], stroke_width=0)
         self.grid = bq.Lines(scales=scales, colors=["#bbbbbb"], stroke_width=1)
         self.boxes = bq.Lines(scales=scales, fill="inside", stroke_width=1.5)
-        self.labels = bq.Label(scales=scales, font_size="10px", align="start", colors=["#222"])
+        # Label's size is `default_size` (px; 16 and bold by default, too big for the boxes).
+        self.labels = bq.Label(
+            scales=scales, default_size=10, font_weight="normal", align="start", colors=["#222"]
+        )
         self.handles = bq.Scatter(
             scales=scales, marker="square", default_size=40, stroke="#333",
             tooltip=bq.Tooltip(fields=["name"], labels=["reservation"]),
@@ -124,6 +127,8 @@ class CalendarView(Shown):
             ticks = {c + 0.5: m.gpus[c % len(m.gpus)] for c in range(m.columns)}
             self.bottom_axis.tick_values = list(ticks)
             self.bottom_axis.tick_labels = {f"{k:g}": v for k, v in ticks.items()}
+            # Over 14 columns (days × GPUs) upright GPU names run into each other.
+            self.bottom_axis.tick_rotate = -90 if m.columns > 14 else 0
         else:
             self.bottom_axis.tick_values = []
         xs, ys = outlines(m.allowed)
@@ -166,6 +171,9 @@ class CalendarView(Shown):
         d = m.draft
         self.dialog.layout.display = "none" if d is None else "flex"
         if d is None:
+            if self.brush.selected is not None:  # booked or closed: no stale selection on top
+                self.brush.reset()
+                self.brush.selected = None
             return
         self.heading.value = "<b>New reservation</b>" if d.is_new else (
             f"<b>Reservation {d.reservation_id}</b> ({d.status})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import time
 from typing import Any
 
 import bqplot as bq
@@ -31,11 +32,21 @@ class Chart:
         self.lines: dict[str, bq.Lines] = {}
         self.figure = bq.Figure(
             title=title,
-            axes=[bq.Axis(scale=self.x), bq.Axis(scale=self.y, orientation="vertical")],
+            axes=[
+                # Clock time on every tick (d3's default shows bare ":55" seconds).
+                bq.Axis(scale=self.x, num_ticks=5, tick_format="%H:%M:%S"),
+                bq.Axis(scale=self.y, orientation="vertical"),
+            ],
             legend_location="top-left",
             fig_margin={"top": 40, "bottom": 30, "left": 50, "right": 10},
             layout=w.Layout(width="100%", height="260px"),
         )
+        self._empty_axis()
+
+    def _empty_axis(self) -> None:
+        """No line yet: the last 10 minutes on the time axis (not milliseconds of nothing)."""
+        now = np.datetime64(int(time.time() * 1000), "ms")
+        self.x.min, self.x.max = now - np.timedelta64(10, "m"), now
 
     def update(self, data: dict[str, tuple[list[float], list[float | None]]]) -> None:
         for name, (t, values) in data.items():
@@ -49,9 +60,12 @@ class Chart:
                                 colors=[colour], display_legend=True)  # fmt: skip
                 self.lines[name] = line
                 self.figure.marks = list(self.lines.values())
+                self.x.min = self.x.max = None  # the data's own range from now on
             else:
                 with line.hold_sync():
                     line.x, line.y = x, y
+        if not self.lines:
+            self._empty_axis()
 
 
 def process_table(model: DashboardModel) -> str:

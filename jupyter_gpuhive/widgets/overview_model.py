@@ -129,14 +129,18 @@ class OverviewModel:
         return (self.origin + timedelta(seconds=column * self.slot_seconds)).astimezone(self.zone)
 
     def day_ticks(self) -> dict[float, str]:
-        """Column positions of local midnights, labelled with the date."""
+        """Column positions of local midnights; dates on every day up to 10 days, else weekly.
+
+        Unlabelled midnights keep their tick (an empty label), so days stay countable.
+        """
         ticks = {}
         slots = self.matrix.shape[1]
+        step = 1 if self.days <= 10 else 7 if self.days <= 70 else 28
         for d in range(self.days + 1):
             when = midnight(self.start + timedelta(days=d), self.zone)
             col = (when - self.origin).total_seconds() / self.slot_seconds
             if 0 <= col <= slots:
-                ticks[col] = when.strftime("%d %b")
+                ticks[col] = when.strftime("%d %b") if d % step == 0 else ""
         return ticks
 
     def describe(self, row: int, column: int) -> str:

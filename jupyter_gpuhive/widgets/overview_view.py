@@ -67,7 +67,10 @@ class OverviewView(Shown):
             grid: bq.Mark = bq.GridHeatMap(
                 color=colour, scales={"row": self.y, "column": self.x, "color": self.colour},
                 row=np.arange(colour.shape[0]), column=np.arange(colour.shape[1]),
-                interactions={"click": "select"}, stroke="white",
+                interactions={"click": "select"},
+                # White cell borders only while cells are wide enough to show colour inside
+                # them; a month of hours (1-2 px per cell) would be nothing but border.
+                stroke="white" if cols <= 200 else None,
             )  # fmt: skip
             grid.observe(self._cells_selected, "selected")
         else:

@@ -18,6 +18,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent.parent / "jupyter_gpuhive" / "labextension"
+# Notebooks the widget tests run, copied into the server's root folder.
+NOTEBOOKS = [
+    HERE.parent.parent / "examples" / "quickstart.ipynb",
+    *sorted((HERE / "notebooks").glob("*.ipynb")),
+]
 PORT = int(os.environ.get("GPUHIVE_UI_PORT", "18765"))
 TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
 BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
@@ -42,12 +47,21 @@ def main() -> None:
     (exts / "jupyter-gpuhive").symlink_to(BUILD, target_is_directory=True)
     notebooks = root / "notebooks"
     notebooks.mkdir()
+    for notebook in NOTEBOOKS:
+        shutil.copy(notebook, notebooks / notebook.name)
     # No news/update prompts over the panel.
     settings = root / "settings"
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (
         settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     ).write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # Notebooks: every cell attached to the DOM (no virtualised cells), so widget outputs render
+    # at once, and the notebook's own kernel started without the "Select Kernel" dialog (which
+    # JupyterLab shows now and then when a notebook opens, and which swallows a Run All).
+    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
+        json.dumps({"windowingMode": "none", "autoStartDefaultKernel": True})
+    )
     config = root / "jupyter_server_config.py"
     config.write_text(
         "c = get_config()  # noqa\n"
@@ -76,6 +90,8 @@ def main() -> None:
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(root / "config"),
         "JUPYTER_DATA_DIR": str(root / "data"),
+        # Kernels (so the calendar's local days) in UTC, like the browser in widgets.spec.ts.
+        "TZ": "UTC",
     }
     args = [sys.executable, "-m", "jupyterlab", f"--config={config}"]
     os.execve(sys.executable, args, env)  # noqa: S606
