@@ -3,8 +3,8 @@
 The probe's answer is generated once by running the real probe against the ``nvidia-smi``
 stand-in (4 GPUs, 2 GPU processes owned by the test users), then varied per host (GPU UUIDs,
 PIDs, utilization). The server listens on a few loopback ports; the login name says which
-simulated host a connection is (``h0000`` … ``h0999``). It answers the probe command at once
-and anything else with exit status 127.
+simulated host a connection is (``h0000`` … ``h0999``). It answers the probe (one-shot, or each
+request of the probe loop) at once and anything else with exit status 127.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import asyncssh
 from sweep_sshd import TEST_USERS, measure_sweeps
 
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
-from jupyter_gpuhive.hosts.probe import PROBE_COMMAND
+from jupyter_gpuhive.hosts.probe import END, PROBE_COMMAND, PROBE_LOOP_COMMAND
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import make_uuid, preset
@@ -92,13 +92,19 @@ def vary(template: str, pids: list[int], name: str, rng: random.Random) -> str:
 def _serve(outputs: dict[str, str], ports: list[int], client_pub: str, queue: Any) -> None:
     """The server process: listen on `ports`, answer the probe as the host named by the login."""
 
-    def handle(process: asyncssh.SSHServerProcess) -> None:
+    async def handle(process: asyncssh.SSHServerProcess) -> None:
         text = outputs.get(process.get_extra_info("username"))
-        if process.command != PROBE_COMMAND or text is None:
+        if text is not None and process.command == PROBE_COMMAND:
+            process.stdout.write(text)
+        elif text is not None and process.command == PROBE_LOOP_COMMAND:
+            # The probe loop: one answer per token line, until the client closes the session.
+            with contextlib.suppress(asyncssh.Error, OSError):
+                async for line in process.stdin:
+                    process.stdout.write(f"{text}{END}{line.strip()}\n")
+        else:
             process.stderr.write("sh: command not found\n")
             process.exit(127)
             return
-        process.stdout.write(text)
         process.exit(0)
 
     async def main() -> None:

@@ -37,9 +37,16 @@ import asyncssh
 from sweep_baseline import baseline_nvidia_smi_args
 
 from jupyter_gpuhive.hosts.nvsmi import QUERY_APPS_FIELDS
-from jupyter_gpuhive.hosts.pool import CommandResult, HostPool, SshSettings
-from jupyter_gpuhive.hosts.probe import GPU_FIELDS, PROBE_COMMAND, HostSample, parse_probe
-from jupyter_gpuhive.model import HostDecl, utcnow
+from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
+from jupyter_gpuhive.hosts.probe import (
+    END,
+    GPU_FIELDS,
+    PROBE_COMMAND,
+    PROBE_LOOP_COMMAND,
+    HostSample,
+)
+from jupyter_gpuhive.model import HostDecl
+from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim import nvidia_smi
 from jupyter_gpuhive.sim.inventory import CONFIG_ENV, HOST_ENV
 from jupyter_gpuhive.sim.sshd import SshdCluster
@@ -218,24 +225,24 @@ class SweepResult:
     machine_cpu_s: float = 0.0  # the whole machine: client, sshd, shells, stand-ins
 
 
-async def pool_sweep(pool: HostPool) -> SweepResult:
-    """One sweep with our pool: run_all(PROBE_COMMAND) and parse_probe for every host."""
+def sampler_for(pool: HostPool) -> Sampler:
+    """The product's sampler on `pool`, with the pool's command timeout per probe."""
+    return Sampler(pool, interval=5.0, timeout=pool.settings.command_timeout)
+
+
+async def pool_sweep(sampler: Sampler) -> SweepResult:
+    """One sweep as gpuhive does it: `Sampler.sweep()` (one request per host to its kept
+    probe loop, parse, record), without listeners."""
     busy0, cpu0, t0 = machine_cpu_s(), time.process_time(), time.perf_counter()
-    results = await pool.run_all(PROBE_COMMAND)
-    taken = utcnow()
-    samples = {
-        name: parse_probe(name, r.stdout, taken)
-        for name, r in results.items()
-        if isinstance(r, CommandResult)
-    }
+    sweep = await sampler.sweep()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     busy = machine_cpu_s() - busy0
-    bad = {n: str(r) for n, r in results.items() if not isinstance(r, CommandResult)}
-    for name, sample in samples.items():
+    bad = dict(sweep.failures)
+    for name, sample in sweep.samples.items():
         why = check_sample(sample)
         if why:
             bad[name] = why
-    return SweepResult(seconds, cpu, len(results) - len(samples), bad, busy)
+    return SweepResult(seconds, cpu, len(sweep.failures), bad, busy)
 
 
 async def floor_sweep(conns: list[asyncssh.SSHClientConnection]) -> SweepResult:
@@ -244,6 +251,26 @@ async def floor_sweep(conns: list[asyncssh.SSHClientConnection]) -> SweepResult:
     done = await asyncio.gather(*(c.run(PROBE_COMMAND) for c in conns))
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     failed = sum(1 for d in done if d.exit_status != 0)
+    return SweepResult(seconds, cpu, failed, {}, machine_cpu_s() - busy0)
+
+
+async def open_stream_floor(conns: list[asyncssh.SSHClientConnection]) -> list[Any]:
+    """A PROBE_LOOP_COMMAND session on each connection, bare (no pool)."""
+    return list(await asyncio.gather(*(c.create_process(PROBE_LOOP_COMMAND) for c in conns)))
+
+
+async def stream_floor_sweep(loops: list[Any], sweep_no: int) -> SweepResult:
+    """The same pattern as ours, bare: write a token to every loop, gather the answers."""
+    busy0, cpu0, t0 = machine_cpu_s(), time.process_time(), time.perf_counter()
+
+    async def one(process: Any) -> str:
+        token = f"floor{sweep_no}"
+        process.stdin.write(f"{token}\n")
+        return str(await process.stdout.readuntil(f"{END}{token}\n"))
+
+    done = await asyncio.gather(*(one(p) for p in loops))
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    failed = sum(1 for d in done if f"{GPU_FIELDS[0]}" not in d)
     return SweepResult(seconds, cpu, failed, {}, machine_cpu_s() - busy0)
 
 
@@ -269,16 +296,17 @@ async def open_floor(decls: list[HostDecl], settings: SshSettings) -> list[Any]:
     return list(await asyncio.gather(*(one(d) for d in decls)))
 
 
-async def warm_pool(pool: HostPool, tries: int = 6) -> SweepResult:
+async def warm_pool(sampler: Sampler, tries: int = 6) -> SweepResult:
     """Sweep until every host answers (connections opened); waits out backoffs."""
-    result = await pool_sweep(pool)
+    pool = sampler.pool
+    result = await pool_sweep(sampler)
     for _ in range(tries):
         if not result.failed:
             return result
         await asyncio.sleep(
             max(0.0, max(s.retry_at for s in pool.statuses().values()) - time.monotonic()) + 0.1
         )
-        result = await pool_sweep(pool)
+        result = await pool_sweep(sampler)
     raise RuntimeError(f"hosts did not come up: {dict(list(result.bad.items())[:5])}")
 
 
@@ -314,49 +342,66 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 async def measure_real(real: RealCluster, repeats: int, log: Callable[[str], None]) -> dict:
-    """Pool sweep and floor (interleaved, medians), loop lag during a pool sweep."""
+    """Our sweep and both floors (interleaved, medians), loop lag during our sweep."""
     decls, settings = real.decls, real.settings()
     pool = HostPool(decls, settings)
+    sampler = sampler_for(pool)
     conns: list[Any] = []
+    loops: list[Any] = []
     try:
         t0 = time.perf_counter()
-        first = await warm_pool(pool)
+        first = await warm_pool(sampler)
         log(f"pool: {len(decls)} hosts connected and swept in {time.perf_counter() - t0:.2f} s")
         if first.bad:
             raise RuntimeError(f"probe results wrong: {dict(list(first.bad.items())[:5])}")
         conns = await open_floor(decls, settings)  # opened, not warmed: sweeps are ~CPU-bound
-        lagged, lags = await with_loop_lag(lambda: pool_sweep(pool))
+        loops = await open_stream_floor(conns)
+        lagged, lags = await with_loop_lag(lambda: pool_sweep(sampler))
         log(
             f"loop lag during a sweep of {lagged.seconds:.2f} s: p99 "
             f"{percentile(lags, 99) * 1000:.1f} ms, max {max(lags) * 1000:.1f} ms"
         )
-        sweeps, floors = [], []
+        sweeps, floors, streams = [], [], []
         for i in range(repeats):
-            if i % 2 == 0:
-                s = await pool_sweep(pool)
-                f = await floor_sweep(conns)
-            else:
-                f = await floor_sweep(conns)
-                s = await pool_sweep(pool)
-            if s.failed or s.bad or f.failed:
-                raise RuntimeError(f"sweep failed: {s.failed} {f.failed} {list(s.bad.items())[:5]}")
+            runs: dict[str, SweepResult] = {}
+            order = ["ours", "floor", "stream"]
+            for name in order[i % 3 :] + order[: i % 3]:  # each goes first in turn
+                if name == "ours":
+                    runs[name] = await pool_sweep(sampler)
+                elif name == "floor":
+                    runs[name] = await floor_sweep(conns)
+                else:
+                    runs[name] = await stream_floor_sweep(loops, i)
+            s, f, st = runs["ours"], runs["floor"], runs["stream"]
+            if s.failed or s.bad or f.failed or st.failed:
+                raise RuntimeError(
+                    f"sweep failed: {s.failed} {f.failed} {st.failed} {list(s.bad.items())[:5]}"
+                )
             sweeps.append(s)
             floors.append(f)
+            streams.append(st)
             log(
                 f"sweep {s.seconds:.3f} s (client CPU {s.cpu_s:.2f} s, machine "
-                f"{s.machine_cpu_s:.1f} CPU-s), floor {f.seconds:.3f} s (client CPU "
-                f"{f.cpu_s:.2f} s, machine {f.machine_cpu_s:.1f} CPU-s)"
+                f"{s.machine_cpu_s:.1f} CPU-s); floor {f.seconds:.3f} s (client CPU "
+                f"{f.cpu_s:.2f} s, machine {f.machine_cpu_s:.1f} CPU-s); stream floor "
+                f"{st.seconds:.3f} s (client CPU {st.cpu_s:.2f} s, machine "
+                f"{st.machine_cpu_s:.1f} CPU-s)"
             )
         return {
             "sweep_s": statistics.median(r.seconds for r in sweeps),
             "floor_s": statistics.median(r.seconds for r in floors),
+            "stream_floor_s": statistics.median(r.seconds for r in streams),
             "sweep_client_cpu_s": statistics.median(r.cpu_s for r in sweeps),
             "floor_client_cpu_s": statistics.median(r.cpu_s for r in floors),
             "sweep_machine_cpu_s": statistics.median(r.machine_cpu_s for r in sweeps),
+            "floor_machine_cpu_s": statistics.median(r.machine_cpu_s for r in floors),
+            "stream_floor_machine_cpu_s": statistics.median(r.machine_cpu_s for r in streams),
             "loop_lag_p99_ms": percentile(lags, 99) * 1000,
             "loop_lag_max_ms": max(lags) * 1000,
         }
     finally:
+        for process in loops:
+            process.close()
         for conn in conns:
             conn.close()
         await pool.close()
@@ -364,20 +409,21 @@ async def measure_real(real: RealCluster, repeats: int, log: Callable[[str], Non
 
 async def measure_sweeps(pool: HostPool, repeats: int, log: Callable[[str], None]) -> dict:
     """Warm `pool` up, sweep once under the loop-lag ticker, then time `repeats` sweeps."""
+    sampler = sampler_for(pool)
     t0 = time.perf_counter()
-    first = await warm_pool(pool)
+    first = await warm_pool(sampler)
     n = len(pool.hosts)
     log(f"pool: {n} hosts connected and swept in {time.perf_counter() - t0:.2f} s")
     if first.bad:
         raise RuntimeError(f"probe results wrong: {dict(list(first.bad.items())[:5])}")
-    lagged, lags = await with_loop_lag(lambda: pool_sweep(pool))
+    lagged, lags = await with_loop_lag(lambda: pool_sweep(sampler))
     log(
         f"loop lag during a {n}-host sweep of {lagged.seconds:.2f} s: p99 "
         f"{percentile(lags, 99) * 1000:.1f} ms, max {max(lags) * 1000:.1f} ms"
     )
     sweeps = []
     for _ in range(repeats):
-        r = await pool_sweep(pool)
+        r = await pool_sweep(sampler)
         if r.failed or r.bad:
             raise RuntimeError(f"sweep failed: {r.failed} {dict(list(r.bad.items())[:5])}")
         sweeps.append(r)

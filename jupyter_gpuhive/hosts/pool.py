@@ -14,6 +14,7 @@ import getpass
 import logging
 import os
 import random
+import secrets
 import signal
 import time
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,7 @@ from typing import Any
 import asyncssh
 
 from ..model import HostDecl, isoformat, utcnow
+from .loops import LocalLoop, Loop, SshLoop
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,8 @@ class HostPool:
         self._conns: dict[tuple[str, str], asyncssh.SSHClientConnection] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
+        self._loops: dict[tuple[str, str], Loop] = {}
+        self._loop_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._me = getpass.getuser()
 
     # --- state ---------------------------------------------------------------------
@@ -205,6 +209,116 @@ class HostPool:
         names = list(self.hosts)
         results = await asyncio.gather(*(one(n) for n in names))
         return dict(zip(names, results, strict=True))
+
+    async def ask(self, host: str, command: str, *, end: str, timeout: float | None = None) -> str:
+        """One answer from a long-lived `command` on `host` (see `loops`); never hangs.
+
+        The loop is started on first use (as the host's account) and kept; a loop that ended,
+        failed or overran `timeout` is ended and the next call starts a fresh one. Failures
+        mark the host down exactly like `run`.
+        """
+        decl = self.hosts.get(host)
+        if decl is None:
+            raise HostUnavailable(host, "no such host in the configuration")
+        timeout = timeout or self.settings.command_timeout
+        st = self._status[host]
+        if st.state == "down" and time.monotonic() < st.retry_at:
+            raise HostUnavailable(host, st.error or "down")
+        key = (host, command)
+        async with self._loop_locks.setdefault(key, asyncio.Lock()):
+            try:
+                answer = await self._ask(decl, key, end, timeout)
+            except HostUnavailable as error:
+                self._fail(host, error.reason)
+                raise
+        self._ok(host)
+        return answer
+
+    async def _ask(self, decl: HostDecl, key: tuple[str, str], end: str, timeout: float) -> str:
+        user = decl.user or self._me
+        for attempt in (1, 2):
+            loop = self._loops.get(key)
+            if loop is not None and not loop.alive():  # it ended since its last answer
+                await self._end_loop(key)
+                loop = None
+            kept, sent = loop is not None, False
+            limit = self.settings.connect_timeout
+            token = secrets.token_hex(8)
+            try:
+                if loop is None:
+                    async with asyncio.timeout(limit):
+                        loop = await self._start_loop(decl, key[1], user)
+                    self._loops[key] = loop
+                limit = timeout
+                async with asyncio.timeout(limit):
+                    await loop.send(token)
+                    sent = True
+                    return await loop.answer(token, end)
+            except asyncio.CancelledError:
+                await self._end_loop(key)  # an answer may still be on its way: never reuse it
+                raise
+            except HostUnavailable:
+                raise
+            except (asyncssh.Error, OSError, TimeoutError, EOFError) as error:
+                await self._end_loop(key)
+                lost = False
+                if decl.transport != "local":
+                    conn = self._conns.get((decl.name, user))
+                    # Lost under a running loop, not merely never made (refused, no route...).
+                    lost = loop is not None and (conn is None or conn.is_closed())
+                    if (
+                        conn is None
+                        or conn.is_closed()
+                        or not isinstance(error, asyncssh.ChannelOpenError)
+                    ):
+                        self._drop((decl.name, user))  # as `run`: a refused session keeps others
+                if attempt == 1 and kept and not sent and not isinstance(error, TimeoutError):
+                    continue  # the kept loop (or its connection) died since its last answer and
+                    # the request never left: a fresh one is tried at once
+                raise HostUnavailable(
+                    decl.name, self._loop_failure(decl, user, error, limit, lost)
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _loop_failure(
+        self, decl: HostDecl, user: str, error: BaseException, limit: float, lost: bool
+    ) -> str:
+        partial = getattr(error, "partial", None)
+        if decl.transport == "local":
+            if isinstance(error, TimeoutError):
+                return f"no answer from the local command within {limit:.0f} s"
+            if isinstance(error, EOFError | OSError):
+                return f"the local command ended: {_tail(partial)}"
+            return f"cannot start the local command: {error}"
+        if lost and not isinstance(error, TimeoutError):
+            return f"the connection to {_address(decl)} was lost while the command ran"
+        if isinstance(error, EOFError):
+            return f"the command on {_address(decl)} ended: {_tail(partial)}"
+        return explain(decl, user, error, limit)
+
+    async def _start_loop(self, decl: HostDecl, command: str, user: str) -> Loop:
+        if decl.transport == "local":
+            env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
+            try:
+                return await LocalLoop.start(["sh", "-c", command], env)
+            except (OSError, ValueError) as error:
+                raise HostUnavailable(
+                    decl.name, f"cannot start the local command: {error}"
+                ) from None
+        # A loop holds one of the host's session slots for as long as it lives.
+        slot = self._slots.setdefault(decl.name, asyncio.Semaphore(self.settings.max_sessions))
+        await slot.acquire()
+        try:
+            conn = await self._connection(decl, user)
+            return await SshLoop.start(conn, command, slot.release)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def _end_loop(self, key: tuple[str, str]) -> None:
+        loop = self._loops.pop(key, None)
+        if loop is not None:
+            await loop.close()
 
     async def _connection(self, decl: HostDecl, user: str) -> asyncssh.SSHClientConnection:
         key = (decl.name, user)
@@ -312,7 +426,9 @@ class HostPool:
                              err.decode(errors="replace"))  # fmt: skip
 
     async def close(self) -> None:
-        """Close every connection."""
+        """End every loop and close every connection."""
+        for key in list(self._loops):
+            await self._end_loop(key)
         for key in list(self._conns):
             conn = self._conns.pop(key)
             conn.close()
@@ -350,6 +466,12 @@ _SESSION_RETRIES = 6
 def _env(decl: HostDecl) -> Mapping[str, Any]:
     env = decl.extra.get("env") or {}
     return env if isinstance(env, Mapping) else {}
+
+
+def _tail(partial: str | bytes | None) -> str:
+    """The last words a command said before it ended, for a reason shown to people."""
+    text = _text(partial).strip()
+    return text[-300:] if text else "it ended without a word"
 
 
 def _text(value: Any) -> str:

@@ -28,26 +28,92 @@ MARK = "@@gpuhive:"
 
 GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 
-# nvidia-smi is asked twice in parallel (metrics, processes); `-L` (MIG slice UUIDs) only
-# runs when a GPU reports MIG mode enabled, so a plain host costs two nvidia-smi calls.
-_SCRIPT = f"""
-t=$(mktemp -d 2>/dev/null) || {{ t=/tmp/gpuhive.$$; mkdir -p "$t"; }}
-nvidia-smi --query-gpu={",".join(GPU_FIELDS)} --format=csv,nounits >"$t/g" 2>&1 & g=$!
-nvidia-smi --query-compute-apps={",".join(QUERY_APPS_FIELDS)} --format=csv,nounits \
-  >"$t/a" 2>&1 & a=$!
-wait $g; echo "{MARK}gpus $?"; cat "$t/g"; echo
-if grep -q ', Enabled' "$t/g"; then nvidia-smi -L >"$t/l" 2>&1; l=$?; else : >"$t/l"; l=0; fi
-wait $a; echo "{MARK}apps $?"; cat "$t/a"; echo
-echo "{MARK}list $l"; cat "$t/l"; echo
-pids=$(sed -n 's/^\\([0-9][0-9]*\\), .*/\\1/p' "$t/a" | sort -u | paste -sd, -)
-echo "{MARK}ps 0"; [ -n "$pids" ] && ps -ww -o pid=,pgid=,user:64=,args= -p "$pids"
-echo "{MARK}stat 0"; head -n 1 /proc/stat
-echo "{MARK}mem 0"; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
-echo "{MARK}ncpu 0"; getconf _NPROCESSORS_ONLN
-rm -rf "$t"
+# nvidia-smi is asked twice in parallel (metrics, processes), each answering into a FIFO (no
+# file is written: on a real disk that is journal work on every sweep); `-L` (MIG slice UUIDs)
+# only runs when a GPU reports MIG mode enabled. Everything else is shell builtins (read loops,
+# case, printf, eval), so a plain host starts nvidia-smi twice per probe and nothing more:
+# owners come from `ps`, run only for GPU processes this loop has not seen before - a process
+# is known by its PID and start time (/proc/PID/stat, read by the shell), and the loop keeps
+# the `ps` line of each until the process leaves the GPUs. (A process that changes its user or
+# process group after it was first seen keeps its first line; GPU jobs do not do that.)
+# printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
+# pathname expansion of process arguments.
+_BODY = r"""
+nvidia-smi --query-gpu=@GPU@ --format=csv,nounits >"$t/g" 2>&1 </dev/null & g=$!
+nvidia-smi --query-compute-apps=@APPS@ --format=csv,nounits >"$t/a" 2>&1 </dev/null & a=$!
+out=; mig=
+while IFS= read -r x || [ -n "$x" ]; do
+  out="$out$x
+"; case $x in *', Enabled'*) mig=1 ;; esac
+done <"$t/g"
+wait $g; st=$?; g=; printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
+out=; pids=
+while IFS= read -r x || [ -n "$x" ]; do
+  out="$out$x
+"; case $x in [0-9]*,*) pids="$pids ${x%%,*}" ;; esac
+done <"$t/a"
+wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
+if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
+printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
+printf '%s\n' "@M@ps 0"; new=; keys=
+for p in $pids; do
+  read -r s 2>/dev/null </proc/$p/stat || continue
+  set -- ${s##*) }; k=c_${p}_${20}
+  case " $keys " in *" $k "*) continue ;; esac
+  keys="$keys $k"; eval "v=\${$k-}"
+  if [ -n "$v" ]; then printf '%s\n' "$v"; else new="$new,$p"; eval "s_$p=$k"; fi
+done
+if [ -n "$new" ]; then
+  out=$(ps -ww -o pid=,pgid=,user:64=,args= -p "${new#,}" </dev/null)
+  while IFS= read -r x; do
+    set -- $x; eval "k=\${s_$1-}"
+    [ -z "$k" ] || { eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
+  done <<PS
+$out
+PS
+fi
+for k in $old; do case " $keys " in *" $k "*) ;; *) unset "$k" ;; esac; done; old=$keys
+read -r c </proc/stat
+printf '%s\n' "@M@stat 0" "$c" "@M@mem 0"
+while read -r k x; do
+  case $k in MemTotal:|MemAvailable:) printf '%s\n' "$k $x" ;; esac
+  case $k in MemAvailable:) break ;; esac
+done </proc/meminfo
+n=; read -r on </sys/devices/system/cpu/online && {
+  n=0; f=$IFS; IFS=,
+  for r in $on; do case $r in *-*) n=$((n + ${r#*-} - ${r%-*} + 1)) ;; *) n=$((n + 1)) ;; esac; done
+  IFS=$f
+}
+printf '%s\n' "@M@ncpu 0" "$n"
 """
+_BODY = (
+    _BODY.strip()
+    .replace("@GPU@", ",".join(GPU_FIELDS))
+    .replace("@APPS@", ",".join(QUERY_APPS_FIELDS))
+    .replace("@M@", MARK)
+)
+# A private scratch folder (mktemp; else a fresh 0700 one) with the two FIFOs; no globbing.
+_SCRATCH = (
+    "set -f; old= g= a=\n"
+    "t=$(mktemp -d 2>/dev/null) ||\n"
+    '  { t=/tmp/gpuhive.$$.$(date +%s); mkdir -m 700 "$t" || exit 1; }\n'
+    'mkfifo "$t/g" "$t/a" || { rm -rf "$t"; exit 1; }\n'
+    # Leaving early (the client gave up; its session is gone) ends the nvidia-smi still
+    # running or waiting to open its FIFO, and removes the folder.
+    "trap 'kill $g $a 2>/dev/null; rm -rf \"$t\"' EXIT\ntrap 'exit 129' HUP INT TERM PIPE"
+)
 
-PROBE_COMMAND = "sh -c " + shlex.quote(_SCRIPT.strip())
+# One probe, one session: `sh -c` with the probe and clean-up.
+PROBE_COMMAND = "sh -c " + shlex.quote(f"{_SCRATCH}\n{_BODY}")
+
+# The same probe as a loop on one long-lived session per host: each line read from stdin
+# (a token) runs the probe once and ends its answer with `END <token>`. The scratch folder is
+# made once and removed when the session ends; stderr joins stdout (nobody reads it apart, and
+# an unread stream would stall the channel).
+END = f"{MARK}end "
+PROBE_LOOP_COMMAND = "sh -c " + shlex.quote(
+    f"{_SCRATCH}\nexec 2>&1\nwhile read -r token; do\n{_BODY}\nprintf '%s\\n' \"{END}$token\"\ndone"
+)
 _SECTION = re.compile(rf"^{re.escape(MARK)}(\w+) (\d+)$")
 
 
@@ -169,7 +235,7 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         mig_uuids=mig,
         gpu_error=gpu_error,
         cpu_jiffies=_cpu(sections.get("stat", (0, ""))[1]),
-        cpu_count=int(ncpu) if ncpu.isdigit() else None,
+        cpu_count=int(ncpu) if ncpu.isdigit() and int(ncpu) > 0 else None,
         mem_total_mib=memory.get("MemTotal"),
         mem_available_mib=memory.get("MemAvailable"),
     )

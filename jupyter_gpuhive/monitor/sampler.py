@@ -10,7 +10,7 @@ from datetime import datetime
 
 from ..hosts.nvsmi import NvsmiParseError
 from ..hosts.pool import HostPool, HostUnavailable
-from ..hosts.probe import PROBE_COMMAND, HostSample, parse_probe
+from ..hosts.probe import END, PROBE_LOOP_COMMAND, HostSample, parse_probe
 from ..model import utcnow
 from .metrics import MetricsBuffer
 
@@ -63,11 +63,13 @@ class Sampler:
         # (the Monitor uses it to run them on the server's loop while probing on its own).
         self.dispatch: Listener | None = None
         self.sweeps = 0
+        self.recorded = 0  # samples taken in: live state is unchanged while this is
         self.last_sweep: Sweep | None = None
 
     async def _probe(self, name: str) -> HostSample | str:
         try:
-            result = await self.pool.run(name, PROBE_COMMAND, timeout=self.timeout)
+            # One long-lived probe loop per host: a sweep costs each host one request line.
+            answer = await self.pool.ask(name, PROBE_LOOP_COMMAND, end=END, timeout=self.timeout)
         except HostUnavailable as error:
             return error.reason
         except Exception as error:  # one host's surprise must not cost the others their sample
@@ -75,16 +77,16 @@ class Sampler:
             return f"the probe could not run: {type(error).__name__}: {error}"
         taken = utcnow()
         try:
-            sample = parse_probe(name, result.stdout, taken)
+            sample = parse_probe(name, answer, taken)
         except NvsmiParseError as error:
-            detail = result.stderr.strip()[:200] or str(error)
-            sample = HostSample(name, taken, gpu_error=f"the probe failed: {detail}")
+            sample = HostSample(name, taken, gpu_error=f"the probe failed: {error}")
         self.record(sample)
         return sample
 
     def record(self, sample: HostSample) -> None:
         """Take a sample into the live state and the metric series."""
         live = self.live.setdefault(sample.host, HostLive())
+        self.recorded += 1
         live.cpu_percent = _cpu_percent(live.sample, sample)
         live.sample, live.updated_at = sample, sample.taken_at
         t = sample.taken_at.timestamp()

@@ -58,6 +58,7 @@ class Monitor:
         self._pending: Sweep | None = None
         self._telling: asyncio.Task[None] | None = None
         self._stopping = False
+        self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(functools.partial(fn, *args))  # type: ignore[no-any-return]
@@ -155,6 +156,7 @@ class Monitor:
 
     async def _discover(self, sweep: Sweep) -> None:
         inventory = self.store.inventory
+        changed: dict[str, tuple[GpuDecl, ...]] = {}
         for name, sample in sweep.samples.items():
             if sample.gpu_error or not sample.gpus:
                 continue
@@ -170,7 +172,9 @@ class Monitor:
             )
             if found != known:
                 log.info("gpuhive: inventory of %s updated from discovery", name)
-                await self.run_blocking(inventory.record_discovery, name, found)
+                changed[name] = found
+        if changed:
+            await self.run_blocking(inventory.record_discoveries, changed)
 
     async def _record_usage(self, sweep: Sweep) -> None:
         inventory = self.store.inventory
@@ -208,17 +212,44 @@ class Monitor:
         upcoming = await self.run_blocking(
             self.store.reservations.window, now, now + timedelta(days=30)
         )
-        holder: dict[int, Reservation] = {}
-        following: dict[int, Reservation] = {}
+        holder: dict[str, Reservation] = {}  # by GPU ref ("host:index"), as the JSON names them
+        following: dict[str, Reservation] = {}
         for res in upcoming:
             for gpu in res.gpus:
                 if res.start <= now:
-                    holder[gpu.id] = res
-                elif gpu.id not in following:
-                    following[gpu.id] = res
-        out = []
+                    holder[gpu.ref] = res
+                elif gpu.ref not in following:
+                    following[gpu.ref] = res
         statuses = self._statuses if self._process is not None else self.pool.statuses()
-        for host in self.store.inventory.hosts():
+        out = []
+        for host in self._live_hosts(statuses):
+            gpus = [
+                {
+                    **gpu,
+                    "reservation": _brief(holder.get(gpu["id"])),
+                    "next_reservation": _brief(following.get(gpu["id"])),
+                }
+                for gpu in host["gpus"]
+            ]
+            out.append({**host, "gpus": gpus})
+        return out
+
+    def _live_hosts(self, statuses: dict[str, HostStatus]) -> list[dict[str, Any]]:
+        """Every host's live part of `hosts()` (no reservations), built once per sweep.
+
+        It changes only with a sweep, the inventory or a host's state, so requests between
+        sweeps share it (100s of hosts: most of the endpoint's work).
+        """
+        inventory = self.store.inventory
+        key = (
+            self.sampler.recorded,
+            inventory.version,
+            tuple((n, s.state, s.error, s.failures) for n, s in statuses.items()),
+        )
+        if self._hosts_cache is not None and self._hosts_cache[0] == key:
+            return self._hosts_cache[1]
+        out = []
+        for host in inventory.hosts():
             live = self.sampler.live.get(host.name)
             sample = live.sample if live else None
             status = statuses.get(host.name)
@@ -242,8 +273,6 @@ class Monitor:
                         "power_w": m.power_w if m else None,
                         "mig": list(sample.mig_uuids.get(gpu.uuid, ())) if sample else [],
                         "processes": procs.get(gpu.uuid, []),
-                        "reservation": _brief(holder.get(gpu.id)),
-                        "next_reservation": _brief(following.get(gpu.id)),
                     }
                 )
             mem_used = None
@@ -265,6 +294,7 @@ class Monitor:
                     "gpus": gpus,
                 }
             )
+        self._hosts_cache = (key, out)
         return out
 
     def metrics(self, host: str | None, gpu: str | None, since: datetime | None) -> dict[str, Any]:

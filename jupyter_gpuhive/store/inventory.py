@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -21,6 +21,8 @@ class Inventory:
         self._hosts: dict[str, Host] = {}
         self._by_id: dict[int, Gpu] = {}
         self._by_key: dict[str, Gpu] = {}
+        self.version = 0  # counts reloads: what was built from the inventory is current while
+        # it stays the same
 
     def reload(self) -> None:
         """Re-read hosts and GPUs from the database."""
@@ -49,6 +51,7 @@ class Inventory:
         }
         with self._lock:
             self._hosts, self._by_id, self._by_key = host_map, by_id, by_key
+            self.version += 1
 
     def hosts(self) -> list[Host]:
         """All hosts with their GPUs, by name."""
@@ -87,13 +90,25 @@ class Inventory:
         self.db.write(work)
         self.reload()
 
-    def record_discovery(self, host_name: str, found: Iterable[GpuDecl]) -> None:
-        """Store GPUs discovered on a host (new ones added, changed ones updated)."""
-        host = self._hosts.get(host_name)
-        if host is None:
+    def record_discoveries(self, found: Mapping[str, Iterable[GpuDecl]]) -> None:
+        """Store what discovery found on several hosts: one transaction, one reload (a
+        server's first sweep discovers every host at once)."""
+        decls = []
+        for name, gpus_found in found.items():
+            host = self._hosts.get(name)
+            if host is not None:
+                decls.append(
+                    HostDecl(host.name, host.address, host.port, host.user, host.transport,
+                             tuple(gpus_found))
+                )  # fmt: skip
+        if not decls:
             return
-        decl = HostDecl(host.name, host.address, host.port, host.user, host.transport, tuple(found))
-        self.db.write(lambda conn: _upsert_host(conn, decl, seen=True))
+
+        def work(conn: Connection) -> None:
+            for decl in decls:
+                _upsert_host(conn, decl, seen=True)
+
+        self.db.write(work)
         self.reload()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,17 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
         assert gpu["util"] == 80
         assert gpu["reservation"]["owner"] == "alice"
         assert gpu["reservation"]["id"] == booked.body["id"]
+        assert gpu["next_reservation"] is None
+        # A booking made between two sweeps shows at once (only the live part waits for one).
+        later = await alice(
+            "POST", "reservations", {"title": "later", "gpus": ["gpu1:2"],
+                                     "start": iso(now + timedelta(hours=3)), "duration": "1h"}
+        )  # fmt: skip
+        assert later.status == 201, later
+        state = (await alice("GET", "hosts")).body["hosts"][0]["gpus"]
+        assert state[2]["reservation"] is None
+        assert state[2]["next_reservation"]["id"] == later.body["id"]
+        assert state[1]["reservation"]["id"] == booked.body["id"]
 
         metrics = await alice("GET", "metrics", params={"gpu": "gpu1:1"})
         assert metrics.status == 200

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+from pathlib import Path
+
 import pytest
 
 from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
-from jupyter_gpuhive.hosts.probe import PROBE_COMMAND, HostSample, parse_probe, split_sections
+from jupyter_gpuhive.hosts.probe import (
+    PROBE_COMMAND,
+    PROBE_LOOP_COMMAND,
+    HostSample,
+    parse_probe,
+    split_sections,
+)
 from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.monitor.sampler import Sampler
-from jupyter_gpuhive.sim.inventory import NA
+from jupyter_gpuhive.sim.inventory import HOST_ENV, NA
 from jupyter_gpuhive.sim.users import start_gpu_process
-from tests.hosts.helpers import G1, G2, MIG, OLD, accepted_logins, local_decl
+from tests.hosts.helpers import G1, G2, MIG, OLD, accepted_logins, local_decl, until
 
 
 async def probe(pool, name: str) -> HostSample:
@@ -83,22 +94,68 @@ async def test_probe_reports_gpus_and_processes_of_two_real_users(
     assert {g.uuid for g in other_host.gpus}.isdisjoint({g.uuid for g in gpus})
 
 
-async def test_one_ssh_command_per_host_per_sweep(hive_cluster, make_pool, channels) -> None:
+def probe_loops(host: str) -> list[int]:
+    """PIDs of the probe loops running on one simulated host (found through /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"while read -r token" in cmdline and f"{HOST_ENV}={host}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_one_ssh_session_per_host_one_request_per_sweep(
+    hive_cluster, make_pool, channels, sim_users, gpu_processes
+) -> None:
     logins_before = {h: accepted_logins(hive_cluster, h) for h in hive_cluster.names}
     pool = make_pool(hive_cluster)
     sampler = Sampler(pool, interval=5)
     ports = {h.port: h.name for h in hive_cluster}
 
-    for sweeps in (1, 2):
-        sweep = await sampler.sweep()
-        assert set(sweep.samples) == set(hive_cluster.names), sweep.failures
-        per_host = {ports[port]: n for port, n in channels.sessions.items()}
-        assert per_host == dict.fromkeys(hive_cluster.names, sweeps)
-    assert all(cmds == [PROBE_COMMAND] * 2 for cmds in channels.commands.values())
+    first = await sampler.sweep()
+    assert set(first.samples) == set(hive_cluster.names), first.failures
+    assert first.samples[G2].processes == ()
+    # A process started between two sweeps is in the second: each sweep really probed, over
+    # the session the first one opened.
+    gpu_processes.append(
+        hive_cluster.start_gpu_process(G2, [1], user=sim_users[0], command=("sleep", "303"))
+    )
+    second = await sampler.sweep()
+    assert set(second.samples) == set(hive_cluster.names), second.failures
+    assert [p.command for p in second.samples[G2].processes] == ["sleep 303"]
+    per_host = {ports[port]: n for port, n in channels.sessions.items()}
+    assert per_host == dict.fromkeys(hive_cluster.names, 1)
+    assert all(cmds == [PROBE_LOOP_COMMAND] for cmds in channels.commands.values())
     # ...over one persistent connection per host: sshd accepted exactly one more login each.
     assert {
         h: accepted_logins(hive_cluster, h) - logins_before[h] for h in hive_cluster.names
     } == dict.fromkeys(hive_cluster.names, 1)
+    assert len(probe_loops(G1)) == 1
+
+
+async def test_a_probe_loop_that_died_is_replaced_without_a_lost_sample(
+    hive_cluster, make_pool, channels
+) -> None:
+    pool = make_pool(hive_cluster, names=[G1])
+    sampler = Sampler(pool, interval=5)
+    assert G1 in (await sampler.sweep()).samples
+    [pid] = probe_loops(G1)
+    os.kill(pid, signal.SIGKILL)
+    assert await until(lambda: not probe_loops(G1), timeout=5)
+    await asyncio.sleep(0.2)  # the channel's close reaches the client
+    sweep = await sampler.sweep()
+    assert G1 in sweep.samples, sweep.failures
+    assert pool.status(G1).state == "up"
+    assert sum(channels.sessions.values()) == 2  # the dead loop's session and its successor
+    [new] = probe_loops(G1)
+    assert new != pid
+    # Closing the pool ends the loop (its scratch folder goes with it).
+    await pool.close()
+    assert await until(lambda: not probe_loops(G1), timeout=5)
 
 
 async def test_mig_host_reports_mig_uuids(hive_cluster, make_pool) -> None:
@@ -249,3 +306,45 @@ async def test_probe_over_local_transport(
     assert sample.cpu_jiffies is not None
     assert sample.mem_total_mib is not None
     assert pool.status(host.name).state == "up"
+
+
+async def test_owners_are_looked_up_once_per_process(make_cluster, make_pool, sim_users) -> None:
+    """`ps` runs for GPU processes the probe loop has not seen, not on every sweep."""
+    cluster = make_cluster(1)
+    calls = cluster.bin_dir / "ps-calls"
+    calls.touch(mode=0o666)
+    calls.chmod(0o666)
+    wrapper = cluster.bin_dir / "ps"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>{calls}\nexec /usr/bin/ps "$@"\n')
+    wrapper.chmod(0o755)
+    alice, bob = sim_users
+    started = []
+    try:
+        pool = make_pool(cluster, user="root")  # the stand-in reads every user's environment
+        sampler = Sampler(pool, interval=5)
+
+        async def owners() -> list[tuple[str | None, str]]:
+            sweep = await sampler.sweep()
+            assert "gpu1" in sweep.samples, sweep.failures
+            return sorted((p.user, p.command) for p in sweep.samples["gpu1"].processes)
+
+        assert await owners() == []
+        # Arguments with a glob and a backslash come back as they are (no expansion, no escapes).
+        odd = ("/usr/bin/python3", "-c", "import time; time.sleep(311)  # * \\t")
+        started.append(cluster.start_gpu_process("gpu1", [0], user=alice, command=odd))
+        assert await owners() == [(alice, " ".join(odd))]
+        assert await owners() == [(alice, " ".join(odd))]
+        assert len(calls.read_text().splitlines()) == 1  # the second sweep used what it knew
+        started.append(cluster.start_gpu_process("gpu1", [1], user=bob, command=("sleep", "312")))
+        assert await owners() == [(alice, " ".join(odd)), (bob, "sleep 312")]
+        asked = calls.read_text().splitlines()
+        assert len(asked) == 2
+        assert asked[1].endswith(f"-p {started[1].pid}")  # only the new one
+        started[0].kill()
+        started[0].wait()
+        assert await owners() == [(bob, "sleep 312")]
+        assert len(calls.read_text().splitlines()) == 2
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()

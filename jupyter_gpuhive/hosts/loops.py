@@ -1,0 +1,116 @@
+"""Long-lived request/answer sessions ("loops") on a host, for work repeated every sweep.
+
+A loop command reads one token per line from its stdin and answers each with its output
+followed by a line `<end><token>`. Once started it costs the host no new SSH session, login
+shell or `sh -c` per request: only what the answer itself needs. The token is fresh for every
+request, so a late answer to an abandoned request can never be taken for the next one (and a
+loop whose request timed out is ended, never reused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+import asyncssh
+
+# An answer may be large (thousands of GPU processes); asyncio's default stream limit is 64 KiB.
+_ANSWER_LIMIT = 1 << 24
+
+
+class Loop(Protocol):
+    def alive(self) -> bool: ...
+
+    async def send(self, token: str) -> None: ...
+
+    async def answer(self, token: str, end: str) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class SshLoop:
+    """A loop on its own session channel of a kept SSH connection."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess[str], release: Callable[[], None]):
+        self.process = process
+        self._release = release
+
+    @classmethod
+    async def start(
+        cls, conn: asyncssh.SSHClientConnection, command: str, release: Callable[[], None]
+    ) -> SshLoop:
+        process = await conn.create_process(
+            command, encoding="utf-8", errors="replace", stderr=asyncssh.STDOUT
+        )
+        return cls(process, release)
+
+    def alive(self) -> bool:
+        return not self.process.is_closing() and self.process.exit_status is None
+
+    async def send(self, token: str) -> None:
+        self.process.stdin.write(f"{token}\n")
+
+    async def answer(self, token: str, end: str) -> str:
+        separator = f"{end}{token}\n"
+        text = await self.process.stdout.readuntil(separator)
+        return text[: -len(separator)]
+
+    async def close(self) -> None:
+        release, self._release = self._release, _nothing
+        try:
+            self.process.close()
+            async with asyncio.timeout(1):
+                await self.process.wait_closed()
+        except (TimeoutError, OSError, asyncssh.Error):
+            pass
+        finally:
+            release()
+
+
+class LocalLoop:
+    """A loop as a local process in its own process group (the `local` transport)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, argv: list[str], env: dict[str, str]) -> LocalLoop:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            limit=_ANSWER_LIMIT,
+        )
+        return cls(process)
+
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    async def send(self, token: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{token}\n".encode())
+        await self.process.stdin.drain()
+
+    async def answer(self, token: str, end: str) -> str:
+        assert self.process.stdout is not None
+        separator = f"{end}{token}\n".encode()
+        data = await self.process.stdout.readuntil(separator)
+        return data[: -len(separator)].decode(errors="replace")
+
+    async def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1):
+                await self.process.wait()
+
+
+def _nothing() -> None:
+    pass
