@@ -9,9 +9,12 @@ the baseline — not a project dependency).
    (``--stand-in replay``, the default: a shell script replaying answers recorded from the real
    stand-in for every argument set asked, see sweep_sshd.py; ``--stand-in sim``: the real
    stand-in, which reads /proc on every call and makes the sweeps CPU-bound here). Over open
-   connections: ``sweep_s`` = our ``HostPool.run_all(PROBE_COMMAND)`` + ``parse_probe`` for every
-   host; ``floor_s`` = a bare ``asyncio.gather`` of one ``conn.run(PROBE_COMMAND)`` per host on
-   pre-opened asyncssh connections (medians, the two interleaved).
+   connections: ``sweep_s`` = gpuhive's ``Sampler.sweep()`` (one request per host to its kept
+   probe loop, ``PROBE_LOOP_COMMAND``; parse; record); ``floor_s`` = the floor the issue names:
+   a bare ``asyncio.gather`` of one ``conn.run(PROBE_COMMAND)`` (the same probe, one-shot) per
+   host on pre-opened asyncssh connections; ``stream_floor_s`` = the same pattern as ours with
+   nothing else: a bare gather of token write + ``readuntil`` on pre-opened loop sessions
+   (``ratio_to_stream_floor`` is the pool's own overhead). Medians, the three interleaved.
 2. ``baseline_s``: TensorHive's polling pattern with parallel-ssh on the same hosts (see
    sweep_baseline.py), in its own process.
 3. ``sweep_1000_s``: our pool over 1,000 hosts (``--quick``: 100) served by an asyncssh server in
@@ -20,7 +23,10 @@ the baseline — not a project dependency).
    ``loop_lag_1000_p99_ms`` the same during a fixture sweep.
 5. ``api_*``: a real Jupyter server with gpuhive monitoring the same sshd hosts every 5 s, its
    ``me`` and ``hosts`` endpoints each called 10 times a second for 30 s (``--quick``: 10 s)
-   while its sampler sweeps (see sweep_api.py; ``--api-seconds 0`` skips it).
+   while its sampler sweeps (see sweep_api.py; ``--api-seconds 0`` skips it). The simulated
+   hosts are set apart from the server and the client in this phase (a CPU cgroup of least
+   weight, as remote machines would be; ``api_hosts_apart`` says how, ``--api-hosts-shared``
+   turns it off).
 
 The simulated hosts share this machine's CPU with the client. With ``sim`` every stand-in call
 is a Python process reading /proc (~15-60 ms CPU), so on 2 cores the real-host sweeps measure
@@ -117,6 +123,13 @@ def main() -> None:
         default=0,
         help="diagnostic: nice value for the API phase's server (-10: ahead of the hosts)",
     )
+    parser.add_argument(
+        "--api-hosts-shared",
+        action="store_true",
+        help="diagnostic: in the API phase let the simulated hosts compete for the CPU at equal "
+        "weight with the server and the measuring client (default: set apart, as remote "
+        "machines are; see sweep_api._hosts_set_apart)",
+    )
     parser.add_argument("--repeats", type=int, help="timed sweeps per figure (default 2, quick 3)")
     parser.add_argument(
         "--monitor-user",
@@ -149,7 +162,14 @@ def main() -> None:
             base = run_baseline(real, repeats)
             if api_seconds > 0:
                 log("API phase: a Jupyter server with gpuhive sweeping the same hosts")
-                api = measure_api(real, api_seconds, log, delay_s=args.delay, nice=args.api_nice)
+                api = measure_api(
+                    real,
+                    api_seconds,
+                    log,
+                    delay_s=args.delay,
+                    nice=args.api_nice,
+                    hosts_apart=not args.api_hosts_shared,
+                )
         finally:
             real.stop()
     log(f"starting the asyncssh fixture with {fixture_hosts} hosts")

@@ -356,6 +356,7 @@ async def measure_real(real: RealCluster, repeats: int, log: Callable[[str], Non
             raise RuntimeError(f"probe results wrong: {dict(list(first.bad.items())[:5])}")
         conns = await open_floor(decls, settings)  # opened, not warmed: sweeps are ~CPU-bound
         loops = await open_stream_floor(conns)
+        await stream_floor_sweep(loops, -1)  # warm, as the pool's loops are (owners known)
         lagged, lags = await with_loop_lag(lambda: pool_sweep(sampler))
         log(
             f"loop lag during a sweep of {lagged.seconds:.2f} s: p99 "

@@ -29,7 +29,9 @@ MARK = "@@gpuhive:"
 GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 
 # nvidia-smi is asked twice in parallel (metrics, processes), each answering into a FIFO (no
-# file is written: on a real disk that is journal work on every sweep); `-L` (MIG slice UUIDs)
+# file is written: on a real disk that is journal work on every sweep). Both FIFOs are opened
+# for reading at once: a writer's open blocks until then, and nvidia-smi only starts after it
+# (opened one after the other, the second call would wait for the first). `-L` (MIG slice UUIDs)
 # only runs when a GPU reports MIG mode enabled. Everything else is shell builtins (read loops,
 # case, printf, eval), so a plain host starts nvidia-smi twice per probe and nothing more:
 # owners come from `ps`, run only for GPU processes this loop has not seen before - a process
@@ -41,18 +43,19 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 _BODY = r"""
 nvidia-smi --query-gpu=@GPU@ --format=csv,nounits >"$t/g" 2>&1 </dev/null & g=$!
 nvidia-smi --query-compute-apps=@APPS@ --format=csv,nounits >"$t/a" 2>&1 </dev/null & a=$!
+exec 3<"$t/g" 4<"$t/a"
 out=; mig=
 while IFS= read -r x || [ -n "$x" ]; do
   out="$out$x
 "; case $x in *', Enabled'*) mig=1 ;; esac
-done <"$t/g"
-wait $g; st=$?; g=; printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
+done <&3
+exec 3<&-; wait $g; st=$?; g=; printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
 out=; pids=
 while IFS= read -r x || [ -n "$x" ]; do
   out="$out$x
 "; case $x in [0-9]*,*) pids="$pids ${x%%,*}" ;; esac
-done <"$t/a"
-wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
+done <&4
+exec 4<&-; wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
 if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
 printf '%s\n' "@M@ps 0"; new=; keys=
