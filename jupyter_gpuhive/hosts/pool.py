@@ -299,8 +299,9 @@ class HostPool:
     async def _start_loop(self, decl: HostDecl, command: str, user: str) -> Loop:
         if decl.transport == "local":
             env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
+            argv = self._local_argv(decl, command, user)
             try:
-                return await LocalLoop.start(["sh", "-c", command], env)
+                return await LocalLoop.start(argv, env)
             except (OSError, ValueError) as error:
                 raise HostUnavailable(
                     decl.name, f"cannot start the local command: {error}"
@@ -390,11 +391,7 @@ class HostPool:
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
     ) -> CommandResult:
         env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
-        argv = ["sh", "-c", command]
-        if user != self._me:
-            if os.geteuid() != 0:
-                raise HostUnavailable(decl.name, f"cannot run as {user} without root")
-            argv = ["runuser", "-u", user, "--", *argv]
+        argv = self._local_argv(decl, command, user)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -424,6 +421,15 @@ class HostPool:
         status = process.returncode if process.returncode is not None else -1
         return CommandResult(status if status >= 0 else -1, out.decode(errors="replace"),
                              err.decode(errors="replace"))  # fmt: skip
+
+    def _local_argv(self, decl: HostDecl, command: str, user: str) -> list[str]:
+        """`sh -c command` on this machine, as `user` (through runuser when not us)."""
+        argv = ["sh", "-c", command]
+        if user != self._me:
+            if os.geteuid() != 0:
+                raise HostUnavailable(decl.name, f"cannot run as {user} without root")
+            argv = ["runuser", "-u", user, "--", *argv]
+        return argv
 
     async def close(self) -> None:
         """End every loop and close every connection."""

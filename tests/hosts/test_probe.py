@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -348,3 +349,18 @@ async def test_owners_are_looked_up_once_per_process(make_cluster, make_pool, si
         for proc in started:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the probe as another user")
+async def test_local_probe_loop_runs_as_the_hosts_account(
+    make_local_host, make_pool, sim_users
+) -> None:
+    host = make_local_host()
+    pool = make_pool([local_decl(host, user=sim_users[0])])
+    sweep = await Sampler(pool, interval=5).sweep()
+    assert host.name in sweep.samples, sweep.failures
+    assert len(sweep.samples[host.name].gpus) == 4
+    uids = {os.stat(f"/proc/{pid}").st_uid for pid in probe_loops(host.name)}
+    assert pwd.getpwnam(sim_users[0]).pw_uid in uids
+    await pool.close()
+    assert await until(lambda: not probe_loops(host.name), timeout=5)
