@@ -39,7 +39,7 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # the `ps` line of each until the process leaves the GPUs. (A process that changes its user or
 # process group after it was first seen keeps its first line; GPU jobs do not do that.)
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
-# pathname expansion of process arguments.
+# pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _BODY = r"""
 nvidia-smi --query-gpu=@GPU@ --format=csv,nounits >"$t/g" 2>&1 </dev/null & g=$!
 nvidia-smi --query-compute-apps=@APPS@ --format=csv,nounits >"$t/a" 2>&1 </dev/null & a=$!
@@ -60,6 +60,7 @@ if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; l
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
 printf '%s\n' "@M@ps 0"; new=; keys=
 for p in $pids; do
+  case $p in *[!0-9]*) continue ;; esac
   read -r s 2>/dev/null </proc/$p/stat || continue
   set -- ${s##*) }; k=c_${p}_${20}
   case " $keys " in *" $k "*) continue ;; esac
@@ -69,7 +70,7 @@ done
 if [ -n "$new" ]; then
   out=$(ps -ww -o pid=,pgid=,user:64=,args= -p "${new#,}" </dev/null)
   while IFS= read -r x; do
-    set -- $x; eval "k=\${s_$1-}"
+    set -- $x; case $1 in ''|*[!0-9]*) continue ;; esac; eval "k=\${s_$1-}"
     [ -z "$k" ] || { eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
   done <<PS
 $out

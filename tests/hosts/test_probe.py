@@ -6,6 +6,7 @@ import asyncio
 import os
 import pwd
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -364,3 +365,35 @@ async def test_local_probe_loop_runs_as_the_hosts_account(
     assert pwd.getpwnam(sim_users[0]).pw_uid in uids
     await pool.close()
     assert await until(lambda: not probe_loops(host.name), timeout=5)
+
+
+def test_hostile_nvidia_smi_output_never_runs_as_code(tmp_path: Path) -> None:
+    """Whatever nvidia-smi prints is data: shell syntax in a PID or a process name is not
+    evaluated, and the probe still answers."""
+    planted = tmp_path / "planted"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *query-gpu*) printf '%s\\n' 'index, uuid, name, utilization.gpu [%]' "
+        "'0, GPU-0, Fake, 5' ;;\n"
+        f"  *) printf '%s\\n' 'pid, process_name, gpu_uuid, used_memory [MiB]' "
+        f"'1$(touch {planted}), x, GPU-0, 1' '1`touch {planted}`, y, GPU-0, 1' "
+        # a path that /proc resolves, and would be bad syntax for eval (the shell would die)
+        "'1/../1, z, GPU-0, 1' "
+        f"'{os.getpid()}, $(touch {planted}) *, GPU-0, 7' ;;\n"
+        "esac\n"
+    )
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", PROBE_COMMAND], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert not planted.exists()
+    sections = split_sections(done.stdout)
+    assert "$(touch" in sections["apps"][1]  # passed on verbatim, as data
+    owners = [line.split() for line in sections["ps"][1].splitlines()]
+    assert [o[0] for o in owners] == [str(os.getpid())]  # the one real PID got its ps line
+    assert sections["ncpu"][1].strip().isdigit()
