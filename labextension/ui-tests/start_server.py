@@ -49,6 +49,9 @@ def main() -> None:
     notebooks.mkdir()
     for notebook in NOTEBOOKS:
         shutil.copy(notebook, notebooks / notebook.name)
+    # Its own copy for the Notebook 7 spec: a notebook the Lab spec ran (and may have saved)
+    # would open with its cells already numbered.
+    shutil.copy(NOTEBOOKS[0], notebooks / "quickstart-nb7.ipynb")
     # No news/update prompts over the panel.
     settings = root / "settings"
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)

@@ -4,25 +4,14 @@
  * conflicting reservation shows the server's message. Screenshots → ui-tests/artifacts/.
  */
 import * as path from 'path';
-import { APIRequestContext, Page, expect, test } from '@playwright/test';
-
-const TOKEN = process.env.GPUHIVE_UI_TOKEN!;
-const BOB = process.env.GPUHIVE_UI_BOB_TOKEN!;
+import { Page, expect, test } from '@playwright/test';
+import { BOB, TOKEN, api } from './helpers';
 const SHOTS = path.resolve(__dirname, '..', 'artifacts', 'screenshots');
 const EXPECTED_GPUS = ['gpu1:0', 'gpu1:1', 'gpu1:2', 'gpu1:3', 'gpu2:0', 'gpu2:1'];
 
 test.describe.configure({ mode: 'serial' });
 
 let page: Page;
-
-async function api(request: APIRequestContext, method: string, url: string, token = TOKEN, data?: unknown) {
-  const response = await request.fetch(`gpuhive/api/${url}`, {
-    method,
-    headers: { Authorization: `token ${token}` },
-    data
-  });
-  return { status: response.status(), body: await response.json() };
-}
 
 const panel = () => page.locator('#jupyter-gpuhive-panel');
 const gpuRow = (id: string) => panel().locator(`li.jp-gpuhive-gpu[data-gpu="${id}"]`);

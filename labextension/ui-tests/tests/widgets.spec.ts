@@ -11,9 +11,7 @@
  */
 import * as path from 'path';
 import { APIRequestContext, Locator, Page, expect, test } from '@playwright/test';
-
-const TOKEN = process.env.GPUHIVE_UI_TOKEN!;
-const BOB = process.env.GPUHIVE_UI_BOB_TOKEN!;
+import { BOB, TOKEN, api, drawnBoxes as boxesOf, drawnLabels, kernelReady, output as outputIn, runAll as runAllIn } from './helpers';
 const SHOTS = path.resolve(__dirname, '..', 'artifacts', 'screenshots');
 const CALENDAR_GPUS = ['gpu1:0', 'gpu1:1', 'gpu1:2', 'gpu1:3']; // the quickstart shows hosts[0]
 const ALL_GPUS = [...CALENDAR_GPUS, 'gpu2:0', 'gpu2:1'];
@@ -48,11 +46,6 @@ const SEEDED = [
 // The free slot the drag books: tomorrow 18:00-20:00 on gpu1:3 (column 1 * 4 + 3).
 const DRAG = { gpu: 'gpu1:3', day: 1, from: 18, to: 20 };
 
-async function api(request: APIRequestContext, method: string, url: string, token = TOKEN, data?: unknown) {
-  const response = await request.fetch(`gpuhive/api/${url}`, { method, headers: { Authorization: `token ${token}` }, data });
-  return { status: response.status(), body: await response.json() };
-}
-
 /** The reservations the calendar shows (its 7-day window), and the boxes they make: one per GPU shown per day. */
 async function expectedBoxes(request: APIRequestContext) {
   const window = `start=${encodeURIComponent(at(0, 0).toISOString())}&end=${encodeURIComponent(at(DAYS, 0).toISOString())}`;
@@ -76,75 +69,15 @@ async function expectedBoxes(request: APIRequestContext) {
   return { all, mine, found };
 }
 
-const codeCell = (source: string) =>
-  page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell').filter({
-    has: page.locator('.jp-InputArea-editor', { hasText: source })
-  });
-const output = (source: string) => codeCell(source).locator('.jp-OutputArea');
+const output = (source: string) => outputIn(page, source);
 const calendarOut = () => output('cal = gpuhive.calendar(');
 const calendarFigure = () => calendarOut().locator('.bqplot.figure');
 const overviewOut = () => output('ov = gpuhive.overview(');
 const dashboardOut = () => output('dash = gpuhive.dashboard(');
 
-/** The calendar's boxes as drawn: the curves of its third mark (CalendarView: allowed, grid, boxes, ...). */
-async function drawnBoxes(): Promise<{ count: number; fills: string[] }> {
-  return calendarFigure().evaluate(figure => {
-    const marks = figure.querySelectorAll('svg.svg-figure g[clip-path]');
-    const boxes = marks[2] as SVGGElement | undefined;
-    if (!boxes || getComputedStyle(boxes).display === 'none') {
-      return { count: 0, fills: [] };
-    }
-    const curves = Array.from(boxes.querySelectorAll('g.curve'));
-    return { count: curves.length, fills: curves.map(c => getComputedStyle(c.querySelector('path.area')!).fill) };
-  });
-}
-
-async function labels(): Promise<string[]> {
-  return calendarFigure().evaluate(figure => {
-    const marks = figure.querySelectorAll('svg.svg-figure g[clip-path]');
-    const mark = marks[3] as SVGGElement | undefined;
-    if (!mark || getComputedStyle(mark).display === 'none') {
-      return [];
-    }
-    return Array.from(mark.querySelectorAll('text')).map(t => t.textContent ?? '');
-  });
-}
-
-const runMenu = async (item: string) => {
-  await page.locator('#jp-MainMenu .lm-MenuBar-itemLabel', { hasText: /^Run$/ }).click();
-  await page.locator('.lm-Menu-itemLabel', { hasText: new RegExp(`^${item}$`) }).click();
-};
-
-/**
- * Run All, made reliable. Sent while JupyterLab is still settling the kernel of a notebook it
- * has just opened (the kernel indicator already says idle; sometimes it even replaces the kernel:
- * "Kernel started", "Kernel shutdown", "Kernel started" in the server log), a Run All runs
- * nothing or stops after the first cell, or asks for a kernel: the rest keep "[ ]" and nothing
- * is running. Those cells are then run from the first one that did not run ("Run Selected Cell
- * and All Below"), so no cell runs twice.
- */
-async function runAll() {
-  const prompts = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt');
-  const states = async () => (await prompts.allTextContents()).map(t => (/\[\d+\]/.test(t) ? 'done' : t.includes('*') ? 'running' : 'waiting'));
-  await runMenu('Run All Cells');
-  let idleSince = Date.now();
-  for (let retries = 0; ; ) {
-    const now = await states();
-    if (now.every(s => s === 'done')) {
-      return;
-    }
-    if (now.includes('running')) {
-      idleSince = Date.now();
-    } else if (Date.now() - idleSince > 5_000) {
-      expect(++retries, `cells that never ran: ${now}`).toBeLessThanOrEqual(3);
-      console.log(`Run All stopped early (${now.join(' ')}); running the rest again`);
-      await prompts.nth(now.indexOf('waiting')).click();
-      await runMenu('Run Selected Cell and All Below');
-      idleSince = Date.now();
-    }
-    await page.waitForTimeout(250);
-  }
-}
+const drawnBoxes = () => boxesOf(calendarFigure());
+const labels = () => drawnLabels(calendarFigure());
+const runAll = () => runAllIn(page);
 
 /** A picture of a widget's output; the window grows for it (the outputs are taller than 900 px). */
 async function shot(what: Locator, name: string) {
@@ -185,17 +118,7 @@ test('the quickstart notebook runs to the end in JupyterLab', async ({ request }
   await expect(page.locator('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]')).toBeVisible({
     timeout: 60_000
   });
-  // The server's side of "ready": the notebook's session has an idle kernel the page is connected to.
-  await expect
-    .poll(
-      async () => {
-        const sessions = await (await request.get(`api/sessions?token=${TOKEN}`)).json();
-        const kernel = sessions.find((s: { path: string }) => s.path === 'quickstart.ipynb')?.kernel;
-        return kernel && kernel.execution_state === 'idle' && kernel.connections > 0;
-      },
-      { timeout: 60_000 }
-    )
-    .toBe(true);
+  await kernelReady(request, 'quickstart.ipynb');
   await expect(page.locator('.jp-Dialog')).toHaveCount(0);
   await runAll();
   // The last cell cancels the booking the notebook made from code.
