@@ -31,6 +31,9 @@ def _fill(mark: bq.Lines, xs: list[list[float]], ys: list[list[float]], colours:
         mark.visible = bool(xs)
 
 
+LABEL_MIN_HOURS = 0.5  # a box's label needs about this much of the day's height
+
+
 class CalendarView(Shown):
     """Week navigation, GPU choice, the figure (brush to book, click own boxes) and a dialog."""
 
@@ -139,11 +142,14 @@ class CalendarView(Shown):
         xs, ys = outlines(m.boxes)
         strokes = [palette.MINE_STROKE if b.mine else palette.OTHERS_STROKE for b in m.boxes]
         _fill(self.boxes, xs, ys, [b.colour for b in m.boxes], strokes)
+        # Boxes shorter than a label is tall keep only their tooltip: their labels would
+        # pile up on each other (a few quick bookings in one hour).
+        labelled = [b for b in m.boxes if b.y1 - b.y0 >= LABEL_MIN_HOURS]
         with self.labels.hold_sync():
-            self.labels.x = [b.x0 + 0.05 for b in m.boxes] or [0.0]
-            self.labels.y = [b.y0 + 0.35 for b in m.boxes] or [0.0]
-            self.labels.text = [b.label[:18] for b in m.boxes] or [""]
-            self.labels.visible = bool(m.boxes)
+            self.labels.x = [b.x0 + 0.05 for b in labelled] or [0.0]
+            self.labels.y = [b.y0 + 0.35 for b in labelled] or [0.0]
+            self.labels.text = [b.label[:18] for b in labelled] or [""]
+            self.labels.visible = bool(labelled)
         with self.handles.hold_sync():
             self.handles.x = [(b.x0 + b.x1) / 2 for b in m.boxes] or [0.0]
             self.handles.y = [(b.y0 + b.y1) / 2 for b in m.boxes] or [0.0]

@@ -180,6 +180,7 @@ def test_view_draws_the_model(cal: CalendarModel, as_user: Any) -> None:
     view._submit()
     assert cal.draft is None and view.dialog.layout.display == "none"
     assert len(view.boxes.x) == len(cal.boxes) >= 1
+    assert list(view.labels.text) == [b.label[:18] for b in cal.boxes]
     assert view.top_axis.tick_labels["1"] == cal.start.strftime("%a %d %b")
     assert view.gpu_picker.value == ("gpu02:0", "gpu02:1")
     view.gpu_picker.value = ("gpu02:1",)
@@ -195,3 +196,17 @@ def test_brush_over_two_days_runs_from_first_top_to_last_bottom(cal: CalendarMod
     assert (draft.start, draft.end) == (at(tuesday, 9), at(tuesday, 24 + 18))
     cal.edit(start=at(tuesday, 18), end=at(tuesday, 33))
     assert cal.draft.request()[2]["end"] == at(tuesday, 33).isoformat()
+
+
+def test_boxes_too_short_for_a_label_keep_only_their_tooltip(as_user: Any) -> None:
+    monday = next_monday(3)
+    bob = as_user("bob")
+    for k, minutes in enumerate((10, 20, 90)):
+        bob.reserve(title=f"b{k}", gpus=["gpu05:1"], start=at(monday, 9 + 2 * k).isoformat(),
+                    duration=f"{minutes}m")  # fmt: skip
+    cal = CalendarModel(as_user("alice"), start=monday, gpus=["gpu05:1"], zone="UTC")
+    cal.load()
+    view = CalendarView(cal)
+    assert len(cal.boxes) == 3 and len(view.boxes.x) == 3
+    assert list(view.labels.text) == ["bob: b2"]
+    assert sorted(view.handles.names) == ["bob: b0", "bob: b1", "bob: b2"]
