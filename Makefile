@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests).
-APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium
+APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables
 # JupyterLab extension (labextension/): node_modules cached by a stamp, rebuilt when its sources change.
 LABEXT       := labextension
 LABEXT_STAMP := $(LABEXT)/node_modules/.installed
