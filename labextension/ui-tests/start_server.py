@@ -1,8 +1,8 @@
 """Start JupyterLab with jupyter-gpuhive for the UI tests (Playwright's webServer runs this).
 
-Everything lives in a temporary directory: the server config (hosts declared with
-`gpu_count`, SQLite store), JupyterLab's settings and workspaces, the notebooks, and a
-labextensions folder that points at the freshly built extension in
+Everything lives in a temporary directory: the server config (two simulated GPU hosts on
+the local transport with the nvidia-smi stand-in, SQLite store), JupyterLab's settings and
+workspaces, the notebooks, and a labextensions folder that points at the freshly built extension in
 `jupyter_gpuhive/labextension` (so the tests use the build, whatever is installed).
 """
 
@@ -27,10 +27,21 @@ PORT = int(os.environ.get("GPUHIVE_UI_PORT", "18765"))
 TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
 BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
 
-HOSTS = [
-    {"name": "gpu1", "address": "localhost", "transport": "local", "gpu_count": 4},
-    {"name": "gpu2", "address": "localhost", "transport": "local", "gpu_count": 2},
-]
+
+def sim_hosts(root: Path) -> list[dict[str, object]]:
+    """gpu1 (4 GPUs) and gpu2 (2 GPUs): simulated hosts on the local transport whose
+    nvidia-smi stand-in reports metrics, as `make demo`'s do."""
+    from jupyter_gpuhive.demo import host_config
+    from jupyter_gpuhive.sim.cluster import LocalSimHost
+    from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, make_uuid
+
+    hosts = []
+    for name, count in (("gpu1", 4), ("gpu2", 2)):
+        gpus = [SimGpu(i, make_uuid(name, "GPU", i), "NVIDIA A100-SXM4-40GB", 40960)
+                for i in range(count)]  # fmt: skip
+        config = SimHostConfig(name, gpus, "535.129.03", "12.2")
+        hosts.append(host_config(LocalSimHost(name, root / "sim" / name, config)))
+    return hosts
 
 
 def main() -> None:
@@ -69,7 +80,7 @@ def main() -> None:
     config.write_text(
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps(HOSTS)}\n"
+        f"c.GpuHiveApp.hosts = {json.dumps(sim_hosts(root))}\n"
         "c.ServerApp.identity_provider_class = 'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
         f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}}}\n"
         f"c.IdentityProvider.token = {TOKEN!r}\n"

@@ -184,13 +184,21 @@ test('the dashboard renders its charts and the process table', async () => {
   const figures = dashboardOut().locator('.bqplot.figure');
   await expect(figures).toHaveCount(DASHBOARD_CHARTS.length);
   expect(await figures.locator('text.mainheading').allTextContents()).toEqual(DASHBOARD_CHARTS);
-  // The hosts report CPU (no GPU metrics on these simulated-by-count hosts): a gpu1 line.
+  // The quickstart's dashboard follows gpu1: a line per GPU in each GPU chart (the stand-in's
+  // metrics), one for the host in the CPU chart.
+  for (const title of DASHBOARD_CHARTS.filter(t => t.startsWith('GPU'))) {
+    const chart = figures.nth(DASHBOARD_CHARTS.indexOf(title));
+    await expect(chart.locator('g.curve path.line'), title).toHaveCount(CALENDAR_GPUS.length);
+    for (const gpu of CALENDAR_GPUS) {
+      await expect(chart.locator('.g_legend'), title).toContainText(gpu);
+    }
+  }
   const cpu = figures.nth(DASHBOARD_CHARTS.indexOf('Host CPU (%)'));
   await expect(cpu.locator('g.curve path.line')).toHaveCount(1);
   await expect(cpu.locator('.g_legend')).toContainText('gpu1');
   await expect(dashboardOut()).toContainText('GPU processes');
   await expect(dashboardOut()).toContainText('No GPU processes.');
-  // Charts without data (no GPU metrics here) keep a readable time axis, not milliseconds of 1970.
+  // Clock time on every time axis, not milliseconds of 1970.
   for (const title of DASHBOARD_CHARTS) {
     const ticks = await figures.nth(DASHBOARD_CHARTS.indexOf(title)).locator('g.axis').first().locator('g.tick text').allTextContents();
     expect(ticks.length, title).toBeGreaterThan(0);
