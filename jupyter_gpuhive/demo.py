@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,12 +72,19 @@ def main() -> None:
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
     load = [] if "--no-load" in sys.argv else start_load(hosts)
     try:
-        subprocess.run([sys.executable, "-m", "jupyterlab", f"--config={config}", *args])
-    except KeyboardInterrupt:
-        pass
+        lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", f"--config={config}", *args])
+        # SIGTERM (`timeout`, a container stopping, Binder) stops JupyterLab as it stops
+        # itself: kernels and the sampler shut down, then the load goes.
+        signal.signal(signal.SIGTERM, lambda *_: lab.send_signal(signal.SIGTERM))
+        while lab.poll() is None:
+            try:
+                lab.wait()
+            except KeyboardInterrupt:
+                continue  # JupyterLab has the Ctrl-C too: it asks, or stops, by itself
     finally:
         for process in load:
             process.kill()
+            process.wait()
 
 
 if __name__ == "__main__":
