@@ -137,6 +137,18 @@ def iso(instant: datetime) -> str:
     return instant.astimezone(UTC).isoformat()
 
 
+async def book(
+    call: Call, title: str, gpus: list[str], start: datetime, duration: str = "1h"
+) -> Reply:
+    """Reserve through `api(user)` (the REST API) and insist it was booked (201)."""
+    made = await call(
+        "POST", "reservations",
+        {"title": title, "gpus": gpus, "start": iso(start), "duration": duration},
+    )  # fmt: skip
+    assert made.status == 201, made
+    return made
+
+
 def soon(hours: float = 1, *, days: int = 1) -> datetime:
     """A whole hour some days ahead (comfortably in the future)."""
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)

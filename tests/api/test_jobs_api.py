@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
-from tests.conftest import USERS, iso
+from tests.conftest import USERS, book
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run jobs as a user")
 
@@ -112,11 +112,7 @@ async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
 
     # Someone else's reservation on gpu1:1 now: starting there is refused, nothing stored.
     now = running_hive.now()
-    held = await bob(
-        "POST", "reservations", {"title": "mine", "gpus": ["gpu1:1"], "start": iso(now),
-                                 "duration": "1h"}
-    )  # fmt: skip
-    assert held.status == 201, held
+    await book(bob, "mine", ["gpu1:1"], now)
     before = len((await owner("GET", "jobs")).body["jobs"])
     clash = await owner("POST", "jobs", {**body, "gpus": ["gpu1:1"], "start": True})
     assert clash.status == 409

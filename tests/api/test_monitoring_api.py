@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
-from tests.conftest import iso
+from tests.conftest import book
 
 pytestmark = pytest.mark.skipif(
     __import__("os").geteuid() != 0, reason="needs root to run processes as test users"
@@ -70,11 +70,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
     assert gpu1["gpus"][0]["uuid"] == sim_hosts[0].config.gpus[0].uuid
 
     now = running_hive.now()
-    booked = await alice(
-        "POST", "reservations", {"title": "live", "gpus": ["gpu1:1"], "start": iso(now),
-                                 "duration": "1h"}
-    )  # fmt: skip
-    assert booked.status == 201, booked
+    booked = await book(alice, "live", ["gpu1:1"], now)
 
     proc = sim_hosts[0].start_process([1], user="gh-alice", mem_mib=2048, util=80)
     try:
@@ -92,11 +88,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
         assert gpu["reservation"]["id"] == booked.body["id"]
         assert gpu["next_reservation"] is None
         # A booking made between two sweeps shows at once (only the live part waits for one).
-        later = await alice(
-            "POST", "reservations", {"title": "later", "gpus": ["gpu1:2"],
-                                     "start": iso(now + timedelta(hours=3)), "duration": "1h"}
-        )  # fmt: skip
-        assert later.status == 201, later
+        later = await book(alice, "later", ["gpu1:2"], now + timedelta(hours=3))
         state = (await alice("GET", "hosts")).body["hosts"][0]["gpus"]
         assert state[2]["reservation"] is None
         assert state[2]["next_reservation"]["id"] == later.body["id"]
@@ -162,11 +154,7 @@ async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
 
     jp_serverapp.event_logger.add_listener(schema_id=EVENT_SCHEMA_ID, listener=listener)
     now = running_hive.now()
-    booked = await alice(
-        "POST", "reservations", {"title": "mine", "gpus": ["gpu1:3"], "start": iso(now),
-                                 "duration": "1h"}
-    )  # fmt: skip
-    assert booked.status == 201, booked
+    booked = await book(alice, "mine", ["gpu1:3"], now)
     intruder = sim_hosts[0].start_process([3], user="gh-bob", mem_mib=1000, util=50)
     try:
 
