@@ -126,9 +126,14 @@ class Hive:
 
     # --- identity ------------------------------------------------------------------
 
-    def identify(self, name: str, groups: Iterable[str] = ()) -> Identity:
-        """The Identity of a requester: provider groups plus configured ones, admin flag."""
-        all_groups = frozenset(groups) | frozenset(self._member_of.get(name, ()))
+    def identify(self, name: str, groups: Iterable[str] | None) -> Identity:
+        """The Identity of a requester: provider groups plus configured ones, admin flag.
+
+        `groups=None` means the source does not know the user's groups ("unknown" is not
+        "none"): the groups last seen count, so such a request never erases them.
+        """
+        known = self.store.users.groups_of(name) if groups is None else frozenset(groups)
+        all_groups = known | frozenset(self._member_of.get(name, ()))
         admin = name in self.settings.admin_users or bool(all_groups & self.settings.admin_groups)
         return Identity(name, all_groups, admin)
 

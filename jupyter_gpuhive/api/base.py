@@ -147,7 +147,7 @@ class HiveHandler(HiveLogic, APIHandler):
         user = self.current_user
         provider = type(self.identity_provider)
         if provider.__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
-            name, groups = getpass.getuser(), []
-        else:
-            name, groups = user.username, list(getattr(user, "groups", []) or [])
-        return self.hive.identify(name, groups)
+            return self.hive.identify(getpass.getuser(), None)
+        # A user without a `groups` field says nothing about groups: None keeps the known ones.
+        groups = getattr(user, "groups", None)
+        return self.hive.identify(user.username, None if groups is None else list(groups))
