@@ -11,6 +11,8 @@ through the extension in client mode (`c.GpuHiveApp.service_url`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import os
 import signal
@@ -32,9 +34,9 @@ from .model import Identity
 
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
-# Changes to existing things and admin actions re-check the token with the Hub every time;
-# reads and new bookings may use the short cache (token_cache_seconds).
-_DESTRUCTIVE = {"PUT", "PATCH", "DELETE"}
+# Reads may use the Hub's answer about a token for a few seconds (token_cache_seconds);
+# every other request changes something and asks the Hub afresh.
+_READS = {"GET", "HEAD", "OPTIONS"}
 
 
 class HubHandler(HubAuthenticated, HiveLogic):
@@ -45,14 +47,15 @@ class HubHandler(HubAuthenticated, HiveLogic):
     async def prepare(self) -> None:
         auth: HubAuth = self.hub_auth
         token = auth.get_token(self, in_cookie=False)
-        model = None
-        if token:
-            # Edits, cancellations and admin actions re-check with the Hub, so a revoked token
-            # or a removed admin stops working at once, not when the cache expires.
-            fresh = self.request.method in _DESTRUCTIVE or "/rules" in self.request.path
-            model = await auth.user_for_token(token, use_cache=not fresh, sync=False)
         if not token:
             raise Unauthorized("Send your JupyterHub token: Authorization: token <token>.")
+        if self.request.method in _READS:
+            model = await auth.user_for_token(token, use_cache=True, sync=False)
+        else:
+            # Every write asks the Hub now, so a revoked token or a removed admin stops
+            # working at once; the answer also replaces the cached one that reads use.
+            model = await auth.user_for_token(token, use_cache=False, sync=False)
+            _remember(auth, token, model)
         if model is None:
             raise Unauthorized("The Hub does not know this token (expired or revoked?).")
         if model.get("kind") != "user":
@@ -75,7 +78,9 @@ class HubHandler(HubAuthenticated, HiveLogic):
 
     def requester(self) -> Identity:
         model = self._hub_user or {}
-        base = self.hive.identify(model["name"], model.get("groups") or [])
+        # The Hub always sends a user's groups; a model without them would mean "unknown".
+        groups = model.get("groups")
+        base = self.hive.identify(model["name"], None if groups is None else list(groups))
         admin = base.is_admin or ADMIN_SCOPE in (model.get("scopes") or [])
         return Identity(base.name, base.groups, admin)
 
@@ -87,6 +92,13 @@ class HubHandler(HubAuthenticated, HiveLogic):
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         reason = getattr(error, "log_message", None) or self._reason
         self.finish({"message": reason if status_code < 500 else "Internal error (see logs)."})
+
+
+def _remember(auth: HubAuth, token: str, model: dict[str, Any] | None) -> None:
+    """Put a fresh answer into HubAuth's cache (its key for `user_for_token`)."""
+    digest = hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
+    with contextlib.suppress(AttributeError, TypeError):  # a HubAuth without that cache
+        auth.cache[f"token::{digest}"] = model
 
 
 def _log_event(data: dict[str, Any]) -> None:
@@ -105,7 +117,9 @@ class GpuHiveService(Application):
     name = "gpuhive-service"
     config_file = Unicode("", help="Config file with c.GpuHiveApp.… settings").tag(config=True)
     token_cache_seconds = Float(
-        30.0, help="How long a token's identity is cached for reads (writes always re-check)."
+        5.0,
+        help="How many seconds a read (GET) may use the Hub's last answer about its token. "
+        "Every other request (POST, PUT, PATCH, DELETE) asks the Hub afresh.",
     ).tag(config=True)
     aliases = {"config": "GpuHiveService.config_file"}
     classes = [GpuHiveApp]

@@ -196,6 +196,7 @@ class TeamHub:
         self.config = self.dir / "jupyterhub_config.py"
         self.config.write_text(self._hub_config(log_level))
         self.process: subprocess.Popen[bytes] | None = None
+        self.token_ids: dict[str, str] = {}  # token -> its id in the Hub (for revoking)
 
     def home(self, user: str) -> Path:
         return self.dir / "home" / user
@@ -325,7 +326,14 @@ load_subconfig({str(EXAMPLE)!r})  # noqa: F821
         """A new API token of `user`, with (at most) those scopes."""
         made = self.api("POST", f"users/{user}/tokens", {"scopes": list(scopes), "note": note})
         assert made.status in (200, 201), made
-        return str(made.body["token"])
+        token = str(made.body["token"])
+        self.token_ids[token] = str(made.body["id"])
+        return token
+
+    def revoke(self, user: str, token: str) -> None:
+        """Revoke one of `user`'s tokens made by `token_for`, through the Hub's API."""
+        done = self.api("DELETE", f"users/{user}/tokens/{self.token_ids[token]}")
+        assert done.status == 204, done
 
     def spawn(self, users: Iterable[str], timeout: float = 60) -> None:
         """Start the users' own servers (in parallel) and wait until all are ready."""

@@ -164,6 +164,61 @@ def test_tokens_the_service_refuses(team: Team) -> None:
     assert team.own("alice", "GET", "me").body["name"] == "alice"
 
 
+def test_a_revoked_token_changes_nothing_from_the_next_request_on(team: Team) -> None:
+    """Writes never use the cached answer about a token: a revoked token's next POST fails."""
+    hub = team.hub
+    token = hub.token_for("alice", ["access:services!service=gpuhive"], note="to revoke")
+    assert team.service(token, "GET", "me").status == 200  # the Hub's answer is now cached
+    made = team.service(token, "POST", "reservations", book("gpu3:3", hours=3))
+    assert made.status == 201, made
+    job = {"name": "after revoke", "template": "plain", "gpus": ["gpu3:3"], "command": "true"}
+    hub.revoke("alice", token)
+    after = {
+        "POST reservations": team.service(token, "POST", "reservations", book("gpu3:3", hours=5)),
+        "POST jobs": team.service(token, "POST", "jobs", job),
+        "PATCH": team.service(token, "PATCH", f"reservations/{made.body['id']}", {"title": "x"}),
+        "DELETE": team.service(token, "DELETE", f"reservations/{made.body['id']}"),
+        # the refused write replaced the cached answer: reads stop at once as well
+        "GET": team.service(token, "GET", "me"),
+    }
+    assert {what: reply.status for what, reply in after.items()} == dict.fromkeys(after, 401)
+    assert "revoked" in after["POST reservations"].message
+    assert live(team, made.body["id"])
+    window = {"gpu": "gpu3:3", "start": iso(SLOT), "end": iso(SLOT + timedelta(hours=8))}
+    listed = team.own("alice", "GET", f"reservations?{urlencode(window)}")
+    assert [r["id"] for r in listed.body["reservations"]] == [made.body["id"]]
+    assert team.own("alice", "GET", "jobs").body["jobs"] == []
+
+
+def test_an_admin_removed_from_the_admins_loses_admin_writes_at_once(team: Team) -> None:
+    """dave is in group `admins` (custom:gpuhive:admin): removed from it, his very next
+    write for someone else is refused, although reads may still use a cached answer."""
+    hub = team.hub
+    assert hub.api("POST", "users/dave").status == 201
+    assert hub.api("POST", "groups/admins/users", {"users": ["dave"]}).status == 200
+    dave = hub.token_for("dave", ["access:services!service=gpuhive", "custom:gpuhive:admin"])
+    me = team.service(dave, "GET", "me")  # cached from here on for reads
+    assert (me.status, me.body["admin"]) == (200, True), me
+    for_alice = team.service(dave, "POST", "reservations", {**book("gpu3:2", 7), "owner": "alice"})
+    assert (for_alice.status, for_alice.body["owner"]) == (201, "alice"), for_alice
+    job = {"name": "alice's", "template": "plain", "gpus": ["gpu3:2"], "command": "true"}
+    alices_job = team.own("alice", "POST", "jobs", job)
+    assert alices_job.status == 201, alices_job
+    jid = alices_job.body["id"]
+    # As an admin, dave passes the ownership check: 200, or 409 if it has already ended.
+    assert team.service(dave, "POST", f"jobs/{jid}/stop").status in (200, 409)
+
+    assert hub.api("DELETE", "groups/admins/users", {"users": ["dave"]}).status == 200
+    again = team.service(dave, "POST", "reservations", {**book("gpu3:2", 9), "owner": "alice"})
+    assert again.status == 403, again
+    stop = team.service(dave, "POST", f"jobs/{jid}/stop")
+    assert stop.status == 403, stop
+    cancel = team.service(dave, "DELETE", f"reservations/{for_alice.body['id']}")
+    assert cancel.status == 403, cancel
+    assert live(team, for_alice.body["id"])
+    assert team.service(dave, "POST", "reservations", book("gpu3:2", 11)).status == 201
+
+
 def test_admin_carol_can_cancel_alices_reservation(team: Team, bookings: dict[str, int]) -> None:
     rid = bookings["alice"]
     done = team.own("carol", "DELETE", f"reservations/{rid}")
