@@ -1,9 +1,13 @@
-"""One real gpuhive server (64 declared GPUs, no monitoring) shared by the widget tests."""
+"""A real gpuhive server (64 declared GPUs, no monitoring) per widget test module.
+
+Each module gets a fresh server and database, so bookings of one module can never meet another's
+(they used to share one server, and whether two of them collided depended on the date).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -22,15 +26,15 @@ OFFICE = {"days": ["mon-fri"], "start": "08:00", "end": "16:00"}
 
 
 def next_monday(weeks: int = 1) -> date:
-    """A Monday at least two days ahead (so every hour of that week is in the future)."""
-    today = datetime.now().astimezone().date()
+    """A UTC Monday at least two days ahead (so every hour of that week is in the future)."""
+    today = datetime.now(timezone.utc).date()
     ahead = (7 - today.weekday()) % 7
     if ahead < 2:
         ahead += 7
     return today + timedelta(days=ahead + 7 * (weeks - 1))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hive_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     db = tmp_path_factory.mktemp("widgets") / "hive.sqlite"
     config = {
@@ -54,12 +58,12 @@ def hive_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterSer
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def url(hive_server: JupyterServer) -> str:
     return f"http://127.0.0.1:{hive_server.port}/"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def as_user(url: str) -> Any:
     def make(name: str) -> HiveClient:
         return HiveClient(url, TOKENS[name])
