@@ -1,0 +1,136 @@
+"""docs/team-mode.md followed literally: its hosts file, its PostgreSQL set-up, its Hub line.
+
+The code blocks are read from the document itself, so the document cannot drift from what
+is tested: the TOML hosts file is loaded by the service's own settings code, the PostgreSQL
+commands run against a fresh cluster (as its `postgres` superuser) with the pg_hba.conf
+line added as the document says, and the service's store is created through the URL form
+the document gives (role, password, host and port).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from jupyter_gpuhive.app import GpuHiveApp
+from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.store import Store
+from tests.fixtures.postgres import PostgresCluster, _bin, running_postgres
+from tests.hub.team_hub import EXAMPLE, REPO, TeamHub
+
+DOC = REPO / "docs" / "team-mode.md"
+BLOCK = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+
+
+def blocks(language: str, containing: str) -> list[str]:
+    """The document's code blocks of `language` that contain `containing`, dedented."""
+    found = [
+        textwrap.dedent(body)
+        for _, lang, body in BLOCK.findall(DOC.read_text())
+        if lang == language and containing in body
+    ]
+    assert found, f"no {language or 'plain'} block with {containing!r} in {DOC}"
+    return found
+
+
+def test_the_documented_hosts_file_is_what_the_service_reads(tmp_path: Path) -> None:
+    (toml,) = blocks("toml", "[[hosts]]")
+    path = tmp_path / "hosts.toml"
+    path.write_text(toml)
+    app = GpuHiveApp(hosts_file=str(path))
+    hosts = {h.name: h for h in parse_hosts(app.all_host_specs())}
+    assert list(hosts) == ["gpu1", "gpu2", "box"]
+    gpu1, gpu2, box = hosts["gpu1"], hosts["gpu2"], hosts["box"]
+    assert (gpu1.address, gpu1.port, gpu1.user, gpu1.transport) == (
+        "gpu1.lab.example", 22, "gpuhive", "ssh"
+    )  # fmt: skip
+    assert [g.index for g in gpu1.gpus] == [0, 1, 2, 3]
+    assert {g.model for g in gpu1.gpus} == {"A100 40GB"}
+    assert gpu1.extra["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert [(g.index, g.memory_mib) for g in gpu2.gpus] == [(0, 81559), (1, 81559)]
+    assert gpu2.gpus[0].uuid.startswith("GPU-8a1c0f3e")
+    assert (box.transport, len(box.gpus)) == ("local", 2)
+    assert box.extra["env"]["PATH"].startswith("/usr/local/cuda/bin:")
+
+
+def test_the_hub_tests_load_the_example_as_the_document_says() -> None:
+    (line,) = [b.strip() for b in blocks("python", "load_subconfig(")]
+    assert line == 'load_subconfig("/etc/jupyterhub/gpuhive_hub_config.py")'
+    hub = TeamHub("postgresql+psycopg://nobody@127.0.0.1/none", {"alice": ["phd"]})
+    try:
+        written = [ln for ln in hub.config.read_text().splitlines() if ln.strip()]
+    finally:
+        hub.cleanup()
+    # The generated jupyterhub_config.py ends with that line (for the example's path).
+    assert written[-1] == f"load_subconfig({str(EXAMPLE)!r})  # noqa: F821"
+    assert sum("load_subconfig" in ln for ln in written) == 1
+
+
+@pytest.fixture
+def cluster() -> Iterator[PostgresCluster]:
+    """A cluster of its own: the test edits its pg_hba.conf."""
+    with running_postgres() as fresh:
+        yield fresh
+
+
+def as_postgres(command: str, cluster: PostgresCluster, stdin: str = "") -> str:
+    """Run one documented `sudo -u postgres …` line against `cluster`."""
+    words = shlex.split(command, comments=True)
+    assert words[:3] == ["sudo", "-u", "postgres"], command
+    argv = [_bin(words[3]), *words[4:]]
+    if os.geteuid() == 0:
+        argv = ["runuser", "-u", "postgres", "--", *argv]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PGHOST": "127.0.0.1",
+           "PGPORT": str(cluster.port), "PGUSER": cluster.user}  # fmt: skip
+    # A new session has no terminal: --pwprompt reads the password from stdin then.
+    done = subprocess.run(
+        argv, input=stdin, env=env, capture_output=True, text=True, timeout=60,
+        start_new_session=True,
+    )  # fmt: skip
+    assert done.returncode == 0, (command, done.stderr)
+    return done.stdout
+
+
+def test_the_documented_postgresql_setup_gives_the_service_its_store(
+    cluster: PostgresCluster,
+) -> None:
+    secret = "s3cret pa@ss"
+    setup = next(b for b in blocks("sh", "createuser") if "createdb" in b)
+    for line in setup.strip().splitlines():
+        stdin = f"{secret}\n{secret}\n" if "--pwprompt" in line else ""
+        as_postgres(line, cluster, stdin)
+    (hba,) = blocks("", "scram-sha-256")
+    rule = [ln for ln in hba.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert rule == ["host    gpuhive   gpuhive  127.0.0.1/32   scram-sha-256"]
+    hba_file = as_postgres("sudo -u postgres psql -tA -c 'SHOW hba_file'", cluster).strip()
+    path = Path(hba_file)
+    path.write_text(rule[0] + "\n" + path.read_text())  # above the cluster's trust lines
+    as_postgres("sudo -u postgres psql -c 'SELECT pg_reload_conf()'", cluster)
+
+    (config,) = blocks("python", "c.GpuHiveApp.db_url")
+    documented = re.search(r'db_url = "([^"]+)"', config)
+    assert documented is not None
+    url = documented.group(1)
+    assert url == "postgresql+psycopg://gpuhive:SECRET@127.0.0.1:5432/gpuhive"
+    # The document's advice for special characters: percent-encode the password.
+    from urllib.parse import quote
+
+    url = url.replace("SECRET", quote(secret, safe="")).replace(":5432/", f":{cluster.port}/")
+    store = Store(url)
+    store.open()  # the gpuhive role creates the tables (btree_gist was created for it)
+    try:
+        with store.db.read() as conn:
+            assert conn.exec_driver_sql("SELECT current_user").scalar() == "gpuhive"
+    finally:
+        store.close()
+    # The pg_hba line demands the password: without it the role is refused.
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(f"host=127.0.0.1 port={cluster.port} user=gpuhive dbname=gpuhive")
