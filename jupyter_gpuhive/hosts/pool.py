@@ -17,7 +17,7 @@ import random
 import secrets
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 import asyncssh
 
 from ..model import HostDecl, isoformat, utcnow
+from .environment import command_env
 from .loops import LocalLoop, Loop, SshLoop
 
 log = logging.getLogger(__name__)
@@ -298,7 +299,7 @@ class HostPool:
 
     async def _start_loop(self, decl: HostDecl, command: str, user: str) -> Loop:
         if decl.transport == "local":
-            env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
+            env = command_env(decl, user)  # never the server's own environment
             argv = self._local_argv(decl, command, user)
             try:
                 return await LocalLoop.start(argv, env)
@@ -340,6 +341,10 @@ class HostPool:
                 known_hosts=s.known_hosts or (),
                 agent_path=None,
                 config=[],
+                # Send no variable of ours (no SendEnv/SetEnv): a command's environment is the
+                # host's login environment, whatever sshd would accept (AcceptEnv).
+                env=None,
+                send_env=None,
                 connect_timeout=s.connect_timeout,
                 keepalive_interval=s.keepalive_interval,
                 keepalive_count_max=s.keepalive_count_max,
@@ -390,7 +395,7 @@ class HostPool:
     async def _run_local(
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
     ) -> CommandResult:
-        env = {**os.environ, **{k: str(v) for k, v in _env(decl).items()}}
+        env = command_env(decl, user)  # never the server's own environment
         argv = self._local_argv(decl, command, user)
         try:
             process = await asyncio.create_subprocess_exec(
@@ -467,11 +472,6 @@ async def _run_session(
 
 
 _SESSION_RETRIES = 6
-
-
-def _env(decl: HostDecl) -> Mapping[str, Any]:
-    env = decl.extra.get("env") or {}
-    return env if isinstance(env, Mapping) else {}
 
 
 def _tail(partial: str | bytes | None) -> str:

@@ -1,11 +1,17 @@
-"""POSIX shell command lines for resolved tasks, plain or inside a detached GNU screen session."""
+"""POSIX shell command lines for resolved tasks, plain or inside a detached GNU screen session.
+
+`shell_command` is the readable one-line form (previews, plain shells). A task in screen never
+carries its environment values on a command line: they go to a file only its owner can read.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import shlex
+from collections.abc import Mapping
 
+from ..hosts.environment import BASE_NAMES
 from .tasks import TaskSpec, TemplateError
 from .template import IDENTIFIER
 
@@ -14,6 +20,9 @@ SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 # Screen's socket path (/run/screen/S-user/PID.NAME) must fit in a UNIX socket address.
 MAX_JOB_PART = 40
+# What a task keeps of its session's environment when it starts from an empty one (`clean`):
+# the fixed base of the local transport, and what screen sets for the programs inside it.
+KEPT_NAMES = (*BASE_NAMES, "STY", "WINDOW", "TERM")
 
 
 def shell_command(task: TaskSpec) -> str:
@@ -41,31 +50,88 @@ def session_name(job_name: str, task_index: int) -> str:
     return f"{SESSION_PREFIX}-{part}-{int(task_index)}"
 
 
-def screen_script(task: TaskSpec, log_path: str, exit_path: str) -> str:
-    """The bash script a screen session runs: the task, its log, then its exit status."""
-    _check("log path", log_path)
-    _check("exit path", exit_path)
+def env_path(exit_path: str) -> str:
+    """The task's environment file, next to its exit file (`…/1-0.exit` → `…/1-0.env`)."""
+    stem = exit_path[: -len(".exit")] if exit_path.endswith(".exit") else exit_path
+    return stem + ".env"
+
+
+def env_file(task: TaskSpec, host_env: Mapping[str, str] | None = None) -> str:
+    """The task's environment as `export NAME='value'` lines for sh and bash to source.
+
+    The host's configured env comes first, then the job's and the template's (which win).
+    The start script writes it to a 0600 file from its stdin: values never reach an argv,
+    where `ps` would show them to every user of the host.
+    """
+    lines = []
+    for name, value in {**(host_env or {}), **task.env}.items():
+        if not IDENTIFIER.match(name):
+            raise TemplateError(f"environment variable name {name!r} is not valid")
+        _check(f"environment variable {name}", value)
+        lines.append(f"export {name}={shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def screen_script(
+    task: TaskSpec, log_path: str, exit_path: str, env: str | None = None, *, clean: bool = False
+) -> str:
+    """The bash script a screen session runs: the task, its log, then its exit status.
+
+    The task sources its environment file `env` (default: `env_path(exit_path)`), enters its
+    workdir and runs its command with the umask its session had (`$GPUHIVE_UMASK`; the log
+    and exit file keep the start script's 077). With `clean` (the local transport) it starts
+    from an empty environment that keeps only `KEPT_NAMES` of the session's.
+    """
+    env = env or env_path(exit_path)
+    for what, value in (("log path", log_path), ("exit path", exit_path), ("env path", env)):
+        _check(what, value)
     exit_file = shlex.quote(exit_path)
     temporary = shlex.quote(exit_path + ".tmp")
+    _check("command", task.command)
+    source = env if "/" in env else "./" + env  # `. NAME` would search PATH
+    run = f". {shlex.quote(source)} && "
+    if task.workdir:
+        _check("workdir", task.workdir)
+        run += f"cd -- {shlex.quote(task.workdir)} && "
+    run += f"exec bash -c {shlex.quote(task.command)}"
+    start = f"bash --noprofile --norc -c {shlex.quote(run)}"
+    if clean:
+        names = " ".join(KEPT_NAMES)
+        start = (
+            f'set --; for n in {names}; do [ -z "${{!n+x}}" ] || set -- "$@" "$n=${{!n}}"; '
+            f'done; env -i "$@" {start}'
+        )
     # `trap : INT`: Ctrl-C (SIGINT to the process group) stops the task, not this shell, so the
     # exit status is still written. `tee -i` ignores SIGINT so the last output reaches the log.
     # The status goes through a temporary file so a reader never sees a half-written one.
     return (
         "trap : INT; "
-        f"{{ {shell_command(task)}; }} 2>&1 | tee -i -a {shlex.quote(log_path)}; "
+        f'{{ umask "${{GPUHIVE_UMASK:-022}}"; unset GPUHIVE_UMASK; {start}; }} 2>&1 '
+        f"| tee -i -a {shlex.quote(log_path)}; "
         'status="${PIPESTATUS[0]}"; '
         f'echo "$status" > {temporary} && mv -f -- {temporary} {exit_file}'
     )
 
 
-def screen_command(session: str, task: TaskSpec, log_path: str, exit_path: str) -> str:
-    """`screen -dmS SESSION bash -c SCRIPT`: the task detached in GNU screen, logged, exit kept."""
+def screen_command(
+    session: str,
+    task: TaskSpec,
+    log_path: str,
+    exit_path: str,
+    env: str | None = None,
+    *,
+    clean: bool = False,
+) -> str:
+    """`screen -dmS SESSION bash -c SCRIPT`: the task detached in GNU screen, logged, exit kept.
+
+    No environment value is in it: the task reads them from its env file (`env_file`).
+    """
     if not SESSION_NAME.match(session):
         raise TemplateError(
             f"screen session name {session!r} may only contain letters, digits, '_', '.', '-' "
             "(use session_name())"
         )
-    script = screen_script(task, log_path, exit_path)
+    script = screen_script(task, log_path, exit_path, env, clean=clean)
     return f"screen -dmS {shlex.quote(session)} bash -c {shlex.quote(script)}"
 
 

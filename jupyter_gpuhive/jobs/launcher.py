@@ -1,8 +1,9 @@
 """The launcher: runs a job's tasks in GNU screen as their owner, follows, stops and reads them.
 
 Every host command goes through the HostPool as the task's owner (screen sessions, and the
-log and exit files, belong to that user). `sync` is for the background loop, never for an API
-request: it costs one command per (host, owner) for all of their active tasks.
+log, exit and environment files, belong to that user; only they can read the files). `sync`
+is for the background loop, never for an API request: it costs one command per (host, owner)
+for all of their active tasks.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..errors import Conflict
+from ..hosts.environment import host_env
 from ..hosts.pool import CommandResult, HostPool, HostUnavailable
 from ..model import utcnow
 from ..store.jobs import Jobs, TaskChange
-from . import scripts
-from .commands import screen_command
+from . import commands, scripts
 from .model import ACTIVE, FINAL, Job, Task, TaskState
 from .tasks import TemplateError
 
@@ -179,13 +180,23 @@ class Launcher:
         log_path = scripts.host_path(task.log_path)
         exit_path = scripts.host_path(task.exit_path)
         log_dir = log_path.rsplit("/", 1)[0] or "/"
+        env_path = commands.env_path(exit_path)
+        decl = self.pool.hosts.get(task.host)
+        # The local transport starts the task from an empty environment plus its own; over
+        # SSH the host's login environment is the base (sshd builds it, not this server).
+        clean = decl is None or decl.transport == "local"
         try:
-            line = screen_command(task.session, task.spec(), log_path, exit_path)
+            spec = task.spec()
+            line = commands.screen_command(
+                task.session, spec, log_path, exit_path, env_path, clean=clean
+            )
+            env_text = commands.env_file(spec, host_env(decl) if decl else None)
         except TemplateError as error:
             return str(error)
-        command = scripts.sh_command(task.session, log_dir, exit_path)
+        command = scripts.sh_command(task.session, log_dir, exit_path, log_path, env_path)
+        script = scripts.start_script(line, env_text)
         try:
-            result = await self._run(task.host, task.owner, scripts.start_script(line), command)
+            result = await self._run(task.host, task.owner, script, command)
         except HostUnavailable as error:
             return f"host unavailable: {error.reason}"
         problem = _start_problem(task, result, log_dir)
@@ -260,8 +271,11 @@ class Launcher:
 
     # --- stopping -------------------------------------------------------------------
 
-    async def stop(self, job: Job | int, *, grace: float | None = None) -> StopReport:
-        """SIGINT each task's process group, after `grace` SIGTERM then SIGKILL; record it."""
+    async def stop(
+        self, job: Job | int, *, grace: float | None = None, reason: str | None = None
+    ) -> StopReport:
+        """SIGINT each task's process group, after `grace` SIGTERM then SIGKILL; record it
+        (with `reason` as the tasks' last error, when given)."""
         job_id = job if isinstance(job, int) else job.id
         async with self._lock(job_id):
             current = await _db(self.jobs.get, job_id)
@@ -272,7 +286,9 @@ class Launcher:
             ]  # fmt: skip
             await _db(self.jobs.change_tasks, pending, {TaskState.PENDING})
             active = [t for t in current.tasks if t.active]
-            failures = await self._stop_tasks(active, self.grace if grace is None else grace)
+            failures = await self._stop_tasks(
+                active, self.grace if grace is None else grace, reason
+            )
             return StopReport(await _db(self.jobs.get, job_id), failures)
 
     async def _stop_tasks(
@@ -428,6 +444,8 @@ def _start_problem(task: Task, result: CommandResult, log_dir: str) -> str | Non
         return f"cannot enter the home directory of {task.owner} on {task.host}"
     if status == scripts.NO_LOG_DIR:
         return f"cannot create the log directory {log_dir} {where}: {err or 'permission denied'}"
+    if status == scripts.NO_ENV_FILE:
+        return f"cannot write the task's environment file {where}: {err or 'permission denied'}"
     if status == scripts.SESSION_EXISTS:
         return f"a screen session {task.session} already exists {where}"
     if status == scripts.SCREEN_FAILED:

@@ -1,12 +1,16 @@
 """The POSIX sh scripts the launcher runs on hosts (as the task's owner, fed to `sh -s` on stdin).
 
 Each script first changes to the owner's home, so paths under `~/` are passed relative to it.
-Values arrive as positional arguments, never inside the script text; the only value written
-into a script is the screen command line, which `commands.screen_command` has quoted.
+Values arrive as positional arguments, never inside the script text; the only values written
+into a script are the screen command line, which `commands.screen_command` has quoted, and the
+task's environment file (`commands.env_file`) in a quoted here-document: secrets travel on
+stdin, never in an argv that `ps` shows to everyone.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 import shlex
 
 # Exit statuses the start script uses for failures it recognizes.
@@ -16,6 +20,7 @@ NO_LOG_DIR = 92
 SESSION_EXISTS = 93
 SCREEN_FAILED = 94
 BAD_LISTING = 95
+NO_ENV_FILE = 96
 
 # Prints the screen pid of session $1 (`screen -ls` lists `PID.NAME`; dead sockets skipped).
 _SESSION_PID = r"""
@@ -37,13 +42,22 @@ command -v screen >/dev/null 2>&1 || {{
 cd ~ || {{ echo "cannot enter the home directory of $(id -un)" >&2; exit {NO_HOME}; }}
 """
 
-# $1 session, $2 log dir, $3 exit file; then the screen command line.
+# $1 session, $2 log dir, $3 exit file, $4 log file, $5 env file; then the env file's text
+# (a here-document: it arrives on stdin with the script, never in an argument) and the screen
+# command line. Files are made under umask 077 (log, exit, env 0600; the log dir 0700, unless
+# it is the home directory or belongs to someone else); the task gets the session's own umask.
 _START = f"""{_PRELUDE}{_SESSION_PID}
+GPUHIVE_UMASK=$(umask); export GPUHIVE_UMASK
+umask 077
 mkdir -p -- "$2" || exit {NO_LOG_DIR}
-rm -f -- "$3" "$3.tmp"
+if [ "$2" != . ] && [ -O "$2" ]; then chmod 700 -- "$2" || exit {NO_LOG_DIR}; fi
+rm -f -- "$3" "$3.tmp" "$5"
+if [ -e "$4" ]; then chmod 600 -- "$4" || exit {NO_LOG_DIR}; fi
 if [ -n "$(session_pid "$1")" ]; then
   echo "a screen session $1 already exists for $(id -un)" >&2; exit {SESSION_EXISTS}
 fi
+cat > "$5" <<'%(delimiter)s' || exit {NO_ENV_FILE}
+%(env)s%(delimiter)s
 %(screen)s </dev/null >/dev/null || exit {SCREEN_FAILED}
 n=0
 while :; do
@@ -145,9 +159,22 @@ tail -c "+$((start + 1))" -- "$1" | head -c "$count" | base64
 """
 
 
-def start_script(screen_command: str) -> str:
-    """The start script with the (already quoted) screen command line in it."""
-    return _START.replace("%(screen)s", screen_command)
+_PLACEHOLDER = re.compile(r"%\((delimiter|screen|env)\)s")
+
+
+def start_script(screen_command: str, env_text: str = "") -> str:
+    """The start script with the (already quoted) screen command line and the env file's text.
+
+    The text goes in a here-document whose end marker is chosen so that no line of it matches.
+    """
+    delimiter = "GPUHIVE_ENV_END"
+    while delimiter in env_text.split("\n"):
+        delimiter = f"GPUHIVE_ENV_{secrets.token_hex(8)}"
+    if env_text and not env_text.endswith("\n"):
+        env_text += "\n"
+    values = {"delimiter": delimiter, "screen": screen_command, "env": env_text}
+    # One pass: a placeholder inside a value is never replaced.
+    return _PLACEHOLDER.sub(lambda match: values[match[1]], _START)
 
 
 def sh_command(*args: str | int) -> str:

@@ -24,6 +24,7 @@ from jupyter_gpuhive.jobs import (
     session_name,
     shell_command,
 )
+from jupyter_gpuhive.jobs.commands import env_file, env_path
 
 NASTY = [
     "it's",
@@ -218,6 +219,13 @@ def session_pid(name: str) -> int | None:
     return None
 
 
+def screened(session: str, task: TaskSpec, log: Path, exit_file: Path, clean: bool = False) -> str:
+    """The screen command line, with the task's env file written as the start script would."""
+    env = Path(env_path(str(exit_file)))
+    env.write_text(env_file(task))
+    return screen_command(session, task, str(log), str(exit_file), clean=clean)
+
+
 @pytest.fixture
 def screen_session():
     """A unique screen session name, quit at the end of the test whatever happened."""
@@ -227,7 +235,8 @@ def screen_session():
 
 
 @screen_only
-def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session):
+@pytest.mark.parametrize("clean", [False, True])
+def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session, clean):
     job = "job 'x' $(touch pwned-job) ; `y` ü"
     env = {f"E{i}": value for i, value in enumerate(NASTY)}
     [task] = get_template("plain").render(
@@ -236,8 +245,10 @@ def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session)
     log = tmp_path / "logs 'l' $(x)" / "task 0.log"
     log.parent.mkdir()
     exit_file = tmp_path / "logs 'l' $(x)" / "task 0.exit"
-    line = screen_command(screen_session, task, str(log), str(exit_file))
-    subprocess.run(["sh", "-c", line], cwd=tmp_path, check=True, timeout=30)
+    line = screened(screen_session, task, log, exit_file, clean)
+    assert "E1" not in line  # the environment is in the env file only
+    outer = {**os.environ, "OUTER_MARK": "from-the-caller"}
+    subprocess.run(["sh", "-c", line], cwd=tmp_path, check=True, timeout=30, env=outer)
     assert wait_for(exit_file).strip() == "0"
     out = json.loads(log.read_text())
     assert out["argv"] == [job, "h'ost $(x)", *NASTY]
@@ -245,6 +256,7 @@ def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session)
     for name, value in env.items():
         assert out["env"][name] == value
     assert out["env"]["STY"].endswith(screen_session)
+    assert ("OUTER_MARK" in out["env"]) is not clean  # clean: an empty environment plus ours
     assert not list(tmp_path.rglob("pwned*"))
 
 
@@ -252,7 +264,7 @@ def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session)
 def test_screen_keeps_a_failing_exit_status_and_stderr(tmp_path, screen_session):
     [task] = get_template("plain").render("j", "echo out; echo err >&2; exit 7", [nasty_host(1)])
     log, exit_file = tmp_path / "log", tmp_path / "exit"
-    subprocess.run(["sh", "-c", screen_command(screen_session, task, str(log), str(exit_file))])
+    subprocess.run(["sh", "-c", screened(screen_session, task, log, exit_file)])
     assert wait_for(exit_file).strip() == "7"
     assert log.read_text().splitlines() == ["out", "err"]
 
@@ -261,7 +273,7 @@ def test_screen_keeps_a_failing_exit_status_and_stderr(tmp_path, screen_session)
 def test_screen_sigint_to_the_task_group_still_writes_the_exit_file(tmp_path, screen_session):
     [task] = get_template("plain").render("j", "echo started; exec sleep 60", [nasty_host(1)])
     log, exit_file = tmp_path / "log", tmp_path / "exit"
-    subprocess.run(["sh", "-c", screen_command(screen_session, task, str(log), str(exit_file))])
+    subprocess.run(["sh", "-c", screened(screen_session, task, log, exit_file)])
     deadline = time.monotonic() + 20
     while "started" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, "task did not start"
