@@ -21,6 +21,7 @@ from .inventory_config import parse_hosts
 from .model import parse_duration
 from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
 from .monitor.protection import ProtectionSettings
+from .privacy import Privacy
 from .reservations import Policy
 
 
@@ -171,6 +172,23 @@ class GpuHiveApp(ExtensionApp):
         help="gpuhive user → UNIX user, where they differ (process owners are UNIX users).",
     ).tag(config=True)
 
+    public_descriptions = Bool(
+        False,
+        help="Show the descriptions of reservations and jobs to every user. Default: only "
+        "to their owner and admins (titles, names and owners are always shown to all).",
+    ).tag(config=True)
+    public_violations = Bool(
+        False,
+        help="List every violation to every user. Default: a user sees only those where they "
+        "hold the reserved GPU or are the offender. PIDs, command lines and handler details "
+        "stay visible to those involved and admins either way.",
+    ).tag(config=True)
+    public_usage = Bool(
+        False,
+        help="Show everyone's usage per user and per reservation to every user. Default: a "
+        "user sees their own rows and, of others, totals per GPU and for the site.",
+    ).tag(config=True)
+
     service_url = Unicode(
         "",
         help="Client mode (JupyterHub team deployments): URL of the gpuhive service, e.g. "
@@ -273,8 +291,14 @@ class GpuHiveApp(ExtensionApp):
             idle_handlers=list(self.idle_handlers),
             user_map=dict(self.unix_users),
         )
+        privacy = Privacy(
+            public_descriptions=self.public_descriptions,
+            public_violations=self.public_violations,
+            public_usage=self.public_usage,
+        )
         return HiveSettings(
             protection=protection,
+            privacy=privacy,
             db_url=self.resolved_db_url(),
             policy=policy,
             hosts=hosts,

@@ -26,6 +26,7 @@ from .monitor.protection import Protection, ProtectionSettings
 from .monitor.sampler import Sweep
 from .monitor.service import Monitor
 from .overview import occupancy
+from .privacy import Privacy, job_json, sees_all_of
 from .reservations import Policy, ReservationService
 from .store import Store
 
@@ -51,6 +52,7 @@ class HiveSettings:
     history: int = 720
     monitor: bool = True
     protection: ProtectionSettings = field(default_factory=ProtectionSettings)
+    privacy: Privacy = field(default_factory=Privacy)
 
 
 class Hive:
@@ -290,14 +292,26 @@ class Hive:
 
     # --- usage ----------------------------------------------------------------------
 
-    async def reservation_usage(self, reservation_id: int) -> dict[str, Any]:
+    async def reservation_usage(self, who: Identity, reservation_id: int) -> dict[str, Any]:
+        """A reservation's usage and violations; for its owner and admins (or all, if public)."""
         res = await self.get_reservation(reservation_id)
+        if not (self.settings.privacy.public_usage or sees_all_of(who, res.owner)):
+            raise Forbidden(
+                f"The usage of reservation {reservation_id} is shown to its owner "
+                f"({res.owner}) and to admins only."
+            )
         usage = await self.run(self.store.usage.for_reservation, res)
-        usage["violations"] = await self.protection.for_reservation(reservation_id)
+        usage["violations"] = await self.protection.for_reservation(
+            reservation_id, who, self.settings.privacy.public_violations
+        )
         return usage
 
-    async def usage(self, start: datetime, end: datetime) -> dict[str, Any]:
-        """Reserved and used GPU-hours per user, per GPU and per reservation in a window."""
+    async def usage(self, who: Identity, start: datetime, end: datetime) -> dict[str, Any]:
+        """Reserved and used GPU-hours per user, per GPU and per reservation in a window.
+
+        Per GPU and in total for everyone; per user and per reservation only one's own rows,
+        unless `who` is an admin or usage is public.
+        """
         if end <= start or end - start > timedelta(days=400):
             raise Invalid("The window must end after it starts and span at most 400 days.")
         measured = await self.run(self.store.usage.window, start, end)
@@ -315,9 +329,18 @@ class Hive:
         inventory = self.store.inventory
         users = sorted(set(reserved_by_user) | set(used_by_user))
         gpu_ids = sorted(set(reserved_by_gpu) | set(used_by_gpu))
+        total = {  # the whole site's GPU-hours in the window, for everyone
+            "reserved_gpu_hours": round(sum(reserved_by_gpu.values()), 4),
+            "used_gpu_hours": round(sum(g["used_gpu_hours"] for g in used_by_gpu.values()), 4),
+        }
+        if not (who.is_admin or self.settings.privacy.public_usage):
+            mine = {who.name, self.protection.unix_user(who.name)}  # booked as, ran as
+            users = [u for u in users if u in mine]
+            found = [r for r in found if r.owner == who.name]
         return {
             "start": start.isoformat(),
             "end": end.isoformat(),
+            "total": total,
             "by_user": [
                 {"user": u, "reserved_gpu_hours": round(reserved_by_user.get(u, 0.0), 4),
                  **used_by_user.get(u, {"used_gpu_hours": 0.0})}
@@ -346,7 +369,7 @@ class Hive:
         await self.launcher.sync()
         await self.scheduler.tick(sweep)
 
-    async def queue(self) -> list[dict[str, Any]]:
+    async def queue(self, who: Identity) -> list[dict[str, Any]]:
         """Queued jobs not yet running, with when they could start and what they wait for."""
         jobs = await self.run(self.store.jobs.all, queued=True)
         pending = [j for j in jobs if j.status == "pending"]
@@ -355,7 +378,7 @@ class Hive:
         waiting = report.waiting if report is not None else {}
         return [
             {
-                **job.to_json(),
+                **job_json(job, who, self.settings.privacy),
                 "estimated_start": isoformat(estimates.get(job.id)),
                 "waiting_for": waiting.get(job.id),
             }
@@ -452,7 +475,7 @@ class Hive:
     async def _start(self, job: Job) -> Job:
         report = await self.launcher.start(job)
         if not report.ok:
-            raise Conflict(report.message, job=report.job.to_json())
+            raise Conflict(report.message, job=report.job.to_json(detail=True))
         return report.job
 
     async def start_job(self, who: Identity, job_id: int) -> Job:

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from tornado import web
 
-from ..model import utcnow
+from ..jobs.model import Job
+from ..model import Reservation, utcnow
+from ..privacy import job_json, reservation_json
 from .base import HiveLogic
 from .openapi import openapi_document
+
+
+class Shown(HiveLogic):
+    """Serializes jobs and reservations as the requester may see them (privacy.py)."""
+
+    def job(self, job: Job) -> dict[str, Any]:
+        return job_json(job, self.who, self.hive.settings.privacy)
+
+    def reservation(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:
+        return reservation_json(res, self.who, self.hive.settings.privacy, now)
 
 
 class MeHandler(HiveLogic):
@@ -41,17 +54,17 @@ class UsageHandler(HiveLogic):
     async def get(self) -> None:
         end = self.instant_arg("end", utcnow())
         start = self.instant_arg("start", end - timedelta(days=7))
-        self.reply(await self.hive.usage(start, end))
+        self.reply(await self.hive.usage(self.who, start, end))
 
 
 class ReservationUsageHandler(HiveLogic):
     @web.authenticated
     async def get(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
-        self.reply(await self.hive.reservation_usage(rid))
+        self.reply(await self.hive.reservation_usage(self.who, rid))
 
 
-class ReservationsHandler(HiveLogic):
+class ReservationsHandler(Shown):
     @web.authenticated
     async def get(self) -> None:
         now = utcnow()
@@ -67,32 +80,32 @@ class ReservationsHandler(HiveLogic):
             include_cancelled=self.bool_arg("include_cancelled"),
             limit=self.int_arg("limit", 1000),
         )
-        self.reply({"reservations": [r.to_json(now) for r in found]})
+        self.reply({"reservations": [self.reservation(r, now) for r in found]})
 
     @web.authenticated
     async def post(self) -> None:
         created = await self.hive.create_reservation(self.who, self.json_body())
         self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
-        self.reply(created.to_json(), status=201)
+        self.reply(self.reservation(created), status=201)
 
 
-class ReservationHandler(HiveLogic):
+class ReservationHandler(Shown):
     @web.authenticated
     async def get(self, reservation_id: str) -> None:
         found = await self.hive.get_reservation(self.id_arg(reservation_id, "reservation"))
-        self.reply(found.to_json())
+        self.reply(self.reservation(found))
 
     @web.authenticated
     async def patch(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
         changed = await self.hive.update_reservation(self.who, rid, self.json_body())
-        self.reply(changed.to_json())
+        self.reply(self.reservation(changed))
 
     @web.authenticated
     async def delete(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
         done = await self.hive.cancel_reservation(self.who, rid)
-        self.reply(done.to_json())
+        self.reply(self.reservation(done))
 
 
 class OverviewHandler(HiveLogic):
@@ -180,19 +193,19 @@ class TemplatesHandler(HiveLogic):
         self.reply({"templates": self.hive.templates()})
 
 
-class JobsHandler(HiveLogic):
+class JobsHandler(Shown):
     @web.authenticated
     async def get(self) -> None:
         jobs = await self.hive.list_jobs(
             self.get_query_argument("user", None), self.get_query_argument("status", None)
         )
-        self.reply({"jobs": [job.to_json() for job in jobs]})
+        self.reply({"jobs": [self.job(job) for job in jobs]})
 
     @web.authenticated
     async def post(self) -> None:
         job = await self.hive.create_job(self.who, self.json_body())
         self.set_header("Location", self.request.path.rstrip("/") + f"/{job.id}")
-        self.reply(job.to_json(), status=201)
+        self.reply(self.job(job), status=201)
 
 
 class JobPreviewHandler(HiveLogic):
@@ -201,11 +214,11 @@ class JobPreviewHandler(HiveLogic):
         self.reply({"tasks": await self.hive.preview_job(self.who, self.json_body())})
 
 
-class JobHandler(HiveLogic):
+class JobHandler(Shown):
     @web.authenticated
     async def get(self, job_id: str) -> None:
         job = await self.hive.get_job(self.id_arg(job_id, "job"))
-        self.reply(job.to_json())
+        self.reply(self.job(job))
 
     @web.authenticated
     async def delete(self, job_id: str) -> None:
@@ -214,32 +227,32 @@ class JobHandler(HiveLogic):
         self.reply({"deleted": jid})
 
 
-class JobStartHandler(HiveLogic):
+class JobStartHandler(Shown):
     @web.authenticated
     async def post(self, job_id: str) -> None:
         job = await self.hive.start_job(self.who, self.id_arg(job_id, "job"))
-        self.reply(job.to_json())
+        self.reply(self.job(job))
 
 
-class JobStopHandler(HiveLogic):
+class JobStopHandler(Shown):
     @web.authenticated
     async def post(self, job_id: str) -> None:
         job = await self.hive.stop_job(self.who, self.id_arg(job_id, "job"))
-        self.reply(job.to_json())
+        self.reply(self.job(job))
 
 
-class JobEnqueueHandler(HiveLogic):
+class JobEnqueueHandler(Shown):
     @web.authenticated
     async def post(self, job_id: str) -> None:
         job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=True)
-        self.reply(job.to_json())
+        self.reply(self.job(job))
 
 
-class JobDequeueHandler(HiveLogic):
+class JobDequeueHandler(Shown):
     @web.authenticated
     async def post(self, job_id: str) -> None:
         job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=False)
-        self.reply(job.to_json())
+        self.reply(self.job(job))
 
 
 class JobLogHandler(HiveLogic):
@@ -270,6 +283,7 @@ class ViolationsHandler(HiveLogic):
         start = self.instant_arg("start", end - timedelta(days=7))
         reservation = self.get_query_argument("reservation", None)
         protection = self.hive.protection
+        public = self.hive.settings.privacy.public_violations
         found = await protection.history(
             start,
             end,
@@ -278,12 +292,14 @@ class ViolationsHandler(HiveLogic):
             reservation_id=self.id_arg(reservation, "reservation") if reservation else None,
             kinds=self.get_query_arguments("kind") or None,
             limit=self.int_arg("limit", 1000),
+            viewer=self.who,
+            public=public,
         )
         self.reply(
             {
                 "start": start.isoformat(),
                 "end": end.isoformat(),
-                "ongoing": protection.ongoing(),
+                "ongoing": protection.ongoing(self.who, public),
                 "violations": found,
             }
         )
@@ -292,4 +308,4 @@ class ViolationsHandler(HiveLogic):
 class QueueHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
-        self.reply({"jobs": await self.hive.queue()})
+        self.reply({"jobs": await self.hive.queue(self.who)})

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from ..model import isoformat
+from ..privacy import masked
 from .commands import session_name
 from .sweeps import SweepSpecs, expand
 from .tasks import GpuSlot, TaskSpec, TemplateError
@@ -86,8 +87,13 @@ class Task:
             workdir=self.workdir,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(
+        self, *, detail: bool = False, secret: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """The task as JSON: where and how it runs; with `detail` (its owner, admins) also
+        its command, environment and files, the values of `secret` env names masked (None:
+        every value)."""
+        data: dict[str, Any] = {
             "id": self.id,
             "job": self.job_id,
             "index": self.index,
@@ -96,17 +102,21 @@ class Task:
             "role": self.role,
             "gpus": list(self.gpus),
             "gpu_indices": list(self.gpu_indices),
-            "command": self.command,
-            "env": dict(self.env),
-            "workdir": self.workdir,
-            "session": self.session,
-            "log_path": self.log_path,
             "state": str(self.state),
             "exit_status": self.exit_status,
             "started_at": isoformat(self.started_at),
             "ended_at": isoformat(self.ended_at),
-            "last_error": self.last_error,
         }
+        if detail:
+            data.update(
+                command=self.command,
+                env=masked(self.env, secret),
+                workdir=self.workdir,
+                session=self.session,
+                log_path=self.log_path,
+                last_error=self.last_error,
+            )
+        return data
 
 
 @dataclass(frozen=True)
@@ -151,19 +161,15 @@ class Job(NewJob):
         """UUIDs of every GPU the job's tasks use, in task order, without repeats."""
         return tuple(dict.fromkeys(uuid for task in self.tasks for uuid in task.gpus))
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, detail: bool = False, description: bool = False) -> dict[str, Any]:
+        """The job as JSON. Everyone may see the summary (who, where, when, status); with
+        `detail` (the owner, admins) also its definition, env values masked (write-only).
+        `description` shows the description without `detail`."""
+        data: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
             "owner": self.owner,
-            "description": self.description,
             "template": self.template,
-            "command": self.command,
-            "options": dict(self.options),
-            "variables": dict(self.variables),
-            "sweep": {name: list(values) for name, values in self.sweep.items()},
-            "env": dict(self.env),
-            "workdir": self.workdir,
             "queued": self.queued,
             "walltime_s": self.walltime.total_seconds() if self.walltime else None,
             "start_at": isoformat(self.start_at),
@@ -175,8 +181,21 @@ class Job(NewJob):
             "updated_by": self.updated_by,
             "status": self.status,
             "gpus": list(self.gpus),
-            "tasks": [task.to_json() for task in self.tasks],
+            "detail": detail,
         }
+        if detail or description:
+            data["description"] = self.description
+        if detail:
+            data.update(
+                command=self.command,
+                options=dict(self.options),
+                variables=dict(self.variables),
+                sweep={name: list(values) for name, values in self.sweep.items()},
+                env=masked(self.env),
+                workdir=self.workdir,
+            )
+        data["tasks"] = [task.to_json(detail=detail, secret=self.env) for task in self.tasks]
+        return data
 
 
 def job_status(states: Iterable[TaskState]) -> str:

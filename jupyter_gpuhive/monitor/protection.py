@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..hosts.pool import HostPool
-from ..model import Reservation, utcnow
+from ..model import Identity, Reservation, utcnow
 from ..store import Changes, Store
 from ..store.violations import NewViolation
 from .handlers import (
@@ -416,8 +416,14 @@ class Protection:
         reservation_id: int | None = None,
         kinds: Sequence[str] | None = None,
         limit: int = 1000,
+        viewer: Identity | None = None,
+        public: bool = False,
     ) -> list[dict[str, Any]]:
-        """Stored violations overlapping [start, end), newest first, as JSON."""
+        """Stored violations overlapping [start, end), newest first, as `viewer` may see them.
+
+        A non-admin viewer gets the violations they are involved in (holder or offender);
+        with `public`, every violation, the others without PIDs, commands and action details.
+        """
         if end <= start:
             raise Invalid("The end of the window must be after its start.")
         if not 0 < limit <= MAX_QUERY:
@@ -425,22 +431,55 @@ class Protection:
         unknown = sorted(set(kinds or ()) - set(KINDS))
         if unknown:
             raise Invalid(f"Unknown violation kind(s) {unknown}; known: {', '.join(KINDS)}.")
+        involving = None
+        if viewer is not None and not viewer.is_admin and not public:
+            involving = (viewer.name, self.unix_user(viewer.name))
         found = await self._run(
             self.store.violations.query, start, end, user=user, host=host,
-            reservation_id=reservation_id, kinds=kinds, limit=limit,
+            reservation_id=reservation_id, kinds=kinds, limit=limit, involving=involving,
         )  # fmt: skip
-        return [v.to_json() for v in found]
+        return self._visible([v.to_json() for v in found], viewer, public)
 
-    async def for_reservation(self, reservation_id: int) -> list[dict[str, Any]]:
-        """A reservation's violations and idle notices, oldest first, as JSON."""
+    async def for_reservation(
+        self, reservation_id: int, viewer: Identity | None = None, public: bool = False
+    ) -> list[dict[str, Any]]:
+        """A reservation's violations and idle notices, oldest first, as `viewer` may see them."""
         found = await self._run(self.store.violations.for_reservation, reservation_id)
-        return [v.to_json() for v in found]
+        return self._visible([v.to_json() for v in found], viewer, public)
 
-    def ongoing(self) -> list[dict[str, Any]]:
-        """The violations open right now (live state, no database)."""
-        return [
-            {**c.incident.to_json(), "since": c.since.isoformat()} for c in self._cases.values()
-        ]
+    def ongoing(self, viewer: Identity | None = None, public: bool = False) -> list[dict[str, Any]]:
+        """The violations open right now (live state, no database), as `viewer` may see them."""
+        return self._visible(
+            [{**c.incident.to_json(), "since": c.since.isoformat()} for c in self._cases.values()],
+            viewer,
+            public,
+        )
+
+    def involves(self, viewer: Identity, holder: str | None, offender: str | None) -> bool:
+        """Whether `viewer` holds the reserved GPU or (as their UNIX user) is the offender."""
+        return holder == viewer.name or (
+            offender is not None and offender == self.unix_user(viewer.name)
+        )
+
+    def _visible(
+        self, items: list[dict[str, Any]], viewer: Identity | None, public: bool
+    ) -> list[dict[str, Any]]:
+        """Admins (and None: the server itself) see all; others their own, or all if public
+        but then without the PIDs, command lines and action details of other people's."""
+        if viewer is None or viewer.is_admin:
+            return items
+        shown = []
+        for item in items:
+            if self.involves(viewer, item.get("holder"), item.get("offender")):
+                shown.append(item)
+            elif public:
+                brief = {k: v for k, v in item.items() if k not in ("pids", "commands")}
+                if "actions" in brief:
+                    brief["actions"] = [
+                        {k: v for k, v in a.items() if k != "detail"} for a in brief["actions"]
+                    ]
+                shown.append(brief)
+        return shown
 
     async def stop(self) -> None:
         """Cancel handler calls still running."""

@@ -221,12 +221,16 @@ class Violations:
         reservation_id: int | None = None,
         kinds: Sequence[str] | None = None,
         limit: int = 1000,
+        involving: tuple[str, str] | None = None,
     ) -> list[ViolationRecord]:
-        """Violations overlapping [start, end), newest first; `user` is offender or holder."""
+        """Violations overlapping [start, end), newest first; `user` is offender or holder;
+        `involving` (holder, offender) keeps those with that holder or that offender."""
         v = violations
         q = select(v).where(v.c.started_at < end, or_(v.c.ended_at.is_(None), v.c.ended_at > start))
         if user is not None:
             q = q.where(or_(v.c.offender == user, v.c.holder == user))
+        if involving is not None:
+            q = q.where(or_(v.c.holder == involving[0], v.c.offender == involving[1]))
         if host is not None:
             q = q.where(v.c.host == host)
         if reservation_id is not None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..client import HiveClientError
 from .clock import UTC, iso
 
 # chart title -> (kind, field of the metrics endpoint)
@@ -169,7 +170,13 @@ class DashboardModel:
     def poll_usage(self) -> dict[str, Any] | None:
         if self.usage_id is None:
             return None
-        self.usage = self.client.request("GET", f"reservations/{self.usage_id}/usage")
+        try:
+            self.usage = self.client.request("GET", f"reservations/{self.usage_id}/usage")
+        except HiveClientError as error:
+            if error.status != 403:
+                raise
+            # someone else's reservation on a site that keeps usage private: say so
+            self.usage = {"reservation": self.usage_id, "message": error.message}
         return self.usage
 
     def poll(self) -> None:

@@ -90,6 +90,8 @@ def process_table(model: DashboardModel) -> str:
 def usage_text(usage: dict[str, Any] | None) -> str:
     if not usage:
         return ""
+    if "message" in usage:
+        return f"<b>Reservation {usage['reservation']}</b>: {html.escape(usage['message'])}"
     parts = [
         f"<b>Reservation {usage['reservation']}</b>: used {usage['used_gpu_hours']:.2f} of "
         f"{usage['reserved_gpu_hours']:.2f} GPU-hours; mean utilization "
