@@ -78,7 +78,8 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/usage": {
         "get": _op(
-            "Reserved and used GPU-hours per user, per GPU and per reservation in a window",
+            "Reserved and used GPU-hours per GPU and for the site in a window; per user and "
+            "per reservation: one's own rows (admins: all; see docs/privacy.md)",
             "200",
             422,
             parameters=[
@@ -90,7 +91,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/violations": {
         "get": _op(
             "Violation history (foreign, unreserved, ghost, idle) with the actions taken, "
-            "and those ongoing now",
+            "and those ongoing now: those the requester holds or caused (admins: all)",
             "200",
             422,
             parameters=[
@@ -105,7 +106,12 @@ PATHS: dict[str, dict[str, Any]] = {
         )
     },
     "/reservations/{id}/usage": {
-        "get": _op("Usage of one reservation (live while it runs)", "200", 404, parameters=_ID)
+        "get": _op(
+            "Usage of one reservation (live while it runs; owner and admins)",
+            "200",
+            404,
+            parameters=_ID,
+        )
     },
     "/reservations": {
         "get": _op(
@@ -166,7 +172,8 @@ PATHS: dict[str, dict[str, Any]] = {
     "/templates": {"get": _op("Job templates with their fields, options and an example", "200")},
     "/jobs": {
         "get": _op(
-            "Jobs, optionally of one user or in one status",
+            "Jobs, optionally of one user or in one status; others' jobs as a summary "
+            "(no command, variables, options or env); env values always masked",
             "200",
             parameters=[_q("user", "Only this owner"), _q("status", "Only this status")],
         ),
@@ -196,7 +203,12 @@ PATHS: dict[str, dict[str, Any]] = {
         )
     },
     "/jobs/{id}": {
-        "get": _op("One job with its tasks", "200", 404, parameters=_ID),
+        "get": _op(
+            "One job with its tasks (its definition for the owner and admins)",
+            "200",
+            404,
+            parameters=_ID,
+        ),
         "delete": _op(
             "Delete a job that is not running (owner/admin)", "200", 404, 409, parameters=_ID
         ),
