@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from datetime import time as clock_time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -16,6 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .client import HiveClient, HiveClientError
 from .model import parse_duration
+from .widgets.clock import local_zone
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -48,17 +50,24 @@ def parse_gpu_args(items: Sequence[str]) -> tuple[list[str], int | None]:
 
 
 def parse_when(text: str, now: datetime) -> datetime:
-    """ISO 8601 (local time if no offset), or 'HH:MM' today (tomorrow if already past)."""
-    local = now.astimezone()
+    """ISO 8601 (local time if no offset), or 'HH:MM' today (tomorrow if already past).
+
+    Local times take the offset their own day has in the kernel's zone, not today's (they
+    differ across a DST change).
+    """
+    zone = local_zone()
+    day = now.astimezone(zone).date()
     try:
         if len(text) <= 5 and ":" in text:
             hour, minute = (int(p) for p in text.split(":"))
-            when = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
-            return when if when > local else when + timedelta(days=1)
+            when = datetime.combine(day, clock_time(hour, minute), tzinfo=zone)
+            if when.astimezone(UTC) <= now.astimezone(UTC):
+                when = datetime.combine(day + timedelta(days=1), when.time(), tzinfo=zone)
+            return when
         when = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"Cannot read the time {text!r}: use HH:MM or ISO 8601.") from None
-    return when if when.tzinfo else when.replace(tzinfo=local.tzinfo)
+    return when if when.tzinfo else when.replace(tzinfo=zone)
 
 
 def cuda_already_initialised() -> str | None:
