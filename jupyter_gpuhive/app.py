@@ -340,12 +340,14 @@ class GpuHiveApp(ExtensionApp):
         self.handlers.extend(proxy_routes(PREFIX) if self.service_url else ROUTES)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        # Kernels inherit the server's environment: this is how magics find the server.
-        os.environ.setdefault("GPUHIVE_URL", serverapp.connection_url)
-        token = getattr(serverapp.identity_provider, "token", "") or ""
-        if token:
-            os.environ.setdefault("GPUHIVE_TOKEN", token)
+        # Kernels find this server through GPUHIVE_URL and a gpuhive-only token bound to the
+        # user who started them; the server's own token never goes into os.environ or a
+        # kernel (see kernel_tokens). In client mode kernels use their Hub token instead.
         if self.hive is not None:
+            from .api.base import HiveHandler
+            from .kernel_tokens import SETTING, install
+
+            serverapp.web_app.settings[SETTING] = install(serverapp, HiveHandler.gpuhive_user)
             await self.hive.start()
 
     async def stop_extension(self) -> None:

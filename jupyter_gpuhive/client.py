@@ -34,9 +34,12 @@ def _running_servers() -> list[dict[str, Any]]:
 def discover() -> tuple[str, str]:
     """Find the gpuhive server for this kernel: (base URL, token).
 
-    Order: the variables the extension exports to the kernels it starts; JupyterHub's
-    environment (the user's own server, with the user's Hub token); the runtime files of
-    Jupyter servers running on this machine (the one serving the current directory).
+    Order: the variables the extension gives each kernel it starts (GPUHIVE_URL and a kernel
+    token that opens gpuhive's API as the user who started the kernel, nothing more; see
+    `kernel_tokens`); JupyterHub's environment (the user's own server, with the user's Hub
+    token); the runtime files of Jupyter servers running on this machine (the one serving the
+    current directory), for processes no gpuhive server started, such as a terminal or a
+    script. Those files hold a server's own token and only its UNIX user can read them.
     """
     if os.environ.get(ENV_URL):
         return os.environ[ENV_URL], os.environ.get(ENV_TOKEN, "")

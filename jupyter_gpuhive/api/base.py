@@ -32,6 +32,8 @@ except ImportError:  # pragma: no cover - orjson is a dependency; stay correct w
 
 from ..errors import BadRequest, HiveError, Invalid
 from ..hive import Hive
+from ..kernel_tokens import SETTING as KERNEL_TOKENS
+from ..kernel_tokens import KernelTokens, KernelUser
 from ..model import Identity, parse_duration, parse_instant
 
 log = logging.getLogger(__name__)
@@ -141,13 +143,63 @@ class HiveLogic(RequestHandler):
 
 
 class HiveHandler(HiveLogic, APIHandler):
-    """Base of the REST handlers inside a Jupyter server."""
+    """Base of the REST handlers inside a Jupyter server.
+
+    Besides Jupyter's own credentials it takes kernel tokens (`Authorization: token
+    gpuhive-kernel-…`, see `kernel_tokens`): each stands for the user who started the kernel,
+    here and nowhere else in the server.
+    """
+
+    _kernel: KernelUser | None = None
+    _kernel_looked_up = False
+
+    @property
+    def identity_provider(self) -> Any:
+        provider = super().identity_provider
+        kernel = self._kernel_user()
+        return provider if kernel is None else _KernelIdentity(provider, kernel)
+
+    def _kernel_user(self) -> KernelUser | None:
+        """The user of the request's kernel token, if it carries one (looked up once)."""
+        if not self._kernel_looked_up:
+            tokens: KernelTokens | None = self.settings.get(KERNEL_TOKENS)
+            found = _BEARER.fullmatch(self.request.headers.get("Authorization", "").strip())
+            self._kernel = tokens.user(found[1]) if tokens is not None and found else None
+            self._kernel_looked_up = True
+        return self._kernel
 
     def requester(self) -> Identity:
         user = self.current_user
-        provider = type(self.identity_provider)
-        if provider.__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
-            return self.hive.identify(getpass.getuser(), None)
+        if isinstance(user, KernelUser):
+            return self.hive.identify(user.username, user.groups)
+        name, groups = self.gpuhive_user(user, self.identity_provider)
+        return self.hive.identify(name, groups)
+
+    @staticmethod
+    def gpuhive_user(user: Any, provider: Any) -> tuple[str, list[str] | None]:
+        """Who a Jupyter user is to gpuhive: name and groups (None: unknown)."""
+        if type(provider).__module__ in _ANONYMOUS_PROVIDERS or _is_anonymous(user):
+            return getpass.getuser(), None
         # A user without a `groups` field says nothing about groups: None keeps the known ones.
         groups = getattr(user, "groups", None)
-        return self.hive.identify(user.username, None if groups is None else list(groups))
+        return user.username, None if groups is None else list(groups)
+
+
+_BEARER = re.compile(r"(?:token|bearer)\s+(\S+)", re.IGNORECASE)
+
+
+class _KernelIdentity:
+    """Jupyter's identity provider for one request that carried a kernel token."""
+
+    def __init__(self, provider: Any, user: KernelUser) -> None:
+        self._provider = provider
+        self._user = user
+
+    def get_user(self, handler: Any) -> KernelUser:
+        return self._user
+
+    def is_token_authenticated(self, handler: Any) -> bool:
+        return True  # a header token, as Jupyter's own: no XSRF cookie needed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._provider, name)
