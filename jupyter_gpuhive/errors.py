@@ -34,6 +34,12 @@ class NotFound(HiveError):
     status = 404
 
 
+class MethodNotAllowed(HiveError):
+    """The resource exists but does not answer this HTTP method."""
+
+    status = 405
+
+
 class Conflict(HiveError):
     """The request clashes with the current state (e.g. an overlapping reservation)."""
 
@@ -44,6 +50,12 @@ class Invalid(HiveError):
     """Well-formed but unacceptable values (end before start, unknown GPU, too long)."""
 
     status = 422
+
+
+class TooLarge(HiveError):
+    """The request body is larger than the API accepts."""
+
+    status = 413
 
 
 class Unauthorized(HiveError):

@@ -263,9 +263,9 @@ class JobLogHandler(HiveLogic):
             await self.hive.job_log(
                 self.who,
                 self.id_arg(job_id, "job"),
-                self.int_arg("task", 0),
-                max(0, self.int_arg("offset", 0)),
-                self.int_arg("tail", 0) if tail else None,
+                self.int_arg("task", 0, 0),
+                self.int_arg("offset", 0, 0),  # bounded before any shell sees it
+                self.int_arg("tail", 0, 0) if tail else None,
             )
         )
 
@@ -281,7 +281,6 @@ class ViolationsHandler(HiveLogic):
     async def get(self) -> None:
         end = self.instant_arg("end", utcnow() + timedelta(seconds=1))
         start = self.instant_arg("start", end - timedelta(days=7))
-        reservation = self.get_query_argument("reservation", None)
         protection = self.hive.protection
         public = self.hive.settings.privacy.public_violations
         found = await protection.history(
@@ -289,7 +288,7 @@ class ViolationsHandler(HiveLogic):
             end,
             user=self.get_query_argument("user", None),
             host=self.get_query_argument("host", None),
-            reservation_id=self.id_arg(reservation, "reservation") if reservation else None,
+            reservation_id=self.id_query_arg("reservation"),
             kinds=self.get_query_arguments("kind") or None,
             limit=self.int_arg("limit", 1000),
             viewer=self.who,

@@ -5,15 +5,38 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
+from ..store.schema import ID_MAX
+from .inputs import INT_MAX, MAX_BODY_BYTES
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
-_ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
+_ID = [
+    {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0, "maximum": ID_MAX},
+    }
+]
+
+# What each error status means, for every operation that can answer it.
+_MEANING = {
+    400: "Malformed: not JSON, a wrong type, nested too deeply, not valid Unicode",
+    401: "No valid credentials (send 'Authorization: token <token>')",
+    403: "Authenticated, but not allowed to do this",
+    404: "No such thing (ids are ASCII digits)",
+    409: "Clashes with the current state (the message names what is in the way)",
+    413: f"The request body is over {MAX_BODY_BYTES} bytes",
+    422: "Well-formed, but unacceptable values (the message says which and why)",
+    503: "A host cannot be reached or cannot do this now",
+}
 
 
-def _q(name: str, description: str, kind: str = "string", fmt: str | None = None) -> dict:
-    schema: dict[str, Any] = {"type": kind}
-    if fmt:
-        schema["format"] = fmt
+def _q(
+    name: str, description: str, kind: str = "string", fmt: str | None = None, **limits: Any
+) -> dict:
+    schema: dict[str, Any] = {"type": kind, **limits}
+    if fmt:  # an empty value means the default
+        schema["anyOf"] = [{"format": fmt}, {"maxLength": 0}]
     return {
         "name": name,
         "in": "query",
@@ -24,12 +47,21 @@ def _q(name: str, description: str, kind: str = "string", fmt: str | None = None
 
 
 def _op(summary: str, ok: str, *errors: int, body: str | None = None, **extra: Any) -> dict:
+    """One operation; the error statuses follow from its shape, plus those named."""
     responses: dict[str, Any] = {
         ok: {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
     }
-    for code in (403, *errors):
+    codes = {401, 403, *errors}
+    parameters = extra.get("parameters", [])
+    if any(p["in"] == "query" for p in parameters):
+        codes |= {400, 422}  # not UTF-8; a value out of range or of the wrong kind
+    if any(p["in"] == "path" for p in parameters):
+        codes.add(404)
+    if body:
+        codes |= {400, 413, 422}
+    for code in sorted(codes):
         responses[str(code)] = {
-            "description": "Error",
+            "description": _MEANING[code],
             "content": {"application/json": {"schema": _ERROR}},
         }
     op: dict[str, Any] = {"summary": summary, "responses": responses, **extra}
@@ -99,9 +131,15 @@ PATHS: dict[str, dict[str, Any]] = {
                 _q("end", "Window end (default: now)", fmt="date-time"),
                 _q("user", "Offender or holder"),
                 _q("host", "Only this host"),
-                _q("reservation", "Only during this reservation", "integer"),
+                _q(
+                    "reservation",
+                    "Only during this reservation",
+                    "integer",
+                    minimum=0,
+                    maximum=ID_MAX,
+                ),
                 _q("kind", "foreign, unreserved, ghost or idle (repeatable)"),
-                _q("limit", "At most this many (1–10000)", "integer"),
+                _q("limit", "At most this many (1–10000)", "integer", minimum=1, maximum=10000),
             ],
         )
     },
@@ -122,7 +160,7 @@ PATHS: dict[str, dict[str, Any]] = {
                 *_WINDOW,
                 _q("user", "Only this owner"),
                 _q("include_cancelled", "Also cancelled ones", "boolean"),
-                _q("limit", "At most this many (1–10000)", "integer"),
+                _q("limit", "At most this many (1–10000)", "integer", minimum=1, maximum=10000),
             ],
         ),
         "post": _op("Book GPUs", "201", 400, 409, 422, body="NewReservation"),
@@ -180,10 +218,8 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op(
             "Create a job from a template ('start': true runs it now)",
             "201",
-            400,
-            403,
+            404,
             409,
-            422,
             body="NewJob",
         ),
     },
@@ -197,8 +233,8 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op(
             "The exact per-task commands and environments, without creating anything",
             "200",
-            400,
-            422,
+            404,
+            409,
             body="NewJob",
         )
     },
@@ -238,9 +274,9 @@ PATHS: dict[str, dict[str, Any]] = {
             503,
             parameters=[
                 *_ID,
-                _q("task", "Task index (default 0)", "integer"),
-                _q("offset", "Byte offset to read from", "integer"),
-                _q("tail", "Only the last N bytes", "integer"),
+                _q("task", "Task index (default 0)", "integer", minimum=0, maximum=INT_MAX),
+                _q("offset", "Byte offset to read from", "integer", minimum=0, maximum=INT_MAX),
+                _q("tail", "Only the last N bytes", "integer", minimum=0, maximum=INT_MAX),
             ],
         )
     },
@@ -248,6 +284,23 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 _INSTANT = {"type": "string", "format": "date-time"}
+# Durations: text like '90s', '15m', '2h', '1d', or a number of seconds.
+_DURATION = {
+    "anyOf": [
+        {"type": "string", "example": "2h"},
+        {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+    ]
+}
+_NAMES = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": r"\S"}}
+
+
+def _text(limit: int, required: bool = False) -> dict[str, Any]:
+    """A text field: at most `limit` characters; a required one also not blank."""
+    if required:
+        return {"type": "string", "minLength": 1, "maxLength": limit, "pattern": r"\S"}
+    return {"type": "string", "maxLength": limit}
+
+
 SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -258,66 +311,83 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["title", "gpus"],
         "properties": {
-            "title": {"type": "string", "maxLength": 200},
-            "description": {"type": "string", "maxLength": 4000},
+            "title": _text(200, required=True),
+            "description": _text(4000),
             "gpus": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             "start": _INSTANT,
             "end": _INSTANT,
-            "duration": {"type": "string", "example": "2h"},
+            "duration": _DURATION,
             "owner": {"type": "string", "description": "Admins only: book for someone else"},
         },
     },
     "ReservationChange": {
         "type": "object",
+        "description": "Only these fields can change; any other field is refused (400).",
+        "additionalProperties": False,
         "properties": {
-            "title": {"type": "string"},
-            "description": {"type": "string"},
-            "gpus": {"type": "array", "items": {"type": "string"}},
+            "title": _text(200, required=True),
+            "description": _text(4000),
+            "gpus": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             "start": _INSTANT,
             "end": _INSTANT,
-            "duration": {"type": "string"},
+            "duration": _DURATION,
         },
     },
     "NewJob": {
         "type": "object",
         "required": ["name", "command"],
         "properties": {
-            "name": {"type": "string"},
-            "description": {"type": "string"},
+            "name": _text(120, required=True),
+            "description": _text(4000),
             "template": {
                 "type": "string",
                 "enum": ["plain", "pytorch", "tensorflow", "tf-clusterspec"],
             },
-            "command": {"type": "string", "description": "Command template with {fields}"},
+            "command": {
+                **_text(100_000, required=True),
+                "description": "Command template with {fields}",
+            },
             "gpus": {"type": "array", "items": {"type": "string"}},
-            "reservation": {"type": "integer"},
+            "reservation": {"type": "integer", "minimum": 0, "maximum": ID_MAX},
             "options": {"type": "object"},
             "variables": {"type": "object"},
-            "sweep": {"type": "object", "description": "{'lr': ['0.1', '0.01']}"},
+            "sweep": {
+                "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "string"}}],
+                "description": "{'lr': ['0.1', '0.01']} or ['lr=0.1,0.01']",
+            },
             "env": {"type": "object"},
             "workdir": {"type": "string"},
             "queued": {"type": "boolean"},
-            "walltime": {"type": "string", "example": "2h"},
+            "walltime": _DURATION,
             "start_at": _INSTANT,
             "stop_at": _INSTANT,
-            "max_retries": {"type": "integer"},
+            "max_retries": {"type": "integer", "minimum": 0, "maximum": 10},
             "start": {"type": "boolean", "description": "Run now"},
         },
     },
     "Rule": {
         "type": "object",
         "properties": {
-            "name": {"type": "string"},
-            "users": {"type": "array", "items": {"type": "string"}},
-            "groups": {"type": "array", "items": {"type": "string"}},
-            "hosts": {"type": "array", "items": {"type": "string"}},
-            "gpus": {"type": "array", "items": {"type": "string"}},
+            "name": {"type": "string", "maxLength": 120},
+            "users": _NAMES,
+            "groups": _NAMES,
+            "hosts": _NAMES,
+            "gpus": _NAMES,
             "windows": {
                 "type": "array",
                 "items": {
                     "type": "object",
                     "properties": {
-                        "days": {"type": "array", "items": {"type": "string"}},
+                        "days": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "anyOf": [
+                                    {"type": "string", "example": "mon-fri"},
+                                    {"type": "integer", "minimum": 0, "maximum": 6},
+                                ]
+                            },
+                        },
                         "start": {"type": "string", "example": "08:00"},
                         "end": {"type": "string", "example": "16:00"},
                     },
@@ -330,18 +400,37 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+_DESCRIPTION = (
+    "GPU reservations, monitoring and jobs. Every error is JSON {'message': '…'} with a "
+    "sentence that says what is wrong: 400 malformed, 401 no valid credentials, 403 not "
+    "allowed, 404 no such thing, 409 a clash with the current state, 413 a request body "
+    f"over {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES // 1024} KiB, the one size limit), "
+    "422 unacceptable values, 503 a host cannot do it now. Ids are ASCII digits up to "
+    f"{ID_MAX}; whole-number query parameters lie within ±{INT_MAX}."
+)
+
+
 def openapi_document(base_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3 document, with the server's base URL."""
     return {
         "openapi": "3.0.3",
-        "info": {"title": "jupyter-gpuhive", "version": __version__},
+        "info": {
+            "title": "jupyter-gpuhive",
+            "version": __version__,
+            "description": _DESCRIPTION,
+        },
         "servers": [{"url": base_url.rstrip("/") + "/gpuhive/api"}],
         "security": [{"token": []}],
         "paths": PATHS,
         "components": {
             "schemas": SCHEMAS,
             "securitySchemes": {
-                "token": {"type": "apiKey", "in": "header", "name": "Authorization"}
+                "token": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "'token <token>': a Jupyter server or JupyterHub token",
+                }
             },
         },
     }

@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from .. import access
-from ..errors import BadRequest, Conflict, Forbidden, Invalid
+from ..errors import BadRequest, Conflict, Forbidden, Invalid, NotFound
 from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
 from ..store import Store
+from ..store.schema import ID_MAX
 from .admission import gpu_count, template_options
 from .commands import shell_command
 from .model import Job, NewJob, render_tasks
@@ -63,6 +64,8 @@ class JobService:
             rid = body["reservation"]
             if not isinstance(rid, int) or isinstance(rid, bool):
                 raise BadRequest("'reservation' must be a reservation id (a number).")
+            if not 0 <= rid <= ID_MAX:  # no table holds such an id (nor can the driver send it)
+                raise NotFound(f"There is no reservation {rid}.")
             res = self.store.reservations.get(rid)
             if res.owner != who.name and not who.is_admin:
                 raise Forbidden(f"Reservation {rid} belongs to {res.owner}, not to you.")
@@ -113,6 +116,9 @@ class JobService:
         retries = body.get("max_retries", 0)
         if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
             raise Invalid("'max_retries' must be a whole number from 0 to 10.")
+        for flag in ("queued", "start"):
+            if not isinstance(body.get(flag, False), bool):
+                raise BadRequest(f"'{flag}' must be true or false.")
         workdir = body.get("workdir")
         if workdir is not None and not isinstance(workdir, str):
             raise BadRequest("'workdir' must be a path.")

@@ -140,6 +140,7 @@ class Template(ABC):
     ) -> list[TaskSpec]:
         """Resolve the job into one TaskSpec per task, in task order."""
         check_value("job name", job_name)
+        check_value("command", command_template)
         if workdir is not None:
             check_value("workdir", workdir)
         nodes = _nodes(gpus_by_host)
@@ -278,6 +279,8 @@ class Template(ABC):
                     f"option {name} of the {self.name} template must be "
                     f"{option.kind.__name__}, not {value!r}"
                 )
+            if isinstance(value, str):
+                check_value(f"option {name}", value)
             result[name] = value
         return result
 

@@ -26,6 +26,9 @@ from sqlalchemy.types import TypeDecorator
 
 from ..model import UTC
 
+# The largest id any table can hold (INTEGER on PostgreSQL); a larger id names nothing.
+ID_MAX = 2**31 - 1
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
