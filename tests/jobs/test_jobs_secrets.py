@@ -44,6 +44,8 @@ WEBHOOK_TOKEN = f"webhook-token-{RUN}"
 SECRETS = (SERVER_TOKEN, HUB_TOKEN, ENV_SECRET, DB_PASSWORD, SMTP_PASSWORD, WEBHOOK_PASSWORD,
            WEBHOOK_TOKEN)  # fmt: skip
 ALICE_SECRET = f"alice-{RUN} 'quoted' $HOME"
+# Lines that could end the here-document or fill a placeholder of the start script.
+NASTY = "one\nGPUHIVE_ENV_END\n%(screen)s %(env)s\n$(touch pwned) `touch pwned` \\ 'q' \"d\"\n"
 HOST_MARK = f"host-{RUN}"
 HANDLERS = {
     "email": {"host": "smtp.invalid", "port": 587, "starttls": True, "username": "hive",
@@ -150,8 +152,9 @@ async def test_a_job_sees_no_secret_and_shows_its_own_to_nobody(
     api: Any, started: Any, transport: str
 ) -> None:
     owner = api(OWNER)
-    body = {"name": f"dump-{transport}", "gpus": ["gpu1:0"], "start": True,
-            "command": "env; echo READY; exec sleep 60", "env": {"ALICE_SECRET": ALICE_SECRET}}  # fmt: skip
+    command = 'env; printf "NASTY<%s>\\n" "$NASTY"; echo "UMASK=$(umask)"; echo READY; exec sleep 60'
+    body = {"name": f"dump-{transport}", "gpus": ["gpu1:0"], "start": True, "command": command,
+            "env": {"ALICE_SECRET": ALICE_SECRET, "NASTY": NASTY}}  # fmt: skip
     created = await owner("POST", "jobs", body)
     assert created.status == 201, created
     job_id = created.body["id"]
@@ -166,6 +169,9 @@ async def test_a_job_sees_no_secret_and_shows_its_own_to_nobody(
         lines = log.splitlines()
         assert f"ALICE_SECRET={ALICE_SECRET}" in lines  # the job's env, verbatim
         assert f"HOST_MARK={HOST_MARK}" in lines  # the host's configured env
+        assert f"NASTY<{NASTY}>" in log
+        assert not list(on_host("~/").glob("pwned*")), "a value was run by a shell"
+        assert "UMASK=0077" not in lines  # only gpuhive's own files are private
         for secret in SECRETS:
             assert secret not in log, f"a server secret reached the job:\n{log}"
         ours = ("GPUHIVE_TOKEN=", "GPUHIVE_URL=", "GPUHIVE_UMASK=", "JUPYTER")
