@@ -75,8 +75,14 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) $(CHP_STAMP) lint test-js test-ui
+test: sysdeps $(STAMP) $(CHP_STAMP) lint test-js test-ui test-schemathesis
 	$(BIN)/python -m pytest -q
+
+# The OpenAPI document against the server: schemathesis (--checks all, fixed seed) as a user and
+# as an admin, on a real server with simulated hosts and SQLite (tests/api/schemathesis_run.py).
+.PHONY: test-schemathesis
+test-schemathesis: $(STAMP)
+	$(BIN)/python -m tests.api.schemathesis_run
 
 demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.demo
