@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests).
-APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables
+# System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests,
+# libfaketime for make test-dates).
+APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables faketime libfaketime
 # JupyterLab extension (labextension/): node_modules cached by a stamp, rebuilt when its sources change.
 LABEXT       := labextension
 LABEXT_STAMP := $(LABEXT)/node_modules/.installed
@@ -77,6 +78,13 @@ format: $(STAMP)
 
 test: sysdeps $(STAMP) $(CHP_STAMP) lint test-js test-ui test-schemathesis
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-dates
+
+# The date- and time-sensitive tests again, with the clock faked (libfaketime) to each DST change of
+# the site zone, 31 December 23:59, 29 February, a Sunday 23:30 and now (tests/dates.py lists them).
+.PHONY: test-dates
+test-dates: sysdeps $(STAMP)
+	$(BIN)/python -m tests.dates
 
 # The OpenAPI document against the server: schemathesis (--checks all, fixed seed) as a user and
 # as an admin, on a real server with simulated hosts and SQLite (tests/api/schemathesis_run.py).

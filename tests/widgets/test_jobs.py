@@ -385,10 +385,11 @@ def test_overview_shows_a_running_queued_job(owner: HiveClient) -> None:
     except HiveClientError as error:  # the queue admitted it first
         assert error.status == 409
     wait_for(lambda: owner.request("GET", f"jobs/{job['id']}")["status"] == "running")
-    model = OverviewModel(owner, days=1, slot="1h", zone="UTC")
+    now = datetime.now(UTC)  # the model's clock too: its today and this hour cannot disagree
+    model = OverviewModel(owner, days=1, slot="1h", zone="UTC", now=lambda: now)
     model.load()
     row = model.gpus.index("wjob1:2")
-    hour = datetime.now(UTC).hour
+    hour = now.hour
     assert model.matrix[row, hour] == QUEUED
     assert list(model.matrix[row, hour:]).count(QUEUED) in (1, 2)  # until its 1 h walltime ends
     assert f"queued job {job['id']}" in model.describe(row, hour)
