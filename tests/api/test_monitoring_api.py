@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,8 @@ async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
         assert events[0]["holder"] == "alice"
         assert events[0]["gpu"] == "gpu1:3"
         assert str(intruder.pid) in str(events[0]["pids"])
+        # Anyone on the server may subscribe to the bus: no command line goes there.
+        assert "commands" not in events[0] and "sleep" not in json.dumps(events[0])
 
         async def recorded() -> Any:
             reply = await alice("GET", "violations")

@@ -36,10 +36,15 @@ EVENT_SCHEMA: dict[str, Any] = {
         "reservation_end": _NULLABLE_STRING,
         "since": {"type": "string"},
         "pids": {"type": "array", "items": {"type": "integer"}},
-        "commands": {"type": "array", "items": {"type": "string"}},
         "detail": _NULLABLE_STRING,
     },
 }
+
+
+# Every user of the server may subscribe to its event bus: the offender's command lines, which
+# only the people involved and admins may see (docs/privacy.md), stay out of it. PIDs stay: any
+# user of the host sees them with `ps`, and the toast names them.
+PRIVATE_FIELDS = ("commands",)
 
 
 class EventHandler(ViolationHandler):
@@ -54,6 +59,8 @@ class EventHandler(ViolationHandler):
     async def handle(self, incident: Incident, step: Mapping[str, Any]) -> str:
         assert self.context.publish is not None
         data = {**incident.to_json(), "message": self.text(incident, step)}
+        for name in PRIVATE_FIELDS:
+            data.pop(name, None)
         result = self.context.publish(data)
         if inspect.isawaitable(result):
             await result
