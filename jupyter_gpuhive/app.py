@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import tomllib
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
@@ -17,7 +16,8 @@ from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, de
 from .errors import Invalid
 from .hive import Hive, HiveSettings
 from .hosts.pool import SshSettings, ensure_client_key
-from .inventory_config import parse_hosts
+from .hostsfile import HostsFileWatcher, default_hosts_file, read_hosts
+from .inventory_config import local_gpu_host, parse_hosts
 from .model import parse_duration
 from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
 from .monitor.protection import ProtectionSettings
@@ -60,7 +60,19 @@ class GpuHiveApp(ExtensionApp):
 
     hosts_file = Unicode(
         "",
-        help="A JSON or TOML file with more hosts (a list, or a table with a 'hosts' list).",
+        help="A JSON or TOML file with more hosts (a list, or a table with a 'hosts' list). "
+        "Default: gpuhive_hosts.toml in the Jupyter config dir, read when it exists; "
+        "`jupyter gpuhive hosts add|remove` edit it.",
+    ).tag(config=True)
+    hosts_file_reload = Bool(
+        True,
+        help="Re-read the hosts file when it changes (checked every poll_interval), so "
+        "`jupyter gpuhive hosts add|remove` take effect without a restart.",
+    ).tag(config=True)
+    auto_local_host = Bool(
+        True,
+        help="With no hosts configured, use this machine as the GPU host when `nvidia-smi` "
+        "runs here (local transport, named by its host name). False turns this off.",
     ).tag(config=True)
 
     site_timezone = Unicode(
@@ -197,6 +209,7 @@ class GpuHiveApp(ExtensionApp):
     ).tag(config=True)
 
     hive: Hive | None = None
+    _watcher: HostsFileWatcher | None = None
 
     @default("ssh_key")
     def _default_key(self) -> str:
@@ -232,17 +245,28 @@ class GpuHiveApp(ExtensionApp):
         path = Path(jupyter_data_dir()) / "gpuhive" / "gpuhive.sqlite"
         return f"sqlite:///{path}"
 
+    def hosts_file_path(self) -> Path:
+        """The hosts file: `hosts_file`, else gpuhive_hosts.toml in the Jupyter config dir."""
+        return Path(self.hosts_file).expanduser() if self.hosts_file else default_hosts_file()
+
     def all_host_specs(self) -> list[dict[str, Any]]:
-        specs = list(self.hosts)
-        if self.hosts_file:
-            path = Path(self.hosts_file).expanduser()
-            data: Any = (
-                tomllib.loads(path.read_text())
-                if path.suffix == ".toml"
-                else json.loads(path.read_text())
-            )
-            specs.extend(data["hosts"] if isinstance(data, dict) else data)
-        return specs
+        """Configured hosts and the hosts file's; with none, this machine if it has GPUs."""
+        path = self.hosts_file_path()
+        if self.hosts_file and not path.exists():
+            self.log.warning("gpuhive: the hosts file %s does not exist (yet)", path)
+        specs = [*self.hosts, *read_hosts(path)]
+        if specs or not self.auto_local_host or self.service_url:
+            return specs
+        found, why = local_gpu_host()
+        if found is None:
+            self.log.info("gpuhive: no hosts configured, and not using this machine: %s", why)
+            return specs
+        self.log.info(
+            "gpuhive: no hosts configured; using this machine as host %r (%s). "
+            "Turn this off with c.GpuHiveApp.auto_local_host = False.",
+            found["name"], why,
+        )  # fmt: skip
+        return [found]
 
     def settings_for_hive(self) -> HiveSettings:
         def span(value: str, name: str) -> timedelta:
@@ -331,7 +355,37 @@ class GpuHiveApp(ExtensionApp):
             raise TraitError(f"gpuhive configuration: {error}") from None
         self.hive = Hive(settings, publish=publish).open()
         self.settings["gpuhive"] = self.hive
-        self.log.info("gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(self.hosts))
+        self.log.info(
+            "gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(settings.hosts)
+        )
+        if self.hosts_file_reload:
+            self._watcher = HostsFileWatcher(
+                self.hosts_file_path(), self.poll_interval, self._reload_hosts_file
+            )
+
+    async def _reload_hosts_file(self) -> None:
+        """The hosts file changed: use its hosts now (a file with errors changes nothing)."""
+        assert self.hive is not None
+        path = self.hosts_file_path()
+        try:  # off the loop: it may run nvidia-smi (auto_local_host) and make a key
+            settings = await asyncio.get_running_loop().run_in_executor(
+                None, self.settings_for_hive
+            )
+        except (Invalid, HandlerConfigError) as error:
+            self.log.error("gpuhive: %s changed but is not used: %s", path, error)
+            return
+        before = {h.name for h in self.hive.settings.hosts}
+        if [(h, h.extra) for h in settings.hosts] == [
+            (h, h.extra) for h in self.hive.settings.hosts
+        ]:
+            return
+        await self.hive.use_hosts(settings.hosts, settings.ssh)
+        after = {h.name for h in settings.hosts}
+        self.log.info(
+            "gpuhive: %s changed; hosts now %s (added: %s; removed: %s)", path,
+            ", ".join(sorted(after)) or "none", ", ".join(sorted(after - before)) or "none",
+            ", ".join(sorted(before - after)) or "none",
+        )  # fmt: skip
 
     def initialize_handlers(self) -> None:
         from .api import PREFIX, ROUTES
@@ -349,8 +403,12 @@ class GpuHiveApp(ExtensionApp):
 
             serverapp.web_app.settings[SETTING] = install(serverapp, HiveHandler.gpuhive_user)
             await self.hive.start()
+            if self._watcher is not None:
+                self._watcher.start()
 
     async def stop_extension(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.stop()
         if self.hive is not None:
             await self.hive.stop()
             self.hive.close()

@@ -111,6 +111,16 @@ class Hive:
         await self.monitor.halt()
         await self.scheduler.settle()
 
+    async def use_hosts(self, hosts: list[HostDecl], ssh: SshSettings) -> None:
+        """Use a new host list (the hosts file changed): record it, then sweep the new set."""
+        await self.run(self.store.inventory.sync, hosts)
+        self.settings.hosts = hosts
+        self.pool.settings = ssh
+        await self.pool.use_hosts(hosts)
+        if self.leadership.leader:
+            await self.monitor.halt()
+            await self._lead()
+
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
         await self.leadership.stop()

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
+import subprocess
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from .errors import Invalid
+from .hosts.environment import SAFE_PATH
 from .model import GpuDecl, HostDecl
 
 TRANSPORTS = ("ssh", "local")
@@ -62,3 +68,46 @@ def parse_hosts(specs: Iterable[Any]) -> list[HostDecl]:
             raise Invalid(f"Host {host.name!r} is configured twice.")
         seen.add(host.name)
     return hosts
+
+
+_LISTED = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Za-z-]+)\)\s*$")
+
+
+def local_host_name() -> str:
+    """This machine's short host name, as a gpuhive host name ('localhost' if it has none)."""
+    name = socket.gethostname().split(".")[0]
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-")
+    return name or "localhost"
+
+
+def local_gpu_host(
+    search_path: str | None = None, timeout: float = 15.0
+) -> tuple[dict[str, Any] | None, str]:
+    """This machine as a host entry when `nvidia-smi` runs here, and why (or why not).
+
+    The entry uses the local transport, is named by the host name, lists the GPUs that
+    `nvidia-smi -L` names, and carries the PATH where nvidia-smi was found (local commands
+    run with a minimal environment of their own, not the server's).
+    """
+    found = shutil.which("nvidia-smi", path=search_path)
+    if not found:
+        return None, "no nvidia-smi on PATH"
+    try:
+        done = subprocess.run(
+            [found, "-L"], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, f"{found} -L failed: {error}"
+    gpus = []
+    for line in done.stdout.splitlines():
+        match = _LISTED.match(line)
+        if match:
+            gpus.append({"index": int(match[1]), "model": match[2], "uuid": match[3]})
+    if done.returncode != 0 or not gpus:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        return None, f"{found} -L found no GPU ({said[0] if said else f'exit {done.returncode}'})"
+    folder = os.path.dirname(found)
+    path = SAFE_PATH if folder in SAFE_PATH.split(":") else f"{folder}:{SAFE_PATH}"
+    spec = {"name": local_host_name(), "address": "localhost", "transport": "local",
+            "gpus": gpus, "env": {"PATH": path}}  # fmt: skip
+    return spec, f"{found} lists {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from tornado import web
 
+from ..guidance import advise
 from ..jobs.model import Job
 from ..model import Reservation, utcnow
 from ..privacy import job_json, reservation_json
@@ -33,7 +34,7 @@ class MeHandler(HiveLogic):
 class HostsHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
-        self.reply({"hosts": await self.hive.monitor.hosts()})
+        self.reply(advise(await self.hive.monitor.hosts(), self.hive.public_key))
 
 
 class MetricsHandler(HiveLogic):

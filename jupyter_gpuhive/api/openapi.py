@@ -92,7 +92,8 @@ PATHS: dict[str, dict[str, Any]] = {
     "/hosts": {
         "get": _op(
             "Live state of every host and GPU: metrics, processes with owners, who holds "
-            "each GPU now and next",
+            "each GPU now and next; on a host that is down, 'advice' (the reason and the fix); "
+            "with no hosts, 'setup' (the first steps)",
             "200",
         )
     },

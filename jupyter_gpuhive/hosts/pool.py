@@ -436,6 +436,23 @@ class HostPool:
             argv = ["runuser", "-u", user, "--", *argv]
         return argv
 
+    async def use_hosts(self, hosts: Iterable[HostDecl]) -> None:
+        """Switch to a new host list (the hosts file changed): a host that is new or changed
+        starts afresh ('unknown'); one removed or changed loses its loops and connections."""
+        new = {h.name: h for h in hosts}
+        old = self.hosts
+        stale = {
+            n for n, d in old.items() if n not in new or (d, d.extra) != (new[n], new[n].extra)
+        }
+        self.hosts = new
+        self._status = {
+            n: self._status[n] if n in old and n not in stale else HostStatus(n) for n in new
+        }
+        for key in [k for k in self._loops if k[0] in stale]:
+            await self._end_loop(key)
+        for key in [k for k in self._conns if k[0] in stale]:
+            self._conns.pop(key).close()
+
     async def close(self) -> None:
         """End every loop and close every connection."""
         for key in list(self._loops):

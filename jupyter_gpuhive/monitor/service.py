@@ -244,12 +244,15 @@ class Monitor:
         key = (
             self.sampler.recorded,
             inventory.version,
+            tuple(self.pool.hosts),
             tuple((n, s.state, s.error, s.failures) for n, s in statuses.items()),
         )
         if self._hosts_cache is not None and self._hosts_cache[0] == key:
             return self._hosts_cache[1]
         out = []
         for host in inventory.hosts():
+            if host.name not in self.pool.hosts:
+                continue  # no longer configured: its reservations stay, it has no live state
             live = self.sampler.live.get(host.name)
             sample = live.sample if live else None
             status = statuses.get(host.name)

@@ -1,0 +1,192 @@
+"""The first hour: a server with no gpuhive config uses this machine when nvidia-smi runs here;
+with no hosts it says what to do; `jupyter gpuhive hosts add|remove` reach a running server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.hostsfile import add_host
+from jupyter_gpuhive.inventory_config import local_gpu_host, local_host_name
+from jupyter_gpuhive.sim.cluster import LocalSimHost
+from tests.fixtures.server import Client, JupyterServer
+
+USERS = {"tok-me": {"name": "me"}}
+
+
+def stand_in_on_path(root: Path, name: str) -> Path:
+    """A folder with an `nvidia-smi` that answers for a simulated 4-GPU machine called `name`
+    without any environment of its own, as a real driver's nvidia-smi does."""
+    sim = LocalSimHost(name, root / "sim")
+    folder = root / "driver-bin"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    env = sim.env({})
+    script.write_text(
+        "#!/bin/sh\n"
+        f"GPUHIVE_SIM_CONFIG='{env['GPUHIVE_SIM_CONFIG']}' GPUHIVE_SIM_HOST='{name}' "
+        f"exec '{sim.bin_dir / 'nvidia-smi'}' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def until(check: Callable[[], Any], timeout: float = 40, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def hosts_of(client: Client) -> dict[str, Any]:
+    status, body, _ = client.call("GET", "hosts")
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def server_with_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., JupyterServer]]:
+    started: list[JupyterServer] = []
+
+    def start(path: str, hive_config: dict[str, Any]) -> JupyterServer:
+        monkeypatch.setenv("PATH", path)
+        server = JupyterServer(hive_config, USERS, {"log_level": "INFO"})
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_local_gpu_host_reads_nvidia_smi_and_carries_its_path(tmp_path: Path) -> None:
+    folder = stand_in_on_path(tmp_path, "ws")
+    spec, why = local_gpu_host(f"{folder}:/usr/bin:/bin")
+    assert spec is not None, why
+    assert spec["name"] == local_host_name()
+    assert spec["transport"] == "local"
+    assert spec["env"]["PATH"].split(":")[0] == str(folder)
+    assert [g["index"] for g in spec["gpus"]] == [0, 1, 2, 3]
+    assert all(g["uuid"].startswith("GPU-") for g in spec["gpus"])
+    assert "4 GPUs" in why
+    assert local_gpu_host("/nonexistent") == (None, "no nvidia-smi on PATH")
+
+
+def test_fresh_server_uses_this_machine_when_nvidia_smi_runs(
+    tmp_path: Path, server_with_path: Callable[..., JupyterServer]
+) -> None:
+    folder = stand_in_on_path(tmp_path, "ws")
+    server = server_with_path(f"{folder}:{os.environ['PATH']}", {})  # no gpuhive config at all
+    me = Client(server.port, "tok-me")
+    name = local_host_name()
+
+    def discovered() -> Any:
+        hosts = hosts_of(me)["hosts"]
+        return hosts if hosts and hosts[0]["state"] == "up" and hosts[0]["gpus"] else None
+
+    hosts = until(discovered, what="the local host to be swept")
+    assert [h["name"] for h in hosts] == [name]
+    assert hosts[0]["transport"] == "local"
+    assert [g["id"] for g in hosts[0]["gpus"]] == [f"{name}:{i}" for i in range(4)]
+    assert hosts[0]["gpus"][0]["mem_total_mib"] == 40960  # measured by the stand-in
+    assert hosts[0]["advice"] is None
+    start = datetime.now(timezone.utc) + timedelta(minutes=1)
+    status, made, _ = me.call(
+        "POST", "reservations",
+        {"title": "first", "gpus": [f"{name}:1"], "start": start.isoformat(), "duration": "1h"},
+    )  # fmt: skip
+    assert status == 201, made
+    assert made["gpus"] == [f"{name}:1"]
+    log = (server.dir / "server.log").read_text()
+    assert f"using this machine as host '{name}'" in log
+    assert "c.GpuHiveApp.auto_local_host = False" in log
+
+
+def test_no_hosts_no_nvidia_smi_guides_and_hosts_add_reaches_the_running_server(
+    tmp_path: Path, server_with_path: Callable[..., JupyterServer]
+) -> None:
+    server = server_with_path("/usr/local/bin:/usr/bin:/bin", {"poll_interval": 0.5})
+    me = Client(server.port, "tok-me")
+    empty = hosts_of(me)
+    assert empty["hosts"] == []
+    commands = [s["command"] for s in empty["setup"]["steps"]]
+    assert any(c and c.startswith("jupyter gpuhive hosts add ") for c in commands)
+    assert "jupyter gpuhive init" in commands
+    assert "no nvidia-smi on PATH" in (server.dir / "server.log").read_text()
+
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(server.dir), "JUPYTER_DATA_DIR": str(server.dir)}
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli", "hosts"]
+    added = subprocess.run(
+        [*cli, "add", "box", "box.lab", "--user", "hive", "--port", "2222"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert "no restart needed" in added.stdout
+    hosts_file = server.dir / "gpuhive_hosts.toml"
+    assert 'address = "box.lab"' in hosts_file.read_text()
+
+    # A simulated host written to the same file (the way `hosts add` writes) with the env
+    # its stand-in needs: the running server sweeps it and its GPUs can be booked.
+    sim = LocalSimHost("sim1", tmp_path / "sim1")
+    env_sim = sim.env({})
+    add_host(hosts_file, {"name": "sim1", "transport": "local", "env": {
+        k: env_sim[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}})  # fmt: skip
+
+    def both() -> Any:
+        found = {h["name"]: h for h in hosts_of(me)["hosts"]}
+        ready = {"box", "sim1"} <= set(found) and found["sim1"]["gpus"]
+        return found if ready and found["box"]["state"] == "down" else None
+
+    found = until(both, what="box (down) and sim1 in GET hosts")
+    assert found["box"]["port"] == 2222
+    advice = found["box"]["advice"]  # box.lab does not resolve: the reason and the fix
+    assert advice["message"].startswith("box is down: ")
+    assert "jupyter gpuhive test" in [s["command"] for s in advice["steps"]]
+    assert found["sim1"]["advice"] is None
+    assert [g["id"] for g in found["sim1"]["gpus"]] == [f"sim1:{i}" for i in range(4)]
+    status, made, _ = me.call("POST", "reservations", {"title": "t", "gpus": ["sim1:0"],
+                                                       "duration": "30m"})  # fmt: skip
+    assert status == 201, made
+    assert "setup" in hosts_of(me) and hosts_of(me)["setup"] is None
+
+    for name in ("box", "sim1"):
+        removed = subprocess.run([*cli, "remove", name], env=env, capture_output=True,
+                                 text=True, check=False)  # fmt: skip
+        assert removed.returncode == 0, removed.stderr
+    until(lambda: hosts_of(me)["hosts"] == [], what="the hosts to go")
+    assert hosts_of(me)["setup"] is not None
+    again = subprocess.run([*cli, "remove", "box"], env=env, capture_output=True, text=True,
+                           check=False)  # fmt: skip
+    assert again.returncode == 1
+    assert "has no host named 'box'" in again.stderr
+
+
+def test_a_broken_hosts_file_changes_nothing_and_says_why(
+    tmp_path: Path, server_with_path: Callable[..., JupyterServer]
+) -> None:
+    sim = LocalSimHost("sim2", tmp_path / "sim2")
+    env_sim = sim.env({})
+    hosts_file = tmp_path / "hosts.json"
+    add_host(hosts_file, {"name": "sim2", "transport": "local", "env": {
+        k: env_sim[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}})  # fmt: skip
+    server = server_with_path(
+        os.environ["PATH"], {"poll_interval": 0.5, "hosts_file": str(hosts_file)}
+    )
+    me = Client(server.port, "tok-me")
+    until(lambda: [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"], what="sim2")
+    hosts_file.write_text('[{"name": "sim2", "transport": "carrier pigeon"}]')
+    log = server.dir / "server.log"
+    until(lambda: "changed but is not used" in log.read_text(), what="the error in the log")
+    assert "transport must be one of" in log.read_text()
+    assert [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"]
