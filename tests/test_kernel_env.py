@@ -171,6 +171,22 @@ async def test_a_users_kernel_carries_a_token_worth_that_user_only(
     status, _ = await fetch(jp_fetch, token, "gpuhive", "api", "me")
     assert status in (401, 403)
     assert (await fetch(jp_fetch, bob_env["GPUHIVE_TOKEN"], "gpuhive", "api", "me"))[0] == 200
+
+    # A renamed notebook hands its kernel the server's environment again for the next
+    # restart: the kernel still comes back without secrets, with its own token.
+    status, sessions = await fetch(jp_fetch, TOKENS["bob"], "api", "sessions")
+    [session] = [s for s in sessions if s["kernel"]["id"] == bob_kernel]
+    renamed = f"{RUN}-renamed.ipynb"
+    status, _ = await fetch(jp_fetch, TOKENS["bob"], "api", "sessions", session["id"],
+                            method="PATCH", body={"path": renamed})  # fmt: skip
+    assert status == 200
+    status, _ = await fetch(jp_fetch, TOKENS["bob"], "api", "kernels", bob_kernel, "restart",
+                            method="POST")  # fmt: skip
+    assert status == 200
+    restarted = kernel_env(server, bob_kernel)
+    assert restarted["JPY_SESSION_NAME"].endswith(renamed)  # the new environment was taken
+    assert_no_server_secret(restarted)
+    assert restarted["GPUHIVE_TOKEN"] == bob_env["GPUHIVE_TOKEN"]
     await fetch(jp_fetch, TOKENS["bob"], "api", "kernels", bob_kernel, method="DELETE")
 
 
