@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -60,6 +61,11 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
     return engine
 
 
+def _broken_foreign_keys(connection: Connection) -> bool:
+    """Whether any row of a SQLite database points at a row that is not there."""
+    return connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None
+
+
 class Database:
     """The store's connection to one database: reads, serialized writes, migrations."""
 
@@ -100,13 +106,31 @@ class Database:
                 time.sleep(random.uniform(0.002, 0.02) * attempt)
         raise AssertionError("unreachable")
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to an Alembic revision (the newest by default), in one transaction.
+
+        SQLite: foreign keys are off meanwhile (a table rebuild would otherwise cascade its
+        DROP to the rows that point at it) and checked before the commit, as SQLite's own
+        procedure for schema changes does (PRAGMA foreign_keys only works between transactions).
+        """
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
-        with self.writer.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+        sqlite = self.dialect == "sqlite"
+        with self.writer.connect() as connection:
+            driver: Any = connection.connection.driver_connection
+            if sqlite:
+                driver.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with connection.begin():
+                    config.attributes["connection"] = connection
+                    before = MigrationContext.configure(connection).get_current_revision()
+                    command.upgrade(config, revision)
+                    after = MigrationContext.configure(connection).get_current_revision()
+                    if sqlite and after != before and _broken_foreign_keys(connection):
+                        raise RuntimeError("the migration left rows that break a foreign key")
+            finally:
+                if sqlite:
+                    driver.execute("PRAGMA foreign_keys=ON")
 
     def dispose(self) -> None:
         """Close all pooled connections."""

@@ -72,6 +72,7 @@ jobs = Table(
     # Set while the scheduler stops a queued job to put it back in the queue (crash-safe).
     Column("requeue_reason", Text),
     Index(None, "owner"),
+    sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )
 
 job_tasks = Table(

@@ -132,6 +132,7 @@ reservations = Table(
     Column("flag_reason", Text),
     Index(None, "start_at"),
     Index(None, "owner", "start_at"),
+    sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )
 
 # One row per booked GPU; start/end/cancelled are copies of the reservation's so that the
@@ -172,6 +173,7 @@ rules = Table(
     Column("created_by", String(128), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    sqlite_autoincrement=True,
 )
 
 # Running aggregates of what a reservation's GPUs did while it was active.

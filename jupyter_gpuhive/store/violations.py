@@ -47,6 +47,7 @@ violations = Table(
     Index(None, "started_at"),
     Index(None, "reservation_id"),
     Index(None, "offender", "started_at"),
+    sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )
 
 violation_actions = Table(
