@@ -30,11 +30,30 @@ except ImportError:  # pragma: no cover - orjson is a dependency; stay correct w
         return json.dumps(data).encode()
 
 
-from ..errors import BadRequest, HiveError, Invalid
+from ..errors import (
+    BadRequest,
+    HiveError,
+    Invalid,
+    MethodNotAllowed,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+)
 from ..hive import Hive
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
 from ..model import Identity, parse_duration, parse_instant
+from ..store.schema import ID_MAX
+from .inputs import (
+    DIGITS,
+    INT_MAX,
+    INTEGER,
+    MAX_BODY_BYTES,
+    NO_CREDENTIALS,
+    TOO_DEEP,
+    check_json,
+    shown,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,46 +97,74 @@ class HiveLogic(RequestHandler):
     # --- input ---------------------------------------------------------------------
 
     def json_body(self) -> dict[str, Any]:
-        """The request body as a JSON object, or a 400 that says what is wrong."""
+        """The request body as a JSON object, or a 400/413/422 that says what is wrong."""
         raw = self.request.body
+        if len(raw) > MAX_BODY_BYTES:
+            raise TooLarge(
+                f"The request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes "
+                f"({MAX_BODY_BYTES // 1024} KiB)."
+            )
         if not raw:
             raise BadRequest("The request needs a JSON object as its body.")
         try:
             data = json.loads(raw)
+        except RecursionError:
+            raise BadRequest(TOO_DEEP) from None
         except (ValueError, UnicodeDecodeError) as error:
             raise BadRequest(f"The request body is not valid JSON: {error}.") from None
         if not isinstance(data, dict):
             raise BadRequest("The request body must be a JSON object.")
+        check_json(data)
         return data
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        """Path arguments (ids) never fail to decode; query arguments must be UTF-8."""
+        if name is None:  # a path argument: id_arg refuses what is not an id
+            return value.decode("utf-8", errors="replace")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest(f"The query parameter {shown(name)} is not valid UTF-8.") from None
 
     def instant_arg(self, name: str, fallback: datetime) -> datetime:
         value = self.get_query_argument(name, None)
         return fallback if value in (None, "") else parse_instant(value, name)
 
-    def int_arg(self, name: str, fallback: int) -> int:
+    def int_arg(self, name: str, fallback: int, low: int = -INT_MAX, high: int = INT_MAX) -> int:
+        """A whole-number query parameter in [low, high] (ASCII digits only), or `fallback`."""
         value = self.get_query_argument(name, None)
-        if value in (None, ""):
+        if value is None or value == "":
             return fallback
-        try:
-            return int(value)  # type: ignore[arg-type]
-        except ValueError:
-            raise Invalid(f"'{name}' must be a whole number, got {value!r}.") from None
+        if not INTEGER.fullmatch(value) or len(value) > 20:
+            raise Invalid(f"'{name}' must be a whole number, got {shown(value)}.")
+        number = int(value)
+        if not low <= number <= high:
+            raise Invalid(f"'{name}' must be a whole number from {low} to {high}, got {value}.")
+        return number
 
     def bool_arg(self, name: str) -> bool:
         value = (self.get_query_argument(name, "") or "").lower()
         if value not in ("", "0", "1", "true", "false", "yes", "no"):
-            raise Invalid(f"'{name}' must be true or false, got {value!r}.")
+            raise Invalid(f"'{name}' must be true or false, got {shown(value)}.")
         return value in ("1", "true", "yes")
 
     def duration_arg(self, name: str, fallback: str) -> Any:
         return parse_duration(self.get_query_argument(name, None) or fallback, name)
 
     def id_arg(self, value: str, what: str) -> int:
-        if not value.isdigit():
-            from ..errors import NotFound
-
-            raise NotFound(f"There is no {what} {value!r}; ids are numbers.")
+        """An id from the path: ASCII digits up to ID_MAX, otherwise nothing has it (404)."""
+        if not DIGITS.fullmatch(value):
+            raise NotFound(f"There is no {what} {shown(value)}; ids are numbers.")
+        if len(value) > len(str(ID_MAX)) or int(value) > ID_MAX:
+            raise NotFound(f"There is no {what} {shown(value)}; ids go up to {ID_MAX}.")
         return int(value)
+
+    def id_query_arg(self, name: str) -> int | None:
+        """An id given as a query parameter (422 when it is not one), or None when absent."""
+        value = self.get_query_argument(name, None)
+        if value is None or value == "":
+            return None
+        return self.int_arg(name, 0, 0, ID_MAX)
 
     # --- output --------------------------------------------------------------------
 
@@ -128,12 +175,37 @@ class HiveLogic(RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
+        if status_code == 403 and not isinstance(error, HiveError) and self._anonymous():
+            # jupyter_server answers 403 when no credentials came; this API says 401 (as in
+            # team mode), and keeps 403 for what an authenticated user may not do.
+            error = Unauthorized(NO_CREDENTIALS)
+        if status_code == 405 and not isinstance(error, HiveError):
+            allowed = self.allowed_methods()
+            self.set_header("Allow", ", ".join(allowed))
+            error = MethodNotAllowed(
+                f"{self.request.method} is not allowed here; this resource answers "
+                f"{', '.join(allowed)}."
+            )
         if isinstance(error, HiveError):
             self.set_status(error.status)
             self.set_header("Content-Type", "application/json; charset=UTF-8")
+            if error.status == 401:
+                self.set_header("WWW-Authenticate", "token")
             self.finish(json.dumps({"message": error.message, **error.details}))
             return
         super().write_error(status_code, **kwargs)
+
+    def allowed_methods(self) -> list[str]:
+        """The HTTP methods this resource answers (for 405's Allow header)."""
+        return [
+            method
+            for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+            if getattr(type(self), method.lower()) is not getattr(RequestHandler, method.lower())
+        ]
+
+    def _anonymous(self) -> bool:
+        """Whether authentication ran and found nobody (no or unknown credentials)."""
+        return "_current_user" in vars(self) and self._current_user is None
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, HiveError):
