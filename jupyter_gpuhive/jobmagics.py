@@ -14,7 +14,8 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .client import HiveClientError
-from .magics import GpuHiveMagics, parse_gpu_args, table
+from .magics import GpuHiveMagics, parse_gpu_args
+from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows
 
 FINAL = {"succeeded", "failed", "stopped", "lost"}
 
@@ -51,32 +52,38 @@ class GpuJobMagics(GpuHiveMagics):
     @argument("--dry-run", action="store_true", help="Show the exact commands and environment")
     @argument("--no-follow", action="store_true", help="Do not stream the output here")
     @argument("--task", type=int, default=None, help="With 'log': only this task")
+    @argument("-o", "--output", metavar="NAME", help="Also bind the result to NAME")
+    @argument("-h", "--help", action="store_true", help="Show this help")
     @line_cell_magic
     def gpujob(self, line: str, cell: str | None = None) -> Any:
         """Run the cell as a gpuhive job on reserved GPUs, streaming its output here."""
         args = parse_argstring(self.gpujob, line)
+        if args.help:
+            return self._help(self.gpujob)
         if cell is None:
-            return self._line(args)
+            return self._give(self._line(args), args.output)
+        return self._give(self._cell(args, cell), args.output)
+
+    def _cell(self, args: Any, cell: str) -> Any:
         body = self._body(args, cell)
         if args.dry_run:
             tasks = self._call(self.client.request, "POST", "jobs/preview", body)["tasks"]
-            for task in tasks:
-                print(f"# task {task['index']} on {task['host']} ({', '.join(task['gpus'])})")
-                for key, value in sorted(task["env"].items()):
-                    print(f"#   {key}={value}")
-                print(task["shell"])
-            return tasks
+            return JobPreview(tasks)
         job = self._call(self.client.request, "POST", "jobs", {**body, "start": not args.queue})
         where = ", ".join(job["gpus"]) or "its GPUs"
-        print(f"Job {job['id']} ({job['name']}) {'queued' if args.queue else 'started'} on "
-              f"{where}. Later: %gpujob attach {job['id']} | %gpujob stop {job['id']}")  # fmt: skip
+        verb = "queued" if args.queue else "started"
+        later = [f"Later: %gpujob attach {job['id']} · %gpujob log {job['id']} · "
+                 f"%gpujob stop {job['id']}"]  # fmt: skip
         if args.no_follow or args.queue:
-            return job
+            return JobResult(job, f"Job {job['id']} ({job['name']}) {verb} on {where}.", later)
+        print(f"Job {job['id']} ({job['name']}) {verb} on {where}; its output follows "
+              "(interrupt the kernel to stop or detach).")  # fmt: skip
         job = self._follow(job["id"])
+        notes = []
         if args.release and args.reservation is not None:
             self._call(self.client.cancel, args.reservation)
-            print(f"Reservation {args.reservation} ended: its GPUs are free for others.")
-        return job
+            notes.append(f"Reservation {args.reservation} ended: its GPUs are free for others.")
+        return JobResult(job, f"Job {job['id']} ({job['name']}) {job['status']}.", notes)
 
     def _body(self, args: Any, cell: str) -> dict[str, Any]:
         command = cell.strip()
@@ -121,15 +128,12 @@ class GpuJobMagics(GpuHiveMagics):
                 for task in job["tasks"]:
                     self._print_new(job_id, task["index"], offsets, len(job["tasks"]) > 1)
                 if job["status"] in FINAL:
-                    print(f"Job {job_id} {job['status']}.")
                     return job  # type: ignore[no-any-return]
                 time.sleep(poll)
         except KeyboardInterrupt:
             answer = input(f"\nStop job {job_id}? [y/N] ").strip().lower()
             if answer == "y":
-                job = self._call(self.client.request, "POST", f"jobs/{job_id}/stop")
-                print(f"Job {job_id} {job['status']}.")
-                return job  # type: ignore[no-any-return]
+                return self._call(self.client.request, "POST", f"jobs/{job_id}/stop")  # type: ignore[no-any-return]
             print(f"Detached; job {job_id} keeps running. %gpujob attach {job_id} follows it.")
             return self._call(self.client.request, "GET", f"jobs/{job_id}")  # type: ignore[no-any-return]
 
@@ -152,22 +156,20 @@ class GpuJobMagics(GpuHiveMagics):
     def _line(self, args: Any) -> Any:
         if len(args.gpus) != 2 or args.gpus[0] not in ("attach", "stop", "log", "status"):
             jobs = self._call(self.client.request, "GET", "jobs", params={"user": self._me()})
-            print(table(("ID", "NAME", "STATUS", "GPUS", "TEMPLATE"),
-                        [(j["id"], j["name"], j["status"], len(j["gpus"]), j["template"])
-                         for j in jobs["jobs"]]))  # fmt: skip
-            return None
+            return Rows(jobs["jobs"], JOB_COLUMNS, "You have no jobs.")
         verb, raw = args.gpus
         if not raw.isdigit():
             raise UsageError(f"'{raw}' is not a job id.")
         job_id = int(raw)
         if verb == "attach":
-            return self._follow(job_id)
+            job = self._follow(job_id)
+            return JobResult(job, f"Job {job_id} ({job['name']}) {job['status']}.")
         if verb == "stop":
             job = self._call(self.client.request, "POST", f"jobs/{job_id}/stop")
-            print(f"Job {job_id} {job['status']}.")
-            return job
+            return JobResult(job, f"Job {job_id} ({job['name']}) {job['status']}.")
         if verb == "status":
-            return self._call(self.client.request, "GET", f"jobs/{job_id}")
+            job = self._call(self.client.request, "GET", f"jobs/{job_id}")
+            return JobResult(job, f"Job {job_id} ({job['name']}) {job['status']}.")
         job = self._call(self.client.request, "GET", f"jobs/{job_id}")
         for task in job["tasks"]:
             if args.task is not None and task["index"] != args.task:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -16,21 +17,14 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .client import HiveClient, HiveClientError
+from .magicviews import GpuStatus, ReservationList, ReservationResult, local
+from .magicviews import text_table as table
 from .model import parse_duration
 from .widgets.clock import local_zone
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table that reads the same in a terminal and a notebook."""
-    cells = [[str(c) for c in header], *[["" if v is None else str(v) for v in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-             for row in cells]  # fmt: skip
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+__all__ = ["GpuHiveMagics", "load_ipython_extension", "parse_gpu_args", "table"]
 
 
 def parse_gpu_args(items: Sequence[str]) -> tuple[list[str], int | None]:
@@ -115,6 +109,25 @@ class GpuHiveMagics(Magics):
         except HiveClientError as error:
             raise UsageError(error.message) from None
 
+    @staticmethod
+    def _help(magic: Any) -> None:
+        """Print a magic's usage and options (for -h / --help)."""
+        text = magic.parser.format_help().removeprefix("::\n\n")
+        print("usage: " + textwrap.dedent(text).strip())
+
+    def _give(self, result: Any, name: str | None) -> Any:
+        """The result as the cell's value; with -o NAME, shown now and bound to NAME."""
+        if not name:
+            return result
+        if not name.isidentifier():
+            raise UsageError(f"-o needs a Python name, not {name!r}.")
+        from IPython.display import display
+
+        assert self.shell is not None
+        self.shell.user_ns[name] = result
+        display(result)
+        return None
+
     # --- %gpureserve ---------------------------------------------------------------------
 
     @magic_arguments()
@@ -130,26 +143,30 @@ class GpuHiveMagics(Magics):
     @argument("--cancel", type=int, metavar="ID", help="Cancel (or end now) reservation ID")
     @argument("--extend", type=int, metavar="ID", help="Extend reservation ID by --for")
     @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
+    @argument("-o", "--output", metavar="NAME", help="Also bind the result to NAME")
+    @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
     def gpureserve(self, line: str) -> Any:
         """Book GPUs from a notebook and pin this kernel to them."""
         args = parse_argstring(self.gpureserve, line)
+        if args.help:
+            return self._help(self.gpureserve)
         if args.list:
-            return self._list()
+            return self._give(self._list(), args.output)
         if args.cancel is not None:
             done = self._call(self.client.cancel, args.cancel)
             what = "cancelled" if done["status"] == "cancelled" else "ended early"
-            print(f"Reservation {done['id']} {what}: its GPUs are free.")
-            return done
+            headline = f"Reservation {done['id']} {what}: its GPUs are free."
+            return self._give(ReservationResult(done, headline), args.output)
         if args.extend is not None:
             if not args.length:
                 raise UsageError("--extend needs --for, e.g. --extend 12 --for 1h.")
             found = self._call(self.client.request, "GET", f"reservations/{args.extend}")
             end = datetime.fromisoformat(found["end"]) + self._length(args.length)
             done = self._call(self.client.update_reservation, args.extend, end=end.isoformat())
-            print(f"Reservation {done['id']} now ends {self._local(done['end'])}.")
-            return done
-        return self._reserve(args)
+            headline = f"Reservation {done['id']} now ends {self._local(done['end'])}."
+            return self._give(ReservationResult(done, headline), args.output)
+        return self._give(self._reserve(args), args.output)
 
     @staticmethod
     def _length(text: str) -> timedelta:
@@ -160,7 +177,7 @@ class GpuHiveMagics(Magics):
 
     @staticmethod
     def _local(iso: str) -> str:
-        return datetime.fromisoformat(iso).astimezone().strftime("%a %d %b %H:%M")
+        return local(iso)
 
     def _span(self, args: Any) -> tuple[datetime, datetime]:
         now = datetime.now(UTC)
@@ -223,18 +240,17 @@ class GpuHiveMagics(Magics):
                 end = start + length
         if attempt > 1:
             print()
-        print(
+        headline = (
             f"Reserved {', '.join(done['gpus'])} from {self._local(done['start'])} to "
             f"{self._local(done['end'])} (reservation {done['id']})."
         )
-        if not args.no_pin:
-            self._pin(done)
-        return done
+        notes = [] if args.no_pin else [self._pin(done)]
+        return ReservationResult(done, headline, notes)
 
-    def _pin(self, reservation: dict[str, Any]) -> None:
+    def _pin(self, reservation: dict[str, Any]) -> str:
+        """Pin this kernel to the reservation's local GPUs; say what was done."""
         if datetime.fromisoformat(reservation["start"]) > datetime.now(UTC) + timedelta(minutes=5):
-            print("It starts later: CUDA_VISIBLE_DEVICES is left alone for now.")
-            return
+            return "It starts later: CUDA_VISIBLE_DEVICES is left alone for now."
         hosts = {h["name"]: h for h in self._call(self.client.hosts)}
         local = [
             (ref, uuid)
@@ -242,67 +258,39 @@ class GpuHiveMagics(Magics):
             if is_local(hosts.get(ref.split(":")[0], {}))
         ]
         if not local:
-            print("None of these GPUs is on this machine: CUDA_VISIBLE_DEVICES is unchanged.")
-            return
+            return "None of these GPUs is on this machine: CUDA_VISIBLE_DEVICES is unchanged."
         framework = cuda_already_initialised()
         if framework:
-            print(
+            return (
                 f"{framework} has already set up CUDA in this kernel, so changing "
                 "CUDA_VISIBLE_DEVICES now would have no effect. Restart the kernel and run "
                 "%gpureserve before importing it (or use --no-pin)."
             )
-            return
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(uuid for _, uuid in local)
-        print(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} in this kernel.")
+        return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} in this kernel."
 
-    def _list(self) -> list[dict[str, Any]]:
+    def _list(self) -> ReservationList:
         me = self._call(self.client.me)["name"]
-        mine = self._call(self.client.reservations, user=me)
-        if not mine:
-            print("You have no current or upcoming reservations.")
-            return []
-        print(
-            table(
-                ("ID", "GPUS", "START", "END", "STATUS", "TITLE"),
-                [(r["id"], ",".join(r["gpus"]), self._local(r["start"]), self._local(r["end"]),
-                  r["status"] + (" (flagged)" if r["flagged"] else ""), r["title"])
-                 for r in mine],
-            )
-        )  # fmt: skip
-        return mine
+        return ReservationList(self._call(self.client.reservations, user=me))
 
     # --- %gpustatus ------------------------------------------------------------------
 
     @magic_arguments()
     @argument("--host", help="Only this host")
+    @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
-    def gpustatus(self, line: str) -> None:
-        """Who uses which GPU now, and who holds it now and next."""
+    def gpustatus(self, line: str) -> GpuStatus | None:
+        """Who uses which GPU now, and who holds it now and next (my GPUs first)."""
         args = parse_argstring(self.gpustatus, line)
+        if args.help:
+            return self._help(self.gpustatus)
         hosts = self._call(self.client.hosts)
-        rows = []
-        for h in hosts:
-            if args.host and h["name"] != args.host:
-                continue
-            if h.get("state") == "down":
-                rows.append((h["name"], "down", "", "", "", "", h.get("error") or ""))
-                continue
-            for g in h["gpus"]:
-                util = "" if g.get("util") is None else f"{g['util']}%"
-                mem = ""
-                if g.get("mem_used_mib") is not None:
-                    mem = f"{g['mem_used_mib']}/{g.get('mem_total_mib') or '?'} MiB"
-                users = sorted({p["user"] or "?" for p in g.get("processes", [])})
-                now = g.get("reservation")
-                nxt = g.get("next_reservation")
-                rows.append((
-                    g["id"], util, mem, ",".join(users),
-                    f"{now['owner']} until {self._local(now['end'])}" if now else "free",
-                    f"{nxt['owner']} {self._local(nxt['start'])}" if nxt else "",
-                    h.get("gpu_error") or "",
-                ))  # fmt: skip
-        print(table(("GPU", "UTIL", "MEMORY", "PROCESSES", "NOW", "NEXT", "NOTE"), rows))
+        if args.host:
+            hosts = [h for h in hosts if h["name"] == args.host]
+            if not hosts:
+                raise UsageError(f"There is no host {args.host!r}; %gpustatus lists them all.")
+        return GpuStatus(hosts, self._call(self.client.me)["name"])
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -69,25 +69,83 @@ def shell(server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     return ip
 
 
+def bundle(shell: Any, result: Any) -> dict[str, str]:
+    """What a notebook receives for a cell's value: the MIME bundle of the display formatter."""
+    data, _ = shell.display_formatter.format(result)
+    return data  # type: ignore[no-any-return]
+
+
 def test_gpureserve_pins_lists_refuses_and_cancels(shell: Any, server: JupyterServer) -> None:
     with capture_output() as out:
         done = shell.run_line_magic("gpureserve", "gpu1:2 --for 30m --title magic")
+    assert out.stdout == ""  # one result, shown as the cell's value: nothing printed besides
     assert done["gpus"] == ["gpu1:2"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == done["gpu_uuids"][0]
-    assert "Reserved gpu1:2" in out.stdout
+    shown = bundle(shell, done)
+    assert shown["text/plain"].startswith("Reserved gpu1:2 from ")
+    assert f"CUDA_VISIBLE_DEVICES={done['gpu_uuids'][0]} in this kernel." in shown["text/plain"]
+    assert "{'id'" not in shown["text/plain"]  # not the dict echoed
+    assert "<b>Reserved gpu1:2 from " in shown["text/html"]
+    assert (
+        "<td style='padding:2px 8px;text-align:left;vertical-align:top'>gpu1:2</td>"
+        in (shown["text/html"])
+    )
     with pytest.raises(UsageError, match="reserved by hivejob1"):
         shell.run_line_magic("gpureserve", "gpu1:2 --for 30m --no-pin")
     with pytest.raises(UsageError, match="must be numbers"):
         shell.run_line_magic("gpureserve", "gpu1:x")
+    listed = shell.run_line_magic("gpureserve", "--list")
+    assert [r["id"] for r in listed] == [done["id"]]
+    assert "magic" in bundle(shell, listed)["text/plain"]
+    assert "data-state='mine'" in bundle(shell, listed)["text/html"]
+
+    bob = Client(server.port, "tok-bob")
+    status, held, _ = bob.call("POST", "reservations", {"title": "bob's", "gpus": ["gpu1:0"],
+                                                        "duration": "20m"})  # fmt: skip
+    assert status == 201, held
+    status = shell.run_line_magic("gpustatus", "")
+    shown = bundle(shell, status)
+    lines = shown["text/plain"].splitlines()
+    assert lines[0].split() == ["GPU", "STATE", "UTIL", "MEMORY", "PROCESSES", "NEXT"]
+    assert lines[2].startswith("gpu1:2  mine until ")  # my rows first
+    assert any(line.startswith("gpu1:0  bob until ") for line in lines)
+    assert any(line.startswith("gpu1:1  free") for line in lines)
+    html = shown["text/html"]
+    assert html.index("data-state='mine'") < html.index("data-state='reserved'")
+    assert "border-left:4px solid var(--jp-warn-color1, #f57c00)' data-state='reserved'" in html
+    assert "data-state='free'" in html
+    bob.call("DELETE", f"reservations/{held['id']}")
+
+    with capture_output() as out:  # a cell whose value is the magic: its text, once
+        shell.run_cell(f"%gpureserve --cancel {done['id']}", store_history=True)
+    assert out.stdout.count("ended early: its GPUs are free.") == 1
+    assert "'gpu_uuids'" not in out.stdout
+
+
+def test_every_magic_has_help_and_results_can_be_bound(shell: Any) -> None:
+    for magic in ("gpureserve", "gpustatus", "gpujob"):
+        for flag in ("--help", "-h"):
+            with capture_output() as out:
+                assert shell.run_line_magic(magic, flag) is None
+            assert out.stdout.startswith(f"usage: %{magic}"), out.stdout
+            assert "-o NAME" in out.stdout or magic == "gpustatus"
     with capture_output() as out:
-        shell.run_line_magic("gpureserve", "--list")
-    assert "magic" in out.stdout
+        assert shell.run_cell_magic("gpujob", "--help", "echo never run") is None
+    assert out.stdout.startswith("usage: %gpujob")
+
+    later = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 3 * 86400))
+    shell.run_cell(f"r = %gpureserve gpu1:3 --start {later} --for 10m --no-pin")
+    bound = shell.user_ns["r"]
+    assert bound["gpus"] == ["gpu1:3"]
     with capture_output() as out:
-        shell.run_line_magic("gpustatus", "")
-    assert "hivejob1 until" in out.stdout
-    with capture_output() as out:
-        shell.run_line_magic("gpureserve", f"--cancel {done['id']}")
-    assert "ended early" in out.stdout
+        assert shell.run_line_magic("gpureserve", f"--cancel {bound['id']} -o gone") is None
+    assert shell.user_ns["gone"]["id"] == bound["id"]
+    shown = [o.data for o in out.outputs]  # -o shows it as well, as the same rich bundle
+    assert len(shown) == 1
+    assert "cancelled: its GPUs are free." in shown[0]["text/plain"]
+    assert "cancelled: its GPUs are free." in shown[0]["text/html"]
+    with pytest.raises(UsageError, match="-o needs a Python name"):
+        shell.run_line_magic("gpureserve", "--list -o 'not a name'")
 
 
 def test_gpureserve_waits_until_the_gpu_frees_up(shell: Any, server: JupyterServer) -> None:
@@ -110,21 +168,30 @@ def test_gpureserve_waits_until_the_gpu_frees_up(shell: Any, server: JupyterServ
 
 
 def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
-    with capture_output() as out:
-        tasks = shell.run_cell_magic(
-            "gpujob", "gpu1:0 --template pytorch --option mode=env --dry-run", "python3 x.py"
-        )
+    tasks = shell.run_cell_magic(
+        "gpujob", "gpu1:0 --template pytorch --option mode=env --dry-run", "python3 x.py"
+    )
     assert tasks[0]["env"]["WORLD_SIZE"] == "1"
-    assert "MASTER_ADDR=" in out.stdout
+    assert "#   MASTER_ADDR=" in bundle(shell, tasks)["text/plain"]
+    assert bundle(shell, tasks)["text/html"].startswith("<pre class='gpuhive-preview'># task 0")
     cell = 'python3 -c \'import os; print("gpus", os.environ["CUDA_VISIBLE_DEVICES"])\''
     with capture_output() as out:
         job = shell.run_cell_magic("gpujob", "gpu1:0 --name hello", cell)
     assert job["status"] == "succeeded", out.stdout
     assert f"gpus {job['gpus'][0]}" in out.stdout
+    shown = bundle(shell, job)
+    assert shown["text/plain"].splitlines()[0] == f"Job {job['id']} (hello) succeeded."
+    assert shown["text/plain"].splitlines()[1].split() == ["TASK", "HOST", "GPUS", "STATE", "EXIT"]
+    assert f"<b>Job {job['id']} (hello) succeeded.</b>" in shown["text/html"]
     with capture_output() as out:
         sleeper = shell.run_cell_magic("gpujob", "gpu1:1 --no-follow --name sleeper", "sleep 60")
         stopped = shell.run_line_magic("gpujob", f"stop {sleeper['id']}")
+    assert out.stdout == ""
+    assert f"%gpujob attach {sleeper['id']}" in bundle(shell, sleeper)["text/plain"]
     assert stopped["status"] == "stopped"
+    listed = shell.run_line_magic("gpujob", "")
+    assert {"hello", "sleeper"} <= {j["name"] for j in listed}
+    assert "sleeper" in bundle(shell, listed)["text/html"]
     with pytest.raises(UsageError, match="GPUs"):
         shell.run_cell_magic("gpujob", "--name nothing", "echo hi")
     with pytest.raises(UsageError, match="caffe"):
@@ -152,8 +219,7 @@ def test_pinning_is_refused_once_a_framework_holds_cuda(
     # No GPU here, so a framework that initialised CUDA cannot be produced for real: stand
     # in an imported TensorFlow, which is enough for the magic to refuse.
     monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
-    with capture_output() as out:
-        done = shell.run_line_magic("gpureserve", "gpu1:1 --for 10m")
-    assert "TensorFlow has already set up CUDA" in out.stdout
+    done = shell.run_line_magic("gpureserve", "gpu1:1 --for 10m")
+    assert "TensorFlow has already set up CUDA" in bundle(shell, done)["text/plain"]
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     shell.run_line_magic("gpureserve", f"--cancel {done['id']}")

@@ -1,0 +1,312 @@
+"""What the magics show: one rich result (HTML, with plain text for terminals) per call.
+
+A result is the API's data itself (a dict or a list), so `r = %gpureserve …` binds data
+that `r["id"]` reads; it only adds how it looks. Colours are the panel's: free green, mine
+blue, reserved by others orange, busy red, down grey (JupyterLab's theme variables, with
+fallbacks for other front ends).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from .guidance import setup, setup_text
+from .widgets.clock import local_zone
+
+COLOURS = {
+    "free": "var(--jp-success-color1, #388e3c)",
+    "mine": "var(--jp-brand-color1, #1976d2)",
+    "reserved": "var(--jp-warn-color1, #f57c00)",
+    "busy": "var(--jp-error-color1, #d32f2f)",
+    "down": "var(--jp-border-color1, #9e9e9e)",
+    "unknown": "var(--jp-border-color1, #9e9e9e)",
+}
+_TABLE = "border-collapse:collapse;font-size:var(--jp-ui-font-size1, 13px);margin:2px 0"
+_CELL = "padding:2px 8px;text-align:left;vertical-align:top"
+_CODE = (
+    "font-family:var(--jp-code-font-family, monospace);background:var(--jp-layout-color2, "
+    "#eee);padding:1px 4px;user-select:all"
+)
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def local(iso: str | None) -> str:
+    """An instant as the kernel's local wall-clock time: 'Mon 04 May 14:00'."""
+    if not iso:
+        return ""
+    return datetime.fromisoformat(iso).astimezone(local_zone()).strftime("%a %d %b %H:%M")
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table that reads the same in a terminal and a notebook."""
+    cells = [[str(c) for c in header], *[["" if v is None else str(v) for v in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]  # fmt: skip
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def html_table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], kinds: Sequence[str | None] = ()
+) -> str:
+    """An HTML table; a row with a kind gets that kind's colour as its left border."""
+    head = "".join(f"<th style='{_CELL}'>{esc(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        kind = kinds[i] if i < len(kinds) else None
+        style = f" style='border-left:4px solid {COLOURS[kind]}'" if kind else ""
+        data = f" data-state='{kind}'" if kind else ""
+        cells = "".join(f"<td style='{_CELL}'>{esc(v)}</td>" for v in row)
+        body.append(f"<tr{style}{data}>{cells}</tr>")
+    return (
+        f"<table class='gpuhive-table' style='{_TABLE}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def steps_html(found: dict[str, Any]) -> str:
+    """Guidance (`setup()` or a host's advice) as HTML: the message, then numbered steps."""
+    items = []
+    for item in found["steps"]:
+        command = item.get("command")
+        code = f"<br><code style='{_CODE}'>{esc(command)}</code>" if command else ""
+        items.append(f"<li>{esc(item['text'])}{code}</li>")
+    note = f"<p>{esc(found['note'])}</p>" if found.get("note") else ""
+    return f"<p><b>{esc(found['message'])}</b></p><ol>{''.join(items)}</ol>{note}"
+
+
+def steps_text(found: dict[str, Any]) -> str:
+    lines = [found["message"]]
+    for number, item in enumerate(found["steps"], 1):
+        lines.append(f"  {number}. {item['text']}")
+        if item.get("command"):
+            lines.append(f"       {item['command']}")
+    return "\n".join(lines)
+
+
+class Rich:
+    """Mixin: `_repr_html_` and a plain-text `_repr_pretty_` from two methods."""
+
+    def html(self) -> str:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text())
+
+
+class ReservationResult(Rich, dict):  # type: ignore[type-arg]
+    """A reservation as the API returned it, shown as a card: what happened and the facts."""
+
+    def __init__(self, data: dict[str, Any], headline: str, notes: Sequence[str] = ()) -> None:
+        super().__init__(data)
+        self.headline = headline
+        self.notes = list(notes)
+
+    def facts(self) -> list[tuple[str, str]]:
+        flag = f" (flagged: {self.get('flag_reason')})" if self.get("flagged") else ""
+        return [
+            ("Reservation", f"{self.get('id')} · {self.get('title', '')}"),
+            ("GPUs", ", ".join(self.get("gpus", []))),
+            ("When", f"{local(self.get('start'))} – {local(self.get('end'))}"),
+            ("Owner", str(self.get("owner", ""))),
+            ("Status", f"{self.get('status', '')}{flag}"),
+        ]
+
+    def html(self) -> str:
+        rows = "".join(
+            f"<tr><th style='{_CELL}'>{esc(k)}</th><td style='{_CELL}'>{esc(v)}</td></tr>"
+            for k, v in self.facts()
+        )
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+        return (
+            f"<div class='gpuhive-reservation' style='border-left:4px solid {COLOURS['mine']};"
+            f"padding:2px 8px'><b>{esc(self.headline)}</b><table style='{_TABLE}'>{rows}"
+            f"</table>{f'<ul>{notes}</ul>' if notes else ''}</div>"
+        )
+
+    def text(self) -> str:
+        width = max(len(k) for k, _ in self.facts())
+        lines = [self.headline, *(f"  {k.ljust(width)}  {v}" for k, v in self.facts())]
+        return "\n".join([*lines, *(f"  · {n}" for n in self.notes)])
+
+
+class ReservationList(Rich, list):  # type: ignore[type-arg]
+    """My current and upcoming reservations, as a table."""
+
+    HEADER = ("ID", "GPUS", "START", "END", "STATUS", "TITLE")
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return [
+            (r["id"], ", ".join(r["gpus"]), local(r["start"]), local(r["end"]),
+             r["status"] + (" (flagged)" if r.get("flagged") else ""), r["title"])
+            for r in self
+        ]  # fmt: skip
+
+    def html(self) -> str:
+        if not self:
+            return "<p>You have no current or upcoming reservations.</p>"
+        return html_table(self.HEADER, self.rows(), ["mine"] * len(self))
+
+    def text(self) -> str:
+        if not self:
+            return "You have no current or upcoming reservations."
+        return text_table(self.HEADER, self.rows())
+
+
+def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
+    """(kind, label) of a GPU for `me`, as the panel says it."""
+    if host_state == "down":
+        return "down", "down"
+    users = sorted({p.get("user") or f"pid {p.get('pid')}" for p in gpu.get("processes", [])})
+    now = gpu.get("reservation")
+    if now:
+        until = local(now["end"])
+        if now["owner"] == me:
+            return "mine", f"mine until {until}"
+        return "reserved", f"{now['owner']} until {until}"
+    if users:
+        return "busy", f"busy: {', '.join(users)}"
+    if host_state != "up":
+        return "unknown", "no data"
+    nxt = gpu.get("next_reservation")
+    return "free", f"free until {local(nxt['start'])}" if nxt else "free"
+
+
+class GpuStatus(Rich):
+    """%gpustatus: one row per GPU (mine first), then what to do about hosts that are down."""
+
+    HEADER = ("GPU", "STATE", "UTIL", "MEMORY", "PROCESSES", "NEXT")
+
+    def __init__(self, hosts: list[dict[str, Any]], me: str) -> None:
+        self.hosts = hosts
+        self.me = me
+        rows: list[tuple[str, tuple[Any, ...]]] = []
+        for h in hosts:
+            if h.get("state") == "down" and not h.get("gpus"):
+                rows.append(("down", (h["name"], "down", "", "", "", "")))
+            for g in h.get("gpus", []):
+                kind, label = gpu_state(g, h.get("state", ""), me)
+                util = "" if g.get("util") is None else f"{g['util']}%"
+                mem = ""
+                if g.get("mem_used_mib") is not None:
+                    mem = f"{g['mem_used_mib']}/{g.get('mem_total_mib') or '?'} MiB"
+                users = sorted({p.get("user") or "?" for p in g.get("processes", [])})
+                nxt = g.get("next_reservation")
+                after = f"{nxt['owner']} {local(nxt['start'])}" if nxt else ""
+                rows.append((kind, (g["id"], label, util, mem, ", ".join(users), after)))
+        rows.sort(key=lambda r: r[0] != "mine")  # stable: my GPUs first, then host order
+        self.kinds = [kind for kind, _ in rows]
+        self.rows = [row for _, row in rows]
+        self.advice = [h["advice"] for h in hosts if h.get("advice")]
+
+    def html(self) -> str:
+        if not self.hosts:
+            return steps_html(setup())
+        parts = [html_table(self.HEADER, self.rows, self.kinds)]
+        parts += [steps_html(advice) for advice in self.advice]
+        return "".join(parts)
+
+    def text(self) -> str:
+        if not self.hosts:
+            return setup_text()
+        return "\n\n".join(
+            [text_table(self.HEADER, self.rows), *(steps_text(a) for a in self.advice)]
+        )
+
+
+class JobResult(Rich, dict):  # type: ignore[type-arg]
+    """A job as the API returned it: what happened, its tasks, and how to follow it."""
+
+    HEADER = ("TASK", "HOST", "GPUS", "STATE", "EXIT")
+
+    def __init__(self, data: dict[str, Any], headline: str, notes: Sequence[str] = ()) -> None:
+        super().__init__(data)
+        self.headline = headline
+        self.notes = list(notes)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return [
+            (t["index"], t["host"], ", ".join(t.get("gpus", [])), t["state"],
+             "" if t.get("exit_status") is None else t["exit_status"])
+            for t in self.get("tasks", [])
+        ]  # fmt: skip
+
+    def kind(self) -> str:
+        return {
+            "succeeded": "free",
+            "running": "mine",
+            "starting": "mine",
+            "pending": "reserved",
+        }.get(str(self.get("status")), "busy")
+
+    def html(self) -> str:
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+        return (
+            f"<div class='gpuhive-job' style='border-left:4px solid {COLOURS[self.kind()]};"
+            f"padding:2px 8px'><b>{esc(self.headline)}</b>"
+            f"{html_table(self.HEADER, self.rows())}"
+            f"{f'<ul>{notes}</ul>' if notes else ''}</div>"
+        )
+
+    def text(self) -> str:
+        lines = [self.headline]
+        if self.get("tasks"):
+            lines.append(text_table(self.HEADER, self.rows()))
+        return "\n".join([*lines, *(f"  · {n}" for n in self.notes)])
+
+
+class Rows(Rich, list):  # type: ignore[type-arg]
+    """Any list of API objects shown as a table (`columns`: (header, function of an item))."""
+
+    def __init__(self, items: list[Any], columns: Sequence[tuple[str, Any]], empty: str) -> None:
+        super().__init__(items)
+        self.columns = list(columns)
+        self.empty = empty
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return [tuple(fn(item) for _, fn in self.columns) for item in self]
+
+    def html(self) -> str:
+        if not self:
+            return f"<p>{esc(self.empty)}</p>"
+        return html_table([h for h, _ in self.columns], self.rows())
+
+    def text(self) -> str:
+        return text_table([h for h, _ in self.columns], self.rows()) if self else self.empty
+
+
+class JobPreview(Rich, list):  # type: ignore[type-arg]
+    """%%gpujob --dry-run: each task's host, GPUs, environment and exact shell command."""
+
+    def text(self) -> str:
+        lines = []
+        for task in self:
+            lines.append(f"# task {task['index']} on {task['host']} ({', '.join(task['gpus'])})")
+            lines += [f"#   {key}={value}" for key, value in sorted(task["env"].items())]
+            lines.append(task["shell"])
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        return f"<pre class='gpuhive-preview'>{esc(self.text())}</pre>"
+
+
+JOB_COLUMNS = [
+    ("ID", lambda j: j["id"]),
+    ("NAME", lambda j: j["name"]),
+    ("STATUS", lambda j: j["status"] + (" (queued)" if j.get("queued") else "")),
+    ("GPUS", lambda j: len(j["gpus"])),
+    ("TEMPLATE", lambda j: j["template"]),
+]
