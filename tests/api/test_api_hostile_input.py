@@ -60,6 +60,25 @@ async def test_path_ids_are_ascii_digits_within_range(api: Any) -> None:
     assert len((await boss("GET", "rules")).body["rules"]) == 1
 
 
+async def test_bytes_that_are_not_utf8_in_the_url(
+    api: Any, http_server_client: Any, jp_base_url: str
+) -> None:
+    """A path id that is not UTF-8 names nothing (404); such a query value is malformed (400)."""
+    headers = {"Authorization": "token tok-alice"}
+    for url, status, words in (
+        ("jobs/%FF%FE", 404, ["There is no job"]),
+        ("reservations/1%ED%A0%80", 404, ["There is no reservation"]),
+        ("reservations?user=%FF", 400, ["'user'", "UTF-8"]),
+        ("violations?reservation=%C0%80", 400, ["'reservation'", "UTF-8"]),
+    ):
+        response = await http_server_client.fetch(
+            f"{jp_base_url}gpuhive/api/{url}", headers=headers, raise_error=False
+        )
+        body = json.loads(response.body)
+        assert response.code == status, (url, response.code, body)
+        assert all(word in body["message"] for word in words), body
+
+
 async def test_integer_query_parameters_are_ascii_and_bounded(api: Any) -> None:
     alice = api("alice")
     job = await alice("POST", "jobs", {"name": "j", "gpus": ["gpu2:0"], "command": "true"})
