@@ -17,6 +17,7 @@ from .errors import Invalid
 from .hive import Hive, HiveSettings
 from .hosts.pool import SshSettings, ensure_client_key
 from .hostsfile import HostsFileWatcher, default_hosts_file, read_hosts
+from .integrations import FeedSettings, IntegrationSettings, WebhookSettings
 from .inventory_config import local_gpu_host, parse_hosts
 from .model import parse_duration
 from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
@@ -208,6 +209,37 @@ class GpuHiveApp(ExtensionApp):
         "forwards every gpuhive API call to the service with its user's Hub token.",
     ).tag(config=True)
 
+    feed_keep_cancelled = Unicode(
+        "30d",
+        help="How long a cancelled reservation stays in calendar feeds (STATUS:CANCELLED), "
+        "so that subscribed calendars remove it.",
+    ).tag(config=True)
+    feed_past = Unicode("30d", help="How far back calendar feeds reach.").tag(config=True)
+    feed_ahead = Unicode("120d", help="How far ahead calendar feeds reach.").tag(config=True)
+    webhook_timeout = Float(
+        10.0, help="Seconds one webhook delivery attempt may take (connect and answer)."
+    ).tag(config=True)
+    webhook_max_attempts = Int(
+        6, help="Attempts per webhook delivery before it is dead (kept in the delivery log)."
+    ).tag(config=True)
+    webhook_backoff = Float(
+        5.0,
+        help="Seconds before the first webhook retry; each later one waits twice as long "
+        "(at most 15 minutes), with ±50% jitter.",
+    ).tag(config=True)
+    webhook_allowed_hosts = List(
+        Unicode(),
+        ["*"],
+        help="Host names webhook URLs may point at (shell patterns, e.g. 'hooks.slack.com', "
+        "'*.example.org'). Default: any.",
+    ).tag(config=True)
+    reminder_minutes = Int(
+        15, help="The 'reservation.ending' webhook event comes this many minutes before the end."
+    ).tag(config=True)
+    reminder_interval = Float(
+        30.0, help="Seconds between checks for reservations starting or ending soon."
+    ).tag(config=True)
+
     hive: Hive | None = None
     _watcher: HostsFileWatcher | None = None
 
@@ -231,7 +263,10 @@ class GpuHiveApp(ExtensionApp):
             raise TraitError(f"Unknown time zone {proposal['value']!r}") from None
         return str(proposal["value"])
 
-    @validate("min_reservation", "max_reservation", "booking_horizon", "past_grace")
+    @validate(
+        "min_reservation", "max_reservation", "booking_horizon", "past_grace",
+        "feed_keep_cancelled", "feed_past", "feed_ahead",
+    )  # fmt: skip
     def _check_duration(self, proposal: dict[str, Any]) -> str:
         try:
             parse_duration(proposal["value"], proposal["trait"].name)
@@ -320,7 +355,24 @@ class GpuHiveApp(ExtensionApp):
             public_violations=self.public_violations,
             public_usage=self.public_usage,
         )
+        integrations = IntegrationSettings(
+            feeds=FeedSettings(
+                past=span(self.feed_past, "feed_past"),
+                keep_cancelled=span(self.feed_keep_cancelled, "feed_keep_cancelled"),
+                ahead=span(self.feed_ahead, "feed_ahead"),
+                public_descriptions=self.public_descriptions,
+            ),
+            webhooks=WebhookSettings(
+                timeout=self.webhook_timeout,
+                max_attempts=max(1, self.webhook_max_attempts),
+                backoff=max(0.0, self.webhook_backoff),
+                allowed_hosts=tuple(self.webhook_allowed_hosts),
+            ),
+            ending_minutes=self.reminder_minutes,
+            tick=max(0.05, self.reminder_interval),
+        )
         return HiveSettings(
+            integrations=integrations,
             protection=protection,
             privacy=privacy,
             db_url=self.resolved_db_url(),

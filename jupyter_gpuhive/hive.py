@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from . import access
 from .errors import Conflict, Forbidden, Invalid, Unavailable
 from .hosts.pool import HostPool, HostUnavailable, SshSettings
+from .integrations import Integrations, IntegrationSettings
 from .jobs.launcher import Launcher
 from .jobs.model import ACTIVE, Job
 from .jobs.queue import Scheduler
@@ -53,6 +54,7 @@ class HiveSettings:
     monitor: bool = True
     protection: ProtectionSettings = field(default_factory=ProtectionSettings)
     privacy: Privacy = field(default_factory=Privacy)
+    integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
 
 
 class Hive:
@@ -66,6 +68,7 @@ class Hive:
         self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="gpuhive-db")
         self.reservations = ReservationService(self.store, settings.policy, self.identity_of)
         self.pool = HostPool(settings.hosts, settings.ssh)
+        self.integrations = Integrations(self.store, settings.integrations, self.run, utcnow)
         self.monitor = Monitor(
             self.store, self.pool, self.run, settings.poll_interval, settings.history
         )
@@ -104,6 +107,7 @@ class Hive:
         self.leadership.start()
 
     async def _lead(self) -> None:
+        self.integrations.start()  # reminders: one server sends them
         if self.settings.monitor and self.settings.hosts:
             self.monitor.start()
 
@@ -124,6 +128,7 @@ class Hive:
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
         await self.leadership.stop()
+        await self.integrations.stop()
         await self.protection.stop()
         await self.monitor.stop()
 
@@ -226,15 +231,21 @@ class Hive:
     async def create_reservation(self, who: Identity, body: dict[str, Any]) -> Reservation:
         if not self.store.users.known(who):
             await self.run(self.store.users.touch, who)
-        return await self.run(self.reservations.create, who, body)
+        made = await self.run(self.reservations.create, who, body)
+        self.integrations.reservation_event("created", made)
+        return made
 
     async def update_reservation(
         self, who: Identity, reservation_id: int, body: dict[str, Any]
     ) -> Reservation:
-        return await self.run(self.reservations.update, who, reservation_id, body)
+        changed = await self.run(self.reservations.update, who, reservation_id, body)
+        self.integrations.reservation_event("changed", changed)
+        return changed
 
     async def cancel_reservation(self, who: Identity, reservation_id: int) -> Reservation:
-        return await self.run(self.reservations.cancel, who, reservation_id)
+        done = await self.run(self.reservations.cancel, who, reservation_id)
+        self.integrations.reservation_event("cancelled", done)
+        return done
 
     # --- access rules ---------------------------------------------------------------
 

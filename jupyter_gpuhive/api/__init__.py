@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import handlers as h
+from . import integrations as i
 from .base import HiveHandler, HiveLogic
 
 PREFIX = "/gpuhive/api"
@@ -34,12 +35,24 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/jobs/{id}/enqueue", h.JobEnqueueHandler),
     ("/jobs/{id}/dequeue", h.JobDequeueHandler),
     ("/jobs/{id}/log", h.JobLogHandler),
+    ("/feeds", i.FeedsHandler),
+    ("/feeds/personal", i.PersonalFeedHandler),
+    ("/feeds/site", i.SiteFeedsHandler),
+    ("/feeds/site/{id}", i.SiteFeedHandler),
+    ("/calendar/{token}.ics", i.CalendarHandler),
+    ("/webhooks", i.WebhooksHandler),
+    ("/webhooks/{id}", i.WebhookHandler),
+    ("/webhooks/{id}/deliveries", i.DeliveriesHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 
+# Paths that take no Jupyter credentials: a feed's token in its URL is its only credential.
+PUBLIC_PATHS = frozenset({"/calendar/{token}.ics"})
+
 
 def _pattern(prefix: str, path: str) -> str:
-    return prefix + path.replace("{id}", "([^/]+)").replace(".", r"\.") + "/?"
+    path = path.replace("{id}", "([^/]+)").replace("{token}", "([^/.]+)")
+    return prefix + path.replace(".", r"\.") + "/?"
 
 
 def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]:

@@ -281,8 +281,92 @@ PATHS: dict[str, dict[str, Any]] = {
             ],
         )
     },
+    "/feeds": {
+        "get": _op("My calendar feed (without its token) and, for admins, the site feeds", "200")
+    },
+    "/feeds/personal": {
+        "post": _op(
+            "Make or rotate my calendar feed; the answer's 'url' (shown only now) is the "
+            "feed, and the old URL stops working (404)",
+            "201",
+        ),
+        "delete": _op("Turn my calendar feed off", "200", 404),
+    },
+    "/feeds/site": {
+        "post": _op(
+            "Publish a site feed (admin): every reservation, or one host's; the answer's "
+            "'url' is shown only now",
+            "201",
+            body="SiteFeed",
+        )
+    },
+    "/feeds/site/{id}": {
+        "delete": _op("Stop a site feed (admin); its URL then answers 404", "200", parameters=_ID)
+    },
+    "/calendar/{token}.ics": {
+        "get": {
+            "summary": "An iCalendar (RFC 5545) feed; the token in the URL is its only "
+            "credential (no Jupyter token needed or used)",
+            "security": [],
+            "parameters": [
+                {
+                    "name": "token",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[^/.]+$"},
+                }
+            ],
+            "responses": {
+                "200": {
+                    "description": "The feed",
+                    "content": {"text/calendar": {"schema": {"type": "string"}}},
+                },
+                "404": {
+                    "description": "No feed has this token (it may have been rotated)",
+                    "content": {"application/json": {"schema": _ERROR}},
+                },
+            },
+        }
+    },
+    "/webhooks": {
+        "get": _op("My webhook endpoints (admins: all); URLs masked, secrets never shown", "200"),
+        "post": _op(
+            "Add a webhook endpoint; the answer holds its full URL and signing secret, shown "
+            "only now ('site': true, admins only, gets everyone's events)",
+            "201",
+            body="NewWebhook",
+        ),
+    },
+    "/webhooks/{id}": {
+        "get": _op("One of my webhook endpoints (URL masked)", "200", parameters=_ID),
+        "delete": _op("Remove one of my webhook endpoints", "200", parameters=_ID),
+    },
+    "/webhooks/{id}/deliveries": {
+        "get": _op(
+            "The delivery log of an endpoint: per event its state (pending, delivered, "
+            "dead) and every attempt's outcome",
+            "200",
+            parameters=[
+                *_ID,
+                _q("limit", "At most this many (1–1000)", "integer", minimum=1, maximum=1000),
+            ],
+        )
+    },
     "/openapi.json": {"get": _op("This document", "200")},
 }
+
+_EVENTS = [
+    "reservation.created",
+    "reservation.changed",
+    "reservation.cancelled",
+    "reservation.starting",
+    "reservation.ending",
+    "gpus.available",
+    "job.started",
+    "job.succeeded",
+    "job.failed",
+    "violation",
+]
 
 _INSTANT = {"type": "string", "format": "date-time"}
 # Durations: text like '90s', '15m', '2h', '1d', or a number of seconds.
@@ -364,6 +448,26 @@ SCHEMAS: dict[str, Any] = {
             "stop_at": _INSTANT,
             "max_retries": {"type": "integer", "minimum": 0, "maximum": 10},
             "start": {"type": "boolean", "description": "Run now"},
+        },
+    },
+    "SiteFeed": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"host": {"type": "string", "description": "Only this host's GPUs"}},
+    },
+    "NewWebhook": {
+        "type": "object",
+        "required": ["url"],
+        "additionalProperties": False,
+        "properties": {
+            "url": {"type": "string", "pattern": "^https?://[^/?#]+", "maxLength": 2000},
+            "format": {"type": "string", "enum": ["json", "slack"]},
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": [*_EVENTS, "*"]},
+            },
+            "site": {"type": "boolean", "description": "Admins only: everyone's events"},
         },
     },
     "Rule": {

@@ -1,0 +1,133 @@
+"""Reservations in calendars and chat: iCal feeds and signed webhooks (docs/integrations.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..model import Reservation
+from ..store import Store
+from ..store.integrations import Integrations as Rows
+from .feeds import Feeds, FeedSettings
+from .webhooks import Webhooks, WebhookSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IntegrationSettings:
+    """Feeds, webhooks and the reminders' lead time."""
+
+    feeds: FeedSettings = field(default_factory=FeedSettings)
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    ending_minutes: int = 15
+    tick: float = 30.0
+
+
+def _gpus(res: Reservation) -> str:
+    hosts = sorted({g.host for g in res.gpus})
+    count = f"{len(res.gpus)} GPU" + ("s" if len(res.gpus) != 1 else "")
+    return f"{count} on {', '.join(hosts)} ({', '.join(g.ref for g in res.gpus)})"
+
+
+class Integrations:
+    """Feeds and webhooks, fed by the booking path and a reminder ticker."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: IntegrationSettings,
+        run: Callable[..., Awaitable[Any]],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.rows = Rows(store.db)
+        self.run = run
+        self.now = clock
+        self.feeds = Feeds(store, self.rows, settings.feeds, clock)
+        self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run in the background: the request that caused an event never waits for it."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("gpuhive: integration event failed", exc_info=task.exception())
+
+    def reservation_event(self, kind: str, res: Reservation) -> None:
+        """A reservation was created, changed or cancelled (called on the event loop)."""
+        self._spawn(self._reservation_event(kind, res))
+
+    async def _reservation_event(self, kind: str, res: Reservation) -> None:
+        await self.run(self.feeds.touch, [res])
+        what = {
+            "created": f"{res.owner} booked {_gpus(res)}",
+            "changed": f"{res.owner} changed their booking of {_gpus(res)}",
+            "cancelled": f"{res.owner} cancelled their booking of {_gpus(res)}",
+            "starting": f"{res.owner}'s booking of {_gpus(res)} starts now",
+            "ending": f"{res.owner}'s booking of {_gpus(res)} ends soon",
+        }[kind]
+        span = f"{res.start:%Y-%m-%d %H:%M}–{res.end:%Y-%m-%d %H:%M} UTC"
+        text = f"{what}: '{res.title}', {span}."
+        data = {"reservation": res.to_json(self.now())}
+        if kind == "ending":
+            data["minutes_left"] = max(0, round((res.end - self.now()).total_seconds() / 60))
+        await self.webhooks.emit(f"reservation.{kind}", data, [res.owner], text)
+
+    # --- reminders ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the reminder ticker (reservation starting / ending in N minutes)."""
+        if self._ticker is None:
+            self._ticker = asyncio.create_task(self._tick_forever())
+
+    async def _tick_forever(self) -> None:
+        last = self.now()
+        while True:
+            await asyncio.sleep(self.settings.tick)
+            now = self.now()
+            try:
+                await self.remind(last, now)
+            except Exception:
+                log.exception("gpuhive: reservation reminders failed")
+            last = now
+
+    async def remind(self, since: datetime, now: datetime) -> int:
+        """Emit 'starting' for bookings that began in (since, now], 'ending' likewise."""
+        lead = timedelta(minutes=self.settings.ending_minutes)
+        window = await self.run(
+            self.store.reservations.window, since, now + lead + timedelta(seconds=1)
+        )
+        sent = 0
+        for res in window:
+            if since < res.start <= now:
+                await self._reservation_event("starting", res)
+                sent += 1
+            if since < res.end - lead <= now:
+                await self._reservation_event("ending", res)
+                sent += 1
+        return sent
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+            self._ticker = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.webhooks.stop()
+
+
+__all__ = ["FeedSettings", "IntegrationSettings", "Integrations", "WebhookSettings"]

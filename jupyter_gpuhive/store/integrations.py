@@ -1,0 +1,330 @@
+"""Rows of the integrations: feed tokens, calendar UIDs/SEQUENCEs, webhooks, deliveries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from ..model import Reservation
+from .database import Database
+from .schema import calendar_events, feed_tokens, webhook_attempts, webhook_deliveries, webhooks
+
+
+def token_hash(token: str) -> str:
+    """What the store keeps of a feed token (never the token itself)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class FeedToken:
+    """A secret calendar feed: a user's own, or a site feed (all hosts or one)."""
+
+    id: int
+    kind: str
+    owner: str
+    host: str | None
+    hint: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "owner": self.owner,
+            "host": self.host,
+            "token_hint": "…" + self.hint,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class CalendarEntry:
+    """A reservation's calendar identity: UID, SEQUENCE and when it last changed."""
+
+    uid: str
+    sequence: int
+    changed_at: datetime
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook endpoint; `site` ones (admins') get everyone's events."""
+
+    id: int
+    owner: str
+    site: bool
+    url: str
+    secret: str
+    format: str
+    events: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass
+class Delivery:
+    """One event for one endpoint, with its attempts (the delivery log)."""
+
+    id: int
+    webhook_id: int
+    event_id: str
+    event: str
+    body: str
+    state: str
+    attempts: int
+    created_at: datetime
+    finished_at: datetime | None
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+
+_FEED_COLUMNS = (
+    feed_tokens.c.id,
+    feed_tokens.c.kind,
+    feed_tokens.c.owner,
+    feed_tokens.c.host,
+    feed_tokens.c.hint,
+    feed_tokens.c.created_at,
+)
+
+
+class Integrations:
+    """The integrations' rows; every write is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- feed tokens ------------------------------------------------------------------
+
+    def add_feed(self, kind: str, owner: str, host: str | None, token: str, now: datetime) -> int:
+        """Store a feed token's hash; a user's new personal token replaces the old one."""
+
+        def work(conn: Connection) -> int:
+            if kind == "user":
+                conn.execute(
+                    delete(feed_tokens).where(
+                        feed_tokens.c.kind == "user", feed_tokens.c.owner == owner
+                    )
+                )
+            row = {"kind": kind, "owner": owner, "host": host, "created_at": now}
+            row |= {"token_hash": token_hash(token), "hint": token[-4:]}
+            return int(conn.execute(insert(feed_tokens).values(**row)).inserted_primary_key[0])
+
+        return self.db.write(work)
+
+    def feed_by_token(self, token: str) -> FeedToken | None:
+        """The feed a token opens, or None."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(*_FEED_COLUMNS).where(feed_tokens.c.token_hash == token_hash(token))
+            ).first()
+        return FeedToken(*row) if row else None
+
+    def feeds(self, kind: str, owner: str | None = None) -> list[FeedToken]:
+        """Feeds of one kind (of one owner)."""
+        query = select(*_FEED_COLUMNS).where(feed_tokens.c.kind == kind)
+        if owner is not None:
+            query = query.where(feed_tokens.c.owner == owner)
+        with self.db.read() as conn:
+            return [FeedToken(*row) for row in conn.execute(query.order_by(feed_tokens.c.id))]
+
+    def delete_feed(self, kind: str, feed_id: int | None = None, owner: str | None = None) -> int:
+        """Delete feeds by id or by owner; the number deleted."""
+        query = delete(feed_tokens).where(feed_tokens.c.kind == kind)
+        if feed_id is not None:
+            query = query.where(feed_tokens.c.id == feed_id)
+        if owner is not None:
+            query = query.where(feed_tokens.c.owner == owner)
+        return self.db.write(lambda conn: int(conn.execute(query).rowcount or 0))
+
+    # --- calendar identities ------------------------------------------------------------
+
+    def calendar(
+        self,
+        found: Sequence[Reservation],
+        fingerprint: Callable[[Reservation], str],
+        now: datetime,
+    ) -> dict[int, CalendarEntry]:
+        """UID and SEQUENCE of each reservation; a new fingerprint bumps SEQUENCE."""
+        wanted = {r.id: fingerprint(r) for r in found}
+        known = self._entries(list(wanted))
+        stale = [
+            rid
+            for rid, print_ in wanted.items()
+            if known.get(
+                rid,
+                (
+                    None,
+                    "",
+                ),
+            )[1]
+            != print_
+        ]
+        if not stale:
+            return {rid: entry for rid, (entry, _) in known.items()}
+
+        def work(conn: Connection) -> None:
+            current = self._entries(stale, conn)
+            for rid in stale:
+                old = current.get(rid)
+                if old is None:
+                    conn.execute(
+                        insert(calendar_events).values(
+                            reservation_id=rid,
+                            uid=str(uuid.uuid4()),
+                            sequence=0,
+                            fingerprint=wanted[rid],
+                            changed_at=now,
+                        )
+                    )
+                elif old[1] != wanted[rid]:
+                    conn.execute(
+                        update(calendar_events)
+                        .where(calendar_events.c.reservation_id == rid)
+                        .values(
+                            sequence=old[0].sequence + 1, fingerprint=wanted[rid], changed_at=now
+                        )
+                    )
+
+        self.db.write(work)
+        return {rid: entry for rid, (entry, _) in self._entries(list(wanted)).items()}
+
+    def _entries(
+        self, ids: list[int], conn: Connection | None = None
+    ) -> dict[int, tuple[CalendarEntry, str]]:
+        if conn is None:
+            with self.db.read() as reader:
+                return self._entries(ids, reader)
+        out: dict[int, tuple[CalendarEntry, str]] = {}
+        c = calendar_events.c
+        for i in range(0, len(ids), 5000):
+            query = select(c.reservation_id, c.uid, c.sequence, c.changed_at, c.fingerprint)
+            for rid, uid, seq, changed, print_ in conn.execute(
+                query.where(c.reservation_id.in_(ids[i : i + 5000]))
+            ):
+                out[rid] = (CalendarEntry(uid, seq, changed), print_)
+        return out
+
+    # --- webhooks -----------------------------------------------------------------------
+
+    def add_webhook(
+        self,
+        owner: str,
+        site: bool,
+        url: str,
+        secret: str,
+        format: str,
+        events: Iterable[str],
+        now: datetime,
+    ) -> Webhook:
+        """Store an endpoint."""
+        row = {"owner": owner, "site": site, "url": url, "secret": secret, "format": format}
+        row |= {"events": json.dumps(sorted(events)), "created_at": now}
+        new_id = self.db.write(
+            lambda conn: int(conn.execute(insert(webhooks).values(**row)).inserted_primary_key[0])
+        )
+        found = self.webhook(new_id)
+        assert found is not None
+        return found
+
+    def webhooks(self) -> list[Webhook]:
+        """Every endpoint, oldest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(select(webhooks).order_by(webhooks.c.id)).all()
+        return [_webhook(row) for row in rows]
+
+    def webhook(self, webhook_id: int) -> Webhook | None:
+        with self.db.read() as conn:
+            row = conn.execute(select(webhooks).where(webhooks.c.id == webhook_id)).first()
+        return _webhook(row) if row else None
+
+    def delete_webhook(self, webhook_id: int) -> None:
+        self.db.write(
+            lambda conn: conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
+        )
+
+    def add_deliveries(
+        self, items: Sequence[tuple[int, str, str, str]], now: datetime
+    ) -> list[int]:
+        """Queue (webhook_id, event_id, event, body) rows; their ids, in order."""
+
+        def work(conn: Connection) -> list[int]:
+            ids = []
+            for webhook_id, event_id, event, body in items:
+                row = {"webhook_id": webhook_id, "event_id": event_id, "event": event}
+                row |= {"body": body, "state": "pending", "attempts": 0, "created_at": now}
+                result = conn.execute(insert(webhook_deliveries).values(**row))
+                ids.append(int(result.inserted_primary_key[0]))
+            return ids
+
+        return self.db.write(work) if items else []
+
+    def record_attempt(
+        self,
+        delivery_id: int,
+        at: datetime,
+        status: int | None,
+        error: str | None,
+        ms: float,
+        state: str,
+    ) -> None:
+        """Log one attempt and move the delivery to `state` (pending, delivered, dead)."""
+
+        def work(conn: Connection) -> None:
+            conn.execute(
+                insert(webhook_attempts).values(
+                    delivery_id=delivery_id, at=at, status=status, error=error, ms=ms
+                )
+            )
+            d = webhook_deliveries.c
+            conn.execute(
+                update(webhook_deliveries)
+                .where(d.id == delivery_id)
+                .values(
+                    attempts=d.attempts + 1,
+                    state=state,
+                    finished_at=at if state != "pending" else None,
+                )
+            )
+
+        self.db.write(work)
+
+    def deliveries(
+        self, webhook_id: int | None = None, state: str | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        """Newest deliveries first, each with its attempts."""
+        d = webhook_deliveries.c
+        query = select(webhook_deliveries)
+        if webhook_id is not None:
+            query = query.where(d.webhook_id == webhook_id)
+        if state is not None:
+            query = query.where(d.state == state)
+        with self.db.read() as conn:
+            found = [
+                Delivery(*row) for row in conn.execute(query.order_by(d.id.desc()).limit(limit))
+            ]
+            by_id = {x.id: x for x in found}
+            a = webhook_attempts.c
+            if by_id:
+                rows = conn.execute(
+                    select(a.delivery_id, a.at, a.status, a.error, a.ms)
+                    .where(a.delivery_id.in_(list(by_id)))
+                    .order_by(a.id)
+                )
+                for delivery_id, at, status, error, ms in rows:
+                    by_id[delivery_id].log.append(
+                        {"at": at.isoformat(), "status": status, "error": error, "ms": round(ms, 1)}
+                    )
+        return found
+
+
+def _webhook(row: Any) -> Webhook:
+    events = tuple(json.loads(row.events))
+    return Webhook(
+        row.id, row.owner, row.site, row.url, row.secret, row.format, events, row.created_at
+    )
