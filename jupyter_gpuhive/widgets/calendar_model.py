@@ -16,7 +16,7 @@ from typing import Any
 from ..client import HiveClientError
 from . import palette
 from .clock import UTC, as_zone, day_segments, hours_into, iso, local_text, midnight, parse
-from .messages import error_text
+from .messages import error_text, hosts_notice
 
 PAD = 0.06  # gap between neighbouring columns, in column widths
 
@@ -135,6 +135,7 @@ class CalendarModel:
         self.draft: Draft | None = None
         self.error = ""  # shown in the dialog, in words
         self.message = ""  # the last thing that happened, for the status line
+        self.notice = ""  # HTML: what to do with no hosts, or about hosts that are down
         self.listeners: list[Callable[[], None]] = []
 
     # --- geometry ------------------------------------------------------------------
@@ -183,7 +184,9 @@ class CalendarModel:
         if not self.me:
             self.me = self.client.request("GET", "me")["name"]
         if not self.all_gpus:
-            self.all_gpus = gpus_of(self.client.request("GET", "hosts")["hosts"])
+            hosts = self.client.request("GET", "hosts")
+            self.notice = hosts_notice(hosts)
+            self.all_gpus = gpus_of(hosts["hosts"])
             self.gpus = [g for g in self.gpus if g in self.all_gpus] or list(self.all_gpus)
         start, end = self.window
         window = {"start": iso(start), "end": iso(end)}

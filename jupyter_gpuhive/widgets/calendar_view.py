@@ -110,8 +110,9 @@ class CalendarView(Shown):
             layout=w.Layout(border="1px solid #999", padding="6px", display="none"),
         )  # fmt: skip
 
+        self.notice = w.HTML()
         self.widget = w.VBox(
-            [w.HBox([back, self.day, forward, self.mode, refresh]),
+            [self.notice, w.HBox([back, self.day, forward, self.mode, refresh]),
              w.HBox([self.gpu_picker, self.mine]), self.status, self.figure, self.dialog]
         )  # fmt: skip
         m.listeners.append(self.render)
@@ -174,6 +175,7 @@ class CalendarView(Shown):
         )
         self.mine.options = [("—", None)] + [(f"{r['id']}: {r['title']}", r["id"]) for r in own]
         self.status.value = m.message
+        self.notice.value = m.notice
         d = m.draft
         self.dialog.layout.display = "none" if d is None else "flex"
         if d is None:

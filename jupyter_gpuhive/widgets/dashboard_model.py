@@ -9,6 +9,7 @@ from typing import Any
 
 from ..client import HiveClientError
 from .clock import UTC, iso
+from .messages import hosts_notice
 
 # chart title -> (kind, field of the metrics endpoint)
 CHARTS: dict[str, tuple[str, str]] = {
@@ -88,6 +89,7 @@ class DashboardModel:
         self.usage_id: int | None = None
         self.usage: dict[str, Any] | None = None
         self.last_t: float | None = None
+        self.notice = ""  # HTML: what to do with no hosts, or about hosts that are down
 
     def wants_gpu(self, ref: str) -> bool:
         host = ref.split(":")[0]
@@ -138,7 +140,9 @@ class DashboardModel:
 
     def poll_state(self) -> list[ProcessRow]:
         """Fetch the live host state and rebuild the process table."""
-        self.state = self.client.request("GET", "hosts")["hosts"]
+        reply = self.client.request("GET", "hosts")
+        self.state = reply["hosts"]
+        self.notice = hosts_notice(reply)
         self.processes = self.process_rows(self.state)
         return self.processes
 

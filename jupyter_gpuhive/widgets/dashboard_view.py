@@ -129,8 +129,10 @@ class DashboardView(Shown):
         self.poller = Poller(self.refresh, interval, name="gpuhive-dashboard")
         self.live = LiveSwitch(self.poller)
         self.toggle = toggle = self.live.button
+        self.notice = w.HTML()
         self.widget = w.VBox(
-            [w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"), self.order,
+            [self.notice, w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"),
+             self.order,
              self.grid, w.HTML("<b>GPU processes</b>"), self.table,
              w.HBox([self.reservation]), self.usage]
         )  # fmt: skip
@@ -149,6 +151,7 @@ class DashboardView(Shown):
         for title, chart in self.charts.items():
             chart.update(m.chart(title))
         self.table.value = process_table(m)
+        self.notice.value = m.notice
         self.usage.value = usage_text(m.usage)
         options: list[tuple[str, int | None]] = [("—", None)]
         for h in m.state:

@@ -18,7 +18,7 @@ from typing import Any
 from ..client import HiveClientError
 from .calendar_model import gpus_of
 from .clock import UTC, iso, parse
-from .messages import error_text
+from .messages import error_text, hosts_notice
 
 MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
 FINAL = frozenset({"succeeded", "failed", "stopped", "lost"})
@@ -138,6 +138,7 @@ class JobBuilderModel:
         self.message = ""
         self.listeners: list[Callable[[], None]] = []
         self.submitted: list[Callable[[dict[str, Any]], None]] = []
+        self.notice = ""  # HTML: what to do with no hosts, or about hosts that are down
 
     # --- loading ---------------------------------------------------------------------
 
@@ -146,7 +147,9 @@ class JobBuilderModel:
         self.me = str(self.client.request("GET", "me")["name"])
         reply = self.client.request("GET", "templates")
         self.templates = {t["name"]: t for t in reply["templates"]}
-        hosts = self.client.request("GET", "hosts")["hosts"]
+        reply = self.client.request("GET", "hosts")
+        self.notice = hosts_notice(reply)
+        hosts = reply["hosts"]
         self.hosts = {h["name"]: gpus_of([h]) for h in sorted(hosts, key=lambda h: h["name"])}
         self.load_reservations()
         if self.form.template not in self.templates and self.templates:
@@ -444,12 +447,14 @@ class JobListModel:
         self.attach = ""
         self.error = ""
         self.message = ""
+        self.notice = ""  # HTML: the first steps, when there are no hosts
         self.listeners: list[Callable[[], None]] = []
 
     def refresh(self) -> None:
         """My jobs, newest first, and the log tail of the selected one (a poller's tick)."""
         if self.user is None:
             self.user = str(self.client.request("GET", "me")["name"])
+            self.notice = hosts_notice(self.client.request("GET", "hosts"))  # first tick only
         jobs = self.client.request("GET", "jobs", params={"user": self.user})["jobs"]
         self.jobs = sorted(jobs, key=lambda j: j["id"], reverse=True)
         if self.selected is not None and self.job() is None:

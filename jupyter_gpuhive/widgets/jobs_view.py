@@ -222,7 +222,7 @@ class JobBuilderView(Shown):
         self._build_reservations()
         self.start_at.disabled = m.form.mode != "schedule"
         text = _error(m.error) or html.escape(m.message)
-        self.status.value = text
+        self.status.value = m.notice + text
         self.preview_out.value = preview_html(m.tasks)
 
 
@@ -270,7 +270,7 @@ class JobListView(Shown):
             "pending", "starting", "running", "stopping",
         )  # fmt: skip
         error = self.poller.last_error or m.error
-        self.status.value = _error(error) or html.escape(m.message)
+        self.status.value = m.notice + (_error(error) or html.escape(m.message))
         hint = m.attach_hint()
         self.attach.value = f"Attach: <code>{html.escape(hint)}</code>" if hint else ""
         state = f" ({html.escape(m.log_state)})" if m.log_state else ""

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..client import HiveClientError
 from .clock import UTC, as_zone, iso, midnight, parse
+from .messages import setup_notice
 
 FREE, OTHERS, MINE, QUEUED = 0, 1, 2, 3  # cell codes; the colour scale maps them in order
 _CODES = np.zeros(256, dtype=np.uint8)
@@ -49,6 +50,7 @@ class OverviewModel:
         self.slot_seconds = 3600.0
         self.origin = midnight(self.start, self.zone)
         self.selected: list[str] = []
+        self.notice = ""  # HTML: the first steps, when there are no GPUs at all
         self.listeners: list[Callable[[], None]] = []
         self.selection_listeners: list[Callable[[list[str]], None]] = []
 
@@ -64,6 +66,7 @@ class OverviewModel:
         params = {"start": iso(start), "end": iso(end), "slot": self.slot}
         data = self.client.request("GET", "overview", params=params)
         self.apply(data, jobs=self.running_queued_jobs())
+        self.notice = "" if data["gpus"] else setup_notice()
 
     def running_queued_jobs(self) -> list[dict[str, Any]]:
         """Running jobs that came from the queue (they occupy their GPUs in free time)."""

@@ -44,9 +44,11 @@ class OverviewView(Shown):
             for n, c in (("free", palette.FREE), ("others", palette.OTHERS),
                          ("mine", palette.MINE), ("queued job", QUEUED_COLOUR))
         )  # fmt: skip
+        self.notice = w.HTML()
         self.widget = w.VBox(
-            [w.HTML(legend), self.figure, w.HBox([self.hosts, self.gpus, show]), self.info]
-        )
+            [self.notice, w.HTML(legend), self.figure, w.HBox([self.hosts, self.gpus, show]),
+             self.info]
+        )  # fmt: skip
         model.listeners.append(self.render)
         self.render()
 
@@ -61,7 +63,15 @@ class OverviewView(Shown):
         ticks = m.day_ticks()
         self.x_axis.tick_values = list(ticks)
         self.x_axis.tick_labels = {f"{k:g}": v for k, v in ticks.items()}
-        colour = m.matrix.astype(np.float32) if rows and cols else np.zeros((1, 1), np.float32)
+        self.hosts.options = list(m.hosts)
+        self.gpus.options = m.gpus
+        self.notice.value = m.notice
+        if (
+            not rows or not cols
+        ):  # no GPUs at all (a (1, 1) grid squeezes to a scalar bqplot refuses)
+            self.grid, self.figure.marks = None, []
+            return
+        colour = m.matrix.astype(np.float32)
         scales = {"x": self.x, "y": self.y, "color": self.colour}
         if rows * cols <= SVG_CELL_LIMIT:
             grid: bq.Mark = bq.GridHeatMap(
@@ -81,8 +91,6 @@ class OverviewView(Shown):
         grid.on_element_click(self._clicked)
         self.grid = grid
         self.figure.marks = [grid]
-        self.hosts.options = list(m.hosts)
-        self.gpus.options = m.gpus
 
     def _apply_selection(self) -> None:
         self.model.select(self.gpus.value, self.hosts.value)
