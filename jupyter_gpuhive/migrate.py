@@ -8,7 +8,8 @@
    jobs or users yet (a fresh database, or one a service has only started on).
 3. In one transaction on the target every table is emptied and refilled with the
    source's rows, keeping ids (reservations, GPUs, jobs are referred to by id), and
-   PostgreSQL's id sequences are moved past the copied ids.
+   PostgreSQL's id sequences are moved past every id the source ever handed out (SQLite's
+   AUTOINCREMENT counters included), so an id deleted there is never handed out again.
 """
 
 from __future__ import annotations
@@ -66,15 +67,29 @@ def _count(conn: Connection, table: Table) -> int:
     return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def _reset_sequences(conn: Connection, tables: list[Table]) -> None:
+def _handed_out(conn: Connection) -> dict[str, int]:
+    """Per table, the highest id a SQLite store ever handed out (its AUTOINCREMENT counter)."""
+    if conn.dialect.name != "sqlite":
+        return {}
+    known = conn.execute(
+        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'")
+    ).first()
+    if known is None:
+        return {}
+    return {str(n): int(s) for n, s in conn.execute(text("SELECT name, seq FROM sqlite_sequence"))}
+
+
+def _reset_sequences(conn: Connection, tables: list[Table], handed_out: dict[str, int]) -> None:
     for table in tables:
         if "id" not in table.c or not table.c.id.primary_key:
             continue
         conn.execute(
             text(
                 f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                f"COALESCE(MAX(id), 1), MAX(id) IS NOT NULL) FROM {table.name}"
-            )
+                "GREATEST(COALESCE(MAX(id), 0), :seen, 1), "
+                f"GREATEST(COALESCE(MAX(id), 0), :seen) > 0) FROM {table.name}"
+            ),
+            {"seen": handed_out.get(table.name, 0)},
         )
 
 
@@ -118,6 +133,7 @@ def _copy(src: Store, dst: Store, say: Callable[[str], Any]) -> dict[str, int]:
             out.execute(delete(table))
         copied: dict[str, int] = {}
         with src.db.read() as inp:
+            handed_out = _handed_out(inp)
             for table in tables:
                 rows = 0
                 result = inp.execute(select(table)).mappings()
@@ -126,7 +142,7 @@ def _copy(src: Store, dst: Store, say: Callable[[str], Any]) -> dict[str, int]:
                     rows += len(batch)
                 copied[table.name] = rows
         if dst.db.dialect == "postgresql":
-            _reset_sequences(out, tables)
+            _reset_sequences(out, tables, handed_out)
     for name, rows in copied.items():
         if rows:
             say(f"  {name}: {rows}")

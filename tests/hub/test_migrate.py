@@ -79,6 +79,11 @@ def test_migrate_sqlite_into_postgresql(tmp_path: Path, postgres: PostgresCluste
         gone = personal.reservations.create(BOSS, booking("gpu1:0", 5))
         personal.reservations.cancel(BOSS, gone.id)
         personal.store.rules.add(parse_rule({"name": "phd nights", "groups": ["phd"]}), "boss")
+        # The newest rule is deleted: its id was handed out and must never come back.
+        dropped = personal.store.rules.add(
+            parse_rule({"name": "short-lived", "users": ["*"]}), "boss"
+        )
+        personal.store.rules.remove(dropped.id)
     finally:
         personal.close()
     before = dump(source)
@@ -98,6 +103,9 @@ def test_migrate_sqlite_into_postgresql(tmp_path: Path, postgres: PostgresCluste
         # ... and new rows get new ids (the sequences moved past the copied ones).
         fresh = team.reservations.create(BOSS, booking("gpu3:3", 1))
         assert fresh.id > gone.id
+        # ... also past ids deleted in personal mode (SQLite's AUTOINCREMENT counter).
+        rule = team.store.rules.add(parse_rule({"name": "after the move", "users": ["*"]}), "boss")
+        assert rule.id > dropped.id
     finally:
         team.close()
 
