@@ -86,7 +86,7 @@ class HubHandler(HubAuthenticated, HiveLogic):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(error, HiveError):
+        if isinstance(error, HiveError) or status_code == 405:  # 405: with its Allow header
             super().write_error(status_code, **kwargs)
             return
         self.set_header("Content-Type", "application/json; charset=UTF-8")

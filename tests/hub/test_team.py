@@ -116,6 +116,10 @@ def test_bob_calling_the_service_directly_is_still_bob(
         cancel = via(bob, "DELETE", f"reservations/{bookings['alice']}", headers=spoof)
         assert cancel.status == 403, cancel
     assert live(team, bookings["alice"])
+    # A method the resource does not answer: 405 with its Allow header, as a user's server says.
+    wrong = team.service(bob, "PUT", "reservations", book("gpu2:3"))
+    assert wrong.status == 405, wrong
+    assert wrong.headers.get("Allow") == "GET, POST" and "PUT" in wrong.body["message"]
 
 
 def test_bobs_own_client_mode_server_cannot_claim_alice(
