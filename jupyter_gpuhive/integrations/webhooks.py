@@ -58,6 +58,7 @@ EVENT_HEADER = "X-Gpuhive-Event"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 TOLERANCE = 300  # seconds a receiver should accept a timestamp for
 URL_MAX = 2000
+PER_ENDPOINT = 4  # attempts in flight per endpoint (each bounded by the timeout)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -267,17 +268,30 @@ class Webhooks:
         return queue
 
     async def _work(self, webhook: Webhook, queue: asyncio.Queue[_Item]) -> None:
-        client = AsyncHTTPClient(force_instance=True, max_clients=4)
+        """One endpoint's deliveries, at most PER_ENDPOINT at a time, each with a timeout."""
+        client = AsyncHTTPClient(force_instance=True, max_clients=PER_ENDPOINT)
+        slots = asyncio.Semaphore(PER_ENDPOINT)
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(item: _Item) -> None:
+            try:
+                await self._attempt(client, webhook, queue, item)
+            except Exception:  # never let one delivery stop the others
+                log.exception("gpuhive: webhook %s delivery %s", webhook.id, item.delivery_id)
+            finally:
+                slots.release()
+
         try:
             while True:
+                await slots.acquire()
                 item = await queue.get()
-                try:
-                    await self._attempt(client, webhook, queue, item)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # never let one delivery stop the worker
-                    log.exception("gpuhive: webhook %s delivery %s", webhook.id, item.delivery_id)
+                task = asyncio.create_task(one(item))
+                running.add(task)
+                task.add_done_callback(running.discard)
         finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
             client.close()
 
     async def _attempt(
