@@ -88,6 +88,8 @@ class Hive:
             publish=publish, job_owners=self._job_owners,
         )  # fmt: skip
         self.monitor.sampler.listeners.append(self.protection.on_sweep)
+        self.integrations.ongoing = self.protection.ongoing
+        self.monitor.sampler.listeners.append(self.integrations.on_sweep)  # webhook events
         self.leadership = Leadership(
             settings.db_url, self._lead, self._follow, interval=max(0.2, settings.poll_interval / 2)
         )
@@ -497,6 +499,7 @@ class Hive:
         report = await self.launcher.start(job)
         if not report.ok:
             raise Conflict(report.message, job=report.job.to_json(detail=True))
+        self.integrations.job_started(report.job)
         return report.job
 
     async def start_job(self, who: Identity, job_id: int) -> Job:

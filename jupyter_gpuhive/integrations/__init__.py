@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..errors import NotFound
+from ..jobs.model import ACTIVE, Job
 from ..model import Reservation
 from ..store import Store
 from ..store.integrations import Integrations as Rows
@@ -53,6 +55,9 @@ class Integrations:
         self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._jobs: dict[int, str] = {}  # running jobs seen → their last status
+        self._violations: set[int] | None = None  # open violations seen (None: not yet)
+        self.ongoing: Callable[[], list[dict[str, Any]]] = list  # the protection's, set by Hive
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run in the background: the request that caused an event never waits for it."""
@@ -84,6 +89,63 @@ class Integrations:
         if kind == "ending":
             data["minutes_left"] = max(0, round((res.end - self.now()).total_seconds() / 60))
         await self.webhooks.emit(f"reservation.{kind}", data, [res.owner], text)
+
+    # --- jobs and violations (after each sweep) -----------------------------------------
+
+    def job_started(self, job: Job) -> None:
+        """A job was started through the API (the sweep finds those the queue starts)."""
+        if job.id not in self._jobs:
+            self._jobs[job.id] = job.status
+            self._spawn(self._job_event("started", job))
+
+    async def _job_event(self, kind: str, job: Job) -> None:
+        where = ", ".join(sorted({t.host for t in job.tasks})) or "?"
+        text = f"{job.owner}'s job {job.id} '{job.name}' on {where} {kind}"
+        if kind != "started":
+            codes = sorted({t.exit_status for t in job.tasks if t.exit_status is not None})
+            text += f" (exit status {', '.join(map(str, codes))})" if codes else ""
+        await self.webhooks.emit(f"job.{kind}", {"job": job.to_json()}, [job.owner], text + ".")
+
+    async def on_sweep(self, _sweep: Any) -> None:
+        """Job starts and ends, and new violations, as webhook events."""
+        try:
+            await self._sweep_jobs()
+            await self._sweep_violations()
+        except Exception:
+            log.exception("gpuhive: job and violation events failed")
+
+    async def _sweep_jobs(self) -> None:
+        tasks = await self.run(self.store.jobs.tasks, ACTIVE)
+        for job_id in {t.job_id for t in tasks} | set(self._jobs):
+            try:
+                job = await self.run(self.store.jobs.get, job_id)
+            except NotFound:
+                self._jobs.pop(job_id, None)
+                continue
+            before = self._jobs.get(job_id)
+            if job.status in ("succeeded", "failed", "lost"):
+                self._jobs.pop(job_id, None)
+                await self._job_event("succeeded" if job.status == "succeeded" else "failed", job)
+            elif job.status in ("starting", "running", "stopping"):
+                self._jobs[job_id] = job.status
+                if before is None:
+                    await self._job_event("started", job)
+            else:
+                self._jobs.pop(job_id, None)
+
+    async def _sweep_violations(self) -> None:
+        found = {v["violation"]: v for v in self.ongoing()}
+        known, self._violations = self._violations, set(found)
+        for vid, v in found.items():
+            if known is not None and vid in known:
+                continue
+            data = {k: value for k, value in v.items() if k != "commands"}
+            who = v.get("offender") or "an unknown user"
+            text = f"{v['kind']} use of GPU {v['gpu']} on {v['host']} by {who}"
+            if v.get("holder"):
+                text += f" (reserved by {v['holder']})"
+            users = [u for u in (v.get("holder"), v.get("offender")) if u]
+            await self.webhooks.emit("violation", {"violation": data}, users, text + ".")
 
     # --- reminders ----------------------------------------------------------------------
 

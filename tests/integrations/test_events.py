@@ -1,0 +1,145 @@
+"""Webhook events from the running server: reminders, jobs started/ended, violations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
+from tests.conftest import USERS, book, iso
+from tests.integrations.receiver import Receiver, receiving
+from tests.integrations.test_webhooks import add_hook
+
+OWNER = "hivejob1"  # a real UNIX user (as in tests/api/test_jobs_api.py)
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run jobs as a user"),
+    pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),
+]
+
+
+@pytest.fixture
+def sim_host(tmp_path: Path) -> LocalSimHost:
+    ensure_user(OWNER)
+    return LocalSimHost("gpu1", tmp_path / "sim")
+
+
+@pytest.fixture
+def hive_config(sim_host: LocalSimHost) -> dict[str, Any]:
+    env = sim_host.env()
+    return {
+        "hosts": [{"name": "gpu1", "transport": "local", "env": {k: env[k] for k in SIM_ENV}}],
+        "poll_interval": 0.3,
+        "site_timezone": "UTC",
+        "admin_groups": ["admins"],
+        "reminder_interval": 0.2,
+        "reminder_minutes": 10,
+        "webhook_backoff": 0.2,
+    }
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    users = {**USERS, "tok-hivejob1": {"name": OWNER, "groups": []}}
+    jp_server_config["TokenUsersIdentityProvider"] = {"users": users}
+    return jp_server_config
+
+
+@pytest.fixture
+def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
+    hive = jp_serverapp.web_app.settings["gpuhive"]
+    jp_asyncio_loop.run_until_complete(hive.start())
+    yield hive
+    jp_asyncio_loop.run_until_complete(hive.stop())
+
+
+async def until(check: Any, timeout: float = 20.0) -> Any:
+    async with asyncio.timeout(timeout):
+        while not (value := await check()):
+            await asyncio.sleep(0.1)
+    return value
+
+
+async def discovered(call: Any) -> bool:
+    hosts = (await call("GET", "hosts")).body["hosts"]
+    return bool(hosts and len(hosts[0]["gpus"]) == 4)
+
+
+def events(receiver: Receiver, name: str) -> list[dict[str, Any]]:
+    return [e for e in receiver.new_events if e["event"] == name]
+
+
+async def test_reminders_when_a_reservation_starts_and_before_it_ends(
+    api: Any, running_hive: Any
+) -> None:
+    alice = api("alice")
+    await until(lambda: discovered(alice))
+    with receiving(Receiver()) as hook:
+        await add_hook(alice, hook, events=["reservation.starting", "reservation.ending"])
+        start = running_hive.now() + timedelta(seconds=2)
+        made = await alice(
+            "POST", "reservations",
+            {"title": "soon", "gpus": ["gpu1:2"], "start": iso(start), "duration": "10m"},
+        )  # fmt: skip
+        assert made.status == 201, made
+        await hook.until(2, timeout=10)
+        starting, ending = events(hook, "reservation.starting"), events(hook, "reservation.ending")
+        assert len(starting) == len(ending) == 1
+        assert starting[0]["data"]["reservation"]["id"] == made.body["id"]
+        assert ending[0]["data"]["minutes_left"] == 10
+        assert "ends soon" in ending[0]["text"] and "starts now" in starting[0]["text"]
+        await asyncio.sleep(1.0)
+        assert len(hook.new_events) == 2  # each once
+
+
+async def test_job_events_and_violations(api: Any, running_hive: Any, sim_host: Any) -> None:
+    owner, bob, boss = api(OWNER), api("bob"), api("boss")
+    await until(lambda: discovered(owner))
+    with (
+        receiving(Receiver()) as mine,
+        receiving(Receiver()) as bobs,
+        receiving(Receiver()) as site,
+    ):
+        await add_hook(owner, mine, events=["job.started", "job.succeeded", "job.failed",
+                                            "violation"])  # fmt: skip
+        await add_hook(bob, bobs, events=["job.started", "violation"])
+        await add_hook(boss, site, events=["violation"], site=True)
+        good = await owner("POST", "jobs", {"name": "ok", "gpus": ["gpu1:0"],
+                                            "command": "sleep 1", "start": True})  # fmt: skip
+        bad = await owner("POST", "jobs", {"name": "bad", "gpus": ["gpu1:1"],
+                                           "command": "sleep 1; exit 3", "start": True})  # fmt: skip
+        assert good.status == bad.status == 201, (good, bad)
+        await mine.until(4, timeout=20)
+        started = events(mine, "job.started")
+        assert sorted(e["data"]["job"]["id"] for e in started) == sorted(
+            [good.body["id"], bad.body["id"]]
+        )
+        (ok,) = events(mine, "job.succeeded")
+        (failed,) = events(mine, "job.failed")
+        assert ok["data"]["job"]["id"] == good.body["id"]
+        assert failed["data"]["job"]["id"] == bad.body["id"] and "exit status 3" in failed["text"]
+        assert "command" not in failed["data"]["job"]  # the summary, as others see jobs
+
+        # a violation: OWNER's process on the GPU bob holds now
+        await book(bob, "held", ["gpu1:3"], running_hive.now())
+        proc = sim_host.start_process([3], user=OWNER)
+        try:
+            await site.until(1, timeout=20)
+            await bobs.until(1, timeout=10)  # the holder's own endpoint
+            await mine.until(5, timeout=10)  # the offender's own endpoint
+        finally:
+            proc.kill()
+            proc.wait()
+        (violation,) = site.new_events
+        assert violation["event"] == "violation"
+        data = violation["data"]["violation"]
+        assert data["kind"] == "foreign" and data["holder"] == "bob" and data["offender"] == OWNER
+        assert data["gpu"] == "gpu1:3" and "commands" not in data
+        assert bobs.new_events[0]["id"] == violation["id"]  # one event, one idempotency key
+        assert events(bobs, "job.started") == []  # not bob's jobs
