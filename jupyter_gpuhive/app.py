@@ -70,6 +70,11 @@ class GpuHiveApp(ExtensionApp):
         help="Re-read the hosts file when it changes (checked every poll_interval), so "
         "`jupyter gpuhive hosts add|remove` take effect without a restart.",
     ).tag(config=True)
+    sidebar_note = Unicode(
+        "",
+        help="A note shown at the top of the JupyterLab sidebar panel (GET hosts: 'note'), "
+        "e.g. what a demo or a site's machines are for.",
+    ).tag(config=True)
     auto_local_host = Bool(
         True,
         help="With no hosts configured, use this machine as the GPU host when `nvidia-smi` "
@@ -389,6 +394,7 @@ class GpuHiveApp(ExtensionApp):
         )
 
     def initialize_settings(self) -> None:
+        self.settings["gpuhive_note"] = self.sidebar_note
         if self.service_url:
             self.settings["gpuhive_service_url"] = self.service_url
             self.log.info("gpuhive: client mode, service %s", self.service_url)

@@ -1,8 +1,11 @@
 """`make demo`: JupyterLab with gpuhive on a simulated 3-host × 4-GPU cluster on localhost.
 
 The hosts use the `local` transport and the project's nvidia-smi stand-in, so monitoring,
-jobs and the violation monitor all work on real processes of this machine. A couple of
-background "training" processes make the dashboards move (`--no-load` leaves them out).
+jobs and the violation monitor all work on real processes of this machine. The demo starts
+with something to see (demoseed): alice's and bob's bookings this week, one of alice's
+running now with a stray process of yours on it (a violation), and a queued job of yours.
+Two background "training" processes make the dashboards move; `--no-load` leaves every
+process out (and so the violation).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
+from .demoseed import SPOILER, sidebar_note
 from .sim.cluster import LocalSimHost
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
@@ -30,10 +34,13 @@ def demo_hosts(root: Path) -> list[LocalSimHost]:
 
 
 def host_config(host: LocalSimHost) -> dict[str, Any]:
-    """A simulated host as a c.GpuHiveApp.hosts entry (local transport, stand-in env)."""
+    """A simulated host as a c.GpuHiveApp.hosts entry (local transport, stand-in env, its
+    GPUs declared, so they can be booked before the first sweep)."""
     env = host.env()
+    gpus = [{"index": g.index, "uuid": g.uuid, "model": g.name, "memory_mib": g.memory_total_mib}
+            for g in host.config.gpus]  # fmt: skip
     return {"name": host.name, "address": "localhost", "transport": "local",
-            "env": {key: env[key] for key in SIM_ENV}}  # fmt: skip
+            "env": {key: env[key] for key in SIM_ENV}, "gpus": gpus}  # fmt: skip
 
 
 def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
@@ -48,17 +55,42 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
         f"c.GpuHiveApp.hosts = {json.dumps([host_config(h) for h in hosts], indent=2)}\n"
         f"c.GpuHiveApp.admin_users = {{{user!r}}}\n"
         "c.GpuHiveApp.poll_interval = 2.0\n"
+        "# Violations show in the panel, the dashboard and the history; no terminal messages.\n"
+        "c.GpuHiveApp.violation_ladder = [{'after': 0, 'handler': 'event'}]\n"
+        f"c.GpuHiveApp.sidebar_note = {sidebar_note(user)!r}\n"
         "c.ServerApp.open_browser = False\n"
         f"c.ServerApp.allow_root = {os.geteuid() == 0}\n"
     )
     return config
 
 
+def seed_store(config: Path) -> dict[str, Any]:
+    """Open the demo's store as the server will and add alice's, bob's and the queued job."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from .app import GpuHiveApp
+    from .demoseed import seed
+    from .hive import Hive
+
+    loaded = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    app = GpuHiveApp(config=loaded)
+    hive = Hive(app.settings_for_hive(), publish=lambda _event: None).open()
+    try:
+        return seed(hive, getpass.getuser())
+    finally:
+        hive.close()
+
+
 def start_load(hosts: list[LocalSimHost]) -> list[subprocess.Popen[bytes]]:
-    """Two simulated trainings of the current user, so the dashboards show activity."""
+    """Two simulated trainings of the current user, so the dashboards show activity, and a
+    stray process of theirs on a GPU alice holds (the violation)."""
+    spoiler_host, spoiler_gpu = SPOILER.split(":")
+    stray = next(h for h in hosts if h.name == spoiler_host)
+    day = ("sleep", "86400")  # as long as a demo lasts (the demo ends them when it stops)
     return [
-        hosts[0].start_process([0, 1], mem_mib=30_000, util=85),
-        hosts[1].start_process([2], mem_mib=12_000, util=40),
+        hosts[0].start_process([0, 1], mem_mib=30_000, util=85, command=day),
+        hosts[1].start_process([2], mem_mib=12_000, util=40, command=day),
+        stray.start_process([int(spoiler_gpu)], mem_mib=3_000, util=15, command=day),
     ]
 
 
@@ -68,7 +100,10 @@ def main() -> None:
     root = Path(os.environ.get("GPUHIVE_DEMO_DIR", Path(jupyter_data_dir()) / "gpuhive-demo"))
     hosts = demo_hosts(root)
     config = write_config(root, hosts)
+    seeded = seed_store(config)
     print(f"gpuhive demo: config {config}, store {root / 'gpuhive.sqlite'}")
+    print(f"gpuhive demo: added {len(seeded['reservations'])} reservations of alice and bob"
+          f"{' and a queued job' if seeded['job'] else ''}")  # fmt: skip
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
     load = [] if "--no-load" in sys.argv else start_load(hosts)
     try:

@@ -1,16 +1,23 @@
-"""`make demo` (python -m jupyter_gpuhive.demo): it serves, and a SIGTERM leaves nothing behind."""
+"""`make demo` (python -m jupyter_gpuhive.demo): it serves, starts with something to see
+(alice's and bob's bookings, a violation, a queued job) while its user still books freely, and a
+SIGTERM leaves nothing behind."""
 
 from __future__ import annotations
 
 import contextlib
+import getpass
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 
 def children(pid: int) -> list[int]:
@@ -31,6 +38,59 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def call(port: int, token: str, method: str, path: str, body: object = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/gpuhive/api/{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def check_seeded_state(port: int, token: str) -> None:
+    """What the demo starts with, through the REST API."""
+    me = getpass.getuser()
+    _, found = call(port, token, "GET", "reservations")
+    others = {(r["owner"], r["title"]): r for r in found["reservations"]}
+    assert {"alice", "bob"} == {owner for owner, _ in others}, others
+    assert len(others) >= 4
+    running = others[("alice", "llama finetune")]
+    assert running["gpus"] == ["gpu3:0", "gpu3:1"]
+    assert running["status"] == "active"
+    _, jobs = call(port, token, "GET", f"jobs?user={me}")
+    queued = [j for j in jobs["jobs"] if j["name"] == "overnight sweep"]
+    assert len(queued) == 1
+    assert (queued[0]["status"], queued[0]["queued"]) == ("pending", True)
+    _, hosts = call(port, token, "GET", "hosts")
+    assert "alice holds gpu3:0-1 now" in hosts["note"]
+    gpu31 = next(g for h in hosts["hosts"] for g in h["gpus"] if g["id"] == "gpu3:1")
+    assert gpu31["reservation"]["owner"] == "alice"
+
+    def violation() -> dict | None:  # the demo user's stray process on alice's GPU
+        _, seen = call(port, token, "GET", "violations")
+        return next((v for v in seen["violations"] if v["gpu"] == "gpu3:1"), None)
+
+    deadline = time.monotonic() + 60
+    while (found_violation := violation()) is None and time.monotonic() < deadline:
+        time.sleep(1)
+    assert found_violation is not None
+    assert (found_violation["holder"], found_violation["offender"]) == ("alice", me)
+    assert found_violation["kind"] == "foreign"
+
+    # The demo user books freely: a free GPU now, and the next free slot of a busy one.
+    status, mine = call(port, token, "POST", "reservations",
+                        {"title": "my run", "gpus": ["gpu1:2", "gpu2:0"], "duration": "2h"})  # fmt: skip
+    assert status == 201, mine
+    status, clash = call(port, token, "POST", "reservations",
+                         {"title": "x", "gpus": ["gpu3:0"], "duration": "1h"})  # fmt: skip
+    assert status == 409
+    assert "alice" in clash["message"]
 
 
 def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -67,8 +127,9 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
                 pass
             time.sleep(0.5)
         assert hosts is not None and b'"util":85' in hosts, hosts
+        check_seeded_state(port, token)
         started = children(demo.pid)
-        assert len(started) == 3  # JupyterLab and the two load processes
+        assert len(started) == 4  # JupyterLab, the two loads and the stray process
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(timeout=30) == 0
         assert [pid for pid in started if alive(pid)] == []
@@ -76,3 +137,14 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(demo.pid, signal.SIGKILL)  # whatever failed, nothing outlives the test
         demo.wait()
+
+
+def test_seeding_again_adds_nothing_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpuhive.demo import demo_hosts, seed_store, write_config
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))  # no hosts file there
+    config = write_config(tmp_path, demo_hosts(tmp_path))
+    first = seed_store(config)
+    assert len(first["reservations"]) == 5
+    assert first["job"] is not None
+    assert seed_store(config) == {"reservations": [], "job": None}

@@ -34,7 +34,8 @@ class MeHandler(HiveLogic):
 class HostsHandler(HiveLogic):
     @web.authenticated
     async def get(self) -> None:
-        self.reply(advise(await self.hive.monitor.hosts(), self.hive.public_key))
+        reply = advise(await self.hive.monitor.hosts(), self.hive.public_key)
+        self.reply({**reply, "note": self.settings.get("gpuhive_note") or None})
 
 
 class MetricsHandler(HiveLogic):

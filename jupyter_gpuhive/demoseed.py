@@ -1,0 +1,92 @@
+"""What `make demo` starts with: other people's bookings this week, a process on a GPU that
+someone else reserved (a violation), and a queued job of the demo user.
+
+Seeded through the same services the REST API uses (an admin books for alice and bob), before
+JupyterLab starts. Running the demo again adds only what is missing; bookings that would clash
+with what is there are left out.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from .errors import HiveError
+from .hive import Hive
+from .model import utcnow
+
+log = logging.getLogger(__name__)
+
+SPOILER = "gpu3:1"  # where the demo user's stray process runs, on alice's reservation
+QUEUED_ON = "gpu3:0"  # where the demo user's queued job waits (alice holds it now)
+
+
+@dataclass(frozen=True)
+class Booking:
+    owner: str
+    title: str
+    gpus: tuple[str, ...]
+    start: datetime
+    end: datetime
+
+
+def bookings(now: datetime, zone: tzinfo) -> list[Booking]:
+    """alice and bob this week: one of alice's running now (on gpu3:0,1), the rest ahead."""
+    today = now.astimezone(zone).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def at(days: int, hour: int) -> datetime:
+        return (today + timedelta(days=days)).replace(hour=hour)
+
+    return [
+        Booking("alice", "llama finetune", ("gpu3:0", "gpu3:1"), now - timedelta(minutes=2),
+                now + timedelta(hours=3)),
+        Booking("bob", "eval run", ("gpu3:2",), now + timedelta(hours=4), now + timedelta(hours=6)),
+        Booking("bob", "ablation sweep", ("gpu2:0", "gpu2:1", "gpu2:2", "gpu2:3"), at(1, 9),
+                at(1, 17)),
+        Booking("alice", "paper deadline", ("gpu1:2", "gpu1:3"), at(2, 10), at(2, 18)),
+        Booking("bob", "weekend pretraining", ("gpu2:2", "gpu2:3"), at(4, 8), at(5, 20)),
+    ]  # fmt: skip
+
+
+def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
+    """Book for alice and bob and queue a job of `admin` (the demo user); what was added."""
+    now = now or utcnow()
+    who = hive.identify(admin, [])
+    made: list[int] = []
+    window = (now - timedelta(days=1), now + timedelta(days=8))
+    present = {(r.owner, r.title) for r in hive.store.reservations.window(*window)}
+    for b in bookings(now, hive.settings.policy.zone):
+        if (b.owner, b.title) in present:
+            continue
+        body = {"title": b.title, "gpus": list(b.gpus), "owner": b.owner,
+                "start": b.start.isoformat(), "end": b.end.isoformat()}  # fmt: skip
+        try:
+            made.append(hive.reservations.create(who, body).id)
+        except HiveError as error:  # the user booked that slot meanwhile: leave it out
+            log.info("demo: not booking %r for %s: %s", b.title, b.owner, error)
+    job_id = None
+    pending = hive.store.jobs.all(owner=admin, queued=True)
+    if not any(j.name == "overnight sweep" and j.status == "pending" for j in pending):
+        body = {
+            "name": "overnight sweep",
+            "template": "plain",
+            "command": "echo sweeping on $CUDA_VISIBLE_DEVICES; sleep 60; echo done",
+            "gpus": [QUEUED_ON],
+            "queued": True,
+            "walltime": "1h",
+        }
+        job, specs = hive.jobs.build(who, body)
+        job_id = hive.store.jobs.create(job, specs).id
+    return {"reservations": made, "job": job_id}
+
+
+def sidebar_note(user: str) -> str:
+    """What the panel says in the demo: where to look."""
+    return (
+        f"Demo: you are {user} (an admin). alice holds gpu3:0-1 now, and a process of yours "
+        f"runs on {SPOILER}: a violation (see the dashboard and violations history). bob books "
+        f"gpu2 tomorrow. Your queued job 'overnight sweep' waits for {QUEUED_ON}. Every free "
+        "GPU is yours to book."
+    )
