@@ -17,7 +17,8 @@ from .errors import Invalid
 from .hive import Hive, HiveSettings
 from .hosts.pool import SshSettings, ensure_client_key
 from .hostsfile import HostsFileWatcher, default_hosts_file, read_hosts
-from .integrations import FeedSettings, IntegrationSettings, WebhookSettings
+from .integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
+from .integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
 from .inventory_config import local_gpu_host, parse_hosts
 from .model import parse_duration
 from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
@@ -242,7 +243,15 @@ class GpuHiveApp(ExtensionApp):
         15, help="The 'reservation.ending' webhook event comes this many minutes before the end."
     ).tag(config=True)
     reminder_interval = Float(
-        30.0, help="Seconds between checks for reservations starting or ending soon."
+        30.0,
+        help="Seconds between checks for reservations starting or ending soon, and for "
+        "availability subscriptions whose GPUs became free.",
+    ).tag(config=True)
+    notify_email = Dict(
+        help="SMTP for availability notices and daily digests: {'host': 'smtp.lab', 'port': "
+        "587, 'starttls': True, 'username': …, 'password': …, 'sender': 'gpuhive@lab', "
+        "'address_template': '{user}@lab.org', 'addresses': {'alice': 'a@x.org'}}. "
+        "Empty: no e-mail.",
     ).tag(config=True)
 
     hive: Hive | None = None
@@ -374,6 +383,7 @@ class GpuHiveApp(ExtensionApp):
                 allowed_hosts=tuple(self.webhook_allowed_hosts),
             ),
             ending_minutes=self.reminder_minutes,
+            mail=mail_settings(self.notify_email),
             tick=max(0.05, self.reminder_interval),
         )
         return HiveSettings(
@@ -412,6 +422,13 @@ class GpuHiveApp(ExtensionApp):
         except (HandlerConfigError, Invalid) as error:
             raise TraitError(f"gpuhive configuration: {error}") from None
         self.hive = Hive(settings, publish=publish).open()
+        if logger is not None:
+            logger.register_event_schema(AVAILABILITY_SCHEMA)
+
+            def publish_availability(data: dict[str, Any]) -> None:
+                logger.emit(schema_id=AVAILABILITY_SCHEMA_ID, data=data)
+
+            self.hive.integrations.publish_lab = publish_availability
         self.settings["gpuhive"] = self.hive
         self.log.info(
             "gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(settings.hosts)

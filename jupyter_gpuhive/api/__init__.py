@@ -43,6 +43,9 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/webhooks", i.WebhooksHandler),
     ("/webhooks/{id}", i.WebhookHandler),
     ("/webhooks/{id}/deliveries", i.DeliveriesHandler),
+    ("/subscriptions", i.SubscriptionsHandler),
+    ("/subscriptions/{id}", i.SubscriptionHandler),
+    ("/subscriptions/{id}/book", i.SubscriptionBookHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 

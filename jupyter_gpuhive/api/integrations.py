@@ -8,8 +8,10 @@ from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
 
 from ..errors import BadRequest, NotFound
+from ..integrations.subscriptions import subscription_json
 from ..integrations.webhooks import describe
 from .base import HiveLogic
+from .handlers import Shown
 
 
 def feed_url(handler: HiveLogic, token: str) -> str:
@@ -120,3 +122,53 @@ class DeliveriesHandler(HiveLogic):
         wid = self.id_arg(webhook_id, "webhook")
         limit = self.int_arg("limit", 100, 1, 1000)
         self.reply({"deliveries": await hooks.log(self.who, wid, limit)})
+
+
+class SubscriptionsHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        rows = self.hive.integrations.availability.rows
+        owner = None if self.who.is_admin else self.who.name
+        found = await self.hive.run(rows.all, owner)
+        self.reply({"subscriptions": [subscription_json(s) for s in found]})
+
+    @web.authenticated
+    async def post(self) -> None:
+        """Tell me when GPUs are free; fires at once when they already are."""
+        integrations = self.hive.integrations
+        policy = self.hive.settings.policy
+        values = integrations.availability.parse(self.who, self.json_body(), policy.horizon)
+        made = await self.hive.run(integrations.availability.rows.add, values)
+        integrations.subscribed()
+        self.set_header("Location", self.request.path.rstrip("/") + f"/{made.id}")
+        self.reply(subscription_json(made), status=201)
+
+
+class SubscriptionHandler(HiveLogic):
+    @web.authenticated
+    async def get(self, sub_id: str) -> None:
+        availability = self.hive.integrations.availability
+        sid = self.id_arg(sub_id, "subscription")
+        self.reply(subscription_json(await self.hive.run(availability.owned, self.who, sid)))
+
+    @web.authenticated
+    async def delete(self, sub_id: str) -> None:
+        availability = self.hive.integrations.availability
+        sid = self.id_arg(sub_id, "subscription")
+        await self.hive.run(availability.owned, self.who, sid)
+        await self.hive.run(availability.rows.delete, sid)
+        self.reply({"deleted": True})
+
+
+class SubscriptionBookHandler(Shown):
+    @web.authenticated
+    async def post(self, sub_id: str) -> None:
+        """Book exactly the slot last offered, if it is still free (409 otherwise)."""
+        availability = self.hive.integrations.availability
+        sid = self.id_arg(sub_id, "subscription")
+        body = await self.hive.run(availability.book, self.who, sid)
+        sub = await self.hive.run(availability.owned, self.who, sid)
+        if sub.owner != self.who.name:
+            body["owner"] = sub.owner
+        made = await self.hive.create_reservation(self.who, body)
+        self.reply(self.reservation(made), status=201)

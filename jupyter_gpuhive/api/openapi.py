@@ -352,6 +352,29 @@ PATHS: dict[str, dict[str, Any]] = {
             ],
         )
     },
+    "/subscriptions": {
+        "get": _op("My availability subscriptions (admins: all)", "200"),
+        "post": _op(
+            "Tell me when N GPUs (on a host, or of a model) are free for a duration before a "
+            "deadline; fires through the chosen channels (lab, email, webhook) once, or on "
+            "every new slot with 'repeat'",
+            "201",
+            body="NewSubscription",
+        ),
+    },
+    "/subscriptions/{id}": {
+        "get": _op("One of my subscriptions, with its last offer", "200", parameters=_ID),
+        "delete": _op("End one of my subscriptions", "200", parameters=_ID),
+    },
+    "/subscriptions/{id}/book": {
+        "post": _op(
+            "Book exactly the slot the subscription last offered, if it is still free",
+            "201",
+            409,
+            422,
+            parameters=_ID,
+        )
+    },
     "/openapi.json": {"get": _op("This document", "200")},
 }
 
@@ -468,6 +491,25 @@ SCHEMAS: dict[str, Any] = {
                 "items": {"type": "string", "enum": [*_EVENTS, "*"]},
             },
             "site": {"type": "boolean", "description": "Admins only: everyone's events"},
+        },
+    },
+    "NewSubscription": {
+        "type": "object",
+        "required": ["duration"],
+        "additionalProperties": False,
+        "properties": {
+            "gpus": {"type": "integer", "minimum": 1, "maximum": 64},
+            "host": {**_text(128, required=True), "description": "Only this host"},
+            "model": {**_text(128, required=True), "description": "GPU model contains this"},
+            "duration": _DURATION,
+            "deadline": _INSTANT,
+            "channels": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": ["lab", "email", "webhook"]},
+            },
+            "email": {"type": "string", "pattern": "@"},
+            "repeat": {"type": "boolean"},
         },
     },
     "Rule": {

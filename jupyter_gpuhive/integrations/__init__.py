@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import NotFound
+from ..errors import Invalid, NotFound
 from ..jobs.model import ACTIVE, Job
 from ..model import Reservation
 from ..store import Store
 from ..store.integrations import Integrations as Rows
+from ..store.integrations import Subscription, Subscriptions
+from . import mail
 from .feeds import Feeds, FeedSettings
+from .mail import MailSettings
+from .subscriptions import Availability
 from .webhooks import Webhooks, WebhookSettings
 
 log = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ class IntegrationSettings:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     ending_minutes: int = 15
     tick: float = 30.0
+    mail: MailSettings = field(default_factory=MailSettings)
 
 
 def _gpus(res: Reservation) -> str:
@@ -53,6 +58,8 @@ class Integrations:
         self.now = clock
         self.feeds = Feeds(store, self.rows, settings.feeds, clock)
         self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
+        self.availability = Availability(store, Subscriptions(store.db), clock)
+        self.publish_lab: Callable[[dict[str, Any]], Any] | None = None  # set by the app
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
@@ -89,6 +96,48 @@ class Integrations:
         if kind == "ending":
             data["minutes_left"] = max(0, round((res.end - self.now()).total_seconds() / 60))
         await self.webhooks.emit(f"reservation.{kind}", data, [res.owner], text)
+        if kind in ("cancelled", "changed"):
+            await self.check_subscriptions(released=True)
+
+    # --- availability subscriptions ------------------------------------------------------
+
+    def subscribed(self) -> None:
+        """A subscription was made: it may fire at once."""
+        self._spawn(self.check_subscriptions(released=True))
+
+    async def check_subscriptions(self, released: bool) -> int:
+        """Offer free slots to the subscriptions that match them; how many fired."""
+        due = await self.run(self.availability.due, released)
+        for sub, offer in due:
+            await self._offer(sub, offer)
+        return len(due)
+
+    async def _offer(self, sub: Subscription, offer: dict[str, Any]) -> None:
+        span = f"{offer['start'][:16].replace('T', ' ')} to {offer['end'][:16].replace('T', ' ')}"
+        text = (
+            f"{len(offer['gpus'])} GPU(s) free for {sub.owner}: {', '.join(offer['gpus'])}, "
+            f"{span} UTC. Book it: POST {offer['book']['path']}, or run {offer['magic']}"
+        )
+        if "lab" in sub.channels and self.publish_lab is not None:
+            try:
+                result = self.publish_lab({"user": sub.owner, "message": text, "offer": offer})
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("gpuhive: could not publish an availability event")
+        address = sub.email or self.settings.mail.address(sub.owner)
+        if "email" in sub.channels and self.settings.mail.enabled and address:
+            subject = f"[gpuhive] {len(offer['gpus'])} GPU(s) free on {offer['host']}"
+            body = (
+                f"Hello {sub.owner},\n\n{text}\n\nThis slot is not held for you: the first "
+                "to book it gets it.\n\n-- gpuhive\n"
+            )
+            try:
+                await asyncio.to_thread(mail.send, self.settings.mail, address, subject, body)
+            except Exception as error:
+                log.warning("gpuhive: availability e-mail to %s failed: %s", address, error)
+        if "webhook" in sub.channels:
+            await self.webhooks.emit("gpus.available", {"offer": offer}, [sub.owner], text)
 
     # --- jobs and violations (after each sweep) -----------------------------------------
 
@@ -161,6 +210,7 @@ class Integrations:
             now = self.now()
             try:
                 await self.remind(last, now)
+                await self.check_subscriptions(released=False)
             except Exception:
                 log.exception("gpuhive: reservation reminders failed")
             last = now
@@ -192,4 +242,20 @@ class Integrations:
         await self.webhooks.stop()
 
 
-__all__ = ["FeedSettings", "IntegrationSettings", "Integrations", "WebhookSettings"]
+def mail_settings(options: dict[str, Any]) -> MailSettings:
+    """MailSettings from the notify_email option (unknown keys are refused)."""
+    known = set(MailSettings.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise Invalid(f"notify_email: unknown option(s) {', '.join(unknown)}.")
+    return MailSettings(**options)
+
+
+__all__ = [
+    "FeedSettings",
+    "IntegrationSettings",
+    "Integrations",
+    "MailSettings",
+    "WebhookSettings",
+    "mail_settings",
+]

@@ -14,7 +14,14 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from ..model import Reservation
 from .database import Database
-from .schema import calendar_events, feed_tokens, webhook_attempts, webhook_deliveries, webhooks
+from .schema import (
+    availability_subscriptions,
+    calendar_events,
+    feed_tokens,
+    webhook_attempts,
+    webhook_deliveries,
+    webhooks,
+)
 
 
 def token_hash(token: str) -> str:
@@ -328,3 +335,98 @@ def _webhook(row: Any) -> Webhook:
     return Webhook(
         row.id, row.owner, row.site, row.url, row.secret, row.format, events, row.created_at
     )
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A standing request to be told when matching GPUs are free."""
+
+    id: int
+    owner: str
+    gpu_count: int
+    host: str | None
+    model: str | None
+    seconds: int
+    deadline: datetime
+    channels: tuple[str, ...]
+    email: str | None
+    repeat: bool
+    active: bool
+    created_at: datetime
+    fired_at: datetime | None
+    fired: int
+    offer: dict[str, Any] | None
+
+
+def _subscription(row: Any) -> Subscription:
+    values = dict(row._mapping)
+    values["channels"] = tuple(json.loads(values["channels"]))
+    values["offer"] = json.loads(values["offer"]) if values["offer"] else None
+    return Subscription(**values)
+
+
+class Subscriptions:
+    """Availability subscriptions' rows."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(self, values: dict[str, Any]) -> Subscription:
+        row = {**values, "channels": json.dumps(list(values["channels"]))}
+        row |= {"active": True, "fired": 0}
+        new_id = self.db.write(
+            lambda conn: int(
+                conn.execute(insert(availability_subscriptions).values(**row)).inserted_primary_key[
+                    0
+                ]
+            )
+        )
+        found = self.get(new_id)
+        assert found is not None
+        return found
+
+    def get(self, sub_id: int) -> Subscription | None:
+        s = availability_subscriptions
+        with self.db.read() as conn:
+            row = conn.execute(select(s).where(s.c.id == sub_id)).first()
+        return _subscription(row) if row else None
+
+    def all(self, owner: str | None = None, active: bool | None = None) -> list[Subscription]:
+        s = availability_subscriptions
+        query = select(s).order_by(s.c.id)
+        if owner is not None:
+            query = query.where(s.c.owner == owner)
+        if active is not None:
+            query = query.where(s.c.active == active)
+        with self.db.read() as conn:
+            return [_subscription(row) for row in conn.execute(query)]
+
+    def delete(self, sub_id: int) -> None:
+        s = availability_subscriptions
+        self.db.write(lambda conn: conn.execute(delete(s).where(s.c.id == sub_id)))
+
+    def fired(self, sub_id: int, offer: dict[str, Any], at: datetime, keep: bool) -> bool:
+        """Record a firing (once: False when another server fired it first)."""
+        s = availability_subscriptions
+
+        def work(conn: Connection) -> bool:
+            done = conn.execute(
+                update(s)
+                .where(s.c.id == sub_id, s.c.active.is_(True))
+                .values(offer=json.dumps(offer), fired_at=at, fired=s.c.fired + 1, active=keep)
+            )
+            return bool(done.rowcount)
+
+        return self.db.write(work)
+
+    def expire(self, now: datetime) -> int:
+        """End subscriptions whose deadline passed."""
+        s = availability_subscriptions
+        return self.db.write(
+            lambda conn: int(
+                conn.execute(
+                    update(s).where(s.c.active.is_(True), s.c.deadline <= now).values(active=False)
+                ).rowcount
+                or 0
+            )
+        )

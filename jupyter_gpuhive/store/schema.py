@@ -302,3 +302,26 @@ webhook_attempts = Table(
     Index(None, "delivery_id"),
     sqlite_autoincrement=True,
 )
+
+# "Tell me when N GPUs (on a host, or of a model) are free for a while before a deadline."
+availability_subscriptions = Table(
+    "availability_subscriptions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("gpu_count", Integer, nullable=False),
+    Column("host", String(128)),
+    Column("model", String(128)),
+    Column("seconds", Integer, nullable=False),
+    Column("deadline", UTCDateTime, nullable=False),
+    Column("channels", Text, nullable=False),
+    Column("email", String(255)),
+    Column("repeat", Boolean, nullable=False, default=False),
+    Column("active", Boolean, nullable=False, default=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("fired_at", UTCDateTime),
+    Column("fired", Integer, nullable=False, default=0),
+    Column("offer", Text),
+    Index(None, "active"),
+    sqlite_autoincrement=True,
+)

@@ -1,4 +1,5 @@
-"""Integrations: calendar feed tokens, calendar UIDs/SEQUENCEs, webhooks and their deliveries.
+"""Integrations: calendar feed tokens, calendar UIDs/SEQUENCEs, webhooks and their deliveries,
+availability subscriptions.
 
 Revision ID: 0007
 Revises: 0006
@@ -106,9 +107,33 @@ def upgrade() -> None:
         **_AUTO,
     )
     op.create_index("ix_webhook_attempts_delivery_id", "webhook_attempts", ["delivery_id"])
+    op.create_table(
+        "availability_subscriptions",
+        sa.Column("id", sa.Integer),
+        sa.Column("owner", sa.String(128), nullable=False),
+        sa.Column("gpu_count", sa.Integer, nullable=False),
+        sa.Column("host", sa.String(128)),
+        sa.Column("model", sa.String(128)),
+        sa.Column("seconds", sa.Integer, nullable=False),
+        sa.Column("deadline", UTCDateTime, nullable=False),
+        sa.Column("channels", sa.Text, nullable=False),
+        sa.Column("email", sa.String(255)),
+        sa.Column("repeat", sa.Boolean, nullable=False),
+        sa.Column("active", sa.Boolean, nullable=False),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("fired_at", UTCDateTime),
+        sa.Column("fired", sa.Integer, nullable=False),
+        sa.Column("offer", sa.Text),
+        sa.PrimaryKeyConstraint("id", name="pk_availability_subscriptions"),
+        **_AUTO,
+    )
+    op.create_index(
+        "ix_availability_subscriptions_active", "availability_subscriptions", ["active"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("availability_subscriptions")
     op.drop_table("webhook_attempts")
     op.drop_table("webhook_deliveries")
     op.drop_table("webhooks")

@@ -1,0 +1,226 @@
+"""Availability subscriptions: "tell me when N GPUs (on HOST / of MODEL) are free for D".
+
+Checked when GPUs are released (a cancellation, an edit, an early end) and on the reminder
+ticker. A match is offered through the channels the user chose (Lab event, e-mail, webhook)
+with a one-click "book it" (POST subscriptions/ID/book, or a magic line) that books exactly
+that slot if it is still free: the database's overlap constraint lets one booking win.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import BadRequest, Conflict, Invalid, NotFound
+from ..model import Gpu, Identity, Reservation, parse_duration, parse_instant
+from ..store import Store
+from ..store.integrations import Subscription, Subscriptions
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("lab", "email", "webhook")
+MAX_GPUS = 64
+
+
+def free_slot(
+    gpus: Sequence[Gpu],
+    booked: Sequence[Reservation],
+    count: int,
+    length: timedelta,
+    now: datetime,
+    deadline: datetime,
+) -> tuple[list[Gpu], datetime] | None:
+    """The earliest [t, t+length) within [now, deadline] with `count` free GPUs of one host."""
+    busy: dict[int, list[tuple[datetime, datetime]]] = {g.id: [] for g in gpus}
+    for res in booked:
+        for gpu in res.gpus:
+            if gpu.id in busy:
+                busy[gpu.id].append((res.start, res.end))
+    starts = sorted({now} | {end for spans in busy.values() for _, end in spans if end > now})
+    by_host: dict[str, list[Gpu]] = {}
+    for gpu in sorted(gpus, key=lambda g: (g.host, g.index)):
+        by_host.setdefault(gpu.host, []).append(gpu)
+    for start in starts:
+        end = start + length
+        if end > deadline:
+            break
+        for host_gpus in by_host.values():
+            free = [g for g in host_gpus if all(e <= start or s >= end for s, e in busy[g.id])]
+            if len(free) >= count:
+                return free[:count], start
+    return None
+
+
+def subscription_json(sub: Subscription) -> dict[str, Any]:
+    return {
+        "id": sub.id,
+        "owner": sub.owner,
+        "gpus": sub.gpu_count,
+        "host": sub.host,
+        "model": sub.model,
+        "duration_s": sub.seconds,
+        "deadline": sub.deadline.isoformat(),
+        "channels": list(sub.channels),
+        "email": sub.email,
+        "repeat": sub.repeat,
+        "active": sub.active,
+        "created_at": sub.created_at.isoformat(),
+        "fired_at": sub.fired_at.isoformat() if sub.fired_at else None,
+        "fired": sub.fired,
+        "offer": sub.offer,
+    }
+
+
+class Availability:
+    """Subscriptions: make, list, check and book their offers."""
+
+    def __init__(self, store: Store, rows: Subscriptions, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.rows = rows
+        self.now = clock
+
+    def parse(self, who: Identity, body: dict[str, Any], horizon: timedelta) -> dict[str, Any]:
+        """A new subscription's values from a request body (400/422 with the reason)."""
+        unknown = set(body) - {"gpus", "host", "model", "duration", "deadline", "channels",
+                               "email", "repeat"}  # fmt: skip
+        if unknown:
+            raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+        count = body.get("gpus", 1)
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise BadRequest("'gpus' must be a whole number of GPUs.")
+        if not 1 <= count <= MAX_GPUS:
+            raise Invalid(f"'gpus' must be from 1 to {MAX_GPUS}.")
+        host, model = body.get("host"), body.get("model")
+        for key, value in (("host", host), ("model", model)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise BadRequest(f"'{key}' must be a non-empty string.")
+        if host is not None and self.store.inventory.host(host) is None:
+            raise Invalid(f"Unknown host '{host}'.")
+        if "duration" not in body:
+            raise Invalid("'duration' is required (how long the GPUs must be free, e.g. '4h').")
+        length = parse_duration(body["duration"], "duration")
+        now = self.now()
+        deadline = (
+            parse_instant(body["deadline"], "deadline") if body.get("deadline") else now + horizon
+        )
+        if deadline < now + length:
+            raise Invalid("The deadline leaves no room for that duration.")
+        if deadline > now + horizon:
+            raise Invalid("The deadline is further ahead than reservations may be made.")
+        channels = body.get("channels", list(CHANNELS))
+        if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
+            raise BadRequest('\'channels\' must be a list such as ["lab", "email"].')
+        bad = sorted(set(channels) - set(CHANNELS))
+        if bad or not channels:
+            raise Invalid(f"'channels' must name some of {', '.join(CHANNELS)}.")
+        email = body.get("email")
+        if email is not None and (not isinstance(email, str) or "@" not in email):
+            raise Invalid("'email' must be an e-mail address.")
+        repeat = body.get("repeat", False)
+        if not isinstance(repeat, bool):
+            raise BadRequest("'repeat' must be true or false.")
+        return {
+            "owner": who.name, "gpu_count": count, "host": host, "model": model,
+            "seconds": int(length.total_seconds()), "deadline": deadline,
+            "channels": sorted(set(channels)), "email": email, "repeat": repeat,
+            "created_at": now,
+        }  # fmt: skip
+
+    def owned(self, who: Identity, sub_id: int) -> Subscription:
+        found = self.rows.get(sub_id)
+        if found is None or not (who.is_admin or found.owner == who.name):
+            raise NotFound(f"There is no subscription {sub_id} of yours.")
+        return found
+
+    def candidates(self, sub: Subscription) -> list[Gpu]:
+        gpus = self.store.inventory.gpus()
+        if sub.host:
+            gpus = [g for g in gpus if g.host == sub.host]
+        if sub.model:
+            wanted = sub.model.lower()
+            gpus = [g for g in gpus if g.model and wanted in g.model.lower()]
+        return gpus
+
+    def offer(self, sub: Subscription, now: datetime) -> dict[str, Any] | None:
+        """The slot this subscription would get now, or None."""
+        gpus = self.candidates(sub)
+        if len(gpus) < sub.gpu_count:
+            return None
+        length = timedelta(seconds=sub.seconds)
+        booked = self.store.reservations.window(now, sub.deadline, gpu_ids=[g.id for g in gpus])
+        found = free_slot(gpus, booked, sub.gpu_count, length, now, sub.deadline)
+        if found is None:
+            return None
+        chosen, start = found
+        start = max(start, now)
+        refs = [g.ref for g in chosen]
+        host = chosen[0].host
+        indices = ",".join(str(g.index) for g in chosen)
+        hours = f"{sub.seconds}s"
+        return {
+            "subscription": sub.id,
+            "host": host,
+            "gpus": refs,
+            "start": start.isoformat(),
+            "end": (start + length).isoformat(),
+            "book": {"method": "POST", "path": f"subscriptions/{sub.id}/book"},
+            "magic": f"%gpureserve {host}:{indices} --start {start.isoformat()} --for {hours}",
+        }
+
+    def due(self, released: bool) -> list[tuple[Subscription, dict[str, Any]]]:
+        """Active subscriptions with a free slot, each recorded as fired (once).
+
+        Repeating ones fire again only when GPUs were just `released`, for a new slot.
+        """
+        now = self.now()
+        self.rows.expire(now)
+        out = []
+        for sub in self.rows.all(active=True):
+            if sub.repeat and sub.fired and not released:
+                continue
+            found = self.offer(sub, now)
+            if found is None:
+                continue
+            if sub.repeat and sub.offer and _same_slot(sub.offer, found):
+                continue  # repeating: only a different slot is news
+            if self.rows.fired(sub.id, found, now, keep=sub.repeat):
+                out.append((sub, found))
+        return out
+
+    def book(self, who: Identity, sub_id: int) -> dict[str, Any]:
+        """The slot last offered, as a new reservation body (409 when none was offered)."""
+        sub = self.owned(who, sub_id)
+        if not sub.offer:
+            raise Conflict(f"Subscription {sub_id} has not offered any GPUs yet.")
+        offer = sub.offer
+        if datetime.fromisoformat(offer["end"]) <= self.now():
+            raise Conflict("That offer has passed; wait for the next one.")
+        start = max(datetime.fromisoformat(offer["start"]), self.now())
+        return {
+            "title": f"GPUs from subscription {sub_id}",
+            "gpus": offer["gpus"],
+            "start": start.isoformat(),
+            "end": offer["end"],
+        }
+
+
+def _same_slot(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return bool(a.get("gpus") == b.get("gpus") and a.get("end") == b.get("end"))
+
+
+AVAILABILITY_SCHEMA_ID = "https://events.jupyter.org/jupyter_gpuhive/availability"
+AVAILABILITY_SCHEMA: dict[str, Any] = {
+    "$id": AVAILABILITY_SCHEMA_ID,
+    "version": "1",
+    "title": "gpuhive GPUs available",
+    "description": "GPUs a user's availability subscription asked for are free now.",
+    "type": "object",
+    "required": ["user", "message", "offer"],
+    "properties": {
+        "user": {"type": "string"},
+        "message": {"type": "string"},
+        "offer": {"type": "object"},
+    },
+}
