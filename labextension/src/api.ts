@@ -4,7 +4,7 @@
  * extension, a fake in the unit tests). No JupyterLab imports here.
  */
 
-import { IHost, IJob, IMe, IReservation } from './model';
+import { IHost, IHostsReply, IJob, IMe, IReservation } from './model';
 
 export const API_PREFIX = 'gpuhive/api/';
 
@@ -135,7 +135,13 @@ export class HiveApi {
   }
 
   async hosts(): Promise<IHost[]> {
-    return (await this.request<{ hosts: IHost[] }>('GET', 'hosts')).hosts ?? [];
+    return (await this.hostsReply()).hosts;
+  }
+
+  /** The hosts and, when there are none, the server's first steps (`setup`). */
+  async hostsReply(): Promise<IHostsReply> {
+    const reply = await this.request<IHostsReply>('GET', 'hosts');
+    return { hosts: reply.hosts ?? [], setup: reply.setup ?? null, note: reply.note ?? null };
   }
 
   async reservations(user: string): Promise<IReservation[]> {

@@ -33,13 +33,44 @@ export interface IGpu {
   next_reservation?: IBrief | null;
 }
 
+/** One step of guidance: a sentence and the command (or line) to copy. */
+export interface IStep {
+  text: string;
+  command?: string | null;
+}
+
+/** What the server says to do: with no hosts (`setup`), or about a host (`advice`). */
+export interface IGuidance {
+  message: string;
+  steps: IStep[];
+  note?: string | null;
+}
+
 export interface IHost {
   name: string;
   state: string;
   error?: string | null;
   gpu_error?: string | null;
+  advice?: IGuidance | null;
   gpus: IGpu[];
 }
+
+/** `GET hosts`: the hosts, and the first steps when there are none. */
+export interface IHostsReply {
+  hosts: IHost[];
+  setup?: IGuidance | null;
+  /** The site's note for the sidebar (c.GpuHiveApp.sidebar_note), e.g. what the demo holds. */
+  note?: string | null;
+}
+
+/** The first steps, for a server too old to send them. */
+export const FALLBACK_SETUP: IGuidance = {
+  message: 'No GPU hosts are configured yet.',
+  steps: [
+    { text: 'Add a GPU machine (gpuhive logs in over SSH):', command: 'jupyter gpuhive hosts add gpu1 gpu1.example.org --user $USER' },
+    { text: 'Or write a config file with every setting, commented:', command: 'jupyter gpuhive init' }
+  ]
+};
 
 export interface IReservation extends IBrief {
   gpus: string[];

@@ -3,13 +3,15 @@
  * notebook shortcuts. Plain DOM; all decisions come from model.ts, api.ts, reminders.ts.
  */
 
-import { Notification, showErrorMessage } from '@jupyterlab/apputils';
+import { Clipboard, Notification, showErrorMessage } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { HiveApi, LENGTHS, buildReservationRequest } from './api';
 import {
+  FALLBACK_SETUP,
+  IGuidance,
   IHost,
   IJob,
   IMe,
@@ -119,12 +121,14 @@ export class GpuHivePanel extends Widget {
         this._me = await this._api.me();
       }
       const me = this._me.name;
-      const [hosts, reservations, jobs] = await Promise.all([
-        this._api.hosts(),
+      const [reply, reservations, jobs] = await Promise.all([
+        this._api.hostsReply(),
         this._api.reservations(me),
         this._api.jobs(me).catch(() => this._jobs) // keep the last jobs on a transient error
       ]);
-      this._hosts = hosts;
+      this._hosts = reply.hosts;
+      this._setup = reply.hosts.length ? null : (reply.setup ?? FALLBACK_SETUP);
+      this._note = reply.note ?? '';
       this._reservations = reservations;
       this._jobs = jobs;
       this._updatedAt = new Date();
@@ -148,8 +152,19 @@ export class GpuHivePanel extends Widget {
     this._status = el('div', { class: 'jp-gpuhive-status' });
     root.append(el('header', { class: 'jp-gpuhive-header' }, el('h2', {}, 'GPU hive'), refresh), this._summary, this._status);
 
+    // The site's note (a demo says what it holds), when there is one.
+    this._noteNode = el('div', { class: 'jp-gpuhive-note', role: 'note' });
+    this._noteNode.hidden = true;
+    root.append(this._noteNode);
+
+    // With no hosts: the first steps, with copy buttons (hidden otherwise).
+    this._setupNode = el('section', { class: 'jp-gpuhive-section jp-gpuhive-section-setup', 'aria-label': 'Set up gpuhive' });
+    this._setupNode.hidden = true;
+    root.append(this._setupNode);
+
     this._hostsNode = el('div', { class: 'jp-gpuhive-hosts' });
-    root.append(this._section('GPUs', 'jp-gpuhive-section-gpus', this._hostsNode));
+    this._gpusSection = this._section('GPUs', 'jp-gpuhive-section-gpus', this._hostsNode);
+    root.append(this._gpusSection);
 
     // Quick reserve: a form kept across renders.
     this._selectedNode = el('div', { class: 'jp-gpuhive-selected' }, 'No GPUs selected');
@@ -180,7 +195,8 @@ export class GpuHivePanel extends Widget {
       e.preventDefault();
       void this._reserve();
     });
-    root.append(this._section('Quick reserve', 'jp-gpuhive-section-reserve', form));
+    this._reserveSection = this._section('Quick reserve', 'jp-gpuhive-section-reserve', form);
+    root.append(this._reserveSection);
 
     this._reservationsNode = el('ul', { class: 'jp-gpuhive-reservations', 'aria-label': 'My reservations' });
     root.append(this._section('My reservations', 'jp-gpuhive-section-reservations', this._reservationsNode));
@@ -215,10 +231,17 @@ export class GpuHivePanel extends Widget {
     const me = this._me?.name ?? '';
     const now = new Date();
     const counts = summarize(this._hosts, me, now);
-    this._summary.textContent = (['free', 'mine', 'reserved', 'busy', 'down'] as const)
-      .filter(k => counts[k])
-      .map(k => `${counts[k]} ${k}`)
-      .join(' · ') || 'No GPUs';
+    this._summary.textContent = this._setup
+      ? 'No GPU hosts configured'
+      : (['free', 'mine', 'reserved', 'busy', 'down'] as const)
+          .filter(k => counts[k])
+          .map(k => `${counts[k]} ${k}`)
+          .join(' · ') || 'No GPUs';
+    this._noteNode.textContent = this._note;
+    this._noteNode.hidden = !this._note;
+    this._setupNode.hidden = !this._setup;
+    this._setupNode.replaceChildren(...(this._setup ? [this._guidance(this._setup, 'setup')] : []));
+    this._gpusSection.hidden = this._reserveSection.hidden = Boolean(this._setup);
 
     // Hosts and GPUs.
     const known = new Set<string>();
@@ -256,6 +279,7 @@ export class GpuHivePanel extends Widget {
           'div',
           { class: `jp-gpuhive-host jp-gpuhive-host-${host.state}`, 'data-host': host.name },
           el('h4', {}, host.name, el('span', { class: 'jp-gpuhive-host-state', title: `${host.state}${problem}` }, host.state)),
+          host.advice ? this._guidance(host.advice, 'advice') : '',
           list
         );
       })
@@ -311,6 +335,30 @@ export class GpuHivePanel extends Widget {
       item.append(button('Stop', `Stop job '${job.name}'`, () => void this._stopJob(job), 'jp-gpuhive-stop'));
     }
     return item;
+  }
+
+  /** Guidance as a message, numbered steps and, for each command, a copy button. */
+  private _guidance(guide: IGuidance, kind: 'setup' | 'advice'): HTMLElement {
+    const steps = guide.steps.map(step => {
+      const item = el('li', { class: 'jp-gpuhive-step' }, el('span', {}, step.text));
+      const command = step.command;
+      if (command) {
+        const copy = button('Copy', `Copy: ${command}`, () => {
+          Clipboard.copyToSystem(command);
+          copy.textContent = 'Copied';
+          window.setTimeout(() => (copy.textContent = 'Copy'), 1500);
+        }, 'jp-gpuhive-copy');
+        item.append(el('div', { class: 'jp-gpuhive-command' }, el('code', {}, command), copy));
+      }
+      return item;
+    });
+    return el(
+      'div',
+      { class: `jp-gpuhive-guidance jp-gpuhive-${kind}`, role: 'note' },
+      el('p', { class: 'jp-gpuhive-guidance-message' }, guide.message),
+      el('ol', {}, ...steps),
+      guide.note ? el('p', { class: 'jp-gpuhive-guidance-note' }, guide.note) : ''
+    );
   }
 
   private _renderSelection(): void {
@@ -399,6 +447,12 @@ export class GpuHivePanel extends Widget {
     return this._me?.name ?? null;
   }
   private _hosts: IHost[] = [];
+  private _setup: IGuidance | null = null;
+  private _note = '';
+  private _noteNode!: HTMLElement;
+  private _setupNode!: HTMLElement;
+  private _gpusSection!: HTMLElement;
+  private _reserveSection!: HTMLElement;
   private _reservations: IReservation[] = [];
   private _jobs: IJob[] | null = null;
   private _updatedAt: Date | null = null;

@@ -9,18 +9,32 @@ import { defineConfig } from '@playwright/test';
 
 const PYTHON = process.env.PYTHON ?? path.resolve(__dirname, '../../.venv/bin/python');
 
-// A free port, chosen once in the main process (workers inherit the environment).
-if (!process.env.GPUHIVE_UI_PORT) {
-  process.env.GPUHIVE_UI_PORT = execFileSync(PYTHON, [
-    '-c',
-    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"
-  ])
+// Free ports, chosen once in the main process (workers inherit the environment): the
+// simulated cluster's server, a zero-config one (nvidia-smi on PATH) and an empty one.
+function freePort(): string {
+  return execFileSync(PYTHON, ['-c', "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
     .toString()
     .trim();
 }
+process.env.GPUHIVE_UI_PORT ??= freePort();
+process.env.GPUHIVE_UI_PORT_ZERO ??= freePort();
+process.env.GPUHIVE_UI_PORT_EMPTY ??= freePort();
 process.env.GPUHIVE_UI_TOKEN ??= 'gpuhive-ui-test-token';
 process.env.GPUHIVE_UI_BOB_TOKEN ??= 'gpuhive-ui-test-bob';
 const PORT = process.env.GPUHIVE_UI_PORT;
+
+/** One JupyterLab for the tests (start_server.py MODE); its log goes to ui-tests/artifacts/. */
+function server(mode: string, port: string) {
+  return {
+    command: `"${PYTHON}" start_server.py ${mode}`,
+    cwd: __dirname,
+    url: `http://127.0.0.1:${port}/gpuhive/api/me?token=${process.env.GPUHIVE_UI_TOKEN}`,
+    timeout: 180_000,
+    reuseExistingServer: false,
+    stdout: 'pipe' as const,
+    stderr: 'pipe' as const
+  };
+}
 
 export default defineConfig({
   testDir: './tests',
@@ -50,14 +64,9 @@ export default defineConfig({
       ]
     }
   },
-  webServer: {
-    command: `"${PYTHON}" start_server.py`,
-    cwd: __dirname,
-    url: `http://127.0.0.1:${PORT}/gpuhive/api/me?token=${process.env.GPUHIVE_UI_TOKEN}`,
-    timeout: 180_000,
-    reuseExistingServer: false,
-    // The server's own log goes to ui-tests/artifacts/server.log.
-    stdout: 'pipe',
-    stderr: 'pipe'
-  }
+  webServer: [
+    server('sim', PORT),
+    server('zeroconf', process.env.GPUHIVE_UI_PORT_ZERO),
+    server('empty', process.env.GPUHIVE_UI_PORT_EMPTY)
+  ]
 });

@@ -4,6 +4,11 @@ Everything lives in a temporary directory: the server config (two simulated GPU 
 the local transport with the nvidia-smi stand-in, SQLite store), JupyterLab's settings and
 workspaces, the notebooks, and a labextensions folder that points at the freshly built extension in
 `jupyter_gpuhive/labextension` (so the tests use the build, whatever is installed).
+
+`start_server.py zeroconf` starts a server with no gpuhive configuration at all and an
+`nvidia-smi` on PATH that answers for a simulated 4-GPU machine (a GPU workstation's first
+start); `start_server.py empty` one with no gpuhive configuration and no nvidia-smi (port from
+GPUHIVE_UI_PORT_ZERO / GPUHIVE_UI_PORT_EMPTY).
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ NOTEBOOKS = [
     HERE.parent.parent / "examples" / "quickstart.ipynb",
     *sorted((HERE / "notebooks").glob("*.ipynb")),
 ]
-PORT = int(os.environ.get("GPUHIVE_UI_PORT", "18765"))
+SIM_NOTE = "UI tests: gpu1 and gpu2 are simulated hosts on this machine."
+MODE = sys.argv[1] if len(sys.argv) > 1 else "sim"
+PORT = int(
+    {"sim": os.environ.get("GPUHIVE_UI_PORT", "18765"),
+     "zeroconf": os.environ.get("GPUHIVE_UI_PORT_ZERO", "18766"),
+     "empty": os.environ.get("GPUHIVE_UI_PORT_EMPTY", "18767")}[MODE]
+)  # fmt: skip
 TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
 BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
 
@@ -44,6 +55,37 @@ def sim_hosts(root: Path) -> list[dict[str, object]]:
     return hosts
 
 
+def driver_bin(root: Path) -> Path:
+    """A folder with an `nvidia-smi` that answers, with no environment of its own, for a
+    simulated 4-GPU machine (as a real driver's does)."""
+    from jupyter_gpuhive.inventory_config import local_host_name
+    from jupyter_gpuhive.sim.cluster import LocalSimHost
+
+    name = local_host_name()
+    sim = LocalSimHost(name, root / "sim" / name)
+    folder = root / "driver-bin"
+    folder.mkdir()
+    config = sim.env({})["GPUHIVE_SIM_CONFIG"]
+    script = folder / "nvidia-smi"
+    script.write_text(
+        f"#!/bin/sh\nGPUHIVE_SIM_CONFIG='{config}' GPUHIVE_SIM_HOST='{name}' "
+        f"exec '{sim.bin_dir / 'nvidia-smi'}' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def gpuhive_config(root: Path) -> str:
+    """The gpuhive part of the server config: none at all, except in the simulated mode."""
+    if MODE != "sim":
+        return ""
+    return (
+        f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
+        f"c.GpuHiveApp.hosts = {json.dumps(sim_hosts(root))}\n"
+        f"c.GpuHiveApp.sidebar_note = {SIM_NOTE!r}\n"
+    )
+
+
 def main() -> None:
     if not (BUILD / "package.json").exists():
         sys.exit(f"no built extension in {BUILD}: run `jlpm build:prod` in labextension/")
@@ -52,7 +94,7 @@ def main() -> None:
     for old in tmp.glob("gpuhive-ui-*"):
         if old.is_dir() and time.time() - old.stat().st_mtime > 3600:
             shutil.rmtree(old, ignore_errors=True)
-    root = Path(tempfile.mkdtemp(prefix="gpuhive-ui-"))
+    root = Path(tempfile.mkdtemp(prefix=f"gpuhive-ui-{MODE}-"))
     exts = root / "labextensions"
     exts.mkdir()
     (exts / "jupyter-gpuhive").symlink_to(BUILD, target_is_directory=True)
@@ -79,9 +121,9 @@ def main() -> None:
     config = root / "jupyter_server_config.py"
     config.write_text(
         "c = get_config()  # noqa\n"
-        f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps(sim_hosts(root))}\n"
-        "c.ServerApp.identity_provider_class = 'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
+        + gpuhive_config(root)
+        + "c.ServerApp.identity_provider_class = "
+        "'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
         f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}}}\n"
         f"c.IdentityProvider.token = {TOKEN!r}\n"
         "c.ServerApp.allow_root = True\n"
@@ -94,7 +136,7 @@ def main() -> None:
         f"c.LabApp.user_settings_dir = {str(settings)!r}\n"
         f"c.LabApp.workspaces_dir = {str(root / 'workspaces')!r}\n"
     )
-    log = HERE / "artifacts" / "server.log"
+    log = HERE / "artifacts" / ("server.log" if MODE == "sim" else f"server-{MODE}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"gpuhive UI tests: server files in {root}, log in {log}", flush=True)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -107,6 +149,13 @@ def main() -> None:
         # Kernels (so the calendar's local days) in UTC, like the browser in widgets.spec.ts.
         "TZ": "UTC",
     }
+    # No nvidia-smi on PATH, except the stand-in of the zero-config mode.
+    path = [
+        p for p in env.get("PATH", "").split(os.pathsep) if not (Path(p) / "nvidia-smi").exists()
+    ]
+    if MODE == "zeroconf":
+        path.insert(0, str(driver_bin(root)))
+    env["PATH"] = os.pathsep.join(path)
     args = [sys.executable, "-m", "jupyterlab", f"--config={config}"]
     os.execve(sys.executable, args, env)  # noqa: S606
 

@@ -88,6 +88,18 @@ describe('HiveApi', () => {
     await api.stopJob(1);
     expect(calls[1]).toMatchObject({ method: 'POST', url: 'http://localhost/gpuhive/api/jobs/1/stop' });
   });
+  it("gives the hosts with the server's first steps and advice", async () => {
+    const setup = { message: 'No GPU hosts are configured yet.', steps: [{ text: 'Add one:', command: 'jupyter gpuhive hosts add gpu1 x' }] };
+    const down = { name: 'gpu1', state: 'down', gpus: [], advice: { message: 'gpu1 is down', steps: [{ text: 'Trust it:', command: 'jupyter gpuhive trust gpu1' }] } };
+    const empty = fake({ 'GET http://localhost/gpuhive/api/hosts': [200, { hosts: [], setup }] });
+    expect(await new HiveApi(base, empty.fetcher).hostsReply()).toEqual({ hosts: [], setup, note: null });
+    const one = fake({ 'GET http://localhost/gpuhive/api/hosts': [200, { hosts: [down], setup: null }] });
+    expect(await new HiveApi(base, one.fetcher).hosts()).toEqual([down]);
+    const old = fake({ 'GET http://localhost/gpuhive/api/hosts': [200, { hosts: [] }] }); // an older server
+    expect(await new HiveApi(base, old.fetcher).hostsReply()).toEqual({ hosts: [], setup: null, note: null });
+    const noted = fake({ 'GET http://localhost/gpuhive/api/hosts': [200, { hosts: [down], setup: null, note: 'Demo: alice holds gpu3:0' }] });
+    expect((await new HiveApi(base, noted.fetcher).hostsReply()).note).toBe('Demo: alice holds gpu3:0');
+  });
   it('passes other job errors on', async () => {
     const { fetcher } = fake({ 'GET http://localhost/gpuhive/api/jobs': [500, { message: 'boom' }] });
     await expect(new HiveApi(base, fetcher).jobs('me')).rejects.toThrow('boom');

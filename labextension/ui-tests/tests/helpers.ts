@@ -94,3 +94,49 @@ export async function drawnLabels(figure: ReturnType<Page['locator']>): Promise<
     return Array.from(mark.querySelectorAll('text')).map(t => t.textContent ?? '');
   });
 }
+
+/**
+ * Uncaught page errors that are known bugs of Jupyter itself, not ours: each with where it
+ * comes from. Notebook 7's shortcuts plugin reads `registry.plugins[id].schema` in a
+ * `pluginChanged` handler before the plugin is there (a race in notebook_core's bundled
+ * @jupyterlab/shortcuts-extension; jupyter/notebook#7862, upstream jupyterlab/jupyterlab#18163).
+ */
+const UPSTREAM_PAGE_ERRORS: { message: RegExp; stack: RegExp; ref: string }[] = [
+  {
+    message: /^Cannot read properties of undefined \(reading 'schema'\)$/,
+    stack: /^TypeError[^\n]*\n\s+at [^\n]*\/static\/notebook\/notebook_core\.[0-9a-f]+\.js/,
+    ref: 'jupyter/notebook#7862'
+  }
+];
+
+/**
+ * Collect what must fail a spec (it ends with `expect(errors).toEqual([])`): every uncaught
+ * page error, except the known upstream ones above, and every console error that comes from
+ * our code (the extension's bundle or a gpuhive request). All are logged as they come. The
+ * browser's own "Failed to load resource" lines only report an HTTP status (a 409 the panel
+ * shows in words is one): the specs check what the code does with those.
+ */
+export function watchErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('pageerror', error => {
+    const stack = error.stack ?? '';
+    const known = UPSTREAM_PAGE_ERRORS.find(k => k.message.test(error.message) && k.stack.test(stack) && !/jupyter-gpuhive/.test(stack));
+    console.log(`page error${known ? ` (known upstream: ${known.ref})` : ''}: ${error.message}\n${stack}`);
+    if (!known) {
+      errors.push(`page error: ${error.message}`);
+    }
+  });
+  page.on('console', message => {
+    if (message.type() !== 'error') {
+      return;
+    }
+    const where = message.location().url ?? '';
+    const network = message.text().startsWith('Failed to load resource:');
+    const ours = !network && /jupyter-gpuhive|gpuhive\/api/.test(`${where} ${message.text()}`);
+    console.log(`console error${ours ? ' (ours)' : ''}: ${message.text()} (${where})`);
+    if (ours) {
+      errors.push(`console error: ${message.text()} (${where})`);
+    }
+  });
+  return errors;
+}

@@ -6,7 +6,7 @@
  */
 import * as path from 'path';
 import { Page, expect, test } from '@playwright/test';
-import { TOKEN, api, drawnBoxes, kernelReady, output, runAll } from './helpers';
+import { TOKEN, api, drawnBoxes, kernelReady, output, runAll, watchErrors } from './helpers';
 
 const NOTEBOOK = 'quickstart-nb7.ipynb';
 const SHOTS = path.resolve(__dirname, '..', 'artifacts', 'screenshots');
@@ -17,6 +17,7 @@ test.describe.configure({ mode: 'serial' });
 test.use({ timezoneId: 'UTC' });
 
 let page: Page;
+let errors: string[] = [];
 
 let seeded = 0;
 
@@ -31,7 +32,7 @@ test.beforeAll(async ({ browser, request }) => {
   expect(made.status, JSON.stringify(made.body)).toBe(201);
   seeded = made.body.id;
   page = await browser.newPage();
-  page.on('pageerror', error => console.log(`page error: ${error.message}`));
+  errors = watchErrors(page);
   await page.goto(`/notebooks/${NOTEBOOK}?token=${TOKEN}`);
   await expect(page.locator('.jp-NotebookPanel .jp-CodeCell').first()).toBeVisible({ timeout: 90_000 });
 });
@@ -78,4 +79,5 @@ test('the quickstart runs in Notebook 7 and its widgets render', async ({ reques
   await expect(output(page, 'dash = gpuhive.dashboard(').locator('.bqplot.figure')).toHaveCount(5);
   await page.setViewportSize({ width: 1280, height: 1600 });
   await output(page, 'cal = gpuhive.calendar(').screenshot({ path: path.join(SHOTS, '21-notebook7-calendar.png') });
+  expect(errors).toEqual([]);
 });

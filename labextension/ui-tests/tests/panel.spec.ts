@@ -5,13 +5,14 @@
  */
 import * as path from 'path';
 import { Page, expect, test } from '@playwright/test';
-import { BOB, TOKEN, api } from './helpers';
+import { BOB, TOKEN, api, watchErrors } from './helpers';
 const SHOTS = path.resolve(__dirname, '..', 'artifacts', 'screenshots');
 const EXPECTED_GPUS = ['gpu1:0', 'gpu1:1', 'gpu1:2', 'gpu1:3', 'gpu2:0', 'gpu2:1'];
 
 test.describe.configure({ mode: 'serial' });
 
 let page: Page;
+let errors: string[] = [];
 
 const panel = () => page.locator('#jupyter-gpuhive-panel');
 const gpuRow = (id: string) => panel().locator(`li.jp-gpuhive-gpu[data-gpu="${id}"]`);
@@ -19,12 +20,13 @@ const reservations = () => panel().locator('li.jp-gpuhive-reservation');
 
 test.beforeAll(async ({ browser }) => {
   page = await browser.newPage();
-  page.on('pageerror', error => console.log(`page error: ${error.message}`));
+  errors = watchErrors(page);
   await page.goto(`/lab?token=${TOKEN}`);
   await page.locator('#jupyterlab-splash').waitFor({ state: 'detached', timeout: 90_000 });
 });
 
 test.afterAll(async () => {
+  expect(errors, 'page errors, or console errors of ours').toEqual([]);
   await page?.close();
 });
 
@@ -37,6 +39,8 @@ test('the panel opens from its sidebar icon and shows the right GPUs', async ({ 
   const ids = await panel().locator('li.jp-gpuhive-gpu').evaluateAll(rows => rows.map(r => r.getAttribute('data-gpu')));
   expect(ids).toEqual(EXPECTED_GPUS);
   await expect(panel().locator('.jp-gpuhive-host')).toHaveCount(2);
+  await expect(panel().locator('.jp-gpuhive-note')).toHaveText('UI tests: gpu1 and gpu2 are simulated hosts on this machine.');
+  await expect(panel().locator('.jp-gpuhive-section-setup')).toBeHidden();
   await expect(gpuRow('gpu1:0')).toHaveAttribute('data-state', 'free');
   await expect(panel().getByText('No current or upcoming reservations')).toBeVisible();
   // The jobs section shows when the server has the jobs API, and hides (404) when not.

@@ -11,7 +11,7 @@
  */
 import * as path from 'path';
 import { APIRequestContext, Locator, Page, expect, test } from '@playwright/test';
-import { BOB, TOKEN, api, drawnBoxes as boxesOf, drawnLabels, kernelReady, output as outputIn, runAll as runAllIn } from './helpers';
+import { BOB, TOKEN, api, drawnBoxes as boxesOf, drawnLabels, kernelReady, output as outputIn, runAll as runAllIn, watchErrors } from './helpers';
 const SHOTS = path.resolve(__dirname, '..', 'artifacts', 'screenshots');
 const CALENDAR_GPUS = ['gpu1:0', 'gpu1:1', 'gpu1:2', 'gpu1:3']; // the quickstart shows hosts[0]
 const ALL_GPUS = [...CALENDAR_GPUS, 'gpu2:0', 'gpu2:1'];
@@ -33,6 +33,7 @@ test.use({ timezoneId: 'UTC' });
 type Reservation = { id: number; title: string; owner: string; gpus: string[]; start: string; end: string; status: string };
 
 let page: Page;
+let errors: string[] = [];
 let me = '';
 const today = new Date(Math.floor(Date.now() / (24 * HOUR)) * 24 * HOUR); // UTC midnight
 const at = (day: number, hours: number) => new Date(today.getTime() + day * 24 * HOUR + hours * HOUR);
@@ -105,12 +106,13 @@ test.beforeAll(async ({ browser, request }) => {
   });
   expect(theme.status()).toBe(204);
   page = await browser.newPage();
-  page.on('pageerror', error => console.log(`page error: ${error.message}`));
+  errors = watchErrors(page);
   await page.goto(`/lab/tree/quickstart.ipynb?token=${TOKEN}`);
   await page.locator('#jupyterlab-splash').waitFor({ state: 'detached', timeout: 90_000 });
 });
 
 test.afterAll(async () => {
+  expect(errors, 'page errors, or console errors of ours').toEqual([]);
   await page?.close();
 });
 
