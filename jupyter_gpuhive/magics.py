@@ -143,6 +143,8 @@ class GpuHiveMagics(Magics):
     @argument("--cancel", type=int, metavar="ID", help="Cancel (or end now) reservation ID")
     @argument("--extend", type=int, metavar="ID", help="Extend reservation ID by --for")
     @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
+    @argument("--notify", action="store_true", help="If not free now, tell me when they are")
+    @argument("--before", help="With --notify: they must be free by then (HH:MM or ISO 8601)")
     @argument("-o", "--output", metavar="NAME", help="Also bind the result to NAME")
     @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
@@ -166,6 +168,10 @@ class GpuHiveMagics(Magics):
             done = self._call(self.client.update_reservation, args.extend, end=end.isoformat())
             headline = f"Reservation {done['id']} now ends {self._local(done['end'])}."
             return self._give(ReservationResult(done, headline), args.output)
+        if args.notify:
+            from .feedmagics import reserve_or_notify
+
+            return self._give(reserve_or_notify(self, args), args.output)
         return self._give(self._reserve(args), args.output)
 
     @staticmethod
@@ -295,6 +301,7 @@ class GpuHiveMagics(Magics):
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_gpuhive` registers the magics."""
+    from .feedmagics import GpuFeedMagics
     from .jobmagics import GpuJobMagics
 
-    ipython.register_magics(GpuHiveMagics, GpuJobMagics)
+    ipython.register_magics(GpuHiveMagics, GpuJobMagics, GpuFeedMagics)
