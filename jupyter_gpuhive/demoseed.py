@@ -46,7 +46,7 @@ def bookings(now: datetime, zone: tzinfo) -> list[Booking]:
         Booking("bob", "ablation sweep", ("gpu2:0", "gpu2:1", "gpu2:2", "gpu2:3"), at(1, 9),
                 at(1, 17)),
         Booking("alice", "paper deadline", ("gpu1:2", "gpu1:3"), at(2, 10), at(2, 18)),
-        Booking("bob", "weekend pretraining", ("gpu2:2", "gpu2:3"), at(4, 8), at(5, 20)),
+        Booking("bob", "long pretraining", ("gpu2:2", "gpu2:3"), at(4, 8), at(5, 20)),
     ]  # fmt: skip
 
 
