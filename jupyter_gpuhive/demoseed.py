@@ -69,7 +69,7 @@ def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
     job_id = None
     pending = hive.store.jobs.all(owner=admin, queued=True)
     if not any(j.name == "overnight sweep" and j.status == "pending" for j in pending):
-        body = {
+        queued: dict[str, Any] = {
             "name": "overnight sweep",
             "template": "plain",
             "command": "echo sweeping on $CUDA_VISIBLE_DEVICES; sleep 60; echo done",
@@ -77,7 +77,7 @@ def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
             "queued": True,
             "walltime": "1h",
         }
-        job, specs = hive.jobs.build(who, body)
+        job, specs = hive.jobs.build(who, queued)
         job_id = hive.store.jobs.create(job, specs).id
     return {"reservations": made, "job": job_id}
 
