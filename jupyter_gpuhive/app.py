@@ -253,6 +253,11 @@ class GpuHiveApp(ExtensionApp):
         "'address_template': '{user}@lab.org', 'addresses': {'alice': 'a@x.org'}}. "
         "Empty: no e-mail.",
     ).tag(config=True)
+    digest_hour = Int(
+        7,
+        help="Local hour (site time zone) from which the daily digest e-mails go out to the "
+        "users who turned them on (PUT digest).",
+    ).tag(config=True)
 
     hive: Hive | None = None
     _watcher: HostsFileWatcher | None = None
@@ -384,6 +389,8 @@ class GpuHiveApp(ExtensionApp):
             ),
             ending_minutes=self.reminder_minutes,
             mail=mail_settings(self.notify_email),
+            digest_hour=self.digest_hour,
+            zone=ZoneInfo(self.site_timezone),
             tick=max(0.05, self.reminder_interval),
         )
         return HiveSettings(

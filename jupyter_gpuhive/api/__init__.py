@@ -46,6 +46,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/subscriptions", i.SubscriptionsHandler),
     ("/subscriptions/{id}", i.SubscriptionHandler),
     ("/subscriptions/{id}/book", i.SubscriptionBookHandler),
+    ("/digest", i.DigestHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 

@@ -8,6 +8,7 @@ from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
 
 from ..errors import BadRequest, NotFound
+from ..integrations.digests import setting_json
 from ..integrations.subscriptions import subscription_json
 from ..integrations.webhooks import describe
 from .base import HiveLogic
@@ -172,3 +173,16 @@ class SubscriptionBookHandler(Shown):
             body["owner"] = sub.owner
         made = await self.hive.create_reservation(self.who, body)
         self.reply(self.reservation(made), status=201)
+
+
+class DigestHandler(HiveLogic):
+    @web.authenticated
+    async def get(self) -> None:
+        digests = self.hive.integrations.digests
+        found = await self.hive.run(digests.rows.get, self.who.name)
+        self.reply(setting_json(found, self.who.name))
+
+    @web.authenticated
+    async def put(self) -> None:
+        digests = self.hive.integrations.digests
+        self.reply(await self.hive.run(digests.configure, self.who, self.json_body()))

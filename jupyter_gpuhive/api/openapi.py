@@ -226,7 +226,9 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/queue": {
         "get": _op(
-            "Queued jobs not yet running, with their estimated start and what they wait for",
+            "Queued jobs not yet running, with their projected start (from the queue's own "
+            "plan: for the first 32 waiting jobs a start they will not miss unless a booking, "
+            "a foreign process or a host failure intervenes) and what they wait for",
             "200",
         )
     },
@@ -375,6 +377,15 @@ PATHS: dict[str, dict[str, Any]] = {
             parameters=_ID,
         )
     },
+    "/digest": {
+        "get": _op("My daily digest e-mail setting", "200"),
+        "put": _op(
+            "Turn my daily digest e-mail on or off (today's and tomorrow's reservations, "
+            "GPUs left idle yesterday, violations on my GPUs)",
+            "200",
+            body="DigestSetting",
+        ),
+    },
     "/openapi.json": {"get": _op("This document", "200")},
 }
 
@@ -466,6 +477,15 @@ SCHEMAS: dict[str, Any] = {
             "env": {"type": "object"},
             "workdir": {"type": "string"},
             "queued": {"type": "boolean"},
+            "same_host": {
+                "type": "string",
+                "enum": ["required", "preferred", "any"],
+                "description": "Where a job that asks for a GPU count (options.gpu_count) may "
+                "run: all GPUs on one host, waiting for one (required, the default when the "
+                "count fits the largest host); one host when one can take it, else as few "
+                "as possible (preferred, the default for bigger jobs); anywhere, fullest "
+                "hosts first (any). Also accepted in options.",
+            },
             "walltime": _DURATION,
             "start_at": _INSTANT,
             "stop_at": _INSTANT,
@@ -510,6 +530,15 @@ SCHEMAS: dict[str, Any] = {
             },
             "email": {"type": "string", "pattern": "@"},
             "repeat": {"type": "boolean"},
+        },
+    },
+    "DigestSetting": {
+        "type": "object",
+        "required": ["enabled"],
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean"},
+            "email": {"type": "string", "pattern": "@"},
         },
     },
     "Rule": {

@@ -6,16 +6,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..errors import Invalid, NotFound
 from ..jobs.model import ACTIVE, Job
-from ..model import Reservation
+from ..model import UTC, Reservation
 from ..store import Store
+from ..store.integrations import Digests, Subscription, Subscriptions
 from ..store.integrations import Integrations as Rows
-from ..store.integrations import Subscription, Subscriptions
 from . import mail
+from .digests import DigestService
 from .feeds import Feeds, FeedSettings
 from .mail import MailSettings
 from .subscriptions import Availability
@@ -33,6 +34,8 @@ class IntegrationSettings:
     ending_minutes: int = 15
     tick: float = 30.0
     mail: MailSettings = field(default_factory=MailSettings)
+    digest_hour: int = 7
+    zone: tzinfo = UTC
 
 
 def _gpus(res: Reservation) -> str:
@@ -59,6 +62,9 @@ class Integrations:
         self.feeds = Feeds(store, self.rows, settings.feeds, clock)
         self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
         self.availability = Availability(store, Subscriptions(store.db), clock)
+        self.digests = DigestService(
+            store, Digests(store.db), settings.mail, settings.zone, settings.digest_hour, clock
+        )
         self.publish_lab: Callable[[dict[str, Any]], Any] | None = None  # set by the app
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -211,6 +217,7 @@ class Integrations:
             try:
                 await self.remind(last, now)
                 await self.check_subscriptions(released=False)
+                await self.run(self.digests.send_due)
             except Exception:
                 log.exception("gpuhive: reservation reminders failed")
             last = now

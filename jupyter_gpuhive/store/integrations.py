@@ -7,16 +7,17 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, or_, select, update
 
 from ..model import Reservation
 from .database import Database
 from .schema import (
     availability_subscriptions,
     calendar_events,
+    digest_settings,
     feed_tokens,
     webhook_attempts,
     webhook_deliveries,
@@ -429,4 +430,57 @@ class Subscriptions:
                 ).rowcount
                 or 0
             )
+        )
+
+
+@dataclass(frozen=True)
+class DigestSetting:
+    """A user's daily digest: on or off, where to, and the local day it was last sent."""
+
+    owner: str
+    enabled: bool
+    email: str | None
+    last_sent: date | None
+
+
+class Digests:
+    """Daily digest settings' rows."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, owner: str) -> DigestSetting | None:
+        d = digest_settings
+        with self.db.read() as conn:
+            row = conn.execute(select(d).where(d.c.owner == owner)).first()
+        return DigestSetting(*row) if row else None
+
+    def set(self, owner: str, enabled: bool, email: str | None) -> DigestSetting:
+        d = digest_settings
+
+        def work(conn: Connection) -> None:
+            done = conn.execute(
+                update(d).where(d.c.owner == owner).values(enabled=enabled, email=email)
+            )
+            if not done.rowcount:
+                conn.execute(insert(d).values(owner=owner, enabled=enabled, email=email))
+
+        self.db.write(work)
+        found = self.get(owner)
+        assert found is not None
+        return found
+
+    def due(self, day: date) -> list[DigestSetting]:
+        """Enabled digests not yet sent for `day`."""
+        d = digest_settings
+        query = select(d).where(
+            d.c.enabled.is_(True), or_(d.c.last_sent.is_(None), d.c.last_sent < day)
+        )
+        with self.db.read() as conn:
+            return [DigestSetting(*row) for row in conn.execute(query.order_by(d.c.owner))]
+
+    def sent(self, owner: str, day: date) -> None:
+        d = digest_settings
+        self.db.write(
+            lambda conn: conn.execute(update(d).where(d.c.owner == owner).values(last_sent=day))
         )

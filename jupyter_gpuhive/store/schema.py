@@ -325,3 +325,13 @@ availability_subscriptions = Table(
     Index(None, "active"),
     sqlite_autoincrement=True,
 )
+
+# Users who asked for the daily digest e-mail, and the local day it was last sent.
+digest_settings = Table(
+    "digest_settings",
+    metadata,
+    Column("owner", String(128), primary_key=True),
+    Column("enabled", Boolean, nullable=False),
+    Column("email", String(255)),
+    Column("last_sent", Date),
+)

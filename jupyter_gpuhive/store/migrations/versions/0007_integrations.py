@@ -1,5 +1,5 @@
 """Integrations: calendar feed tokens, calendar UIDs/SEQUENCEs, webhooks and their deliveries,
-availability subscriptions.
+availability subscriptions, daily digest settings.
 
 Revision ID: 0007
 Revises: 0006
@@ -130,9 +130,18 @@ def upgrade() -> None:
     op.create_index(
         "ix_availability_subscriptions_active", "availability_subscriptions", ["active"]
     )
+    op.create_table(
+        "digest_settings",
+        sa.Column("owner", sa.String(128)),
+        sa.Column("enabled", sa.Boolean, nullable=False),
+        sa.Column("email", sa.String(255)),
+        sa.Column("last_sent", sa.Date),
+        sa.PrimaryKeyConstraint("owner", name="pk_digest_settings"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("digest_settings")
     op.drop_table("availability_subscriptions")
     op.drop_table("webhook_attempts")
     op.drop_table("webhook_deliveries")
