@@ -108,8 +108,8 @@ class HostsAddApp(_Base):
 
     def start(self) -> None:
         from .errors import Invalid
-        from .hostsfile import add_host
-        from .inventory_config import parse_host
+        from .hostsfile import add_host, read_hosts
+        from .inventory_config import local_gpu_host, parse_host
 
         if len(self.extra_args) not in (1, 2) or (
             len(self.extra_args) == 1 and self.transport != "local"
@@ -130,6 +130,7 @@ class HostsAddApp(_Base):
             spec["transport"] = self.transport
         app = self.gpuhive()
         path = app.hosts_file_path()
+        was_empty = not app.hosts and not read_hosts(path)
         try:
             parse_host(spec)
             if spec["name"] in {str(h.get("name")) for h in app.hosts if isinstance(h, dict)}:
@@ -139,6 +140,13 @@ class HostsAddApp(_Base):
             print(f"Not added: {error.message}", file=sys.stderr)
             sys.exit(1)
         print(f"Added {spec['name']} to {path}.")
+        local, _why = local_gpu_host() if was_empty and app.auto_local_host else (None, "")
+        if local is not None and local["name"] != spec["name"]:
+            print(
+                f"Note: with no hosts configured, gpuhive used this machine ({local['name']}); "
+                "now that a host is configured it no longer does. To keep it: "
+                f"jupyter gpuhive hosts add {local['name']} --transport local"
+            )
         if spec.get("transport", "ssh") == "ssh":
             print(
                 f"Next: add the key from `jupyter gpuhive key` to ~/.ssh/authorized_keys on "

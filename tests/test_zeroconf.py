@@ -190,3 +190,17 @@ def test_a_broken_hosts_file_changes_nothing_and_says_why(
     until(lambda: "changed but is not used" in log.read_text(), what="the error in the log")
     assert "transport must be one of" in log.read_text()
     assert [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"]
+
+
+def test_the_first_hosts_add_on_a_gpu_workstation_says_how_to_keep_it(tmp_path: Path) -> None:
+    folder = stand_in_on_path(tmp_path, "ws")
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}",
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_DATA_DIR": str(tmp_path)}  # fmt: skip
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli", "hosts", "add"]
+    first = subprocess.run([*cli, "box", "box.lab"], env=env, capture_output=True, text=True,
+                           check=True)  # fmt: skip
+    keep = f"jupyter gpuhive hosts add {local_host_name()} --transport local"
+    assert keep in first.stdout
+    second = subprocess.run([*cli, "box2", "box2.lab"], env=env, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    assert keep not in second.stdout  # only when the file gets its first host
