@@ -88,7 +88,8 @@ class Integrations:
         self._spawn(self._reservation_event(kind, res))
 
     async def _reservation_event(self, kind: str, res: Reservation) -> None:
-        await self.run(self.feeds.touch, [res])
+        if kind in ("created", "changed", "cancelled"):  # SEQUENCE counts every edit
+            await self.run(self.feeds.touch, [res])
         what = {
             "created": f"{res.owner} booked {_gpus(res)}",
             "changed": f"{res.owner} changed their booking of {_gpus(res)}",

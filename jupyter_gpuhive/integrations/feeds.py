@@ -59,6 +59,7 @@ class Feeds:
         self.rows = rows
         self.settings = settings
         self.now = clock
+        self._rendered: dict[tuple[int, int, bool], bytes] = {}
 
     # --- tokens -----------------------------------------------------------------------
 
@@ -134,7 +135,11 @@ class Feeds:
             name = f"GPU reservations on {feed.host}" if feed.host else "GPU reservations"
             described = s.public_descriptions
         return ical.calendar(
-            name, ((r, entries[r.id]) for r in shown), described, s.refresh_minutes
+            name,
+            ((r, entries[r.id]) for r in shown),
+            described,
+            s.refresh_minutes,
+            self._rendered,
         )
 
     def touch(self, found: list[Reservation]) -> None:

@@ -10,6 +10,8 @@ from ..model import UTC, Reservation
 from ..store.integrations import CalendarEntry
 
 PRODID = "-//jupyter-gpuhive//gpuhive feed//EN"
+CACHE_MAX = 100_000  # rendered events kept (a few hundred bytes each)
+_CONTROLS = {c: None for c in (*range(0x09), *range(0x0A, 0x20), 0x7F)}
 _UTC_ZONE = (
     b"BEGIN:VTIMEZONE\r\nTZID:UTC\r\nBEGIN:STANDARD\r\nDTSTART:19700101T000000\r\n"
     b"TZOFFSETFROM:+0000\r\nTZOFFSETTO:+0000\r\nTZNAME:UTC\r\nEND:STANDARD\r\n"
@@ -21,8 +23,7 @@ def escape(text: str) -> str:
     """A TEXT value: backslash, semicolon, comma and newlines escaped (RFC 5545 3.3.11)."""
     text = text.replace("\\", "\\\\").replace(";", "\\;").replace(",", "\\,")
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
-    # Other control characters are not allowed in TEXT at all.
-    return "".join(ch for ch in text if ch == "\t" or (ord(ch) >= 0x20 and ord(ch) != 0x7F))
+    return text.translate(_CONTROLS)  # other control characters are not allowed in TEXT
 
 
 def fold(line: str) -> bytes:
@@ -43,7 +44,8 @@ def fold(line: str) -> bytes:
 
 def utc(instant: datetime) -> str:
     """A DATE-TIME in UTC form (…Z)."""
-    return instant.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    t = instant.astimezone(UTC)
+    return f"{t.year:04d}{t.month:02d}{t.day:02d}T{t.hour:02d}{t.minute:02d}{t.second:02d}Z"
 
 
 def fingerprint(res: Reservation, with_description: bool = True) -> str:
@@ -90,6 +92,7 @@ def calendar(
     items: Iterable[tuple[Reservation, CalendarEntry]],
     with_description: bool,
     refresh_minutes: int = 15,
+    cache: dict[tuple[int, int, bool], bytes] | None = None,
 ) -> bytes:
     """A VCALENDAR with one VEVENT per reservation (all times UTC, so no VTIMEZONE)."""
     out = [
@@ -104,11 +107,18 @@ def calendar(
     ]
     events = 0
     for res, entry in items:
-        out.append(b"BEGIN:VEVENT\r\n")
-        out.extend(
-            fold(f"{key}:{value}") for key, value in event_lines(res, entry, with_description)
-        )
-        out.append(b"END:VEVENT\r\n")
+        # What a calendar shows changes only with SEQUENCE (the fingerprint bumps it).
+        key = (res.id, entry.sequence, with_description)
+        text = cache.get(key) if cache is not None else None
+        if text is None:
+            lines = event_lines(res, entry, with_description)
+            text = b"".join([b"BEGIN:VEVENT\r\n", *(fold(f"{k}:{v}") for k, v in lines),
+                             b"END:VEVENT\r\n"])  # fmt: skip
+            if cache is not None:
+                if len(cache) >= CACHE_MAX:
+                    cache.clear()
+                cache[key] = text
+        out.append(text)
         events += 1
     if not events:  # RFC 5545 wants at least one component: UTC's (harmless) time zone
         out.append(_UTC_ZONE)

@@ -58,6 +58,7 @@ EVENT_HEADER = "X-Gpuhive-Event"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 TOLERANCE = 300  # seconds a receiver should accept a timestamp for
 URL_MAX = 2000
+LOG_INTERVAL = 0.05  # seconds between writes of the delivery log
 PER_ENDPOINT = 4  # attempts in flight per endpoint (each bounded by the timeout)
 
 
@@ -134,7 +135,7 @@ def delivery_json(delivery: Delivery) -> dict[str, Any]:
 
 @dataclass
 class _Item:
-    delivery_id: int
+    webhook_id: int
     event_id: str
     event: str
     body: bytes
@@ -160,6 +161,8 @@ class Webhooks:
         self._queues: dict[int, asyncio.Queue[_Item]] = {}
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._timers: set[asyncio.TimerHandle] = set()
+        self._ops: list[tuple[Any, ...]] = []
+        self._writer: asyncio.Task[None] | None = None
         self.delays: deque[float] = deque(maxlen=10_000)  # event → delivered, s (benchmarks)
 
     # --- endpoints ----------------------------------------------------------------------
@@ -252,13 +255,35 @@ class Webhooks:
             "json": json.dumps(generic).encode(),
             "slack": json.dumps({"text": f"gpuhive: {text}"}).encode(),
         }
-        items = [(w.id, event_id, event, bodies[w.format].decode()) for w in targets]
-        ids = await self.run(self.rows.add_deliveries, items, at)
         started = time.monotonic()
-        for webhook, delivery_id in zip(targets, ids, strict=True):
-            item = _Item(delivery_id, event_id, event, bodies[webhook.format], queued_at=started)
+        for webhook in targets:
+            body = bodies[webhook.format]
+            self._log(("delivery", (webhook.id, event_id), event, body.decode(), at))
+            item = _Item(webhook.id, event_id, event, body, queued_at=started)
             self._queue(webhook).put_nowait(item)
         return len(targets)
+
+    # --- the delivery log: written in batches, off the delivery path ----------------------
+
+    def _log(self, op: tuple[Any, ...]) -> None:
+        self._ops.append(op)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_log())
+
+    async def _write_log(self) -> None:
+        """Write what accumulated in one transaction, every LOG_INTERVAL at most."""
+        while self._ops:
+            await asyncio.sleep(LOG_INTERVAL)
+            ops, self._ops = self._ops, []
+            try:
+                await self.run(self.rows.write_log, ops)
+            except Exception:
+                log.exception("gpuhive: could not write %d webhook log entries", len(ops))
+
+    async def flush(self) -> None:
+        """Wait until the delivery log holds everything that happened so far."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait({self._writer})
 
     def _queue(self, webhook: Webhook) -> asyncio.Queue[_Item]:
         queue = self._queues.get(webhook.id)
@@ -277,7 +302,7 @@ class Webhooks:
             try:
                 await self._attempt(client, webhook, queue, item)
             except Exception:  # never let one delivery stop the others
-                log.exception("gpuhive: webhook %s delivery %s", webhook.id, item.delivery_id)
+                log.exception("gpuhive: webhook %s event %s", webhook.id, item.event_id)
             finally:
                 slots.release()
 
@@ -342,15 +367,8 @@ class Webhooks:
         else:
             state = "pending"
             self._retry(queue, item)
-        await self.run(
-            self.rows.record_attempt,
-            item.delivery_id,
-            self.now(),
-            status,
-            error,
-            took * 1000,
-            state,
-        )
+        key = (item.webhook_id, item.event_id)
+        self._log(("attempt", key, self.now(), status, error, took * 1000, state))
 
     def _retry(self, queue: asyncio.Queue[_Item], item: _Item) -> None:
         """Requeue after backoff·2^(n-1), capped, with ±50 % jitter."""
@@ -377,3 +395,4 @@ class Webhooks:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        await self.flush()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
 from ..model import Reservation
 from .database import Database
@@ -178,26 +178,28 @@ class Integrations:
 
         def work(conn: Connection) -> None:
             current = self._entries(stale, conn)
-            for rid in stale:
-                old = current.get(rid)
-                if old is None:
-                    conn.execute(
-                        insert(calendar_events).values(
-                            reservation_id=rid,
-                            uid=str(uuid.uuid4()),
-                            sequence=0,
-                            fingerprint=wanted[rid],
-                            changed_at=now,
-                        )
-                    )
-                elif old[1] != wanted[rid]:
-                    conn.execute(
-                        update(calendar_events)
-                        .where(calendar_events.c.reservation_id == rid)
-                        .values(
-                            sequence=old[0].sequence + 1, fingerprint=wanted[rid], changed_at=now
-                        )
-                    )
+            c = calendar_events.c
+            new = [
+                {"reservation_id": rid, "uid": str(uuid.uuid4()), "sequence": 0,
+                 "fingerprint": wanted[rid], "changed_at": now}
+                for rid in stale
+                if rid not in current
+            ]  # fmt: skip
+            bumped = [
+                {"rid": rid, "seq": current[rid][0].sequence + 1, "print": wanted[rid]}
+                for rid in stale
+                if rid in current and current[rid][1] != wanted[rid]
+            ]
+            if new:
+                conn.execute(insert(calendar_events), new)
+            if bumped:
+                conn.execute(
+                    update(calendar_events)
+                    .where(c.reservation_id == bindparam("rid"))
+                    .values(sequence=bindparam("seq"), fingerprint=bindparam("print"),
+                            changed_at=now),
+                    bumped,
+                )  # fmt: skip
 
         self.db.write(work)
         return {rid: entry for rid, (entry, _) in self._entries(list(wanted)).items()}
@@ -256,51 +258,57 @@ class Integrations:
             lambda conn: conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
         )
 
-    def add_deliveries(
-        self, items: Sequence[tuple[int, str, str, str]], now: datetime
-    ) -> list[int]:
-        """Queue (webhook_id, event_id, event, body) rows; their ids, in order."""
+    def write_log(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Deliveries and attempts, in order, in one transaction.
 
-        def work(conn: Connection) -> list[int]:
-            ids = []
-            for webhook_id, event_id, event, body in items:
-                row = {"webhook_id": webhook_id, "event_id": event_id, "event": event}
-                row |= {"body": body, "state": "pending", "attempts": 0, "created_at": now}
-                result = conn.execute(insert(webhook_deliveries).values(**row))
-                ids.append(int(result.inserted_primary_key[0]))
-            return ids
-
-        return self.db.write(work) if items else []
-
-    def record_attempt(
-        self,
-        delivery_id: int,
-        at: datetime,
-        status: int | None,
-        error: str | None,
-        ms: float,
-        state: str,
-    ) -> None:
-        """Log one attempt and move the delivery to `state` (pending, delivered, dead)."""
+        ('delivery', (webhook_id, event_id), event, body, at) queues one;
+        ('attempt', (webhook_id, event_id), at, status, error, ms, state) logs one attempt
+        and moves its delivery to `state` (pending, delivered, dead). Endpoints deleted
+        meanwhile are skipped.
+        """
+        d = webhook_deliveries.c
 
         def work(conn: Connection) -> None:
-            conn.execute(
-                insert(webhook_attempts).values(
-                    delivery_id=delivery_id, at=at, status=status, error=error, ms=ms
+            existing = set(conn.execute(select(webhooks.c.id)).scalars())
+            ids: dict[tuple[int, str], int] = {}
+            for op in ops:
+                key = op[1]
+                if key[0] not in existing:
+                    continue
+                if op[0] == "delivery":
+                    _, _, event, body, at = op
+                    row = {"webhook_id": key[0], "event_id": key[1], "event": event}
+                    row |= {"body": body, "state": "pending", "attempts": 0, "created_at": at}
+                    result = conn.execute(insert(webhook_deliveries).values(**row))
+                    ids[key] = int(result.inserted_primary_key[0])
+                    continue
+                _, _, at, status, error, ms, state = op
+                delivery_id = (
+                    ids.get(key)
+                    or conn.execute(
+                        select(d.id).where(d.webhook_id == key[0], d.event_id == key[1])
+                    ).scalar()
                 )
-            )
-            d = webhook_deliveries.c
-            conn.execute(
-                update(webhook_deliveries)
-                .where(d.id == delivery_id)
-                .values(
-                    attempts=d.attempts + 1,
-                    state=state,
-                    finished_at=at if state != "pending" else None,
+                if delivery_id is None:
+                    continue
+                ids[key] = delivery_id
+                conn.execute(
+                    insert(webhook_attempts).values(
+                        delivery_id=delivery_id, at=at, status=status, error=error, ms=ms
+                    )
                 )
-            )
+                conn.execute(
+                    update(webhook_deliveries)
+                    .where(d.id == delivery_id)
+                    .values(
+                        attempts=d.attempts + 1,
+                        state=state,
+                        finished_at=at if state != "pending" else None,
+                    )
+                )
 
-        self.db.write(work)
+        if ops:
+            self.db.write(work)
 
     def deliveries(
         self, webhook_id: int | None = None, state: str | None = None, limit: int = 100

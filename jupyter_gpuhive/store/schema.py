@@ -279,7 +279,7 @@ webhook_deliveries = Table(
     Column("attempts", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime),
-    Index(None, "webhook_id", "id"),
+    Index(None, "webhook_id", "event_id"),
     Index(None, "state"),
     sqlite_autoincrement=True,
 )

@@ -86,7 +86,9 @@ def upgrade() -> None:
         **_AUTO,
     )
     op.create_index(
-        "ix_webhook_deliveries_webhook_id_id", "webhook_deliveries", ["webhook_id", "id"]
+        "ix_webhook_deliveries_webhook_id_event_id",
+        "webhook_deliveries",
+        ["webhook_id", "event_id"],
     )
     op.create_index("ix_webhook_deliveries_state", "webhook_deliveries", ["state"])
     op.create_table(
