@@ -55,7 +55,7 @@ PUBLIC_PATHS = frozenset({"/calendar/{token}.ics"})
 
 
 def _pattern(prefix: str, path: str) -> str:
-    path = path.replace("{id}", "([^/]+)").replace("{token}", "([^/.]+)")
+    path = path.replace("{id}", "([^/]+)").replace("{token}", "([^/]*)")
     return prefix + path.replace(".", r"\.") + "/?"
 
 

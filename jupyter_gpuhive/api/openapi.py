@@ -496,7 +496,13 @@ SCHEMAS: dict[str, Any] = {
     "SiteFeed": {
         "type": "object",
         "additionalProperties": False,
-        "properties": {"host": {"type": "string", "description": "Only this host's GPUs"}},
+        "properties": {
+            "host": {
+                "type": "string",
+                "nullable": True,
+                "description": "Only this host's GPUs (absent or null: every host)",
+            }
+        },
     },
     "NewWebhook": {
         "type": "object",
@@ -519,16 +525,24 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "gpus": {"type": "integer", "minimum": 1, "maximum": 64},
-            "host": {**_text(128, required=True), "description": "Only this host"},
-            "model": {**_text(128, required=True), "description": "GPU model contains this"},
+            "host": {
+                **_text(128, required=True),
+                "nullable": True,
+                "description": "Only this host",
+            },
+            "model": {
+                **_text(128, required=True),
+                "nullable": True,
+                "description": "GPU model contains this",
+            },
             "duration": _DURATION,
-            "deadline": _INSTANT,
+            "deadline": {**_INSTANT, "nullable": True},
             "channels": {
                 "type": "array",
                 "minItems": 1,
                 "items": {"type": "string", "enum": ["lab", "email", "webhook"]},
             },
-            "email": {"type": "string", "pattern": "@"},
+            "email": {"type": "string", "pattern": "@", "nullable": True},
             "repeat": {"type": "boolean"},
         },
     },
@@ -538,7 +552,7 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "enabled": {"type": "boolean"},
-            "email": {"type": "string", "pattern": "@"},
+            "email": {"type": "string", "pattern": "@", "nullable": True},
         },
     },
     "Rule": {

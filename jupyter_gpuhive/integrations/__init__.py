@@ -99,7 +99,7 @@ class Integrations:
         }[kind]
         span = f"{res.start:%Y-%m-%d %H:%M}–{res.end:%Y-%m-%d %H:%M} UTC"
         text = f"{what}: '{res.title}', {span}."
-        data = {"reservation": res.to_json(self.now())}
+        data: dict[str, Any] = {"reservation": res.to_json(self.now())}
         if kind == "ending":
             data["minutes_left"] = max(0, round((res.end - self.now()).total_seconds() / 60))
         await self.webhooks.emit(f"reservation.{kind}", data, [res.owner], text)

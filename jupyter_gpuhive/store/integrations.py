@@ -25,6 +25,13 @@ from .schema import (
 )
 
 
+def _new_id(result: Any) -> int:
+    """The id an INSERT made."""
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
 def token_hash(token: str) -> str:
     """What the store keeps of a feed token (never the token itself)."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -121,7 +128,7 @@ class Integrations:
                 )
             row = {"kind": kind, "owner": owner, "host": host, "created_at": now}
             row |= {"token_hash": token_hash(token), "hint": token[-4:]}
-            return int(conn.execute(insert(feed_tokens).values(**row)).inserted_primary_key[0])
+            return _new_id(conn.execute(insert(feed_tokens).values(**row)))
 
         return self.db.write(work)
 
@@ -235,9 +242,7 @@ class Integrations:
         """Store an endpoint."""
         row = {"owner": owner, "site": site, "url": url, "secret": secret, "format": format}
         row |= {"events": json.dumps(sorted(events)), "created_at": now}
-        new_id = self.db.write(
-            lambda conn: int(conn.execute(insert(webhooks).values(**row)).inserted_primary_key[0])
-        )
+        new_id = self.db.write(lambda conn: _new_id(conn.execute(insert(webhooks).values(**row))))
         found = self.webhook(new_id)
         assert found is not None
         return found
@@ -280,7 +285,7 @@ class Integrations:
                     row = {"webhook_id": key[0], "event_id": key[1], "event": event}
                     row |= {"body": body, "state": "pending", "attempts": 0, "created_at": at}
                     result = conn.execute(insert(webhook_deliveries).values(**row))
-                    ids[key] = int(result.inserted_primary_key[0])
+                    ids[key] = _new_id(result)
                     continue
                 _, _, at, status, error, ms, state = op
                 delivery_id = (
@@ -384,11 +389,7 @@ class Subscriptions:
         row = {**values, "channels": json.dumps(list(values["channels"]))}
         row |= {"active": True, "fired": 0}
         new_id = self.db.write(
-            lambda conn: int(
-                conn.execute(insert(availability_subscriptions).values(**row)).inserted_primary_key[
-                    0
-                ]
-            )
+            lambda conn: _new_id(conn.execute(insert(availability_subscriptions).values(**row)))
         )
         found = self.get(new_id)
         assert found is not None

@@ -4,6 +4,8 @@
  */
 
 export const VIOLATION_SCHEMA = 'https://events.jupyter.org/jupyter_gpuhive/violation';
+/** GPUs an availability subscription asked for are free (docs/integrations.md). */
+export const AVAILABILITY_SCHEMA = 'https://events.jupyter.org/jupyter_gpuhive/availability';
 
 export interface IHiveEvent {
   schema_id?: string;
@@ -13,6 +15,7 @@ export interface IHiveEvent {
   offender?: string | null;
   gpu?: string;
   host?: string;
+  user?: string;
 }
 
 export interface IToast {
@@ -22,6 +25,11 @@ export interface IToast {
 
 /** The toast `me` should see for an event of the bus, or null when it is not about them. */
 export function eventToast(event: IHiveEvent, me: string | null | undefined): IToast | null {
+  if (me && event.schema_id === AVAILABILITY_SCHEMA) {
+    return event.user === me
+      ? { level: 'info', message: event.message || 'GPUs you asked for are free.' }
+      : null;
+  }
   if (!me || event.schema_id !== VIOLATION_SCHEMA) {
     return null;
   }

@@ -1,4 +1,4 @@
-import { VIOLATION_SCHEMA, eventToast } from '../events';
+import { AVAILABILITY_SCHEMA, VIOLATION_SCHEMA, eventToast } from '../events';
 
 const foreign = {
   schema_id: VIOLATION_SCHEMA,
@@ -31,5 +31,16 @@ describe('eventToast', () => {
     const idle = { ...foreign, kind: 'idle', offender: null, message: 'Your GPUs have been idle for 30 minutes.' };
     expect(eventToast(idle, 'alice')).toEqual({ level: 'info', message: idle.message });
     expect(eventToast(idle, 'bob')).toBeNull();
+  });
+
+  it('tells only the subscriber that the GPUs they asked for are free', () => {
+    const free = {
+      schema_id: AVAILABILITY_SCHEMA,
+      user: 'alice',
+      message: '2 GPU(s) free for alice: gpu3:0, gpu3:1. Book it: POST subscriptions/4/book'
+    };
+    expect(eventToast(free, 'alice')).toEqual({ level: 'info', message: free.message });
+    expect(eventToast(free, 'bob')).toBeNull();
+    expect(eventToast(free, null)).toBeNull();
   });
 });
