@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.integrations.webhooks import sign, verify
+from jupyter_gpuhive.monitor.handlers.base import SAMPLE, HandlerContext
+from jupyter_gpuhive.monitor.handlers.webhook import WebhookHandler
 from tests.conftest import book, soon
 from tests.integrations.receiver import Receiver, receiving
 
@@ -160,3 +162,24 @@ async def test_endpoint_input_is_checked(api: Any) -> None:
     assert made.status == 201 and made.body["site"] is True
     assert (await alice("GET", "webhooks/99")).status == 404
     assert (await alice("GET", "webhooks/1/deliveries", params={"limit": "0"})).status == 422
+
+
+async def test_the_violation_ladders_webhook_handler_signs_the_same_way() -> None:
+    with receiving(Receiver()) as hook:
+        hook.secret = "ladder-secret"
+        handler = WebhookHandler(
+            "webhook", {"url": hook.url, "secret": hook.secret}, HandlerContext()
+        )
+        outcome = await handler.handle(SAMPLE, {})
+        assert outcome == f"POST {hook.url}: 200"
+        (got,) = hook.requests
+        assert got.signed and got.fresh and got.event == "violation" and got.key
+        assert got.body["violation"]["gpu"] == SAMPLE.gpu
+        unsigned = WebhookHandler("webhook", {"url": hook.url}, HandlerContext())
+        failed = None
+        try:
+            await unsigned.handle(SAMPLE, {})
+        except Exception as error:  # the receiver refuses unsigned bodies (401)
+            failed = error
+        assert failed is not None and "401" in str(failed)
+        assert hook.requests[1].answered == 401

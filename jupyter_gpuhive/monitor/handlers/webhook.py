@@ -1,12 +1,15 @@
-"""Webhook handler: a JSON POST (Slack-compatible payload)."""
+"""Webhook handler: a JSON POST (Slack-compatible payload), signed like gpuhive's webhooks
+(docs/integrations.md) when it has a `secret`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +39,7 @@ class WebhookHandler(ViolationHandler):
         self.url = url
         self.headers = opts.mapping("headers")
         self.payload = opts.choice("payload", "full", ("full", "text"))
+        self.secret = opts.text("secret")
 
     async def handle(self, incident: Incident, step: Mapping[str, Any]) -> str:
         body: dict[str, Any] = {"text": f"gpuhive: {self.text(incident, step)}"}
@@ -50,6 +54,14 @@ class WebhookHandler(ViolationHandler):
 
     def _post(self, data: bytes) -> int:
         headers = {"Content-Type": "application/json", **self.headers}
+        if self.secret:  # the same scheme as the API's webhooks, so receivers share one check
+            from ...integrations import webhooks as signed
+
+            stamp = int(time.time())
+            headers[signed.EVENT_HEADER] = "violation"
+            headers[signed.IDEMPOTENCY_HEADER] = str(uuid.uuid4())
+            headers[signed.TIMESTAMP_HEADER] = str(stamp)
+            headers[signed.SIGNATURE_HEADER] = signed.sign(self.secret, stamp, data)
         request = urllib.request.Request(self.url, data, headers, method="POST")  # noqa: S310
         with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # noqa: S310
             return int(reply.status)
