@@ -3,8 +3,9 @@
 Each instant runs in its own pytest process under Debian's libfaketime (LD_PRELOAD), with FAKETIME
 set to the offset that puts the wall clock there; the clock then runs on. Every process the tests
 start inherits that environment and sees the same clock: the Jupyter servers, PostgreSQL (through
-runuser), shells. The monotonic clock is left alone (FAKETIME_DONT_FAKE_MONOTONIC=1), so timeouts
-and asyncio keep working; tests/faketime/sitecustomize.py mends time.sleep() for that setting.
+runuser), shells. The monotonic clock is left alone (FAKETIME_DONT_FAKE_MONOTONIC=1 and
+FAKETIME_FORCE_MONOTONIC_FIX=0), so timeouts, asyncio and threads keep working at full speed;
+tests/faketime/sitecustomize.py mends time.sleep() for that setting.
 All processes run in the site's time zone (TZ), so local-time code meets its DST changes too.
 
 The instants are computed, never written down: the real now, one hour before and one hour after
@@ -151,7 +152,11 @@ def faked_env(at: datetime, zone_name: str = SITE_ZONE) -> dict[str, str]:
     preload = [p for p in env.get("LD_PRELOAD", "").split() if "libfaketime" not in p]
     env["LD_PRELOAD"] = " ".join([libfaketime(), *preload])
     env["FAKETIME"] = f"{offset:+d}"
-    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"  # timeouts, asyncio and the GIL keep real time
+    # libfaketime's "monotonic fix" (on by default with glibc) bends pthread_cond_timedwait() on
+    # monotonic conditions, which CPython's GIL waits on: every hand-over to a thread (a server's
+    # database calls) then takes up to 15 ms of spinning. Off, the conditions keep real time.
+    env["FAKETIME_FORCE_MONOTONIC_FIX"] = "0"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PRELOAD_DIR), env.get("PYTHONPATH")]))
     env["TZ"] = zone_name
     return env

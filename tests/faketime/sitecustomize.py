@@ -21,4 +21,4 @@ if os.environ.get("FAKETIME") and "libfaketime" in os.environ.get("LD_PRELOAD", 
             raise ValueError("sleep length must be non-negative")
         select.select([], [], [], seconds)
 
-    time.sleep = _sleep
+    time.sleep = _sleep  # type: ignore[assignment]
