@@ -2,7 +2,9 @@
 
 What one tick does, in order:
 1. Jobs with a stop time that has come are stopped (not queued again); pending ones are
-   marked stopped ("stopped before it started").
+   marked stopped ("stopped before it started"). So are running queued jobs that ran past
+   their walltime (`default_walltime` when they declared none): the launcher's graceful
+   stop (SIGINT, `grace`, SIGTERM, then SIGKILL), not retried. Backfill counts on it.
 2. A running queued job whose GPUs have a reservation beginning within the preemption lead
    (1.5 poll intervals + the stop grace + the kill patience), or one active now, is marked
    in the store (`requeue_reason`), stopped gracefully and put back to pending. The mark
@@ -12,11 +14,14 @@ What one tick does, in order:
 4. Scheduled jobs that are not queued start when their `start_at` has come.
 5. The admission pass (`admission.admit`) over the pending queued jobs: see there. Running
    work claims its GPUs through its active tasks (in the store, so claims survive a
-   restart); a scheduled job's planned run [start_at, stop_at) counts as a reservation.
+   restart) until its walltime; a scheduled job's planned run [start_at, stop_at) counts as
+   a reservation. The slots the pass keeps for waiting jobs are handed to the next pass (in
+   memory: after a restart they are searched afresh), and `estimates` runs the same pass.
 
 Processes in the sweep are matched to the job whose active task has the same (host, process
 group) — or, when the probe gave no process group, the same owner on one of the task's
-GPUs. Queued jobs are never stopped for processes, only for reservations and stop times.
+GPUs. Queued jobs are never stopped for processes, only for reservations, stop times and
+walltimes.
 Reservations block the queue whoever holds them, the job's owner included: queued jobs run
 in time nobody reserved. A queued job without a walltime is treated as `default_walltime`.
 """
@@ -42,12 +47,14 @@ from ..store.schema import gpus as gpu_table
 from ..store.schema import reservation_gpus
 from .admission import (
     FOREVER,
+    RESERVATION_DEPTH,
     AccessCheck,
     Candidate,
     GpuState,
+    Slot,
     admit,
-    estimates,
     gpu_count,
+    same_host,
     template_options,
 )
 from .launcher import KILL_PATIENCE, Launcher
@@ -101,7 +108,8 @@ class Scheduler:
         zone: tzinfo,
         interval: float = 5.0,
         default_walltime: timedelta = timedelta(hours=1),
-        drain_after: timedelta | None = timedelta(hours=4),
+        depth: int = RESERVATION_DEPTH,
+        estimate_depth: int = 256,
         horizon: timedelta = timedelta(days=14),
         sync_tasks: bool = False,
         clock: Callable[[], datetime] = utcnow,
@@ -112,7 +120,8 @@ class Scheduler:
         self.zone = zone
         self.interval = interval
         self.default_walltime = default_walltime
-        self.drain_after = drain_after
+        self.depth = depth
+        self.estimate_depth = estimate_depth
         self.horizon = horizon
         self.sync_tasks = sync_tasks
         self.clock = clock
@@ -120,6 +129,7 @@ class Scheduler:
         self._sweep: Sweep | None = None
         self._lock = asyncio.Lock()
         self._stopping: dict[int, asyncio.Task[None]] = {}
+        self._plan: dict[int, Slot] = {}  # the slots the last pass kept, by job
 
     def lead_time(self, interval: float | None = None) -> float:
         """Seconds before a reservation at which a queued job on its GPUs is stopped."""
@@ -174,6 +184,9 @@ class Scheduler:
                     why = f"its stop time {job.stop_at:%Y-%m-%d %H:%M} UTC has come"
                     report.stopping[job.id] = why
                     self._stop_later(job.id, why, requeue=False)
+            elif job.queued and active and (over := self._overran(job, now)) is not None:
+                report.stopping[job.id] = over
+                self._stop_later(job.id, over, requeue=False, reason=over)
             elif job.queued and active:
                 soon = _reserved_soon(job, snap, now.timestamp() + lead)
                 if soon is not None:
@@ -203,15 +216,28 @@ class Scheduler:
             changed = True
         return changed
 
-    async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
-        now = snap.now.timestamp()
+    def _overran(self, job: Job, now: datetime) -> str | None:
+        """Why a running queued job must stop: it ran past its walltime (None: it did not)."""
+        started = [t.started_at for t in job.tasks if t.started_at is not None]
+        walltime = job.walltime or self.default_walltime
+        if not started or min(started) + walltime > now:
+            return None
+        return f"it ran past its walltime of {_span(walltime)}"
+
+    def _pass(self, snap: Snapshot, lead: float, depth: int) -> tuple[list[Candidate], Any]:
+        """The admission pass over every pending queued job, with the last pass's slots."""
         queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead)
-        ready = [c for c in queued if c.not_before <= now]
-        if not ready:
+        until = (snap.now + self.horizon).timestamp()
+        result = admit(queued, snap.gpus, snap.now.timestamp(), access=RuleCheck(snap, self.zone),
+                       reserved=snap.reserved, previous=self._plan, depth=depth,
+                       horizon=until)  # fmt: skip
+        return queued, result
+
+    async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
+        queued, result = await _db(self._pass, snap, lead, self.depth)
+        self._plan = dict(result.planned)
+        if not queued:
             return
-        check = RuleCheck(snap, self.zone)
-        drain = self.drain_after.total_seconds() if self.drain_after is not None else None
-        result = await _db(admit, ready, snap.gpus, now, access=check, drain_after=drain)
         report.waiting = result.waiting
         by_id = {job.id: job for job in snap.jobs}
         todo: list[int] = []
@@ -247,17 +273,20 @@ class Scheduler:
 
         return list(await asyncio.gather(*(one(i) for i in job_ids)))
 
-    def _stop_later(self, job_id: int, why: str, *, requeue: bool) -> None:
-        """Stop a job in the background (a graceful stop takes seconds); once at a time."""
+    def _stop_later(
+        self, job_id: int, why: str, *, requeue: bool, reason: str | None = None
+    ) -> None:
+        """Stop a job in the background (a graceful stop takes seconds); once at a time.
+        `reason` is recorded on its tasks."""
         if job_id in self._stopping:
             return
-        task = asyncio.create_task(self._stop(job_id, why, requeue))
+        task = asyncio.create_task(self._stop(job_id, why, requeue, reason))
         self._stopping[job_id] = task
         task.add_done_callback(lambda _: self._stopping.pop(job_id, None))
 
-    async def _stop(self, job_id: int, why: str, requeue: bool) -> None:
+    async def _stop(self, job_id: int, why: str, requeue: bool, reason: str | None) -> None:
         try:
-            stopped = await self.launcher.stop(job_id)
+            stopped = await self.launcher.stop(job_id, reason=reason)
             if stopped.failures:
                 log.warning("gpuhive queue: job %s did not stop: %s", job_id, stopped.failures)
                 return  # still marked: the next tick tries again
@@ -274,18 +303,23 @@ class Scheduler:
     # --- what the UI asks ------------------------------------------------------------
 
     async def estimates(self) -> dict[int, datetime | None]:
-        """For each pending queued job, when it could start (None: not known)."""
+        """For each pending queued job, its projected start (None: not known).
+
+        The tick's own pass, run now with the slots the last tick kept: for the first
+        `depth` waiting jobs a commitment (see `admission`), for the next ones up to
+        `estimate_depth` a projection that backfill may still push back.
+        """
         now = self.clock()
         sweep = self._sweep
         if sweep is not None and (now - sweep.at).total_seconds() > 3 * sweep.interval:
             sweep = None
         snap = await _db(self.snapshot, now, sweep)
-        queued = candidates(snap.jobs, now, self.default_walltime)
-        until = (now + self.horizon).timestamp()
-        found = await _db(estimates, queued, snap.gpus, snap.reserved, now.timestamp(), until)
+        interval = sweep.interval if sweep is not None else self.interval
+        depth = max(self.depth, self.estimate_depth)
+        _, result = await _db(self._pass, snap, self.lead_time(interval), depth)
         return {
             job_id: None if ts is None else datetime.fromtimestamp(ts, UTC)
-            for job_id, ts in found.items()
+            for job_id, ts in result.starts(now.timestamp()).items()
         }
 
     # --- reading the world -----------------------------------------------------------
@@ -295,7 +329,9 @@ class Scheduler:
         jobs, marked = self.store.jobs.schedulable()
         inventory = {gpu.uuid: gpu for gpu in self.store.inventory.gpus()}
         reserved = reserved_spans(booked(self.store, now, now + self.horizon), jobs)
-        states = gpu_states(inventory.values(), reserved, jobs, sweep, now)
+        states = gpu_states(
+            inventory.values(), reserved, jobs, sweep, now, default_walltime=self.default_walltime
+        )
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}
@@ -325,9 +361,13 @@ def candidates(
         end = max(at, start) + length
         if job.stop_at is not None:
             end = min(end, job.stop_at.timestamp())
+        try:
+            placement = same_host(job.options) if count else None
+        except ValueError:
+            placement = None
         created = job.created_at.timestamp() if job.created_at else 0.0
         gpus = () if count else job.gpus
-        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start))
+        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement))
     return out
 
 
@@ -372,10 +412,13 @@ def gpu_states(
     jobs: Iterable[Job],
     sweep: Sweep | None,
     now: datetime,
+    *,
+    default_walltime: timedelta | None = None,
 ) -> dict[str, GpuState]:
     """Each GPU's state: who holds it (active tasks, then foreign processes) and next booking.
 
-    Without a sweep (monitoring off) only the store's claims are known.
+    Without a sweep (monitoring off) only the store's claims are known. A running queued job
+    releases its GPUs at its walltime (`default_walltime` when it declared none).
     """
     at = now.timestamp()
     holder: dict[str, Job] = {}
@@ -414,7 +457,7 @@ def gpu_states(
         running = holder.get(gpu.uuid)
         if running is not None:
             blocker = f"{gpu.ref} runs job {running.id}"
-            release = _release(running, at)
+            release = _release(running, at, default_walltime)
         elif gpu.uuid in foreign:
             blocker = f"{gpu.ref} runs {foreign[gpu.uuid]}"
         elif sweep is not None:
@@ -430,14 +473,15 @@ def gpu_states(
     return out
 
 
-def _release(job: Job, at: float) -> float | None:
+def _release(job: Job, at: float, default_walltime: timedelta | None = None) -> float | None:
     """When a running job will likely let go of its GPUs (None: nobody knows)."""
     ends = []
     if job.stop_at is not None:
         ends.append(job.stop_at.timestamp())
     started = [t.started_at for t in job.tasks if t.started_at is not None]
-    if job.queued and job.walltime is not None and started:
-        ends.append(min(started).timestamp() + job.walltime.total_seconds())
+    walltime = job.walltime or default_walltime
+    if job.queued and walltime is not None and started:
+        ends.append(min(started).timestamp() + walltime.total_seconds())
     found = min(ends) if ends else None
     return found if found is not None and found > at else None
 
@@ -494,6 +538,17 @@ def _reserved_soon(job: Job, snap: Snapshot, before: float) -> str | None:
             when = datetime.fromtimestamp(state.free_until, UTC)
             return f"{state.ref} is reserved from {when:%Y-%m-%d %H:%M:%S} UTC; back in the queue"
     return None
+
+
+def _span(span: timedelta) -> str:
+    """A duration as people write it: 90m -> 1h 30m."""
+    minutes = round(span.total_seconds() / 60)
+    if minutes < 1:
+        return f"{round(span.total_seconds())}s"
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
+    return " ".join(parts)
 
 
 def _cause(job: Job) -> str:

@@ -352,3 +352,32 @@ async def test_a_restart_loses_nothing_and_starts_nothing_twice(bed: Bed) -> Non
     assert len(names) == 1
     report = await bed.tick()
     assert report.admitted == [] and report.requeued == [] and report.stopping == {}
+
+
+async def test_a_job_past_its_walltime_is_stopped_gracefully_and_the_next_one_starts(
+    bed: Bed,
+) -> None:
+    made = await bed.create(probe_job(walltime=timedelta(seconds=3), max_retries=1),
+                            bed.slots("jq1", 3))  # fmt: skip
+    after = await bed.create(probe_job(walltime=timedelta(minutes=5)), bed.slots("jq1", 3))
+    assert (await bed.tick()).admitted == [made.id]
+    started = bed.job(made.id).tasks[0].started_at
+    assert started is not None
+    # The job behind it is projected to start when the walltime of the running one ends.
+    estimate = (await bed.scheduler.estimates())[after.id]
+    assert estimate is not None
+    assert abs((estimate - (started + timedelta(seconds=3))).total_seconds()) <= 1.5
+    _, pid, _ = await seen(bed, "jq1", 3)
+
+    await asyncio.sleep(max(0.0, (started - datetime.now(UTC)).total_seconds() + 3.2))
+    report = await bed.tick()
+    assert report.stopping[made.id] == "it ran past its walltime of 3s"
+    await bed.scheduler.settle()
+    stopped = bed.job(made.id)
+    assert stopped.status == "stopped" and not alive(pid)
+    assert stopped.tasks[0].last_error == "it ran past its walltime of 3s"
+    assert "got SIGINT" in (await bed.launcher.log(stopped.tasks[0])).text  # gracefully
+    report = await bed.tick()
+    assert report.retried == []  # stopped at its walltime is not a failure to retry
+    assert report.admitted == [after.id]
+    assert bed.job(made.id).status == "stopped"

@@ -14,13 +14,12 @@ from jupyter_gpuhive.jobs.admission import (
     Candidate,
     GpuState,
     admit,
-    earliest_fit,
-    estimates,
     gpu_count,
     template_options,
 )
 from jupyter_gpuhive.jobs.model import Job, NewJob, Task, TaskState, render_tasks
 from jupyter_gpuhive.jobs.queue import bookings_of, candidates, gpu_states, reserved_spans
+from jupyter_gpuhive.jobs.timeline import Line
 from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
@@ -135,28 +134,39 @@ def test_count_failures_are_remembered_but_not_across_restricted_owners() -> Non
     assert set(result.waiting) == {1, 2, 4}
 
 
-def test_a_starving_job_keeps_the_gpus_that_free_up() -> None:
+def test_a_waiting_gang_job_keeps_its_gpus_from_when_they_all_free_up() -> None:
+    # Changed with backfill slots: the old `drain_after` hold kept a-0 idle for job 1; now
+    # job 1 holds a slot from a-1's release, and a job that ends by then may use a-0.
     gpus = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs job 5", release=NOW + H))
     old = job(1, "a-0", "a-1", created=NOW - 5 * H)
-    small = job(2, "a-0", created=NOW - 10)
-    assert [a.job_id for a in admit([old, small], gpus, NOW).admitted] == [2]
-    drained = admit([old, small], gpus, NOW, drain_after=4 * H)
-    assert drained.admitted == [] and drained.held == {"a-0": 1}
-    assert drained.waiting[2] == "a:0 went to an earlier queued job"
-    # Not for a blocker with no known end (a foreign process): holding would not help.
+    short = job(2, "a-0", created=NOW - 10)  # 1 h: ends as job 1's slot begins
+    long = job(3, "a-0", hours=2, created=NOW - 5)
+    result = admit([old, short, long], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [2]
+    assert result.planned[1].start == NOW + H and result.planned[1].gpus == ("a-0", "a-1")
+    assert result.waiting[3] == "a:0 went to an earlier queued job"
+    alone = admit([old, long], gpus, NOW)
+    assert alone.admitted == [] and alone.waiting[3].startswith("a:0 is kept for queued job 1")
+    # A blocker with no known end (a foreign process): no slot, so nothing is kept.
     foreign = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs process 7 of eve"))
-    assert [a.job_id for a in admit([old, small], foreign, NOW, drain_after=H).admitted] == [2]
+    result = admit([old, long], foreign, NOW)
+    assert [a.job_id for a in result.admitted] == [3] and result.planned == {}
 
 
 # --- estimates ----------------------------------------------------------------------------------
 
 
-def test_earliest_fit() -> None:
-    busy = [(10.0, 20.0), (25.0, 30.0), (15.0, 22.0)]
-    assert earliest_fit(busy, 0, 10, 1000) == 0
-    assert earliest_fit(busy, 0, 11, 1000) == 30
-    assert earliest_fit(busy, 21, 3, 1000) == 22
-    assert earliest_fit(busy, 0, 100, 120) is None  # beyond what is known
+def test_a_timeline_fits_between_busy_spans() -> None:
+    line = Line("u", "h", 0, 5.0, [(10.0, 20.0), (25.0, 30.0), (15.0, 22.0)])
+    assert line.fit(0, 5) == 5  # from when it is free
+    assert line.fit(0, 10) == 30  # overlapping spans are merged: 10-22, 25-30
+    assert line.fit(21, 3) == 22
+    assert line.free(22, 25) and not line.free(21, 23)
+    line.keep(40, 50, owner=7)
+    assert line.fit(31, 10) == 50 and line.busy_from(31) == (40, 7)
+    line.release(7)
+    assert line.fit(31, 10) == 31
+    assert Line("u", "h", 0, float("inf"), []).fit(0, 1) == float("inf")
 
 
 def test_estimates_from_reservations_running_jobs_and_unknowns() -> None:
@@ -168,8 +178,13 @@ def test_estimates_from_reservations_running_jobs_and_unknowns() -> None:
     reserved = {"a-0": [(NOW + H, NOW + 3 * H)]}
     jobs = [job(1, "a-0"), job(2, "a-0", "a-1", hours=2), job(3, "a-2"), job(4, count=2)]
     later = Candidate(5, "ann", 5, NOW + 5 * H, ("a-0",), 0, NOW + 4 * H)
-    found = estimates([*jobs, later], gpus, reserved, NOW, NOW + 48 * H)
-    assert found == {1: NOW, 2: NOW + 3 * H, 3: None, 4: NOW + 2 * H, 5: NOW + 4 * H}
+    result = admit([*jobs, later], gpus, NOW, reserved=reserved, horizon=NOW + 48 * H)
+    # Changed with backfill slots: queued jobs ahead count. Job 1 runs now on a-0 (1 h,
+    # before the booking); job 2 waits for the booking and a-1 (3 h); job 4 needs two GPUs
+    # for an hour: a-0 and a-1 are both free again once job 2 ends (5 h); job 5 comes after.
+    found = result.starts(NOW)
+    assert found == {1: NOW, 2: NOW + 3 * H, 3: None, 4: NOW + 5 * H, 5: NOW + 6 * H}
+    assert result.planned[4].gpus == ("a-0", "a-1")
 
 
 # --- inputs from jobs, reservations and a sweep --------------------------------------------------
