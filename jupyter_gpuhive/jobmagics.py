@@ -45,7 +45,13 @@ class GpuJobMagics(GpuHiveMagics):
     @argument("--option", action="append", help="A template option: name=value (repeatable)")
     @argument("--python", action="store_true",
               help="The cell is Python: run it with this kernel's interpreter, here")  # fmt: skip
-    @argument("--queue", action="store_true", help="Queue it for non-reserved time")
+    @argument("--queue", action="store_true",
+              help="Queue it for non-reserved time (with a count, e.g. 4 --queue: any GPUs)"
+              )  # fmt: skip
+    @argument("--same-host", choices=("required", "preferred", "any"),
+              help="With a GPU count: all on one host, waiting for one (required, the default "
+                   "when they fit one host); one host if one is free, else few (preferred); "
+                   "anywhere (any)")  # fmt: skip
     @argument("--walltime", help="Declared run time (for the queue), e.g. 2h")
     @argument("--release", action="store_true",
               help="End the reservation as soon as the job finishes")  # fmt: skip
@@ -114,9 +120,15 @@ class GpuJobMagics(GpuHiveMagics):
             body["reservation"] = args.reservation
         else:
             gpus, count = parse_gpu_args(args.gpus) if args.gpus else ([], None)
-            if count is not None or not gpus:
-                raise UsageError("Name the GPUs (gpu1:0,1) or give --reservation ID.")
-            body["gpus"] = gpus
+            if count is not None and args.queue:
+                body["options"] = {**body["options"], "gpu_count": count}
+            elif count is not None or not gpus:
+                raise UsageError("Name the GPUs (gpu1:0,1), give --reservation ID, or queue a "
+                                 "GPU count (4 --queue).")  # fmt: skip
+            else:
+                body["gpus"] = gpus
+        if args.same_host:
+            body["same_host"] = args.same_host
         return body
 
     def _follow(self, job_id: int, poll: float = 1.0) -> dict[str, Any]:

@@ -198,6 +198,26 @@ def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
         shell.run_cell_magic("gpujob", "gpu1:0 --template caffe", "echo hi")
 
 
+def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer) -> None:
+    job = shell.run_cell_magic(
+        "gpujob", "3 --queue --same-host required --walltime 10m --name counted", "sleep 1"
+    )
+    assert job["options"] == {"gpu_count": 3, "same_host": "required"} and job["queued"]
+    with pytest.raises(UsageError, match="invalid choice"):
+        shell.run_cell_magic("gpujob", "2 --queue --same-host nearby", "sleep 1")
+    with pytest.raises(UsageError, match="queue a GPU count"):
+        shell.run_cell_magic("gpujob", "3", "sleep 1")  # a count is for the queue
+    client = Client(server.port, "tok-owner")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the queue picks three GPUs of gpu1 and runs it
+        status, done, _ = client.call("GET", f"jobs/{job['id']}")
+        if status == 200 and done["status"] == "succeeded":
+            break
+        time.sleep(0.3)
+    assert done["status"] == "succeeded", done
+    assert [(t["host"], len(t["gpus"])) for t in done["tasks"]] == [("gpu1", 3)]
+
+
 def test_gpujob_runs_a_pytorch_template_job_with_rank_prefixed_output(shell: Any) -> None:
     cell = (
         'python3 -c \'import os; print("rank", os.environ["RANK"], "of", '

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, tzinfo
@@ -12,7 +13,14 @@ from ..errors import BadRequest, Conflict, Forbidden, Invalid, NotFound
 from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
 from ..store import Store
 from ..store.schema import ID_MAX
-from .admission import gpu_count, template_options
+from .admission import (
+    PLACEMENTS,
+    SAME_HOST,
+    gpu_count,
+    placement,
+    same_host,
+    template_options,
+)
 from .commands import shell_command
 from .model import Job, NewJob, render_tasks
 from .sweeps import parse_sweep
@@ -38,6 +46,22 @@ def _text(body: dict[str, Any], key: str, limit: int, required: bool = False) ->
     if len(value) > limit:
         raise Invalid(f"'{key}' is {len(value)} characters long; the limit is {limit}.")
     return value
+
+
+def _placement_option(body: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The options with `same_host` (given at the top level or in options) checked."""
+    value = body.get(SAME_HOST, options.get(SAME_HOST))
+    if value is None:
+        return {k: v for k, v in options.items() if k != SAME_HOST}
+    if SAME_HOST in body and options.get(SAME_HOST, value) != value:
+        raise Invalid("Give 'same_host' once: at the top level or in 'options'.")
+    if not isinstance(value, str):
+        raise BadRequest(f"'same_host' must be one of {', '.join(PLACEMENTS)} (a string).")
+    try:
+        same_host({SAME_HOST: value})
+    except ValueError as error:
+        raise Invalid(f"{error}.") from None
+    return {**options, SAME_HOST: value}
 
 
 class JobService:
@@ -113,6 +137,7 @@ class JobService:
         options = body.get("options") or {}
         if not isinstance(options, dict):
             raise BadRequest("'options' must be an object.")
+        options = _placement_option(body, options)
         retries = body.get("max_retries", 0)
         if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
             raise Invalid("'max_retries' must be a whole number from 0 to 10.")
@@ -146,6 +171,9 @@ class JobService:
             count = gpu_count(options)
         except ValueError as error:
             raise Invalid(str(error)) from None
+        if count is None and SAME_HOST in options:
+            raise Invalid("'same_host' is for jobs that ask for a GPU count ('gpu_count' in "
+                          "options); this one names its GPUs.")  # fmt: skip
         if count is not None:
             return job, self._check_count_only(job, body, count)
         try:
@@ -166,6 +194,13 @@ class JobService:
         gpus = self.store.inventory.gpus()
         if count > len(gpus):
             raise Invalid(f"The job wants {count} GPUs; there are only {len(gpus)}.")
+        largest = max(Counter(g.host for g in gpus).values(), default=0)
+        if placement(count, same_host(job.options), largest) == "required" and count > largest:
+            raise Invalid(
+                f"The job wants {count} GPUs on one host ('same_host': 'required'), but the "
+                f"largest host has {largest}. Ask for at most {largest}, or let it span hosts "
+                "with 'same_host': 'preferred' or 'any'."
+            )
         trial = replace(job, options=template_options(job.options))
         try:  # render once on any GPUs, so template mistakes show now, not at admission
             render_tasks(trial, self._layout(gpus[:count]))

@@ -118,6 +118,8 @@ class JobForm:
     stop_at: datetime | None = None
     walltime: str = ""
     max_retries: int = 0
+    gpu_count: int = 0  # queue this many GPUs, chosen by the queue (instead of picking GPUs)
+    same_host: str = ""  # with gpu_count: required, preferred, any ("": the default)
 
 
 class JobBuilderModel:
@@ -300,13 +302,20 @@ class JobBuilderModel:
             "template": f.template,
             "command": f.command.strip(),
         }
-        if f.reservation is not None:
+        options = self.options_body()
+        if f.gpu_count:
+            if f.mode != "queue":
+                raise FormError("A GPU count is for the queue: choose Queue, or pick the GPUs.")
+            options = {**options, "gpu_count": int(f.gpu_count)}
+            body["queued"] = True
+            if f.same_host:
+                body["same_host"] = f.same_host
+        elif f.reservation is not None:
             body["reservation"] = f.reservation
         elif f.gpus:
             body["gpus"] = list(f.gpus)
         else:
             raise FormError("Pick GPUs or one of your reservations.")
-        options = self.options_body()
         variables = parse_pairs(f.variables, "variable")
         sweep = parse_sweeps(f.sweeps)
         clash = sorted(set(variables) & set(sweep))

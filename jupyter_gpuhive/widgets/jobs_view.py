@@ -52,6 +52,9 @@ def preview_html(tasks: list[dict[str, Any]]) -> str:
     return f"<b>Preview: {len(tasks)} task(s)</b>{blocks}"
 
 
+_GPUS_LABEL = "<b>GPUs</b> (or one of your reservations, or a GPU count to queue)"
+
+
 class JobBuilderView(Shown):
     """Template, GPUs or a reservation, command, variables and sweeps; preview; submit."""
 
@@ -84,6 +87,12 @@ class JobBuilderView(Shown):
         self.start_at = w.DatetimePicker(value=f.start_at, description="Start at")
         self.stop_at = w.DatetimePicker(value=f.stop_at, description="Stop at")
         self.walltime = w.Text(description="Walltime", placeholder="2h", value=f.walltime)
+        self.count = w.BoundedIntText(value=f.gpu_count, min=0, max=4096, description="GPU count",
+                                      tooltip="Queue only: this many GPUs, chosen by the queue"
+                                      )  # fmt: skip
+        self.placement = w.Dropdown(description="Placement", value=f.same_host, options=[
+            ("default", ""), ("one host, wait for it", "required"),
+            ("one host if free, else few", "preferred"), ("anywhere", "any")])  # fmt: skip
         self.preview_button = w.Button(description="Preview", icon="eye")
         self.preview_button.on_click(lambda _b: self.preview())
         self.submit_button = w.Button(description="Submit", button_style="primary", icon="play")
@@ -92,8 +101,9 @@ class JobBuilderView(Shown):
         self.preview_out = w.HTML()
         self.widget = w.VBox(
             [w.HBox([self.template, self.name]), self.info, w.HBox([self.command, example]),
-             self.options, w.HTML("<b>GPUs</b> (or one of your reservations)"), self.gpus,
-             self.reservation, w.HBox([self.variables, self.sweeps]),
+             self.options, w.HTML(_GPUS_LABEL), self.gpus,
+             self.reservation, w.HBox([self.count, self.placement]),
+             w.HBox([self.variables, self.sweeps]),
              w.HBox([self.env, self.workdir]), self.mode, w.HBox([self.start_at, self.stop_at]),
              self.walltime, w.HBox([self.preview_button, self.submit_button]), self.status,
              self.preview_out]
@@ -147,7 +157,8 @@ class JobBuilderView(Shown):
             name=self.name.value, command=self.command.value, variables=self.variables.value,
             sweeps=self.sweeps.value, env=self.env.value, workdir=self.workdir.value,
             mode=self.mode.value, start_at=self.start_at.value, stop_at=self.stop_at.value,
-            walltime=self.walltime.value,
+            walltime=self.walltime.value, gpu_count=self.count.value,
+            same_host=self.placement.value,
             options={n: wd.value for n, wd in self.option_widgets.items()},
         )  # fmt: skip
 
@@ -210,6 +221,7 @@ class JobBuilderView(Shown):
                               (self.variables, f.variables), (self.sweeps, f.sweeps),
                               (self.env, f.env), (self.workdir, f.workdir),
                               (self.walltime, f.walltime), (self.mode, f.mode),
+                              (self.count, f.gpu_count), (self.placement, f.same_host),
                               (self.start_at, f.start_at), (self.stop_at, f.stop_at)):  # fmt: skip
             if widget.value != value:
                 widget.value = value

@@ -1,0 +1,45 @@
+"""The job builder's GPU count and placement field: the exact request it sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as w
+import pytest
+
+from jupyter_gpuhive.widgets.jobs_model import FormError
+from jupyter_gpuhive.widgets.jobs_view import JobBuilderView
+from tests.widgets.test_jobs import stub_builder
+
+
+def test_builder_queues_a_gpu_count_with_its_placement() -> None:
+    model, client = stub_builder()
+    model.choose_template("plain")
+    model.edit(name="c", command="python train.py", mode="queue", walltime="2h", gpu_count=8,
+               same_host="required")  # fmt: skip
+    model.submit()
+    assert model.error == ""
+    body: dict[str, Any] = client.calls[-1][2]
+    assert body == {
+        "name": "c", "description": "", "template": "plain", "command": "python train.py",
+        "options": {"gpu_count": 8}, "queued": True, "same_host": "required",
+        "walltime": "2h", "start": False,
+    }  # fmt: skip
+    model.edit(same_host="")  # the default is not sent
+    assert "same_host" not in model.request()[2]
+    model.edit(mode="now")
+    with pytest.raises(FormError, match="for the queue"):
+        model.request()
+
+
+def test_builder_view_has_the_count_and_placement_fields() -> None:
+    model, _ = stub_builder()
+    view = JobBuilderView(model)
+    view.count.value = 4
+    view.placement.value = "preferred"
+    view.name.value, view.command.value = "v", "true"
+    view.mode.value = "queue"
+    view.sync()
+    assert model.form.gpu_count == 4 and model.form.same_host == "preferred"
+    assert isinstance(view.placement, w.Dropdown)
+    assert model.request()[2]["same_host"] == "preferred"
