@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -104,30 +106,34 @@ def feed_figures(port: int, count: int, base: datetime) -> dict[str, float]:
             "api_p50_ms_without_webhooks": ms(posts), "api_p99_ms_without_webhooks": ms(posts, 99)}  # fmt: skip
 
 
-def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> dict[str, Any]:
+def receivers(conn: Connection) -> None:
+    """In its own process (so that its threads do not slow the clients): both receivers;
+    sends their ports, then on request the arrivals (CLOCK_MONOTONIC is system-wide)."""
     arrivals = Arrivals()
     healthy, hanging = receiver(arrivals), receiver(None)
-    bench, boss = Client(port, "tok-bench"), Client(port, "tok-boss")
-    for client, target, extra in (
-        (bench, healthy, {}),
-        (boss, hanging, {"site": True}),
-    ):
-        url = f"http://127.0.0.1:{target.server_address[1]}/hook"
-        status, made, _ = client.call("POST", "webhooks", {"url": url, **extra})
-        assert status == 201, made
+    conn.send((healthy.server_address[1], hanging.server_address[1]))
+    conn.recv()
+    with arrivals.lock:
+        conn.send(dict(arrivals.at))
+
+
+def paced_load(
+    port: int, seconds: float, rate: float, base: datetime
+) -> tuple[dict[int, float], list[float], float]:
+    """Bookings at `rate` per second from LANES clients: send times, API latencies, duration."""
     sent: dict[int, float] = {}
     api: list[float] = []
     total = int(seconds * rate)
     began = time.monotonic()
 
     def send(lane: int) -> None:
-        """Every LANES-th event, each at its due time (several clients keep the pace)."""
+        """Every LANES-th booking, each at its due time (several clients keep the pace)."""
         client = Client(port, "tok-bench")
         for i in range(lane, total, LANES):
             pause = began + i / rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            start = base + timedelta(days=60, hours=i // 32)
+            start = base + timedelta(hours=i // 32)
             body = {"title": f"event {i}", "gpus": [f"node{(i % 32) // 4}:{i % 4}"],
                     "start": start.isoformat(), "duration": "50m"}  # fmt: skip
             t0 = time.monotonic()
@@ -144,18 +150,38 @@ def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> d
         thread.start()
     for thread in lanes:
         thread.join()
-    elapsed = time.monotonic() - began
-    deadline = time.monotonic() + 30
-    while len(arrivals.at) < total and time.monotonic() < deadline:
-        time.sleep(0.05)
-    delays = [arrivals.at[rid] - t0 for rid, t0 in sent.items() if rid in arrivals.at]
-    healthy.shutdown()
+    return sent, api, time.monotonic() - began
+
+
+def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> dict[str, Any]:
+    # the same load first without any endpoint: what the API costs at this pace anyway
+    _, alone, _ = paced_load(port, seconds, rate, base + timedelta(days=60))
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(target=receivers, args=(theirs,))
+    process.start()
+    healthy_port, hanging_port = ours.recv()
+    bench, boss = Client(port, "tok-bench"), Client(port, "tok-boss")
+    for client, target, extra in (
+        (bench, healthy_port, {}),
+        (boss, hanging_port, {"site": True}),
+    ):
+        url = f"http://127.0.0.1:{target}/hook"
+        status, made, _ = client.call("POST", "webhooks", {"url": url, **extra})
+        assert status == 201, made
+    sent, api, elapsed = paced_load(port, seconds, rate, base + timedelta(days=120))
+    time.sleep(max(2.0, 0.1 * seconds))  # the last deliveries arrive
+    ours.send("done")
+    arrived: dict[int, float] = ours.recv()
+    process.kill()
+    delays = [arrived[rid] - t0 for rid, t0 in sent.items() if rid in arrived]
     return {
-        "events": total,
-        "events_per_s": round(total / elapsed, 1),
+        "events": len(sent),
+        "events_per_s": round(len(sent) / elapsed, 1),
         "delivered": len(delays),
         "webhook_delay_p50_ms": ms(delays),
         "webhook_delay_p99_ms": ms(delays, 99),
+        "api_p50_ms_same_pace_no_webhooks": ms(alone),
+        "api_p99_ms_same_pace_no_webhooks": ms(alone, 99),
         "api_p50_ms_during_webhooks": ms(api),
         "api_p99_ms_during_webhooks": ms(api, 99),
     }

@@ -23,6 +23,7 @@ from .subscriptions import Availability
 from .webhooks import Webhooks, WebhookSettings
 
 log = logging.getLogger(__name__)
+TOUCH_INTERVAL = 0.05  # seconds between batched calendar writes
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Integrations:
         self.publish_lab: Callable[[dict[str, Any]], Any] | None = None  # set by the app
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._touched: set[int] = set()  # reservations edited, for the calendar (batched)
+        self._toucher: asyncio.Task[None] | None = None
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
         self._violations: set[int] | None = None  # open violations seen (None: not yet)
         self.ongoing: Callable[[], list[dict[str, Any]]] = list  # the protection's, set by Hive
@@ -87,9 +90,24 @@ class Integrations:
         """A reservation was created, changed or cancelled (called on the event loop)."""
         self._spawn(self._reservation_event(kind, res))
 
+    def _touch(self, reservation_id: int) -> None:
+        """Bump SEQUENCEs in batches: one write per TOUCH_INTERVAL, not one per booking."""
+        self._touched.add(reservation_id)
+        if self._toucher is None or self._toucher.done():
+            self._toucher = asyncio.create_task(self._touch_batches())
+
+    async def _touch_batches(self) -> None:
+        while self._touched:
+            await asyncio.sleep(TOUCH_INTERVAL)
+            ids, self._touched = sorted(self._touched), set()
+            try:
+                await self.run(self.feeds.touch, ids)
+            except Exception:
+                log.exception("gpuhive: could not record %d calendar edits", len(ids))
+
     async def _reservation_event(self, kind: str, res: Reservation) -> None:
         if kind in ("created", "changed", "cancelled"):  # SEQUENCE counts every edit
-            await self.run(self.feeds.touch, [res])
+            self._touch(res.id)
         what = {
             "created": f"{res.owner} booked {_gpus(res)}",
             "changed": f"{res.owner} changed their booking of {_gpus(res)}",
@@ -247,6 +265,8 @@ class Integrations:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._toucher is not None:
+            await asyncio.gather(self._toucher, return_exceptions=True)
         await self.webhooks.stop()
 
 

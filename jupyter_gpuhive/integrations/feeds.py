@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import Forbidden, Invalid, NotFound
-from ..model import Identity, Reservation
+from ..model import Identity
 from ..store import Store
 from ..store.integrations import FeedToken, Integrations
 from . import ical
@@ -142,6 +142,12 @@ class Feeds:
             self._rendered,
         )
 
-    def touch(self, found: list[Reservation]) -> None:
-        """Record an edit at once (SEQUENCE grows even between two reads of a feed)."""
+    def touch(self, ids: list[int]) -> None:
+        """Record edits (SEQUENCE grows even between two reads of a feed), as stored now."""
+        found = []
+        for rid in ids:
+            try:
+                found.append(self.store.reservations.get(rid))
+            except NotFound:
+                continue
         self.rows.calendar(found, ical.fingerprint, self.now())
