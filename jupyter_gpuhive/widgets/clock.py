@@ -67,8 +67,13 @@ def day_segments(
 
 
 def hours_into(instant: datetime, day_start: datetime) -> float:
-    """Hours from a day's start to an instant (the calendar's y coordinate)."""
-    return (instant - day_start).total_seconds() / 3600
+    """Hours on the local clock from a day's start to an instant (the calendar's y coordinate).
+
+    On the local clock, as the brush reads it: on a DST day 04:30 is at 4.5, not at 3.5 real
+    hours after midnight.
+    """
+    local = instant.astimezone(day_start.tzinfo).replace(tzinfo=None)
+    return (local - day_start.replace(tzinfo=None)).total_seconds() / 3600
 
 
 def local_text(instant: datetime, zone: tzinfo) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -213,3 +213,42 @@ def test_boxes_too_short_for_a_label_keep_only_their_tooltip(as_user: Any) -> No
     assert len(cal.boxes) == 3 and len(view.boxes.x) == 3
     assert list(view.labels.text) == ["bob: b2"]
     assert sorted(view.handles.names) == ["bob: b0", "bob: b1", "bob: b2"]
+
+
+def _booked(rid: int, start: str, end: str) -> dict[str, Any]:
+    return {"id": rid, "owner": "bob", "title": "t", "gpus": ["gpu02:0"], "start": start,
+            "end": end, "status": "upcoming", "cancelled_at": None}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("day", "start", "end", "segments"),
+    [
+        # Sun 28 Mar 2027: 02:00 CET becomes 03:00 CEST. 01:30 CET → 04:30 CEST, 23:00 → 01:00.
+        (date(2027, 3, 28), "2027-03-28T00:30:00+00:00", "2027-03-28T02:30:00+00:00",
+         [(0, 1.5, 4.5)]),
+        (date(2027, 3, 28), "2027-03-28T21:00:00+00:00", "2027-03-28T23:00:00+00:00",
+         [(0, 23.0, 24.0), (1, 0.0, 1.0)]),
+        # Sun 31 Oct 2027: 03:00 CEST becomes 02:00 CET. 10:00 → 12:00 CET.
+        (date(2027, 10, 31), "2027-10-31T09:00:00+00:00", "2027-10-31T11:00:00+00:00",
+         [(0, 10.0, 12.0)]),
+    ],
+)  # fmt: skip
+def test_boxes_on_a_dst_day_sit_at_their_local_clock_times(
+    day: date, start: str, end: str, segments: list[tuple[int, float, float]]
+) -> None:
+    # No server: the model draws API replies as they come. Its y axis is the local clock, as is
+    # the brush, so a box lands where it was brushed, also on the day the clocks change.
+    cal = CalendarModel(None, start=day, days=2, gpus=["gpu02:0"], zone="Europe/Warsaw")
+    cal.me, cal.all_gpus = "alice", ["gpu02:0"]
+    cal.apply([_booked(1, start, end)], {"unrestricted": True, "gpus": {}})
+    assert [(b.column, b.y0, b.y1) for b in cal.boxes] == segments
+    column, y0, y1 = segments[0]
+    draft = cal.select(column + 0.5, column + 0.5, y0, y1)
+    assert draft is not None and draft.start.tzinfo is not None
+    assert draft.start == datetime.fromisoformat(start)
+    if len(segments) == 1:
+        assert draft.end == datetime.fromisoformat(end)
+    noon = datetime.combine(day, time(12), tzinfo=cal.zone)
+    clock = CalendarModel(None, start=day, gpus=["gpu02:0"], zone="Europe/Warsaw",
+                          now=lambda: noon)  # fmt: skip
+    assert clock.now_line() == ([0, 1], [12.0, 12.0])  # the now-line on the same clock
