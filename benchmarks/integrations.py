@@ -199,6 +199,7 @@ def main() -> None:
         "booking_horizon": "400d",
         "admin_users": ["boss"],
         "webhook_timeout": 5.0,
+        "webhook_allow_private": True,  # the receivers listen on 127.0.0.1
         "feed_ahead": "400d",
     }
     server = JupyterServer(config, USERS)

@@ -239,6 +239,12 @@ class GpuHiveApp(ExtensionApp):
         help="Host names webhook URLs may point at (shell patterns, e.g. 'hooks.slack.com', "
         "'*.example.org'). Default: any.",
     ).tag(config=True)
+    webhook_allow_private = Bool(
+        False,
+        help="Let users' own webhooks point at loopback, private and link-local addresses "
+        "(this machine, the lab network, cloud metadata). Off: only site webhooks, which only "
+        "admins add, may.",
+    ).tag(config=True)
     reminder_minutes = Int(
         15, help="The 'reservation.ending' webhook event comes this many minutes before the end."
     ).tag(config=True)
@@ -386,6 +392,7 @@ class GpuHiveApp(ExtensionApp):
                 max_attempts=max(1, self.webhook_max_attempts),
                 backoff=max(0.0, self.webhook_backoff),
                 allowed_hosts=tuple(self.webhook_allowed_hosts),
+                allow_private=self.webhook_allow_private,
             ),
             ending_minutes=self.reminder_minutes,
             mail=mail_settings(self.notify_email),

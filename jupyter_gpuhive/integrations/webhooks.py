@@ -17,6 +17,7 @@ import asyncio
 import fnmatch
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import random
@@ -101,6 +102,31 @@ class WebhookSettings:
     backoff: float = 5.0
     backoff_cap: float = 900.0
     allowed_hosts: tuple[str, ...] = ("*",)
+    allow_private: bool = False  # users' own endpoints may point at non-public addresses
+
+
+async def public_only(url: str, timeout: float = 5.0) -> str | None:
+    """Why a user's endpoint may not get this URL (a non-public address), or None.
+
+    Users are legitimate but not trusted with the server's network position: their own
+    endpoints must resolve only to global addresses (no loopback, private, link-local such as
+    169.254.169.254, or reserved ones). Checked when the endpoint is added and before every
+    attempt, so a name that later resolves elsewhere is caught too.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        async with asyncio.timeout(timeout):
+            found = await asyncio.get_running_loop().getaddrinfo(
+                host, parts.port or (443 if parts.scheme == "https" else 80)
+            )
+    except (OSError, TimeoutError, UnicodeError):
+        return f"{host} cannot be resolved"
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+        if not ip.is_global:
+            return f"{host} is a loopback, private or link-local address ({ip})"
+    return None
 
 
 def describe(webhook: Webhook, with_secret: bool = False) -> dict[str, Any]:
@@ -201,12 +227,24 @@ class Webhooks:
     async def add(self, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
         """Add an endpoint; the answer holds its secret and full URL, shown only this once."""
         url, fmt, events, site = self._check(who, body)
+        problem = await self._guarded(site, url)
+        if problem:
+            raise Invalid(
+                f"Your own webhooks must point at public addresses: {problem}. An admin can "
+                "add it as a site webhook, or allow it with c.GpuHiveApp.webhook_allow_private."
+            )
         secret = "whsec_" + secrets.token_urlsafe(32)
         made = await self.run(
             self.rows.add_webhook, who.name, site, url, secret, fmt, events, self.now()
         )
         self._endpoints = None
         return describe(made, with_secret=True)
+
+    async def _guarded(self, site: bool, url: str) -> str | None:
+        """Why `url` is refused to a personal (non-site) endpoint, or None."""
+        if site or self.settings.allow_private:
+            return None
+        return await public_only(url, self.settings.timeout)
 
     async def endpoints(self) -> list[Webhook]:
         if self._endpoints is None:
@@ -348,6 +386,9 @@ class Webhooks:
         status: int | None = None
         error: str | None = None
         try:
+            problem = await self._guarded(webhook.site, webhook.url)
+            if problem:
+                raise ValueError(f"not sent: {problem}")
             reply = await client.fetch(request, raise_error=False)
             status = reply.code if reply.code != 599 else None
             if reply.code == 599:

@@ -41,6 +41,7 @@ def hive_config(sim_host: LocalSimHost) -> dict[str, Any]:
         "reminder_interval": 0.2,
         "reminder_minutes": 10,
         "webhook_backoff": 0.2,
+        "webhook_allow_private": True,  # the receivers listen on 127.0.0.1
     }
 
 

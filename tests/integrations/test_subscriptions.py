@@ -27,6 +27,7 @@ def hive_config(hive_config: dict[str, Any], smtp_server: Mailbox) -> dict[str, 
             "sender": "gpuhive@example.org",
             "address_template": "{user}@example.org",
         },
+        "webhook_allow_private": True,  # the receivers listen on 127.0.0.1
     }
 
 

@@ -24,6 +24,7 @@ def hive_config(hive_config: dict[str, Any]) -> dict[str, Any]:
         "webhook_backoff": 0.2,
         "webhook_timeout": 1.0,
         "webhook_max_attempts": 3,
+        "webhook_allow_private": True,  # the receivers listen on 127.0.0.1
     }
 
 
