@@ -14,7 +14,7 @@ LABEXT_STAMP := $(LABEXT)/node_modules/.installed
 LABEXT_BUILT := jupyter_gpuhive/labextension/package.json
 JLPM         := PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/jlpm"
 
-.PHONY: demo test lint format sysdeps venv bench clean labextension test-js test-ui
+.PHONY: demo test lint format sysdeps venv bench clean labextension test-js test-ui binder-check
 
 # configurable-http-proxy (npm) for the JupyterHub team-mode tests (tests/hub), in a local prefix.
 CHP_PREFIX := $(VENV)/node
@@ -94,6 +94,11 @@ test-schemathesis: $(STAMP)
 
 demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.demo
+
+# Binder as repo2docker builds it, as far as this machine allows (see binder/check_build.py):
+# a fresh copy, a clean venv from environment.yml, postBuild, start, as a non-root user.
+binder-check: sysdeps
+	$(PYTHON) binder/check_build.py
 
 bench: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python benchmarks/reservations.py
