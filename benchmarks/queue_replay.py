@@ -96,9 +96,10 @@ def make_trace(n: int, seed: int = 21) -> list[TraceJob]:
         if gpus <= PER_HOST:
             roll = rng.random()
             asked = "any" if roll < 0.10 else "preferred" if roll < 0.15 else None
-        for k in range(copies):
-            walltime = min(7 * DAY, math.ceil(runtime * rng.uniform(1, 3) / 300) * 300)
-            out.append(TraceJob(len(out) + 1, float(k), gpus, runtime, walltime, asked, group))
+        walltime = min(7 * DAY, math.ceil(runtime * rng.uniform(1, 3) / 300) * 300)
+        for k in range(copies):  # a sweep: one walltime, runtimes that differ a little
+            run = runtime * (rng.uniform(0.8, 1) if copies > 1 else 1)
+            out.append(TraceJob(len(out) + 1, float(k), gpus, run, walltime, asked, group))
         group += 1
     return out[:n]
 

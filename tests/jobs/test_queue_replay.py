@@ -27,7 +27,7 @@ def test_the_trace_looks_like_a_production_one() -> None:
     assert max(sizes) == 128
     runtimes = sorted(j.runtime for j in trace)
     assert runtimes[len(runtimes) // 2] < 3600 < 86400 < runtimes[-1]  # minutes to days
-    assert all(j.runtime <= j.walltime <= 3 * j.runtime + 300 for j in trace)  # overestimates
+    assert all(j.runtime <= j.walltime <= 3.75 * j.runtime + 300 for j in trace)  # overstated
     gaps = [b.submit - a.submit for a, b in itertools.pairwise(trace)]
     assert statistics.pstdev(gaps) > 2 * statistics.fmean(gaps)  # bursty, not Poisson
     by_hour = [0] * 24
