@@ -152,7 +152,9 @@ async def test_a_job_sees_no_secret_and_shows_its_own_to_nobody(
     api: Any, started: Any, transport: str
 ) -> None:
     owner = api(OWNER)
-    command = 'env; printf "NASTY<%s>\\n" "$NASTY"; echo "UMASK=$(umask)"; echo READY; exec sleep 60'
+    command = (
+        'env; printf "NASTY<%s>\\n" "$NASTY"; echo "UMASK=$(umask)"; echo READY; exec sleep 60'
+    )
     body = {"name": f"dump-{transport}", "gpus": ["gpu1:0"], "start": True, "command": command,
             "env": {"ALICE_SECRET": ALICE_SECRET, "NASTY": NASTY}}  # fmt: skip
     created = await owner("POST", "jobs", body)
