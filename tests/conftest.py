@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -40,7 +41,11 @@ def postgres() -> Iterator[PostgresCluster]:
         yield cluster
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# The databases the API tests run on; `make test-dates` narrows it to SQLite at some instants.
+DATABASES = os.environ.get("GPUHIVE_TEST_DATABASES", "sqlite,postgresql").split(",")
+
+
+@pytest.fixture(params=DATABASES)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'hive.sqlite'}"

@@ -6,11 +6,14 @@ start inherits that environment and sees the same clock: the Jupyter servers, Po
 runuser), shells. The monotonic clock is left alone (FAKETIME_DONT_FAKE_MONOTONIC=1 and
 FAKETIME_FORCE_MONOTONIC_FIX=0), so timeouts, asyncio and threads keep working at full speed;
 tests/faketime/sitecustomize.py mends time.sleep() for that setting.
-All processes run in the site's time zone (TZ), so local-time code meets its DST changes too.
+All processes run in the site's time zone (TZ), so local-time code meets its DST changes too;
+so does PostgreSQL's session zone, and the API tests run on it at the DST changes and today (on
+SQLite alone at the other instants, to keep the run short).
 
-The instants are computed, never written down: the real now, one hour before and one hour after
-each DST change of the site zone in the coming year, the next 31 December 23:59, the next
-29 February, and the next Sunday 23:30 (all local to the site zone).
+The instants are computed, never written down: the real now; 26 hours before (most tests book
+from soon(), a day and an hour ahead), one hour before and one hour after each DST change of the
+site zone in the coming year; the next 31 December 23:59, the next 29 February noon and the next
+Sunday 23:30 (local times).
 
     python -m tests.dates [--list] [--only TEXT] [--at ISO-INSTANT] [--jobs N] [-- PYTEST-ARGS]
 """
@@ -38,8 +41,9 @@ SITE_ZONE = "Europe/Warsaw"  # the site_timezone of tests/conftest.py's hive_con
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD_DIR = ROOT / "tests" / "faketime"  # sitecustomize.py for the Python processes
 
-# The date- and time-sensitive tests: reservations, access rules, overview, calendar, local
-# times, queue estimates, usage. A test that builds its times from the clock belongs here.
+# The date- and time-sensitive tests: reservations, access rules, overview, calendar (widget and
+# iCal feed), local times, queue estimates, usage, digests. A test that builds its times from the
+# clock belongs here.
 MODULES = [
     "tests/test_dates.py",  # first: does the faked clock reach PostgreSQL and child processes?
     "tests/test_access.py",
@@ -52,8 +56,10 @@ MODULES = [
     "tests/widgets/test_overview.py",
     "tests/jobs/test_jobs_queue_pass.py",
     "tests/jobs/test_jobs_queue.py::test_a_reservation_stops_the_job_gracefully_and_puts_it_back",
-    "tests/api/test_monitoring_api.py::test_hosts_show_processes_owners_and_holders",  # usage
+    "tests/api/test_privacy.py::test_usage_of_others_is_shown_only_in_aggregate",  # usage
     "tests/protection/test_protection_store.py",
+    "tests/integrations/test_digests.py",  # today, tomorrow, yesterday's usage in the site zone
+    "tests/integrations/test_subscriptions.py",  # free slots before a deadline
 ]
 
 LIBFAKETIME = (
@@ -69,11 +75,16 @@ class Instant:
 
     at: datetime
     why: str
+    postgresql: bool = False  # API tests on PostgreSQL too (else SQLite only, to save time)
 
     def describe(self, zone: tzinfo) -> str:
         """'Sun 2027-03-28 01:00 CET (00:00 UTC): one hour before …'."""
         local = self.at.astimezone(zone)
-        return f"{local:%a %Y-%m-%d %H:%M %Z} ({self.at.astimezone(UTC):%H:%M} UTC): {self.why}"
+        databases = "SQLite + PostgreSQL" if self.postgresql else "SQLite"
+        return (
+            f"{local:%a %Y-%m-%d %H:%M %Z} ({self.at.astimezone(UTC):%H:%M} UTC): {self.why}"
+            f" [{databases}]"
+        )
 
 
 def libfaketime() -> str:
@@ -117,8 +128,11 @@ def instants(now: datetime, zone: tzinfo) -> list[Instant]:
         gained = change.astimezone(zone).utcoffset() > before.astimezone(zone).utcoffset()  # type: ignore[operator]
         kind = "summer time begins" if gained else "summer time ends"
         hour = timedelta(hours=1)
-        found.append(Instant(change - hour, f"one hour before {kind}"))
-        found.append(Instant(change + hour, f"one hour after {kind}"))
+        # soon() is a whole hour a day and an hour ahead: from here, its bookings span the change.
+        found.append(Instant(change - 26 * hour, f"26 hours before {kind}"))
+        # PostgreSQL's session zone is the site's here (TZ): its offsets change at these two.
+        found.append(Instant(change - hour, f"one hour before {kind}", postgresql=True))
+        found.append(Instant(change + hour, f"one hour after {kind}", postgresql=True))
     today = now.astimezone(zone).date()
     eve = _local(date(today.year, 12, 31), 23, 59, zone)
     if eve <= now:
@@ -132,7 +146,7 @@ def instants(now: datetime, zone: tzinfo) -> list[Instant]:
     if _local(sunday, 23, 30, zone) <= now:
         sunday += timedelta(days=7)
     found.append(Instant(_local(sunday, 23, 30, zone), "a Sunday 23:30"))
-    today_now = Instant(now.replace(microsecond=0), "today (the real clock)")
+    today_now = Instant(now.replace(microsecond=0), "today (the real clock)", postgresql=True)
     return [today_now, *sorted(found, key=lambda i: i.at)]
 
 
@@ -171,6 +185,7 @@ def clock_under(env: dict[str, str]) -> datetime:
 def run(instant: Instant, zone: tzinfo, pytest_args: list[str], log: Path) -> bool:
     """One pytest process at `instant`, its output in `log`; True if it passed."""
     env = faked_env(instant.at, str(zone))
+    env["GPUHIVE_TEST_DATABASES"] = "sqlite,postgresql" if instant.postgresql else "sqlite"
     seen = clock_under(env)
     if abs(seen - instant.at) > timedelta(minutes=1):
         log.write_text(f"libfaketime did not take effect: 'date' says {seen:%Y-%m-%d %H:%M} UTC\n")
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     zone = ZoneInfo(SITE_ZONE)
     if args.at:
-        chosen = [Instant(datetime.fromisoformat(args.at).astimezone(UTC), "--at")]
+        chosen = [Instant(datetime.fromisoformat(args.at).astimezone(UTC), "--at", True)]
     else:
         chosen = [i for i in instants(real_now(), zone) if args.only in i.describe(zone)]
     print(f"test-dates: {len(chosen)} instants (site zone {zone}), {args.jobs} at a time:")

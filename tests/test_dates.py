@@ -24,13 +24,24 @@ def utc(*args: int) -> datetime:
 
 def test_instants_are_computed_from_the_clock_and_the_zone() -> None:
     now = utc(2026, 11, 24, 4, 9, 30)  # a Tuesday
-    found = [(i.at, i.why) for i in instants(now, WARSAW)]
+    made = instants(now, WARSAW)
+    found = [(i.at, i.why) for i in made]
+    # PostgreSQL (in the site zone) at the changes and today; SQLite alone at the others.
+    assert [i.why for i in made if i.postgresql] == [
+        "today (the real clock)",
+        "one hour before summer time begins",
+        "one hour after summer time begins",
+        "one hour before summer time ends",
+        "one hour after summer time ends",
+    ]
     assert found == [
         (now, "today (the real clock)"),
         (utc(2026, 11, 29, 22, 30), "a Sunday 23:30"),  # 23:30 CET
         (utc(2026, 12, 31, 22, 59), "23:59 on 31 December"),
+        (utc(2027, 3, 26, 23, 0), "26 hours before summer time begins"),
         (utc(2027, 3, 28, 0, 0), "one hour before summer time begins"),  # 01:00 CET
         (utc(2027, 3, 28, 2, 0), "one hour after summer time begins"),  # 04:00 CEST
+        (utc(2027, 10, 29, 23, 0), "26 hours before summer time ends"),
         (utc(2027, 10, 31, 0, 0), "one hour before summer time ends"),  # 02:00 CEST
         (utc(2027, 10, 31, 2, 0), "one hour after summer time ends"),  # 03:00 CET
         (utc(2028, 2, 29, 11, 0), "29 February"),  # 12:00 CET
