@@ -96,6 +96,11 @@ class Integrations:
         if self._toucher is None or self._toucher.done():
             self._toucher = asyncio.create_task(self._touch_batches())
 
+    async def settle(self) -> None:
+        """Wait until every edit so far is recorded for the calendar (tests, shutdown)."""
+        while self._toucher is not None and not self._toucher.done():
+            await asyncio.gather(self._toucher, return_exceptions=True)
+
     async def _touch_batches(self) -> None:
         while self._touched:
             await asyncio.sleep(TOUCH_INTERVAL)

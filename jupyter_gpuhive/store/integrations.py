@@ -23,6 +23,7 @@ from .schema import (
     webhook_deliveries,
     webhooks,
 )
+from .users import insert_ignoring_duplicates
 
 
 def _new_id(result: Any) -> int:
@@ -197,8 +198,8 @@ class Integrations:
                 for rid in stale
                 if rid in current and current[rid][1] != wanted[rid]
             ]
-            if new:
-                conn.execute(insert(calendar_events), new)
+            if new:  # another render may insert the same rows meanwhile (PostgreSQL)
+                conn.execute(insert_ignoring_duplicates(conn)(calendar_events), new)
             if bumped:
                 conn.execute(
                     update(calendar_events)

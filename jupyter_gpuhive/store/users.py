@@ -32,7 +32,7 @@ class Users:
         def work(conn: Connection) -> None:
             # Several first requests of one user may race: inserts skip rows that exist.
             now = utcnow()
-            insert = _insert_ignoring_duplicates(conn)
+            insert = insert_ignoring_duplicates(conn)
             conn.execute(insert(users).values(name=who.name, first_seen_at=now, last_seen_at=now))
             conn.execute(update(users).where(users.c.name == who.name).values(last_seen_at=now))
             conn.execute(
@@ -71,7 +71,7 @@ class Users:
             return frozenset(rows)
 
 
-def _insert_ignoring_duplicates(conn: Connection) -> Callable[[Table], Any]:
+def insert_ignoring_duplicates(conn: Connection) -> Callable[[Table], Any]:
     """INSERT … ON CONFLICT DO NOTHING for the connection's dialect."""
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
 
