@@ -83,7 +83,12 @@ def test_gpureserve_notify_books_when_free_and_subscribes_when_not(
          "duration": "3h"},
     )  # fmt: skip
     assert status == 201, held
-    notice = shell.run_line_magic("gpureserve", "2 --host gpu3 --for 4h --notify --no-pin")
+    # Free for 4 h within the next 5 h: not while bob holds gpu3 for 3 h (a slot after his
+    # booking would end too late), so nothing fires before he leaves.
+    before = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 5 * 3600))
+    notice = shell.run_line_magic(
+        "gpureserve", f"2 --host gpu3 --for 4h --notify --before {before} --no-pin"
+    )
     text = repr(notice)
     assert text.startswith("Not booked now:") and "gpu3" in text
     assert f"subscription {notice['id']}" in text
