@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
+from ..integrations.webhooks import EVENTS
 from ..store.schema import ID_MAX
 from .inputs import INT_MAX, MAX_BODY_BYTES
 
@@ -389,18 +390,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/openapi.json": {"get": _op("This document", "200")},
 }
 
-_EVENTS = [
-    "reservation.created",
-    "reservation.changed",
-    "reservation.cancelled",
-    "reservation.starting",
-    "reservation.ending",
-    "gpus.available",
-    "job.started",
-    "job.succeeded",
-    "job.failed",
-    "violation",
-]
+_EVENTS = list(EVENTS)  # the webhook events, from where they are defined
 
 _INSTANT = {"type": "string", "format": "date-time"}
 # Durations: text like '90s', '15m', '2h', '1d', or a number of seconds.
