@@ -168,10 +168,7 @@ class TeamHub:
         self.users = users  # name -> groups
         self.dir = Path(tempfile.mkdtemp(prefix="gpuhive-hub-"))
         os.chmod(self.dir, 0o755)
-        self.port, self.hub_port, self.proxy_api_port, self.service_port = (
-            free_port(), free_port(), free_port(), free_port()
-        )  # fmt: skip
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._pick_ports()
         self.admin_token = secrets.token_hex(24)
         self.service_config = self.dir / "gpuhive_service_config.py"
         settings = {
@@ -194,6 +191,7 @@ class TeamHub:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
         self.config = self.dir / "jupyterhub_config.py"
+        self.log_level = log_level
         self.config.write_text(self._hub_config(log_level))
         self.process: subprocess.Popen[bytes] | None = None
         self.token_ids: dict[str, str] = {}  # token -> its id in the Hub (for revoking)
@@ -248,7 +246,25 @@ load_subconfig({str(EXAMPLE)!r})  # noqa: F821
 
     # --- lifecycle ------------------------------------------------------------------
 
+    def _pick_ports(self) -> None:
+        # Picked bind-then-close: another process may take one before the Hub binds it.
+        self.port, self.hub_port, self.proxy_api_port, self.service_port = (
+            free_port(), free_port(), free_port(), free_port()
+        )  # fmt: skip
+        self.url = f"http://127.0.0.1:{self.port}"
+
     def start(self, timeout: float = 60) -> TeamHub:
+        """Start the Hub (and its gpuhive service); once more on new ports if one was taken."""
+        try:
+            return self._start(timeout)
+        except RuntimeError as error:
+            if "Address already in use" not in str(error):
+                raise
+        self._pick_ports()
+        self.config.write_text(self._hub_config(self.log_level))
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> TeamHub:
         env = {
             **os.environ,
             "GPUHIVE_SERVICE_PORT": str(self.service_port),
