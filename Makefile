@@ -93,7 +93,7 @@ test-schemathesis: $(STAMP)
 	$(BIN)/python -m tests.api.schemathesis_run
 
 demo: $(STAMP) $(LABEXT_BUILT)
-	$(BIN)/python -m jupyter_gpuhive.demo
+	$(BIN)/python -m jupyter_gpuhive.cli.demo
 
 # Binder as repo2docker builds it, as far as this machine allows (see binder/check_build.py):
 # a fresh copy, a clean venv from environment.yml, postBuild, start, as a non-root user.

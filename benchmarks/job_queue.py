@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import insert
 
-from jupyter_gpuhive.access import Rule, Window
+from jupyter_gpuhive.bookings.access import Rule, Window
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.jobs.admission import admit
 from jupyter_gpuhive.jobs.launcher import Launcher

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from jupyter_gpuhive.client import HiveClient
+from jupyter_gpuhive.notebook.client import HiveClient
 from tests.fixtures.server import JupyterServer, percentile
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import create_engine, insert, text
 
-from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
 from tests.fixtures.postgres import running_postgres

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.model import HostDecl, utcnow
-from jupyter_gpuhive.monitor.protection import Protection, ProtectionSettings
 from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost, start_gpu_process
 from jupyter_gpuhive.store import Store
 

@@ -11,13 +11,13 @@ __all__ = ["__version__"]
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     """Declare the server extension (the GpuHiveApp)."""
-    from .app import GpuHiveApp
+    from .server.app import GpuHiveApp
 
-    return [{"module": "jupyter_gpuhive.app", "app": GpuHiveApp}]
+    return [{"module": "jupyter_gpuhive.server.app", "app": GpuHiveApp}]
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_gpuhive`: register %gpureserve, %gpustatus and %%gpujob."""
-    from .magics import load_ipython_extension as load
+    from .notebook.magics import load_ipython_extension as load
 
     load(ipython)

@@ -12,24 +12,24 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from . import access
+from .bookings import access
+from .bookings.overview import occupancy
+from .bookings.reservations import Policy, ReservationService
 from .errors import Conflict, Forbidden, Invalid, Unavailable
 from .hosts.pool import HostPool, HostUnavailable, SshSettings
 from .integrations import Integrations, IntegrationSettings
+from .jobs.catalog import TEMPLATES
 from .jobs.launcher import Launcher
 from .jobs.model import ACTIVE, Job
 from .jobs.queue import Scheduler
 from .jobs.service import JobService
-from .jobs.templates import TEMPLATES
-from .leader import Leadership
 from .model import Gpu, HostDecl, Identity, Reservation, isoformat, utcnow
-from .monitor.protection import Protection, ProtectionSettings
 from .monitor.sampler import Sweep
 from .monitor.service import Monitor
-from .overview import occupancy
 from .privacy import Privacy, job_json, sees_all_of
-from .reservations import Policy, ReservationService
+from .protection.service import Protection, ProtectionSettings
 from .store import Store
+from .store.leader import Leadership
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

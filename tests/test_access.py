@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyter_gpuhive.access import (
+from jupyter_gpuhive.bookings.access import (
     Rule,
     Window,
     allowed_spans,

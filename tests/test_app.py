@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from traitlets import TraitError
 
-from jupyter_gpuhive.app import GpuHiveApp
+from jupyter_gpuhive.server.app import GpuHiveApp
 
 
 def test_every_trait_is_documented_configuration() -> None:

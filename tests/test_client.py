@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.client import HiveClient, HiveClientError, discover
+from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError, discover
 
 
 def _clean(monkeypatch: pytest.MonkeyPatch, runtime: Path) -> None:

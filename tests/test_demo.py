@@ -1,4 +1,4 @@
-"""`make demo` (python -m jupyter_gpuhive.demo): it serves, starts with something to see
+"""`make demo` (python -m jupyter_gpuhive.cli.demo): it serves, starts with something to see
 (alice's and bob's bookings, a violation, a queued job) while its user still books freely, and a
 SIGTERM leaves nothing behind."""
 
@@ -106,7 +106,7 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     }
     token = "demo-test-token"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuhive.demo", f"--ServerApp.port={port}",
+        [sys.executable, "-m", "jupyter_gpuhive.cli.demo", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
@@ -140,7 +140,7 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_seeding_again_adds_nothing_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpuhive.demo import demo_hosts, seed_store, write_config
+    from jupyter_gpuhive.cli.demo import demo_hosts, seed_store, write_config
 
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))  # no hosts file there
     config = write_config(tmp_path, demo_hosts(tmp_path))

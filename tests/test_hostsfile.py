@@ -9,7 +9,7 @@ import pytest
 import tomllib
 
 from jupyter_gpuhive.errors import Invalid
-from jupyter_gpuhive.hostsfile import (
+from jupyter_gpuhive.hosts.file import (
     HostsFileWatcher,
     add_host,
     read_hosts,

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_gpuhive.magics import parse_when
+from jupyter_gpuhive.notebook.magics import parse_when
 
 UTC = timezone.utc
 

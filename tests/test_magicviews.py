@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_gpuhive.guidance import advise
-from jupyter_gpuhive.magicviews import GpuStatus
+from jupyter_gpuhive.hosts.guidance import advise
+from jupyter_gpuhive.notebook.magicviews import GpuStatus
 
 
 def bundle(result: object) -> dict[str, str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.hostsfile import add_host
-from jupyter_gpuhive.inventory_config import local_gpu_host, local_host_name
+from jupyter_gpuhive.hosts.config import local_gpu_host, local_host_name
+from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from tests.fixtures.server import Client, JupyterServer
 
@@ -126,7 +126,7 @@ def test_no_hosts_no_nvidia_smi_guides_and_hosts_add_reaches_the_running_server(
     assert "no nvidia-smi on PATH" in (server.dir / "server.log").read_text()
 
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(server.dir), "JUPYTER_DATA_DIR": str(server.dir)}
-    cli = [sys.executable, "-m", "jupyter_gpuhive.cli", "hosts"]
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli.main", "hosts"]
     added = subprocess.run(
         [*cli, "add", "box", "box.lab", "--user", "hive", "--port", "2222"],
         env=env, capture_output=True, text=True, check=False,
@@ -196,7 +196,7 @@ def test_the_first_hosts_add_on_a_gpu_workstation_says_how_to_keep_it(tmp_path: 
     folder = stand_in_on_path(tmp_path, "ws")
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}",
            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_DATA_DIR": str(tmp_path)}  # fmt: skip
-    cli = [sys.executable, "-m", "jupyter_gpuhive.cli", "hosts", "add"]
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli.main", "hosts", "add"]
     first = subprocess.run([*cli, "box", "box.lab"], env=env, capture_output=True, text=True,
                            check=True)  # fmt: skip
     keep = f"jupyter gpuhive hosts add {local_host_name()} --transport local"

@@ -3,11 +3,11 @@
 Pure and side-effect free: nothing here touches a host, a process or the store.
 """
 
+from .catalog import TEMPLATES, get_template
 from .commands import screen_command, screen_script, session_name, shell_command
 from .sweeps import MAX_COMBINATIONS, expand, parse_sweep, parse_sweeps
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import Template, command_fields
-from .templates import TEMPLATES, get_template
 
 __all__ = [
     "MAX_COMBINATIONS",

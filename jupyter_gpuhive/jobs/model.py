@@ -11,10 +11,10 @@ from typing import Any
 
 from ..model import isoformat
 from ..privacy import masked
+from .catalog import get_template
 from .commands import session_name
 from .sweeps import SweepSpecs, expand
 from .tasks import GpuSlot, TaskSpec, TemplateError
-from .templates import get_template
 
 DEFAULT_LOG_DIR = "~/.gpuhive/jobs"
 

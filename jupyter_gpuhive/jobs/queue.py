@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from .. import access
-from ..access import Rule
+from ..bookings import access
+from ..bookings.access import Rule
 from ..errors import Conflict, NotFound
 from ..model import Gpu, Identity, Reservation, utcnow
 from ..monitor.sampler import Sweep

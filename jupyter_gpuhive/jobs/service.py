@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from .. import access
+from ..bookings import access
 from ..errors import BadRequest, Conflict, Forbidden, Invalid, NotFound
 from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
 from ..store import Store

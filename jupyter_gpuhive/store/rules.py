@@ -6,7 +6,7 @@ import json
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from ..access import Rule, parse_rule
+from ..bookings.access import Rule, parse_rule
 from ..errors import NotFound
 from ..model import utcnow
 from .database import Database

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from datetime import date, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from ..client import HiveClient
+from ..notebook.client import HiveClient
 
 if TYPE_CHECKING:
     from .calendar_view import CalendarView

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from . import palette
 from .clock import UTC, as_zone, day_segments, hours_into, iso, local_text, midnight, parse
 from .messages import error_text, hosts_notice

@@ -199,7 +199,7 @@ class CalendarView(Shown):
     # --- events --------------------------------------------------------------------
 
     def _call(self, fn: Any, *args: Any) -> None:
-        from ..client import HiveClientError
+        from ..notebook.client import HiveClientError
 
         try:
             fn(*args)

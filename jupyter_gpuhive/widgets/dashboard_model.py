@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from .clock import UTC, iso
 from .messages import hosts_notice
 

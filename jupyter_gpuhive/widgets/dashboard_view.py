@@ -10,7 +10,7 @@ import bqplot as bq
 import ipywidgets as w
 import numpy as np
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from .dashboard_model import CHARTS, DashboardModel
 from .display import Shown
 from .poller import LiveSwitch, Poller

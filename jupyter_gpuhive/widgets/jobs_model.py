@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from .calendar_model import gpus_of
 from .clock import UTC, iso, parse
 from .messages import error_text, hosts_notice

@@ -8,7 +8,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from .display import Shown
 from .jobs_model import MODES, FormError, JobBuilderModel, JobListModel, task_text
 from .poller import LiveSwitch, Poller

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 
 _STATUS = {
     0: "The gpuhive server cannot be reached",
@@ -27,8 +27,8 @@ def error_text(error: HiveClientError, action: str) -> str:
 def hosts_notice(reply: dict[str, Any]) -> str:
     """HTML for a `GET hosts` reply: the first steps with no hosts, else what to do about the
     hosts that are down (and '' when all is well)."""
-    from ..guidance import setup
-    from ..magicviews import steps_html
+    from ..hosts.guidance import setup
+    from ..notebook.magicviews import steps_html
 
     hosts = reply.get("hosts") or []
     if not hosts:
@@ -39,8 +39,8 @@ def hosts_notice(reply: dict[str, Any]) -> str:
 
 def setup_notice() -> str:
     """HTML of the first steps, for views that learn there are no GPUs some other way."""
-    from ..guidance import setup
-    from ..magicviews import steps_html
+    from ..hosts.guidance import setup
+    from ..notebook.magicviews import steps_html
 
     return _box(steps_html(setup()))
 

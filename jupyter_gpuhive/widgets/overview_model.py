@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..client import HiveClientError
+from ..notebook.client import HiveClientError
 from .clock import UTC, as_zone, iso, midnight, parse
 from .messages import setup_notice
 

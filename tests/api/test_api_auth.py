@@ -11,7 +11,7 @@ import pytest
 from tornado import web
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuhive.api import ENDPOINTS, PREFIX, PUBLIC_PATHS, ROUTES
+from jupyter_gpuhive.server.api import ENDPOINTS, PREFIX, PUBLIC_PATHS, ROUTES
 from tests.api.helpers import booking, snapshot
 from tests.conftest import soon
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuhive.api import PUBLIC_PATHS
-from jupyter_gpuhive.api.inputs import MAX_BODY_BYTES
+from jupyter_gpuhive.server.api import PUBLIC_PATHS
+from jupyter_gpuhive.server.api.inputs import MAX_BODY_BYTES
 from tests.api.helpers import refused, snapshot
 from tests.conftest import book, iso, soon
 

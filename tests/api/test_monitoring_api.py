@@ -148,7 +148,7 @@ async def _hosts_with_gpus(client: Any, want: int = 2) -> Any:
 async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
     api, jp_serverapp, running_hive, sim_hosts
 ):
-    from jupyter_gpuhive.monitor.handlers import EVENT_SCHEMA_ID
+    from jupyter_gpuhive.protection.handlers import EVENT_SCHEMA_ID
 
     ensure_user("gh-bob")
     alice = api("alice")

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from jupyter_gpuhive.guidance import advise, host_advice, setup_text
+from jupyter_gpuhive.hosts.guidance import advise, host_advice, setup_text
 from jupyter_gpuhive.hosts.pool import HostPool, HostUnavailable, ensure_client_key
 from tests.hosts.helpers import G1
 

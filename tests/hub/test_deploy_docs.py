@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jupyter_gpuhive.app import GpuHiveApp
-from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.hosts.config import parse_hosts
+from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.store import Store
 from tests.fixtures.postgres import PostgresCluster, _bin, running_postgres
 from tests.hub.team_hub import EXAMPLE, REPO, TeamHub

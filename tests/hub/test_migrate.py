@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from jupyter_gpuhive.access import parse_rule
-from jupyter_gpuhive.app import GpuHiveApp
+from jupyter_gpuhive.bookings.access import parse_rule
+from jupyter_gpuhive.cli.migrate import MigrationError, migrate
 from jupyter_gpuhive.errors import Conflict
 from jupyter_gpuhive.hive import Hive
-from jupyter_gpuhive.migrate import MigrationError, migrate
 from jupyter_gpuhive.model import Identity
+from jupyter_gpuhive.server.app import GpuHiveApp
 from tests.conftest import iso, soon
 from tests.fixtures.postgres import PostgresCluster
 from tests.hub.team_hub import HOSTS
@@ -88,7 +88,7 @@ def test_migrate_sqlite_into_postgresql(tmp_path: Path, postgres: PostgresCluste
         personal.close()
     before = dump(source)
     target = postgres.new_database()
-    cli = [sys.executable, "-m", "jupyter_gpuhive.cli", "migrate", f"--from={source}"]
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli.main", "migrate", f"--from={source}"]
     done = subprocess.run([*cli, f"--to={target}"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "Copied" in done.stdout

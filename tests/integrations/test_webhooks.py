@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.integrations.webhooks import sign, verify
-from jupyter_gpuhive.monitor.handlers.base import SAMPLE, HandlerContext
-from jupyter_gpuhive.monitor.handlers.webhook import WebhookHandler
+from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
+from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler
 from tests.conftest import book, soon
 from tests.integrations.receiver import Receiver, receiving
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.access import Rule
+from jupyter_gpuhive.bookings.access import Rule
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher

@@ -25,8 +25,8 @@ from aiosmtpd.controller import Controller
 
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl, Reservation, utcnow
-from jupyter_gpuhive.monitor.protection import Protection, ProtectionSettings
 from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.violations import ViolationRecord

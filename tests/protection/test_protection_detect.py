@@ -9,7 +9,7 @@ import pytest
 from jupyter_gpuhive.hosts.nvsmi import GpuMetrics
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.model import Gpu, Reservation
-from jupyter_gpuhive.monitor.violations import (
+from jupyter_gpuhive.protection.violations import (
     FOREIGN,
     GHOST,
     UNRESERVED,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.monitor.handlers import (
+from jupyter_gpuhive.protection.handlers import (
     EVENT_SCHEMA,
     EVENT_SCHEMA_ID,
     HandlerConfigError,
@@ -19,7 +19,7 @@ from jupyter_gpuhive.monitor.handlers import (
     HandlerFailed,
     build_handlers,
 )
-from jupyter_gpuhive.monitor.protection import Protection, ProtectionSettings
+from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from tests.protection.conftest import USER_MAP, free_port, local_decl, wait_for
 
@@ -98,7 +98,7 @@ def test_event_schema_validates_what_the_event_handler_publishes() -> None:
 
     logger = EventLogger()
     logger.register_event_schema(EVENT_SCHEMA)
-    from jupyter_gpuhive.monitor.handlers import SAMPLE
+    from jupyter_gpuhive.protection.handlers import SAMPLE
 
     logger.schemas.validate_event(EVENT_SCHEMA_ID, {**SAMPLE.to_json(), "message": "m"})
 
@@ -181,7 +181,7 @@ async def test_third_party_handler_from_an_entry_point(
     (tmp_path / "gh_pager.py").write_text(
         textwrap.dedent(
             """
-            from jupyter_gpuhive.monitor.handlers import ViolationHandler
+            from jupyter_gpuhive.protection.handlers import ViolationHandler
 
             CALLS = []
 
@@ -205,7 +205,7 @@ async def test_third_party_handler_from_an_entry_point(
     with pytest.raises(HandlerConfigError, match="needs the 'channel' option"):
         build_handlers({}, HandlerContext(), ["pager"])
     built = build_handlers({"pager": {"channel": "#gpus"}}, HandlerContext())
-    from jupyter_gpuhive.monitor.handlers import SAMPLE
+    from jupyter_gpuhive.protection.handlers import SAMPLE
 
     assert await built["pager"].handle(SAMPLE, {}) == "paged"
     assert sys.modules["gh_pager"].CALLS == [("#gpus", "gpu1:0")]

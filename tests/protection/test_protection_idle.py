@@ -8,7 +8,7 @@ import os
 import pytest
 
 from jupyter_gpuhive.model import utcnow
-from jupyter_gpuhive.monitor.protection import ProtectionSettings
+from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from tests.protection.conftest import USER_MAP, local_decl
 

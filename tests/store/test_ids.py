@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import bindparam, create_engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from jupyter_gpuhive.access import parse_rule
-from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.bookings.access import parse_rule
+from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.jobs.model import NewJob
 from jupyter_gpuhive.model import UTC
 from jupyter_gpuhive.store import Store

@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, create_engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from jupyter_gpuhive.errors import Conflict, NotFound
-from jupyter_gpuhive.inventory_config import parse_hosts
+from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.model import UTC, Gpu, Identity
 from jupyter_gpuhive.store import Changes, Store
 from jupyter_gpuhive.store.database import MIGRATIONS

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.client import HiveClient
+from jupyter_gpuhive.notebook.client import HiveClient
 from tests.conftest import TOKENS, USERS
 from tests.fixtures.server import JupyterServer
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.client import HiveClient
+from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user, start_gpu_process
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
 from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table

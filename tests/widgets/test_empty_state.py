@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from jupyter_gpuhive import widgets
-from jupyter_gpuhive.client import HiveClient
-from jupyter_gpuhive.hostsfile import add_host
+from jupyter_gpuhive.hosts.file import add_host
+from jupyter_gpuhive.notebook.client import HiveClient
 from tests.conftest import TOKENS, USERS
 from tests.fixtures.postgres import free_port
 from tests.fixtures.server import JupyterServer

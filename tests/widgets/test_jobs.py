@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from jupyter_gpuhive.client import HiveClient, HiveClientError
+from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets import job_builder, jobs
 from jupyter_gpuhive.widgets.jobs_model import (

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any
 
-from .errors import Invalid
-from .model import UTC, Gpu, Identity
+from ..errors import Invalid
+from ..model import UTC, Gpu, Identity
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 EVERYONE = "*"

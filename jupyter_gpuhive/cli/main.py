@@ -13,9 +13,9 @@ from jupyter_core.paths import jupyter_config_dir
 from traitlets import Bool, Enum, Int, Unicode
 from traitlets.config import Application
 
-from ._version import __version__
-from .app import GpuHiveApp
-from .guidance import setup_text
+from .._version import __version__
+from ..hosts.guidance import setup_text
+from ..server.app import GpuHiveApp
 
 CONFIG_NAME = "jupyter_gpuhive_config.py"
 
@@ -63,7 +63,7 @@ class HostsListApp(_Base):
     description = __doc__
 
     def start(self) -> None:
-        from .hive import Hive
+        from ..hive import Hive
 
         app = self.gpuhive()
         settings = app.settings_for_hive()
@@ -107,9 +107,9 @@ class HostsAddApp(_Base):
     }
 
     def start(self) -> None:
-        from .errors import Invalid
-        from .hostsfile import add_host, read_hosts
-        from .inventory_config import local_gpu_host, parse_host
+        from ..errors import Invalid
+        from ..hosts.config import local_gpu_host, parse_host
+        from ..hosts.file import add_host, read_hosts
 
         if len(self.extra_args) not in (1, 2) or (
             len(self.extra_args) == 1 and self.transport != "local"
@@ -162,8 +162,8 @@ class HostsRemoveApp(_Base):
     description = __doc__
 
     def start(self) -> None:
-        from .errors import Invalid
-        from .hostsfile import remove_host
+        from ..errors import Invalid
+        from ..hosts.file import remove_host
 
         if len(self.extra_args) != 1:
             print("Usage: jupyter gpuhive hosts remove NAME")
@@ -213,7 +213,7 @@ class KeyApp(_Base):
     description = __doc__
 
     def start(self) -> None:
-        from .hosts.pool import ensure_client_key
+        from ..hosts.pool import ensure_client_key
 
         path = Path(self.gpuhive().ssh_key).expanduser()
         key = ensure_client_key(path)
@@ -236,8 +236,8 @@ class TestApp(_Base):
         asyncio.run(self._test())
 
     async def _test(self) -> None:
-        from .hosts.pool import HostPool
-        from .monitor.sampler import Sampler
+        from ..hosts.pool import HostPool
+        from ..monitor.sampler import Sampler
 
         settings = self.gpuhive().settings_for_hive()
         if not settings.hosts:
@@ -275,7 +275,7 @@ class TrustApp(_Base):
     flags = {"yes": ({"TrustApp": {"yes": True}}, "Trust without asking.")}
 
     def start(self) -> None:
-        from .hosts.pool import fetch_host_key, known_hosts_line
+        from ..hosts.pool import fetch_host_key, known_hosts_line
 
         app = self.gpuhive()
         hosts = {h.name: h for h in app.settings_for_hive().hosts}

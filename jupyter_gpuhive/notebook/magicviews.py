@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .guidance import setup, setup_text
-from .widgets.clock import local_zone
+from ..hosts.guidance import setup, setup_text
+from ..widgets.clock import local_zone
 
 COLOURS = {
     "free": "var(--jp-success-color1, #388e3c)",

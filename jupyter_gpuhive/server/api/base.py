@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; stay correct w
         return json.dumps(data).encode()
 
 
-from ..errors import (
+from ...errors import (
     BadRequest,
     HiveError,
     Invalid,
@@ -39,11 +39,11 @@ from ..errors import (
     TooLarge,
     Unauthorized,
 )
-from ..hive import Hive
+from ...hive import Hive
+from ...model import Identity, parse_duration, parse_instant
+from ...store.schema import ID_MAX
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
-from ..model import Identity, parse_duration, parse_instant
-from ..store.schema import ID_MAX
 from .inputs import (
     DIGITS,
     INT_MAX,

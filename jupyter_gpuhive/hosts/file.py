@@ -21,7 +21,7 @@ from typing import Any
 import tomllib
 from jupyter_core.paths import jupyter_config_dir
 
-from .errors import Invalid
+from ..errors import Invalid
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import inspect
 from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
 
-from ..errors import BadRequest, NotFound
-from ..integrations.digests import setting_json
-from ..integrations.subscriptions import subscription_json
-from ..integrations.webhooks import describe
+from ...errors import BadRequest, NotFound
+from ...integrations.digests import setting_json
+from ...integrations.subscriptions import subscription_json
+from ...integrations.webhooks import describe
 from .base import HiveLogic
 from .handlers import Shown
 

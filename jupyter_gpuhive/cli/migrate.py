@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, func, insert, select, text
 from sqlalchemy.engine import make_url
 
-from .store import Store
-from .store.schema import metadata
+from ..store import Store
+from ..store.schema import metadata
 
 BATCH = 1000
 # Tables that hold what people did; a target with rows in any of them is not overwritten.

@@ -10,8 +10,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..model import describe_duration
 from .client import HiveClient, HiveClientError
-from .model import describe_duration
 
 UTC = timezone.utc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import BadRequest, Invalid
+from ...errors import BadRequest, Invalid
 
 # Every request body is refused above this size (413), before it is parsed. The one limit of
 # the API, stated in the OpenAPI document and the README.

@@ -7,10 +7,10 @@ from typing import Any
 
 from tornado import web
 
-from ..guidance import advise
-from ..jobs.model import Job
-from ..model import Reservation, utcnow
-from ..privacy import job_json, reservation_json
+from ...hosts.guidance import advise
+from ...jobs.model import Job
+from ...model import Reservation, utcnow
+from ...privacy import job_json, reservation_json
 from .base import HiveLogic
 from .openapi import openapi_document
 
@@ -148,7 +148,7 @@ class RuleHandler(HiveLogic):
         rid = self.id_arg(rule_id, "access rule")
         rules = {r.id: r for r in await self.hive.rules_for(self.who)}
         if rid not in rules:
-            from ..errors import NotFound
+            from ...errors import NotFound
 
             raise NotFound(f"There is no access rule {rid} that applies to you.")
         self.reply(rules[rid].to_json())

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import Invalid
-from .hosts.environment import SAFE_PATH
-from .model import GpuDecl, HostDecl
+from ..errors import Invalid
+from ..model import GpuDecl, HostDecl
+from .environment import SAFE_PATH
 
 TRANSPORTS = ("ssh", "local")
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
+from ..errors import BadRequest, Conflict, Forbidden, Invalid
+from ..model import Gpu, Identity, Reservation, describe_duration, parse_duration, parse_instant
+from ..model import utcnow as _utcnow
+from ..store import Changes, Store
 from . import access
-from .errors import BadRequest, Conflict, Forbidden, Invalid
-from .model import Gpu, Identity, Reservation, describe_duration, parse_duration, parse_instant
-from .model import utcnow as _utcnow
-from .store import Changes, Store
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 4000

@@ -21,8 +21,8 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
+from ..sim.cluster import LocalSimHost
 from .demoseed import SPOILER, sidebar_note
-from .sim.cluster import LocalSimHost
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 HOST_NAMES = ("gpu1", "gpu2", "gpu3")
@@ -49,7 +49,7 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
     config = root / "jupyter_server_config.py"
     user = getpass.getuser()
     config.write_text(
-        "# Written by `python -m jupyter_gpuhive.demo`.\n"
+        "# Written by `python -m jupyter_gpuhive.cli.demo`.\n"
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {('sqlite:///' + str(root / 'gpuhive.sqlite'))!r}\n"
         f"c.GpuHiveApp.hosts = {json.dumps([host_config(h) for h in hosts], indent=2)}\n"
@@ -68,9 +68,9 @@ def seed_store(config: Path) -> dict[str, Any]:
     """Open the demo's store as the server will and add alice's, bob's and the queued job."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from .app import GpuHiveApp
+    from ..hive import Hive
+    from ..server.app import GpuHiveApp
     from .demoseed import seed
-    from .hive import Hive
 
     loaded = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
     app = GpuHiveApp(config=loaded)

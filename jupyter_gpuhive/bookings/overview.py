@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import Invalid
-from .model import Gpu, Identity, Reservation, isoformat
+from ..errors import Invalid
+from ..model import Gpu, Identity, Reservation, isoformat
 
 MAX_SLOTS = 20_000
 FREE, MINE, OTHERS = "f", "m", "o"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from .errors import HiveError
-from .hive import Hive
-from .model import utcnow
+from ..errors import HiveError
+from ..hive import Hive
+from ..model import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._version import __version__
-from ..integrations.webhooks import EVENTS
-from ..store.schema import ID_MAX
+from ..._version import __version__
+from ...integrations.webhooks import EVENTS
+from ...store.schema import ID_MAX
 from .inputs import INT_MAX, MAX_BODY_BYTES
 
 _ERROR = {"$ref": "#/components/schemas/Error"}

@@ -16,11 +16,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..model import parse_duration
+from ..widgets.clock import local_zone
 from .client import HiveClient, HiveClientError
 from .magicviews import GpuStatus, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
-from .model import parse_duration
-from .widgets.clock import local_zone
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}

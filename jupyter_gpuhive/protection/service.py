@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import Invalid
 from ..hosts.pool import HostPool
 from ..model import Identity, Reservation, utcnow
+from ..monitor.sampler import Sweep
 from ..store import Changes, Store
 from ..store.violations import NewViolation
 from .handlers import (
@@ -32,7 +33,6 @@ from .handlers import (
     ViolationHandler,
     build_handlers,
 )
-from .sampler import Sweep
 from .violations import IDLE, KINDS, DetectionPolicy, Finding, JobOwners, detect, idle_reservations
 
 log = logging.getLogger(__name__)

@@ -13,18 +13,18 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
 
-from .errors import Invalid
-from .hive import Hive, HiveSettings
-from .hosts.pool import SshSettings, ensure_client_key
-from .hostsfile import HostsFileWatcher, default_hosts_file, read_hosts
-from .integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
-from .integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
-from .inventory_config import local_gpu_host, parse_hosts
-from .model import parse_duration
-from .monitor.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
-from .monitor.protection import ProtectionSettings
-from .privacy import Privacy
-from .reservations import Policy
+from ..bookings.reservations import Policy
+from ..errors import Invalid
+from ..hive import Hive, HiveSettings
+from ..hosts.config import local_gpu_host, parse_hosts
+from ..hosts.file import HostsFileWatcher, default_hosts_file, read_hosts
+from ..hosts.pool import SshSettings, ensure_client_key
+from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
+from ..integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
+from ..model import parse_duration
+from ..privacy import Privacy
+from ..protection.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
+from ..protection.service import ProtectionSettings
 
 
 def system_timezone() -> str:

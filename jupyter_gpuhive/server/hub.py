@@ -1,0 +1,177 @@
+"""Team mode: gpuhive as one JupyterHub-managed service for a whole Hub.
+
+Run by the Hub (`c.JupyterHub.services = [{"name": "gpuhive", "url": "http://127.0.0.1:10101",
+"command": ["python3", "-m", "jupyter_gpuhive.hub", "--config", "/etc/gpuhive/config.py"]}]`).
+Every request is authenticated by the Hub: the token names the user, their groups and
+scopes; admin rights come from the `custom:gpuhive:admin` scope or `admin_groups`. Only
+this process holds the SSH key and the database credentials. Users' own servers reach it
+through the extension in client mode (`c.GpuHiveApp.service_url`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+from typing import Any
+from urllib.parse import urlsplit
+
+from jupyterhub.services.auth import HubAuth, HubAuthenticated
+from tornado import web
+from tornado.httpserver import HTTPServer
+from traitlets import Float, Unicode
+from traitlets.config import Application
+
+from ..errors import Forbidden, HiveError, Unauthorized
+from ..hive import Hive
+from ..model import Identity
+from .api import routes
+from .api.base import HiveLogic
+from .app import GpuHiveApp
+
+log = logging.getLogger(__name__)
+ADMIN_SCOPE = "custom:gpuhive:admin"
+# Reads may use the Hub's answer about a token for a few seconds (token_cache_seconds);
+# every other request changes something and asks the Hub afresh.
+_READS = {"GET", "HEAD", "OPTIONS"}
+
+
+class HubHandler(HubAuthenticated, HiveLogic):
+    """Base of the service's handlers: the Hub says who is asking, without blocking."""
+
+    _hub_user: dict[str, Any] | None = None
+
+    async def prepare(self) -> None:
+        auth: HubAuth = self.hub_auth
+        token = auth.get_token(self, in_cookie=False)
+        if not token:
+            raise Unauthorized("Send your JupyterHub token: Authorization: token <token>.")
+        if self.request.method in _READS:
+            model = await auth.user_for_token(token, use_cache=True, sync=False)
+        else:
+            # Every write asks the Hub now, so a revoked token or a removed admin stops
+            # working at once; the answer also replaces the cached one that reads use.
+            model = await auth.user_for_token(token, use_cache=False, sync=False)
+            _remember(auth, token, model)
+        if model is None:
+            raise Unauthorized("The Hub does not know this token (expired or revoked?).")
+        if model.get("kind") != "user":
+            raise Forbidden(f"{model.get('kind')} {model.get('name')} is not a user.")
+        if not auth.check_scopes(auth.access_scopes, model):
+            needed = ", ".join(sorted(auth.access_scopes))
+            raise Forbidden(f"This token does not grant {needed}.")
+        self._hub_user = model
+
+    def get_current_user(self) -> Any:
+        return self._hub_user
+
+    def get_login_url(self) -> str:
+        raise Unauthorized(
+            "Send your JupyterHub token: Authorization: token <JUPYTERHUB_API_TOKEN>."
+        )
+
+    def check_xsrf_cookie(self) -> None:
+        """Only token-authenticated requests are accepted: no cookies, no XSRF."""
+
+    def requester(self) -> Identity:
+        model = self._hub_user or {}
+        # The Hub always sends a user's groups; a model without them would mean "unknown".
+        groups = model.get("groups")
+        base = self.hive.identify(model["name"], None if groups is None else list(groups))
+        admin = base.is_admin or ADMIN_SCOPE in (model.get("scopes") or [])
+        return Identity(base.name, base.groups, admin)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(error, HiveError) or status_code == 405:  # 405: with its Allow header
+            super().write_error(status_code, **kwargs)
+            return
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        reason = getattr(error, "log_message", None) or self._reason
+        self.finish({"message": reason if status_code < 500 else "Internal error (see logs)."})
+
+
+def _remember(auth: HubAuth, token: str, model: dict[str, Any] | None) -> None:
+    """Put a fresh answer into HubAuth's cache (its key for `user_for_token`)."""
+    digest = hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
+    with contextlib.suppress(AttributeError, TypeError):  # a HubAuth without that cache
+        auth.cache[f"token::{digest}"] = model
+
+
+def _log_event(data: dict[str, Any]) -> None:
+    log.info("gpuhive event: %s", data.get("message") or data)
+
+
+class HealthHandler(web.RequestHandler):
+    def get(self) -> None:
+        hive: Hive = self.settings["gpuhive"]
+        self.finish({"ok": True, "leader": hive.leadership.leader})
+
+
+class GpuHiveService(Application):
+    """The gpuhive JupyterHub service."""
+
+    name = "gpuhive-service"
+    config_file = Unicode("", help="Config file with c.GpuHiveApp.… settings").tag(config=True)
+    token_cache_seconds = Float(
+        5.0,
+        help="How many seconds a read (GET) may use the Hub's last answer about its token. "
+        "Every other request (POST, PUT, PATCH, DELETE) asks the Hub afresh.",
+    ).tag(config=True)
+    aliases = {"config": "GpuHiveService.config_file"}
+    classes = [GpuHiveApp]
+
+    def initialize(self, argv: Any = None) -> None:
+        super().initialize(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+
+    def make_app(self) -> tuple[web.Application, Hive, str]:
+        settings = GpuHiveApp(config=self.config).settings_for_hive()
+        # The service has no Jupyter event bus: 'event' violation handlers log instead.
+        hive = Hive(settings, publish=_log_event).open()
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
+        auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
+        api = routes(HubHandler, prefix=prefix.rstrip("/") + "/api")
+        app = web.Application(
+            [*api, (prefix.rstrip("/") + "/health", HealthHandler)],
+            gpuhive=hive,
+            hub_auth=auth,
+        )
+        for _, handler in api:
+            handler.hub_auth = auth
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
+        return app, hive, url
+
+    def start(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        app, hive, url = self.make_app()
+        where = urlsplit(url)
+        server = HTTPServer(app, xheaders=True)
+        server.listen(where.port or 80, where.hostname or "127.0.0.1")
+        await hive.start()
+        log.info("gpuhive service listening on %s", url)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        server.stop()
+        await hive.stop()
+        hive.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[gpuhive %(levelname)s] %(message)s")
+    service = GpuHiveService()
+    service.initialize(argv)
+    service.start()
+
+
+if __name__ == "__main__":
+    main()
