@@ -53,8 +53,13 @@ from jupyter_gpuhive.jobs.queue import (
 from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Identity, Reservation
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
-from jupyter_gpuhive.store.jobs import job_tasks, jobs
-from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
+from jupyter_gpuhive.store.schema import (
+    job_tasks,
+    jobs,
+    reservation_gpus,
+    reservation_stats,
+    reservations,
+)
 
 T = TypeVar("T")
 HOSTS, PER_HOST = 125, 8

@@ -7,17 +7,14 @@ even the owner (the names stay, each value reads MASK). docs/privacy.md has the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .model import Identity, Reservation
+from .model.jobs import MASK, Job, masked
 
-if TYPE_CHECKING:
-    from .jobs.model import Job
-
-MASK = "••••"  # every stored env value reads like this, whatever its length
+__all__ = ["MASK", "Privacy", "job_json", "masked", "reservation_json", "sees_all_of"]
 
 
 @dataclass(frozen=True)
@@ -32,11 +29,6 @@ class Privacy:
 def sees_all_of(who: Identity, owner: str | None) -> bool:
     """Whether `who` sees everything of a thing `owner` owns (they own it, or administer)."""
     return who.is_admin or (owner is not None and who.name == owner)
-
-
-def masked(env: Mapping[str, str], names: Collection[str] | None = None) -> dict[str, str]:
-    """The env with the values of `names` (all when None) replaced by MASK."""
-    return {key: MASK if names is None or key in names else value for key, value in env.items()}
 
 
 def job_json(job: Job, who: Identity, privacy: Privacy) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Pure and side-effect free: nothing here touches a host, a process or the store.
 """
 
+from ..model.jobs import session_name
 from .catalog import TEMPLATES, get_template
-from .commands import screen_command, screen_script, session_name, shell_command
+from .commands import screen_command, screen_script, shell_command
 from .sweeps import MAX_COMBINATIONS, expand, parse_sweep, parse_sweeps
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import Template, command_fields

@@ -6,20 +6,14 @@ carries its environment values on a command line: they go to a file only its own
 
 from __future__ import annotations
 
-import hashlib
-import re
 import shlex
 from collections.abc import Mapping
 
 from ..hosts.environment import BASE_NAMES
+from ..model.jobs import SESSION_NAME
 from .tasks import TaskSpec, TemplateError
 from .template import IDENTIFIER
 
-SESSION_PREFIX = "gpuhive"
-SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-# Screen's socket path (/run/screen/S-user/PID.NAME) must fit in a UNIX socket address.
-MAX_JOB_PART = 40
 # What a task keeps of its session's environment when it starts from an empty one (`clean`):
 # the fixed base of the local transport, and what screen sets for the programs inside it.
 KEPT_NAMES = (*BASE_NAMES, "STY", "WINDOW", "TERM")
@@ -40,14 +34,6 @@ def shell_command(task: TaskSpec) -> str:
         _check("workdir", task.workdir)
         line = f"cd -- {shlex.quote(task.workdir)} && {line}"
     return line
-
-
-def session_name(job_name: str, task_index: int) -> str:
-    """`gpuhive-<job>-<task>` with only [A-Za-z0-9_.-]; a name that had to change gets a hash."""
-    part = _UNSAFE.sub("_", job_name).strip("._-")[:MAX_JOB_PART] or "job"
-    if part != job_name:
-        part += "." + hashlib.sha256(job_name.encode()).hexdigest()[:8]
-    return f"{SESSION_PREFIX}-{part}-{int(task_index)}"
 
 
 def env_path(exit_path: str) -> str:

@@ -1,235 +1,42 @@
-"""Jobs and tasks as stored: value types, task states and the job status derived from them."""
+"""Jobs and tasks as stored (their value types live in `model.jobs`), and rendering a job's
+tasks from its template and sweep."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from ..model import isoformat
-from ..privacy import masked
+from ..model.jobs import (
+    ACTIVE,
+    DEFAULT_LOG_DIR,
+    FINAL,
+    LIVE,
+    Job,
+    NewJob,
+    Task,
+    TaskState,
+    job_status,
+    task_paths,
+    task_session,
+)
 from .catalog import get_template
-from .commands import session_name
 from .sweeps import SweepSpecs, expand
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
-DEFAULT_LOG_DIR = "~/.gpuhive/jobs"
-
-
-class TaskState(StrEnum):
-    """Where a task is in its life; the launcher moves it, `sync` confirms it."""
-
-    PENDING = "pending"
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    LOST = "lost"
-
-
-# A task in one of these may have a screen session on its host.
-ACTIVE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING})
-FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task of a job: a command on one host with its GPUs, run in screen as the owner."""
-
-    id: int
-    job_id: int
-    index: int
-    owner: str
-    host: str
-    address: str
-    role: str
-    gpus: tuple[str, ...]
-    gpu_indices: tuple[int, ...]
-    command: str
-    env: dict[str, str]
-    workdir: str | None
-    variables: dict[str, str]
-    session: str
-    log_path: str
-    exit_path: str
-    state: TaskState = TaskState.PENDING
-    exit_status: int | None = None
-    screen_pid: int | None = None
-    pgid: int | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    last_error: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE
-
-    def spec(self) -> TaskSpec:
-        """The TaskSpec the command builders take (`commands.screen_command`)."""
-        slots = tuple(
-            GpuSlot(self.host, self.address, index, uuid)
-            for index, uuid in zip(self.gpu_indices, self.gpus, strict=True)
-        )
-        return TaskSpec(
-            host=self.host,
-            address=self.address,
-            gpus=slots,
-            command=self.command,
-            env=dict(self.env),
-            variables=dict(self.variables),
-            index=self.index,
-            role=self.role,
-            workdir=self.workdir,
-        )
-
-    def to_json(
-        self, *, detail: bool = False, secret: Collection[str] | None = None
-    ) -> dict[str, Any]:
-        """The task as JSON: where and how it runs; with `detail` (its owner, admins) also
-        its command, environment and files, the values of `secret` env names masked (None:
-        every value)."""
-        data: dict[str, Any] = {
-            "id": self.id,
-            "job": self.job_id,
-            "index": self.index,
-            "owner": self.owner,
-            "host": self.host,
-            "role": self.role,
-            "gpus": list(self.gpus),
-            "gpu_indices": list(self.gpu_indices),
-            "state": str(self.state),
-            "exit_status": self.exit_status,
-            "started_at": isoformat(self.started_at),
-            "ended_at": isoformat(self.ended_at),
-        }
-        if detail:
-            data.update(
-                command=self.command,
-                env=masked(self.env, secret),
-                workdir=self.workdir,
-                session=self.session,
-                log_path=self.log_path,
-                last_error=self.last_error,
-            )
-        return data
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """What a job is made of before it is stored (tasks come from `render_tasks`)."""
-
-    name: str
-    owner: str
-    command: str
-    template: str = "plain"
-    description: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-    variables: dict[str, str] = field(default_factory=dict)
-    sweep: dict[str, list[str]] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    queued: bool = False
-    walltime: timedelta | None = None
-    start_at: datetime | None = None
-    stop_at: datetime | None = None
-    max_retries: int = 0
-
-
-@dataclass(frozen=True)
-class Job(NewJob):
-    """A stored job with its tasks; `status` is derived from the tasks' states."""
-
-    id: int = 0
-    attempts: int = 0
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    updated_by: str | None = None
-    tasks: tuple[Task, ...] = ()
-
-    @property
-    def status(self) -> str:
-        """pending, starting, running, stopping, succeeded, failed, stopped or lost."""
-        return job_status(task.state for task in self.tasks)
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        """UUIDs of every GPU the job's tasks use, in task order, without repeats."""
-        return tuple(dict.fromkeys(uuid for task in self.tasks for uuid in task.gpus))
-
-    def to_json(self, *, detail: bool = False, description: bool = False) -> dict[str, Any]:
-        """The job as JSON. Everyone may see the summary (who, where, when, status); with
-        `detail` (the owner, admins) also its definition, env values masked (write-only).
-        `description` shows the description without `detail`."""
-        data: dict[str, Any] = {
-            "id": self.id,
-            "name": self.name,
-            "owner": self.owner,
-            "template": self.template,
-            "queued": self.queued,
-            "walltime_s": self.walltime.total_seconds() if self.walltime else None,
-            "start_at": isoformat(self.start_at),
-            "stop_at": isoformat(self.stop_at),
-            "max_retries": self.max_retries,
-            "attempts": self.attempts,
-            "created_at": isoformat(self.created_at),
-            "updated_at": isoformat(self.updated_at),
-            "updated_by": self.updated_by,
-            "status": self.status,
-            "gpus": list(self.gpus),
-            "detail": detail,
-        }
-        if detail or description:
-            data["description"] = self.description
-        if detail:
-            data.update(
-                command=self.command,
-                options=dict(self.options),
-                variables=dict(self.variables),
-                sweep={name: list(values) for name, values in self.sweep.items()},
-                env=masked(self.env),
-                workdir=self.workdir,
-            )
-        data["tasks"] = [task.to_json(detail=detail, secret=self.env) for task in self.tasks]
-        return data
-
-
-def job_status(states: Iterable[TaskState]) -> str:
-    """A job's status: the most pressing active state, else the worst outcome of its tasks."""
-    seen = set(states)
-    for state in (TaskState.STOPPING, TaskState.STARTING, TaskState.RUNNING):
-        if state in seen:
-            return str(state)
-    if not seen or seen == {TaskState.PENDING}:
-        return str(TaskState.PENDING)
-    for state in (TaskState.FAILED, TaskState.LOST, TaskState.STOPPED, TaskState.PENDING):
-        if state in seen:
-            return str(state)
-    return str(TaskState.SUCCEEDED)
-
-
-def task_session(job_id: int, job_name: str, index: int) -> str:
-    """The task's screen session: `gpuhive-<id>-<name>-<index>` (the id keeps it unique)."""
-    return session_name(f"{job_id}-{job_name}", index)
-
-
-_LOG_DIR = re.compile(r"(/|~/)[^\0]*\Z")
-
-
-def task_paths(log_dir: str, owner: str, job_id: int, index: int, tag: str = "") -> tuple[str, str]:
-    """Log and exit file of a task on its host; `~/` is the owner's home, `{user}` the owner.
-
-    `tag` (random per job) keeps jobs of two stores that share an id from sharing a log.
-    """
-    directory = log_dir.replace("{user}", owner).rstrip("/")
-    if not _LOG_DIR.match(directory + "/"):
-        raise TemplateError(f"job log directory {log_dir!r} must be absolute or start with ~/")
-    base = f"{directory}/{job_id}-{tag}-{index}" if tag else f"{directory}/{job_id}-{index}"
-    return f"{base}.log", f"{base}.exit"
+__all__ = [
+    "ACTIVE",
+    "DEFAULT_LOG_DIR",
+    "FINAL",
+    "LIVE",
+    "Job",
+    "NewJob",
+    "Task",
+    "TaskState",
+    "job_status",
+    "render_tasks",
+    "task_paths",
+    "task_session",
+]
 
 
 def render_tasks(

@@ -22,9 +22,9 @@ from typing import Any
 from ..errors import Invalid
 from ..hosts.pool import HostPool
 from ..model import Identity, Reservation, utcnow
+from ..model.violations import Violation
 from ..monitor.sampler import Sweep
 from ..store import Changes, Store
-from ..store.violations import NewViolation
 from .handlers import (
     HandlerConfigError,
     HandlerContext,
@@ -33,7 +33,7 @@ from .handlers import (
     ViolationHandler,
     build_handlers,
 )
-from .violations import IDLE, KINDS, DetectionPolicy, Finding, JobOwners, detect, idle_reservations
+from .violations import IDLE, KINDS, DetectionPolicy, JobOwners, detect, idle_reservations
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,10 @@ class Protection:
         job_owners: Callable[[Sweep], Awaitable[JobOwners]] | None = None,
         end_reservation: Callable[[Reservation], Awaitable[Any]] | None = None,
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
+        public: bool = False,
     ) -> None:
         self.settings = settings
+        self.public = public  # every violation listed to every user (details: involved only)
         self.store = store
         self._run = run
         self._job_owners = job_owners
@@ -186,14 +188,20 @@ class Protection:
         findings = detect(
             samples, active, at, self.policy, job_owners=owners, unix_user=self.unix_user
         )
-        await self._track(at, findings, seen)
+        await self._track(at, findings, seen, {r.id: r for r in active})
         if self.settings.idle_after:
             await self._track_idle(
                 at, idle_reservations(samples, active, at, self.settings.idle_util)
             )
         self._escalate(at, seen)
 
-    async def _track(self, at: datetime, findings: Sequence[Finding], seen: set[str]) -> None:
+    async def _track(
+        self,
+        at: datetime,
+        findings: Sequence[Violation],
+        seen: set[str],
+        held: Mapping[int, Reservation],
+    ) -> None:
         now = {f.key: f for f in findings}
         opened = [f for key, f in now.items() if key not in self._cases]
         gone = [k for k, c in self._cases.items() if k not in now and c.host in seen]
@@ -203,7 +211,7 @@ class Protection:
         ids = await self._run(
             self.store.violations.sync,
             at,
-            [self._new(f, at) for f in opened],
+            opened,
             fresh,
             [self._cases[k].id for k in gone],
         )
@@ -220,23 +228,13 @@ class Protection:
         for f, vid in zip(opened, ids, strict=True):
             log.warning("gpuhive: violation %d: %s on %s by %s (pids %s)", vid, f.kind, f.gpu,
                         f.offender or "?", list(f.pids))  # fmt: skip
-            self._cases[f.key] = _Case(vid, at, self._incident(vid, f, at), f.host)
+            res = held.get(f.reservation_id) if f.reservation_id is not None else None
+            self._cases[f.key] = _Case(vid, at, self._incident(vid, f, res), f.host)
 
-    def _new(self, f: Finding, at: datetime) -> NewViolation:
-        res = f.reservation
-        return NewViolation(
-            f.kind, f.host, f.gpu, f.gpu_uuid, f.offender, res.owner if res else None,
-            res.id if res else None, self.settings.level, f.pids, f.commands, f.detail, at,
-        )  # fmt: skip
-
-    def _incident(self, vid: int, f: Finding, since: datetime) -> Incident:
-        res = f.reservation
-        return Incident(
-            vid, f.kind, f.host, f.gpu, f.gpu_uuid, f.offender,
-            res.owner if res else None, self.unix_user(res.owner) if res else None,
-            res.id if res else None, res.title if res else None, res.end if res else None,
-            since, self.settings.level, f.pids, f.commands, f.detail,
-        )  # fmt: skip
+    def _incident(self, vid: int, v: Violation, res: Reservation | None) -> Incident:
+        if res is None:
+            return Incident.of(vid, v)
+        return Incident.of(vid, v, self.unix_user(res.owner), res.title, res.end)
 
     # --- escalation -----------------------------------------------------------------------
 
@@ -366,21 +364,20 @@ class Protection:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    def _idle_record(self, res: Reservation, at: datetime) -> NewViolation:
+    def _idle_record(self, res: Reservation, at: datetime) -> Violation:
+        """The idle notice as recorded at `at` (its detail says since when)."""
         refs = ",".join(g.ref for g in res.gpus)
         since = self._idle[res.id].since
         detail = f"idle since {since.isoformat()}"
-        return NewViolation(
+        return Violation(
             IDLE, res.gpus[0].host, refs, res.gpus[0].uuid, None, res.owner, res.id,
             self.settings.level, (), (), detail, at,
         )  # fmt: skip
 
     def _idle_incident(self, vid: int, res: Reservation, since: datetime) -> Incident:
-        return Incident(
-            vid, IDLE, res.gpus[0].host, ",".join(g.ref for g in res.gpus), res.gpus[0].uuid,
-            None, res.owner, self.unix_user(res.owner), res.id, res.title, res.end, since,
-            self.settings.level, detail=f"idle since {since.isoformat()}",
-        )  # fmt: skip
+        """What handlers are told about an idle reservation: it began when it became idle."""
+        record = self._idle_record(res, since)
+        return Incident.of(vid, record, self.unix_user(res.owner), res.title, res.end)
 
     def _notify_idle(self, incident: Incident, step: Mapping[str, Any]) -> None:
         for name in self.settings.idle_handlers:
@@ -439,6 +436,34 @@ class Protection:
             reservation_id=reservation_id, kinds=kinds, limit=limit, involving=involving,
         )  # fmt: skip
         return self._visible([v.to_json() for v in found], viewer, public)
+
+    async def report(
+        self,
+        viewer: Identity,
+        start: datetime,
+        end: datetime,
+        *,
+        user: str | None = None,
+        host: str | None = None,
+        reservation_id: int | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1000,
+    ) -> dict[str, Any]:
+        """The violations of [start, end) and those open now, as `viewer` may see them."""
+        found = await self.history(
+            start, end, user=user, host=host, reservation_id=reservation_id, kinds=kinds,
+            limit=limit, viewer=viewer, public=self.public,
+        )  # fmt: skip
+        return {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "ongoing": self.ongoing(viewer, self.public),
+            "violations": found,
+        }
+
+    async def of_reservation(self, reservation_id: int, viewer: Identity) -> list[dict[str, Any]]:
+        """A reservation's violations and idle notices, as `viewer` may see them."""
+        return await self.for_reservation(reservation_id, viewer, self.public)
 
     async def for_reservation(
         self, reservation_id: int, viewer: Identity | None = None, public: bool = False

@@ -11,18 +11,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..hosts.nvsmi import GpuMetrics
 from ..hosts.probe import HostSample, ProcessInfo
 from ..model import Reservation
+from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
 
-FOREIGN = "foreign"  # on a GPU reserved by someone else
-UNRESERVED = "unreserved"  # on a GPU nobody reserved (level 2)
-GHOST = "ghost"  # memory or utilization with no process listed
-IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside them)
-KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE)
+__all__ = [
+    "FOREIGN",
+    "GHOST",
+    "IDLE",
+    "KINDS",
+    "UNRESERVED",
+    "DetectionPolicy",
+    "GpuView",
+    "JobOwners",
+    "detect",
+    "gpu_views",
+    "holders",
+    "idle_reservations",
+    "same_name",
+]
 
 # (host, pid) -> the gpuhive user whose job runs that process.
 JobOwners = Mapping[tuple[str, int], str]
@@ -73,27 +84,6 @@ class DetectionPolicy:
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One violation seen in one sweep: one kind, GPU and offender, with its processes."""
-
-    kind: str
-    host: str
-    gpu: str  # 'host:index'
-    gpu_uuid: str
-    offender: str | None  # UNIX user; None for ghosts
-    pids: tuple[int, ...] = ()
-    commands: tuple[str, ...] = ()
-    reservation: Reservation | None = field(default=None, compare=False)
-    detail: str | None = None
-
-    @property
-    def key(self) -> tuple[str, str, str, int | None]:
-        """What stays the same while the violation lasts."""
-        rid = self.reservation.id if self.reservation else None
-        return self.kind, self.gpu_uuid, self.offender or "", rid
-
-
-@dataclass(frozen=True)
 class GpuView:
     """One GPU as a sweep saw it: its metrics and the processes on it."""
 
@@ -140,17 +130,18 @@ def detect(
     *,
     job_owners: JobOwners | None = None,
     unix_user: Callable[[str], str] = same_name,
-) -> list[Finding]:
-    """The violations in one sweep, one Finding per (kind, GPU, offender)."""
+) -> list[Violation]:
+    """The violations in one sweep, one per (kind, GPU, offender), as first seen at `at`."""
     if policy.level == 0:
         return []
     held = holders(active, at)
     jobs = job_owners or {}
-    found: list[Finding] = []
+    found: list[Violation] = []
     for uuid, view in gpu_views(samples).items():
         res = held.get(uuid)
         if res is None and policy.level < 2:
             continue
+        holder, rid = (res.owner, res.id) if res else (None, None)
         holder_unix = unix_user(res.owner) if res else None
         offenders: dict[str, list[ProcessInfo]] = {}
         for proc in view.processes:
@@ -166,21 +157,14 @@ def detect(
             offenders.setdefault(proc.user, []).append(proc)
         kind = FOREIGN if res else UNRESERVED
         for user, procs in sorted(offenders.items()):
-            found.append(
-                Finding(
-                    kind,
-                    view.host,
-                    view.ref,
-                    uuid,
-                    user,
-                    tuple(sorted(p.pid for p in procs)),
-                    tuple(p.command for p in sorted(procs, key=lambda p: p.pid)),
-                    res,
-                )
-            )
+            pids = tuple(sorted(p.pid for p in procs))
+            commands = tuple(p.command for p in sorted(procs, key=lambda p: p.pid))
+            found.append(Violation(kind, view.host, view.ref, uuid, user, holder, rid,
+                                   policy.level, pids, commands, None, at))  # fmt: skip
         ghost = _ghost(view, policy)
         if ghost:
-            found.append(Finding(GHOST, view.host, view.ref, uuid, None, (), (), res, ghost))
+            found.append(Violation(GHOST, view.host, view.ref, uuid, None, holder, rid,
+                                   policy.level, (), (), ghost, at))  # fmt: skip
     return found
 
 

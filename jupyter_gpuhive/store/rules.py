@@ -6,9 +6,9 @@ import json
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from ..bookings.access import Rule, parse_rule
 from ..errors import NotFound
 from ..model import utcnow
+from ..model.rules import Rule, parse_rule
 from .database import Database
 from .schema import rules
 

@@ -4,149 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    Column,
-    Connection,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Connection, insert, or_, select, update
 
+from ..model.violations import ActionRecord, Violation, ViolationRecord
 from .database import Database
-from .schema import UTCDateTime, metadata
-
-violations = Table(
-    "violations",
-    metadata,
-    Column("id", Integer, primary_key=True),
-    Column("kind", String(16), nullable=False),
-    Column("host", String(128), nullable=False),
-    Column("gpu", String(255), nullable=False),
-    Column("gpu_uuid", String(96), nullable=False),
-    Column("offender", String(128)),
-    Column("holder", String(128)),
-    Column("reservation_id", Integer, ForeignKey("reservations.id", ondelete="SET NULL")),
-    Column("level", Integer, nullable=False),
-    Column("pids", Text, nullable=False),
-    Column("commands", Text, nullable=False),
-    Column("detail", Text),
-    Column("started_at", UTCDateTime, nullable=False),
-    Column("last_seen_at", UTCDateTime, nullable=False),
-    Column("ended_at", UTCDateTime),
-    Index(None, "started_at"),
-    Index(None, "reservation_id"),
-    Index(None, "offender", "started_at"),
-    sqlite_autoincrement=True,  # ids are never reused (migration 0006)
-)
-
-violation_actions = Table(
-    "violation_actions",
-    metadata,
-    Column("id", Integer, primary_key=True),
-    Column(
-        "violation_id", Integer, ForeignKey("violations.id", ondelete="CASCADE"), nullable=False
-    ),
-    Column("at", UTCDateTime, nullable=False),
-    Column("step", Integer),
-    Column("handler", String(64), nullable=False),
-    Column("outcome", String(16), nullable=False),
-    Column("detail", Text, nullable=False),
-    Index(None, "violation_id"),
-)
+from .schema import violation_actions, violations
 
 MAX_DETAIL = 2000
-
-
-@dataclass(frozen=True)
-class NewViolation:
-    """A violation as first seen."""
-
-    kind: str
-    host: str
-    gpu: str
-    gpu_uuid: str
-    offender: str | None
-    holder: str | None
-    reservation_id: int | None
-    level: int
-    pids: tuple[int, ...]
-    commands: tuple[str, ...]
-    detail: str | None
-    started_at: datetime
-
-
-@dataclass(frozen=True)
-class ActionRecord:
-    """One handler's action on a violation and how it went ('ok' or 'failed')."""
-
-    at: datetime
-    step: int | None
-    handler: str
-    outcome: str
-    detail: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "at": self.at.isoformat(),
-            "step": self.step,
-            "handler": self.handler,
-            "outcome": self.outcome,
-            "detail": self.detail,
-        }
-
-
-@dataclass(frozen=True)
-class ViolationRecord:
-    """A stored violation with its actions."""
-
-    id: int
-    kind: str
-    host: str
-    gpu: str
-    gpu_uuid: str
-    offender: str | None
-    holder: str | None
-    reservation_id: int | None
-    level: int
-    pids: tuple[int, ...]
-    commands: tuple[str, ...]
-    detail: str | None
-    started_at: datetime
-    last_seen_at: datetime
-    ended_at: datetime | None
-    actions: tuple[ActionRecord, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "host": self.host,
-            "gpu": self.gpu,
-            "gpu_uuid": self.gpu_uuid,
-            "offender": self.offender,
-            "holder": self.holder,
-            "reservation": self.reservation_id,
-            "level": self.level,
-            "pids": list(self.pids),
-            "commands": list(self.commands),
-            "detail": self.detail,
-            "start": self.started_at.isoformat(),
-            "last_seen": self.last_seen_at.isoformat(),
-            "end": self.ended_at.isoformat() if self.ended_at else None,
-            "ongoing": self.ended_at is None,
-            "actions": [a.to_json() for a in self.actions],
-        }
 
 
 class Violations:
@@ -158,7 +25,7 @@ class Violations:
     def sync(
         self,
         at: datetime,
-        opened: Sequence[NewViolation] = (),
+        opened: Sequence[Violation] = (),
         seen: Mapping[int, tuple[tuple[int, ...], tuple[str, ...]]] | None = None,
         closed: Sequence[int] = (),
     ) -> list[int]:
@@ -271,7 +138,7 @@ def _json(values: Sequence[str]) -> str:
     return json.dumps([s[:500] for s in values])
 
 
-def _values(new: NewViolation) -> dict[str, Any]:
+def _values(new: Violation) -> dict[str, Any]:
     return {
         "kind": new.kind,
         "host": new.host[:128],
@@ -290,7 +157,6 @@ def _values(new: NewViolation) -> dict[str, Any]:
 
 def _record(row: Any, actions: Sequence[ActionRecord]) -> ViolationRecord:
     return ViolationRecord(
-        row.id,
         row.kind,
         row.host,
         row.gpu,
@@ -303,7 +169,8 @@ def _record(row: Any, actions: Sequence[ActionRecord]) -> ViolationRecord:
         tuple(json.loads(row.commands)),
         row.detail,
         row.started_at,
-        row.last_seen_at,
-        row.ended_at,
-        tuple(actions),
+        id=row.id,
+        last_seen_at=row.last_seen_at,
+        ended_at=row.ended_at,
+        actions=tuple(actions),
     )

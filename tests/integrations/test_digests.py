@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from jupyter_gpuhive.model.violations import Violation
 from jupyter_gpuhive.store.usage import GpuReading
-from jupyter_gpuhive.store.violations import NewViolation
 from tests.conftest import book
 from tests.protection.conftest import Mailbox
 
@@ -72,7 +72,7 @@ async def test_daily_digest_once_with_every_section(
                                                      frozenset({"alice"}))], [busy])  # fmt: skip
     store.violations.sync(
         at(today, 10, 20),
-        [NewViolation("foreign", "gpu2", "gpu2:0", gpu.uuid, "mallory", "alice", idle.id, 1,
+        [Violation("foreign", "gpu2", "gpu2:0", gpu.uuid, "mallory", "alice", idle.id, 1,
                       (4242,), ("python steal.py",), None, at(today, 10, 20))],
         None, [],
     )  # fmt: skip

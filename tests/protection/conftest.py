@@ -8,10 +8,8 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,11 +23,12 @@ from aiosmtpd.controller import Controller
 
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl, Reservation, utcnow
+from jupyter_gpuhive.model.violations import ViolationRecord
 from jupyter_gpuhive.monitor.service import Monitor
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost
+from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.store import Store
-from jupyter_gpuhive.store.violations import ViolationRecord
 
 # The simulated-host fixtures are shared with tests/sim (re-exported, not copied).
 from tests.sim.conftest import (  # noqa: F401
@@ -107,7 +106,7 @@ def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterat
         events: list[dict[str, Any]] = []
         kwargs.setdefault("publish", events.append)
         protection = Protection(settings, store, pool, run, **kwargs)
-        monitor.sampler.listeners.append(protection.on_sweep)
+        monitor.on_sweep(protection.on_sweep)
         rig = Rig(store, pool, monitor, protection, events)
         rigs.append(rig)
         return rig
@@ -117,18 +116,6 @@ def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterat
         jp_asyncio_loop.run_until_complete(rig.protection.stop())
         jp_asyncio_loop.run_until_complete(rig.monitor.stop())
     executor.shutdown(wait=True)
-
-
-async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.1) -> Any:
-    """Poll `predicate` (sync) until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(step)
 
 
 # --- terminals -----------------------------------------------------------------------------
@@ -184,12 +171,6 @@ def tty_count(user: str) -> int:
 
 
 # --- SMTP and HTTP ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -56,7 +56,8 @@ def test_level_1_flags_others_on_reserved_gpus_only() -> None:
     s = sample(proc(11, 0, "alice"), proc(12, 0, "bob"), proc(13, 0, "bob"), proc(14, 2, "carol"))
     found = detect([s], [reservation("alice", 0)], NOW, LEVEL1)
     assert kinds(found) == [(FOREIGN, "h1:0", "bob", (12, 13))]
-    assert found[0].reservation is not None and found[0].reservation.owner == "alice"
+    assert (found[0].holder, found[0].reservation_id, found[0].level) == ("alice", 1, 1)
+    assert found[0].started_at == NOW
 
 
 def test_level_2_also_flags_unreserved_gpus_and_level_0_nothing() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jupyter_gpuhive.model import GpuDecl, HostDecl, utcnow
+from jupyter_gpuhive.model.violations import Violation
 from jupyter_gpuhive.store import Store
-from jupyter_gpuhive.store.violations import NewViolation
 
 
 def new(kind: str, host: str, offender: str | None, holder: str | None, rid: int | None,
-        at) -> NewViolation:  # fmt: skip
-    return NewViolation(
+        at) -> Violation:  # fmt: skip
+    return Violation(
         kind, host, f"{host}:0", f"GPU-{host}", offender, holder, rid, 1, (1, 2), ("x",), None, at
     )
 

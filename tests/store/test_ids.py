@@ -18,10 +18,18 @@ from jupyter_gpuhive.bookings.access import parse_rule
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.jobs.model import NewJob
 from jupyter_gpuhive.model import UTC
+from jupyter_gpuhive.model.violations import Violation
 from jupyter_gpuhive.store import Store
-from jupyter_gpuhive.store.jobs import job_tasks, jobs
-from jupyter_gpuhive.store.schema import UTCDateTime, reservation_gpus, reservations, rules
-from jupyter_gpuhive.store.violations import NewViolation, violation_actions, violations
+from jupyter_gpuhive.store.schema import (
+    UTCDateTime,
+    job_tasks,
+    jobs,
+    reservation_gpus,
+    reservations,
+    rules,
+    violation_actions,
+    violations,
+)
 from tests.conftest import HOSTS
 
 BASE = datetime(2030, 3, 4, 10, tzinfo=UTC)  # far ahead: the store itself has no horizon
@@ -56,7 +64,7 @@ def new_reservation(store: Store, hours: int) -> int:
 
 
 def new_violation(store: Store, pid: int, reservation_id: int | None = None) -> int:
-    seen = NewViolation(
+    seen = Violation(
         kind="foreign", host="gpu1", gpu="gpu1:0", gpu_uuid="GPU-x", offender="carol",
         holder="bob", reservation_id=reservation_id, level=1, pids=(pid,), commands=("x",),
         detail=None, started_at=BASE,

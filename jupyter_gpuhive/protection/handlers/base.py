@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from ...hosts.pool import HostPool
-from ..violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED
+from ...model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +30,42 @@ class HandlerFailed(Exception):
     """A handler could not act; the message (recorded in the history) says why."""
 
 
-@dataclass(frozen=True)
-class Incident:
-    """What a handler is told about one violation (or idle reservation)."""
+@dataclass(frozen=True, kw_only=True)
+class Incident(Violation):
+    """What a handler is told about one violation (or idle reservation): the violation as
+    recorded, its id, the holder's UNIX user and the reservation's title and end.
+
+    `started_at` (also `since`) is when it began; for an idle reservation, since when its
+    GPUs were idle.
+    """
 
     violation_id: int
-    kind: str
-    host: str
-    gpu: str
-    gpu_uuid: str
-    offender: str | None  # UNIX user
-    holder: str | None  # gpuhive user
-    holder_unix: str | None
-    reservation_id: int | None
-    reservation_title: str | None
-    reservation_end: datetime | None
-    since: datetime
-    level: int
-    pids: tuple[int, ...] = ()
-    commands: tuple[str, ...] = ()
-    detail: str | None = None
+    holder_unix: str | None = None
+    reservation_title: str | None = None
+    reservation_end: datetime | None = None
+
+    @classmethod
+    def of(
+        cls,
+        violation_id: int,
+        violation: Violation,
+        holder_unix: str | None = None,
+        title: str | None = None,
+        end: datetime | None = None,
+    ) -> Incident:
+        """The incident about a recorded violation."""
+        return cls(
+            **violation.values(),
+            violation_id=violation_id,
+            holder_unix=holder_unix,
+            reservation_title=title,
+            reservation_end=end,
+        )
+
+    @property
+    def since(self) -> datetime:
+        """When the violation began (idle: since when the GPUs were idle)."""
+        return self.started_at
 
     @property
     def target(self) -> str | None:
@@ -120,9 +136,11 @@ def describe(incident: Incident) -> str:
     return "GPU {gpu}: {kind} ({detail}).".format(**f)
 
 
-SAMPLE = Incident(
-    0, FOREIGN, "gpu1", "gpu1:0", "GPU-0", "bob", "alice", "alice", 1, "t", None,
-    datetime(2026, 1, 1), 1, (1,), ("python",),
+SAMPLE = Incident.of(
+    0,
+    Violation(FOREIGN, "gpu1", "gpu1:0", "GPU-0", "bob", "alice", 1, 1, (1,), ("python",), None,
+              datetime(2026, 1, 1)),
+    "alice", "t",
 )  # fmt: skip
 
 

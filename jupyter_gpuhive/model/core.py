@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .errors import Invalid
+from ..errors import Invalid
 
 UTC = timezone.utc
 # Instants and durations far outside these bounds only overflow date arithmetic.

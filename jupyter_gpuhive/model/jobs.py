@@ -1,0 +1,294 @@
+"""Jobs and tasks as stored: value types, task states, the job status derived from them, and
+the names (screen session, log files) a task gets when it is stored.
+
+The job status sets (ACTIVE, FINAL, LIVE) are defined here once; TaskState is a StrEnum, so
+plain status strings from the API compare equal to its members.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from .core import isoformat
+
+DEFAULT_LOG_DIR = "~/.gpuhive/jobs"
+MASK = "••••"  # every stored env value reads like this, whatever its length
+SESSION_PREFIX = "gpuhive"
+SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+# Screen's socket path (/run/screen/S-user/PID.NAME) must fit in a UNIX socket address.
+MAX_JOB_PART = 40
+
+
+def masked(env: Mapping[str, str], names: Collection[str] | None = None) -> dict[str, str]:
+    """The env with the values of `names` (all when None) replaced by MASK."""
+    return {key: MASK if names is None or key in names else value for key, value in env.items()}
+
+
+def session_name(job_name: str, task_index: int) -> str:
+    """`gpuhive-<job>-<task>` with only [A-Za-z0-9_.-]; a name that had to change gets a hash."""
+    part = _UNSAFE.sub("_", job_name).strip("._-")[:MAX_JOB_PART] or "job"
+    if part != job_name:
+        part += "." + hashlib.sha256(job_name.encode()).hexdigest()[:8]
+    return f"{SESSION_PREFIX}-{part}-{int(task_index)}"
+
+
+class TemplateError(ValueError):
+    """A job template, its variables, options or sweep specification is invalid."""
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU (or MIG device) a job holds: its host, the host's address, index and UUID."""
+
+    host: str
+    address: str
+    index: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One fully resolved task: the shell command and environment to run on one host.
+
+    `command` is shell text (the user's own code, run as the user); every value substituted
+    into it is already shell-quoted. `env` holds verbatim values that a launcher must quote.
+    `CUDA_VISIBLE_DEVICES` in `env` always lists the UUIDs of `gpus`, in order.
+    """
+
+    host: str
+    address: str
+    gpus: tuple[GpuSlot, ...]
+    command: str
+    env: dict[str, str]
+    variables: dict[str, str]
+    job: str = ""
+    index: int = 0
+    role: str = "task"
+    workdir: str | None = None
+
+    @property
+    def visible_devices(self) -> str:
+        """The `CUDA_VISIBLE_DEVICES` value for this task's GPUs (UUIDs, comma separated)."""
+        return ",".join(gpu.uuid for gpu in self.gpus)
+
+
+class TaskState(StrEnum):
+    """Where a task is in its life; the launcher moves it, `sync` confirms it."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+
+# A task in one of these may have a screen session on its host.
+ACTIVE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING})
+FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
+# A job (or task) in one of these has not finished yet.
+LIVE = frozenset({TaskState.PENDING, *ACTIVE})
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a job: a command on one host with its GPUs, run in screen as the owner."""
+
+    id: int
+    job_id: int
+    index: int
+    owner: str
+    host: str
+    address: str
+    role: str
+    gpus: tuple[str, ...]
+    gpu_indices: tuple[int, ...]
+    command: str
+    env: dict[str, str]
+    workdir: str | None
+    variables: dict[str, str]
+    session: str
+    log_path: str
+    exit_path: str
+    state: TaskState = TaskState.PENDING
+    exit_status: int | None = None
+    screen_pid: int | None = None
+    pgid: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_error: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def spec(self) -> TaskSpec:
+        """The TaskSpec the command builders take (`commands.screen_command`)."""
+        slots = tuple(
+            GpuSlot(self.host, self.address, index, uuid)
+            for index, uuid in zip(self.gpu_indices, self.gpus, strict=True)
+        )
+        return TaskSpec(
+            host=self.host,
+            address=self.address,
+            gpus=slots,
+            command=self.command,
+            env=dict(self.env),
+            variables=dict(self.variables),
+            index=self.index,
+            role=self.role,
+            workdir=self.workdir,
+        )
+
+    def to_json(
+        self, *, detail: bool = False, secret: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """The task as JSON: where and how it runs; with `detail` (its owner, admins) also
+        its command, environment and files, the values of `secret` env names masked (None:
+        every value)."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "job": self.job_id,
+            "index": self.index,
+            "owner": self.owner,
+            "host": self.host,
+            "role": self.role,
+            "gpus": list(self.gpus),
+            "gpu_indices": list(self.gpu_indices),
+            "state": str(self.state),
+            "exit_status": self.exit_status,
+            "started_at": isoformat(self.started_at),
+            "ended_at": isoformat(self.ended_at),
+        }
+        if detail:
+            data.update(
+                command=self.command,
+                env=masked(self.env, secret),
+                workdir=self.workdir,
+                session=self.session,
+                log_path=self.log_path,
+                last_error=self.last_error,
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a job is made of before it is stored (tasks come from `render_tasks`)."""
+
+    name: str
+    owner: str
+    command: str
+    template: str = "plain"
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)
+    sweep: dict[str, list[str]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    queued: bool = False
+    walltime: timedelta | None = None
+    start_at: datetime | None = None
+    stop_at: datetime | None = None
+    max_retries: int = 0
+
+
+@dataclass(frozen=True)
+class Job(NewJob):
+    """A stored job with its tasks; `status` is derived from the tasks' states."""
+
+    id: int = 0
+    attempts: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+    tasks: tuple[Task, ...] = ()
+
+    @property
+    def status(self) -> str:
+        """pending, starting, running, stopping, succeeded, failed, stopped or lost."""
+        return job_status(task.state for task in self.tasks)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """UUIDs of every GPU the job's tasks use, in task order, without repeats."""
+        return tuple(dict.fromkeys(uuid for task in self.tasks for uuid in task.gpus))
+
+    def to_json(self, *, detail: bool = False, description: bool = False) -> dict[str, Any]:
+        """The job as JSON. Everyone may see the summary (who, where, when, status); with
+        `detail` (the owner, admins) also its definition, env values masked (write-only).
+        `description` shows the description without `detail`."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "owner": self.owner,
+            "template": self.template,
+            "queued": self.queued,
+            "walltime_s": self.walltime.total_seconds() if self.walltime else None,
+            "start_at": isoformat(self.start_at),
+            "stop_at": isoformat(self.stop_at),
+            "max_retries": self.max_retries,
+            "attempts": self.attempts,
+            "created_at": isoformat(self.created_at),
+            "updated_at": isoformat(self.updated_at),
+            "updated_by": self.updated_by,
+            "status": self.status,
+            "gpus": list(self.gpus),
+            "detail": detail,
+        }
+        if detail or description:
+            data["description"] = self.description
+        if detail:
+            data.update(
+                command=self.command,
+                options=dict(self.options),
+                variables=dict(self.variables),
+                sweep={name: list(values) for name, values in self.sweep.items()},
+                env=masked(self.env),
+                workdir=self.workdir,
+            )
+        data["tasks"] = [task.to_json(detail=detail, secret=self.env) for task in self.tasks]
+        return data
+
+
+def job_status(states: Iterable[TaskState]) -> str:
+    """A job's status: the most pressing active state, else the worst outcome of its tasks."""
+    seen = set(states)
+    for state in (TaskState.STOPPING, TaskState.STARTING, TaskState.RUNNING):
+        if state in seen:
+            return str(state)
+    if not seen or seen == {TaskState.PENDING}:
+        return str(TaskState.PENDING)
+    for state in (TaskState.FAILED, TaskState.LOST, TaskState.STOPPED, TaskState.PENDING):
+        if state in seen:
+            return str(state)
+    return str(TaskState.SUCCEEDED)
+
+
+def task_session(job_id: int, job_name: str, index: int) -> str:
+    """The task's screen session: `gpuhive-<id>-<name>-<index>` (the id keeps it unique)."""
+    return session_name(f"{job_id}-{job_name}", index)
+
+
+_LOG_DIR = re.compile(r"(/|~/)[^\0]*\Z")
+
+
+def task_paths(log_dir: str, owner: str, job_id: int, index: int, tag: str = "") -> tuple[str, str]:
+    """Log and exit file of a task on its host; `~/` is the owner's home, `{user}` the owner.
+
+    `tag` (random per job) keeps jobs of two stores that share an id from sharing a log.
+    """
+    directory = log_dir.replace("{user}", owner).rstrip("/")
+    if not _LOG_DIR.match(directory + "/"):
+        raise TemplateError(f"job log directory {log_dir!r} must be absolute or start with ~/")
+    base = f"{directory}/{job_id}-{tag}-{index}" if tag else f"{directory}/{job_id}-{index}"
+    return f"{base}.log", f"{base}.exit"

@@ -1,0 +1,59 @@
+"""The relational schema (SQLAlchemy Core), every table in this package; Alembic migrations
+create it and a test compares. Repositories (the other `store` modules) only use it."""
+
+from .base import ID_MAX, UTCDateTime, metadata
+from .bookings import (
+    gpu_usage_hourly,
+    gpus,
+    hosts,
+    reservation_gpus,
+    reservation_stats,
+    reservation_usage,
+    reservations,
+    rules,
+    user_groups,
+    users,
+)
+from .fairshare import booking_limits, charge_totals, gpu_charges_hourly, gpu_charges_monthly
+from .integrations import (
+    availability_subscriptions,
+    calendar_events,
+    digest_settings,
+    feed_tokens,
+    webhook_attempts,
+    webhook_deliveries,
+    webhooks,
+)
+from .jobs import job_tasks, jobs
+from .violations import violation_actions, violations
+
+__all__ = [
+    "ID_MAX",
+    "UTCDateTime",
+    "availability_subscriptions",
+    "booking_limits",
+    "calendar_events",
+    "charge_totals",
+    "digest_settings",
+    "feed_tokens",
+    "gpu_charges_hourly",
+    "gpu_charges_monthly",
+    "gpu_usage_hourly",
+    "gpus",
+    "hosts",
+    "job_tasks",
+    "jobs",
+    "metadata",
+    "reservation_gpus",
+    "reservation_stats",
+    "reservation_usage",
+    "reservations",
+    "rules",
+    "user_groups",
+    "users",
+    "violation_actions",
+    "violations",
+    "webhook_attempts",
+    "webhook_deliveries",
+    "webhooks",
+]

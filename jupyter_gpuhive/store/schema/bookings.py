@@ -1,0 +1,161 @@
+"""Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Date,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from .base import UTCDateTime, metadata
+
+hosts = Table(
+    "hosts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("address", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("username", String(64)),
+    Column("transport", String(16), nullable=False),
+    Column("declared", Boolean, nullable=False, default=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("host_id", Integer, ForeignKey("hosts.id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("uuid", String(96), nullable=False, unique=True),
+    Column("model", String(128)),
+    Column("memory_mib", Integer),
+    UniqueConstraint("host_id", "idx"),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime, nullable=False),
+)
+
+user_groups = Table(
+    "user_groups",
+    metadata,
+    Column("user_name", String(128), ForeignKey("users.name", ondelete="CASCADE"), nullable=False),
+    Column("group_name", String(128), nullable=False),
+    PrimaryKeyConstraint("user_name", "group_name"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("start_at", UTCDateTime, nullable=False),
+    Column("end_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("cancelled_at", UTCDateTime),
+    Column("flagged", Boolean, nullable=False, default=False),
+    Column("flag_reason", Text),
+    Index(None, "start_at"),
+    Index(None, "owner", "start_at"),
+    sqlite_autoincrement=True,  # ids are never reused (migration 0006)
+)
+
+# One row per booked GPU; start/end/cancelled are copies of the reservation's so that the
+# database itself can refuse overlaps (PostgreSQL: exclusion constraint; SQLite: triggers).
+reservation_gpus = Table(
+    "reservation_gpus",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("start_at", UTCDateTime, nullable=False),
+    Column("end_at", UTCDateTime, nullable=False),
+    Column("cancelled", Boolean, nullable=False, default=False),
+    PrimaryKeyConstraint("reservation_id", "gpu_id"),
+    Index(None, "gpu_id", "start_at"),
+)
+
+# Single-row bookkeeping: the longest reservation ever stored bounds window queries.
+reservation_stats = Table(
+    "reservation_stats",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("longest_seconds", Integer, nullable=False),
+)
+
+rules = Table(
+    "rules",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(120), nullable=False, default=""),
+    Column("spec", Text, nullable=False),
+    Column("valid_from", Date),
+    Column("valid_until", Date),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+# Running aggregates of what a reservation's GPUs did while it was active.
+reservation_usage = Table(
+    "reservation_usage",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("busy_seconds", Float, nullable=False),
+    Column("util_sum", Float, nullable=False),
+    Column("util_max", Float, nullable=False),
+    Column("mem_sum_mib", Float, nullable=False),
+    Column("foreign_seconds", Float, nullable=False),
+    Column("first_at", UTCDateTime, nullable=False),
+    Column("last_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("reservation_id", "gpu_id"),
+)
+
+# Hourly usage per GPU and process owner ('' when no process ran).
+gpu_usage_hourly = Table(
+    "gpu_usage_hourly",
+    metadata,
+    Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    Column("hour", UTCDateTime, nullable=False),
+    Column("user_name", String(128), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("busy_seconds", Float, nullable=False),
+    Column("util_sum", Float, nullable=False),
+    Column("util_max", Float, nullable=False),
+    Column("mem_sum_mib", Float, nullable=False),
+    PrimaryKeyConstraint("gpu_id", "hour", "user_name"),
+    Index(None, "hour"),
+)
