@@ -24,7 +24,7 @@ export GPUHIVE_CHP := $(CURDIR)/$(CHP_PREFIX)/node_modules/.bin/configurable-htt
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP) $(CHP_STAMP)
@@ -76,7 +76,7 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) $(CHP_STAMP) lint test-js test-ui test-schemathesis
+test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-dates
 
@@ -92,6 +92,23 @@ test-dates: sysdeps $(STAMP)
 test-schemathesis: $(STAMP)
 	$(BIN)/python -m tests.api.schemathesis_run
 
+# The documentation site (docs/, Sphinx + MyST): warnings are errors, and the reference pages
+# are written from the live objects first (docs/_ext/gpuhive_reference). linkcheck checks the
+# internal targets only (conf.py skips http(s): the machines are offline).
+DOCS_OUT := docs/_build
+.PHONY: docs docs-screenshots
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/html
+	$(BIN)/sphinx-build -W --keep-going -q -b linkcheck -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/linkcheck
+	@echo "docs: $(DOCS_OUT)/html/index.html"
+
+# The docs' screenshots, from the UI tests' artifacts (never edited by hand): runs the UI
+# tests, then copies the pictures the docs show into docs/_static/screenshots/.
+DOCS_SHOTS := 01-panel 06-dark 11-calendar 12-overview 13-dashboard 16-job-builder 17-job-builder-dark
+docs-screenshots: test-ui
+	mkdir -p docs/_static/screenshots
+	for s in $(DOCS_SHOTS); do cp $(LABEXT)/ui-tests/artifacts/screenshots/$$s.png docs/_static/screenshots/; done
+
 demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.cli.demo
 
@@ -104,5 +121,5 @@ bench: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python benchmarks/reservations.py
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache docs/_build
 	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(LABEXT)/tsconfig.tsbuildinfo $(LABEXT)/ui-tests/artifacts jupyter_gpuhive/labextension
