@@ -15,9 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -113,6 +110,10 @@ class Database:
         DROP to the rows that point at it) and checked before the commit, as SQLite's own
         procedure for schema changes does (PRAGMA foreign_keys only works between transactions).
         """
+        from alembic import command  # here: the webhook courier process imports this module
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         sqlite = self.dialect == "sqlite"

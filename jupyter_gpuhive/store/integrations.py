@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, insert, or_, select, update
 
 from ..model import Reservation
 from .database import Database
@@ -265,7 +265,7 @@ class Integrations:
         )
 
     def write_log(self, ops: Sequence[tuple[Any, ...]]) -> None:
-        """Deliveries and attempts, in order, in one transaction.
+        """Deliveries and attempts, in order, in one transaction (a few statements per batch).
 
         ('delivery', (webhook_id, event_id), event, body, at) queues one;
         ('attempt', (webhook_id, event_id), at, status, error, ms, state) logs one attempt
@@ -276,45 +276,56 @@ class Integrations:
 
         def work(conn: Connection) -> None:
             existing = set(conn.execute(select(webhooks.c.id)).scalars())
-            ids: dict[tuple[int, str], int] = {}
-            for op in ops:
-                key = op[1]
-                if key[0] not in existing:
+            live = [op for op in ops if op[1][0] in existing]
+            queued = [
+                {"webhook_id": key[0], "event_id": key[1], "event": event, "body": body,
+                 "state": "pending", "attempts": 0, "created_at": at}
+                for kind, key, event, body, at in (op for op in live if op[0] == "delivery")
+            ]  # fmt: skip
+            if queued:
+                conn.execute(insert(webhook_deliveries), queued)
+            tried = [op for op in live if op[0] == "attempt"]
+            if not tried:
+                return
+            ids = self._delivery_ids(conn, {op[1] for op in tried})
+            attempts: list[dict[str, Any]] = []
+            moved: dict[tuple[int, str], dict[str, Any]] = {}
+            for _, key, at, status, error, ms, state in tried:
+                if key not in ids:
                     continue
-                if op[0] == "delivery":
-                    _, _, event, body, at = op
-                    row = {"webhook_id": key[0], "event_id": key[1], "event": event}
-                    row |= {"body": body, "state": "pending", "attempts": 0, "created_at": at}
-                    result = conn.execute(insert(webhook_deliveries).values(**row))
-                    ids[key] = _new_id(result)
-                    continue
-                _, _, at, status, error, ms, state = op
-                delivery_id = (
-                    ids.get(key)
-                    or conn.execute(
-                        select(d.id).where(d.webhook_id == key[0], d.event_id == key[1])
-                    ).scalar()
-                )
-                if delivery_id is None:
-                    continue
-                ids[key] = delivery_id
-                conn.execute(
-                    insert(webhook_attempts).values(
-                        delivery_id=delivery_id, at=at, status=status, error=error, ms=ms
-                    )
-                )
+                attempts.append({"delivery_id": ids[key], "at": at, "status": status,
+                                 "error": error, "ms": ms})  # fmt: skip
+                count = moved.get(key, {}).get("n", 0) + 1
+                finished = at if state != "pending" else None
+                moved[key] = {"i": ids[key], "n": count, "s": state, "f": finished}
+            if attempts:
+                conn.execute(insert(webhook_attempts), attempts)
                 conn.execute(
                     update(webhook_deliveries)
-                    .where(d.id == delivery_id)
+                    .where(d.id == bindparam("i"))
                     .values(
-                        attempts=d.attempts + 1,
-                        state=state,
-                        finished_at=at if state != "pending" else None,
-                    )
+                        attempts=d.attempts + bindparam("n", type_=Integer),
+                        state=bindparam("s", type_=d.state.type),
+                        finished_at=bindparam("f", type_=d.finished_at.type),
+                    ),
+                    list(moved.values()),
                 )
 
         if ops:
             self.db.write(work)
+
+    @staticmethod
+    def _delivery_ids(conn: Connection, keys: set[tuple[int, str]]) -> dict[tuple[int, str], int]:
+        """The row ids of deliveries by (webhook_id, event_id)."""
+        d = webhook_deliveries.c
+        found: dict[tuple[int, str], int] = {}
+        events = sorted({key[1] for key in keys})
+        for i in range(0, len(events), 500):
+            rows = conn.execute(
+                select(d.id, d.webhook_id, d.event_id).where(d.event_id.in_(events[i : i + 500]))
+            )
+            found |= {(w, e): rid for rid, w, e in rows if (w, e) in keys}
+        return found
 
     def deliveries(
         self, webhook_id: int | None = None, state: str | None = None, limit: int = 100
