@@ -18,6 +18,6 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_gpuhive`: register %gpureserve, %gpustatus and %%gpujob."""
-    from .notebook.magics import load_ipython_extension as load
+    from .notebook import load_ipython_extension as load
 
     load(ipython)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-ENV_URL, ENV_TOKEN = "GPUHIVE_URL", "GPUHIVE_TOKEN"
+from ..model.kernel import ENV_TOKEN, ENV_URL
 
 
 class HiveClientError(Exception):

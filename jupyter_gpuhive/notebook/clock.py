@@ -1,4 +1,4 @@
-"""Time zones and day arithmetic for the views (calendar days are local days)."""
+"""Time zones and day arithmetic for the magics and widgets (calendar days are local days)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..model.jobs import FINAL
+from .args import parse_gpu_args
 from .client import HiveClientError
-from .magics import GpuHiveMagics, parse_gpu_args
+from .magics import GpuHiveMagics
 from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows
-
-FINAL = {"succeeded", "failed", "stopped", "lost"}
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:

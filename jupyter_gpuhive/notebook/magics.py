@@ -1,4 +1,4 @@
-"""IPython magics: %gpureserve, %gpustatus (and %%gpujob, in jobmagics.py)."""
+"""IPython magics: %gpureserve and %gpustatus (%%gpujob: jobmagics.py, %gpufeed: feedmagics.py)."""
 
 from __future__ import annotations
 
@@ -7,61 +7,22 @@ import socket
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from datetime import time as clock_time
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..model import parse_duration
-from ..widgets.clock import local_zone
+from ..model import describe_duration, parse_duration
+from .args import parse_gpu_args, parse_when
 from .client import HiveClient, HiveClientError
-from .magicviews import GpuStatus, ReservationList, ReservationResult, local
+from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
-__all__ = ["GpuHiveMagics", "load_ipython_extension", "parse_gpu_args", "table"]
-
-
-def parse_gpu_args(items: Sequence[str]) -> tuple[list[str], int | None]:
-    """'gpu1:0,1 gpu2:0' → explicit GPUs; a single number → a count."""
-    if len(items) == 1 and items[0].isdigit():
-        return [], int(items[0])
-    gpus: list[str] = []
-    for item in items:
-        host, sep, indices = item.partition(":")
-        if not sep or not indices:
-            raise UsageError(f"'{item}' is not a GPU list: write host:0,1 (or a count like 2).")
-        for index in indices.split(","):
-            if not index.strip().isdigit():
-                raise UsageError(f"'{item}': GPU indices must be numbers.")
-            gpus.append(f"{host}:{index.strip()}")
-    return gpus, None
-
-
-def parse_when(text: str, now: datetime) -> datetime:
-    """ISO 8601 (local time if no offset), or 'HH:MM' today (tomorrow if already past).
-
-    Local times take the offset their own day has in the kernel's zone, not today's (they
-    differ across a DST change).
-    """
-    zone = local_zone()
-    day = now.astimezone(zone).date()
-    try:
-        if len(text) <= 5 and ":" in text:
-            hour, minute = (int(p) for p in text.split(":"))
-            when = datetime.combine(day, clock_time(hour, minute), tzinfo=zone)
-            if when.astimezone(UTC) <= now.astimezone(UTC):
-                when = datetime.combine(day + timedelta(days=1), when.time(), tzinfo=zone)
-            return when
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"Cannot read the time {text!r}: use HH:MM or ISO 8601.") from None
-    return when if when.tzinfo else when.replace(tzinfo=zone)
+__all__ = ["GpuHiveMagics", "parse_gpu_args", "parse_when", "table"]
 
 
 def cuda_already_initialised() -> str | None:
@@ -169,8 +130,6 @@ class GpuHiveMagics(Magics):
             headline = f"Reservation {done['id']} now ends {self._local(done['end'])}."
             return self._give(ReservationResult(done, headline), args.output)
         if args.notify:
-            from .feedmagics import reserve_or_notify
-
             return self._give(reserve_or_notify(self, args), args.output)
         return self._give(self._reserve(args), args.output)
 
@@ -299,9 +258,33 @@ class GpuHiveMagics(Magics):
         return GpuStatus(hosts, self._call(self.client.me)["name"])
 
 
-def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext jupyter_gpuhive` registers the magics."""
-    from .feedmagics import GpuFeedMagics
-    from .jobmagics import GpuJobMagics
-
-    ipython.register_magics(GpuHiveMagics, GpuJobMagics, GpuFeedMagics)
+def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:
+    """Book now if the GPUs are free; otherwise subscribe to be told when they are."""
+    try:
+        return magics._reserve(args)
+    except UsageError as error:
+        reason = str(error)
+    gpus, count = parse_gpu_args(args.gpus)
+    hosts = sorted({g.split(":")[0] for g in gpus})
+    if gpus and len(hosts) != 1:
+        raise UsageError(f"{reason} (--notify needs GPUs of one host, or a count.)")
+    host = args.host or (hosts[0] if hosts else None)
+    start, end = magics._span(args)
+    length = end - start
+    body: dict[str, Any] = {"gpus": count or len(gpus), "duration": length.total_seconds()}
+    if host:
+        body["host"] = host
+    if args.before:
+        body["deadline"] = parse_when(args.before, datetime.now(UTC)).isoformat()
+    try:
+        made = magics.client.request("POST", "subscriptions", body)
+    except HiveClientError as error:
+        raise UsageError(f"{reason} Nor can gpuhive watch for them: {error.message}") from None
+    where = f"on {host}" if host else "on one host"
+    message = (
+        f"Not booked now: {reason}\n"
+        f"gpuhive will tell you when {body['gpus']} GPU(s) {where} are free for "
+        f"{describe_duration(length)} (subscription {made['id']}; by "
+        f"{', '.join(made['channels'])}), with a line that books them."
+    )
+    return Notice(made, message)

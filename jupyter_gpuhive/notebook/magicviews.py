@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..hosts.guidance import setup, setup_text
-from ..widgets.clock import local_zone
+from .clock import local_zone
 
 COLOURS = {
     "free": "var(--jp-success-color1, #388e3c)",
@@ -310,3 +310,21 @@ JOB_COLUMNS = [
     ("GPUS", lambda j: len(j["gpus"])),
     ("TEMPLATE", lambda j: j["template"]),
 ]
+
+
+class Notice(dict):  # type: ignore[type-arg]
+    """An API answer shown as a short message (text and HTML)."""
+
+    def __init__(self, data: dict[str, Any], message: str) -> None:
+        super().__init__(data)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.message)
+
+    def _repr_html_(self) -> str:
+        lines = "<br>".join(html.escape(line) for line in self.message.splitlines())
+        return f"<div class='gpuhive-notice'>{lines}</div>"

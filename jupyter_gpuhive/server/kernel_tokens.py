@@ -26,7 +26,7 @@ from typing import Any
 from jupyter_server.auth.identity import User
 from jupyter_server.base.call_context import CallContext
 
-from ..notebook.client import ENV_TOKEN, ENV_URL
+from ..model.kernel import ENV_TOKEN, ENV_URL
 
 PREFIX = "gpuhive-kernel-"
 SETTING = "gpuhive_kernel_tokens"  # the KernelTokens of a server, in its web app settings

@@ -14,8 +14,17 @@ from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
 from ..notebook.client import HiveClientError
+from ..notebook.clock import (
+    UTC,
+    as_zone,
+    day_segments,
+    hours_into,
+    iso,
+    local_text,
+    midnight,
+    parse,
+)
 from . import palette
-from .clock import UTC, as_zone, day_segments, hours_into, iso, local_text, midnight, parse
 from .messages import error_text, hosts_notice
 
 PAD = 0.06  # gap between neighbouring columns, in column widths

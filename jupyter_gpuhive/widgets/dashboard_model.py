@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ..notebook.client import HiveClientError
-from .clock import UTC, iso
+from ..notebook.clock import UTC, iso
 from .messages import hosts_notice
 
 # chart title -> (kind, field of the metrics endpoint)

@@ -16,13 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from ..notebook.client import HiveClientError
+from ..notebook.clock import UTC, iso, parse
 from .calendar_model import gpus_of
-from .clock import UTC, iso, parse
 from .messages import error_text, hosts_notice
 
 MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
-FINAL = frozenset({"succeeded", "failed", "stopped", "lost"})
-ACTIVE = frozenset({"starting", "running", "stopping"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 

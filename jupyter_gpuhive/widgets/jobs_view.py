@@ -8,6 +8,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from ..model.jobs import LIVE
 from ..notebook.client import HiveClientError
 from .display import Shown
 from .jobs_model import MODES, FormError, JobBuilderModel, JobListModel, task_text
@@ -45,7 +46,8 @@ def preview_html(tasks: list[dict[str, Any]]) -> str:
     if not tasks:
         return ""
     blocks = "".join(
-        f"<pre style='margin:4px 0;padding:4px;background:#f6f6f6;white-space:pre-wrap'>"
+        "<pre style='margin:4px 0;padding:4px;background:var(--jp-layout-color2, #f6f6f6);"
+        f"white-space:pre-wrap'>"
         f"{html.escape(task_text(t))}</pre>"
         for t in tasks
     )
@@ -278,9 +280,7 @@ class JobListView(Shown):
             self.jobs.value = m.selected
         job = m.job()
         self.task.max = max(len(job["tasks"]) - 1, 0) if job else 0
-        self.stop_button.disabled = job is None or job["status"] not in (
-            "pending", "starting", "running", "stopping",
-        )  # fmt: skip
+        self.stop_button.disabled = job is None or job["status"] not in LIVE
         error = self.poller.last_error or m.error
         self.status.value = m.notice + (_error(error) or html.escape(m.message))
         hint = m.attach_hint()
@@ -288,7 +288,8 @@ class JobListView(Shown):
         state = f" ({html.escape(m.log_state)})" if m.log_state else ""
         self.log.value = (
             f"<b>Log of task {m.task}{state}</b><pre style='max-height:300px;overflow:auto;"
-            f"background:#f6f6f6;white-space:pre-wrap'>{html.escape(m.log)}</pre>"
+            "background:var(--jp-layout-color2, #f6f6f6);"
+            f"white-space:pre-wrap'>{html.escape(m.log)}</pre>"
             if m.selected is not None else ""
         )  # fmt: skip
 

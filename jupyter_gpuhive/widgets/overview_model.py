@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..notebook.client import HiveClientError
-from .clock import UTC, as_zone, iso, midnight, parse
+from ..notebook.clock import UTC, as_zone, iso, midnight, parse
 from .messages import setup_notice
 
 FREE, OTHERS, MINE, QUEUED = 0, 1, 2, 3  # cell codes; the colour scale maps them in order

@@ -1,0 +1,9 @@
+"""What a kernel is told by the server that starts it: the names of its environment variables.
+
+The server (`server.kernel_tokens`) sets them, the kernel's client (`notebook.client`) reads
+them; both import the names from here.
+"""
+
+ENV_URL = "GPUHIVE_URL"  # the gpuhive server's base URL
+# A kernel token: gpuhive's API as the user who started the kernel.
+ENV_TOKEN = "GPUHIVE_TOKEN"  # noqa: S105 - the variable's name, not a secret

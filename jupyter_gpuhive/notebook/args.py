@@ -1,0 +1,50 @@
+"""What the magics read from their command lines: GPU lists and local times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from datetime import time as clock_time
+
+from IPython.core.error import UsageError
+
+from .clock import local_zone
+
+UTC = timezone.utc
+
+
+def parse_gpu_args(items: Sequence[str]) -> tuple[list[str], int | None]:
+    """'gpu1:0,1 gpu2:0' → explicit GPUs; a single number → a count."""
+    if len(items) == 1 and items[0].isdigit():
+        return [], int(items[0])
+    gpus: list[str] = []
+    for item in items:
+        host, sep, indices = item.partition(":")
+        if not sep or not indices:
+            raise UsageError(f"'{item}' is not a GPU list: write host:0,1 (or a count like 2).")
+        for index in indices.split(","):
+            if not index.strip().isdigit():
+                raise UsageError(f"'{item}': GPU indices must be numbers.")
+            gpus.append(f"{host}:{index.strip()}")
+    return gpus, None
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """ISO 8601 (local time if no offset), or 'HH:MM' today (tomorrow if already past).
+
+    Local times take the offset their own day has in the kernel's zone, not today's (they
+    differ across a DST change).
+    """
+    zone = local_zone()
+    day = now.astimezone(zone).date()
+    try:
+        if len(text) <= 5 and ":" in text:
+            hour, minute = (int(p) for p in text.split(":"))
+            when = datetime.combine(day, clock_time(hour, minute), tzinfo=zone)
+            if when.astimezone(UTC) <= now.astimezone(UTC):
+                when = datetime.combine(day + timedelta(days=1), when.time(), tzinfo=zone)
+            return when
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"Cannot read the time {text!r}: use HH:MM or ISO 8601.") from None
+    return when if when.tzinfo else when.replace(tzinfo=zone)
