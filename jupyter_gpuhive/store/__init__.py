@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from .accounting import Accounting
 from .database import Database
 from .inventory import Inventory
 from .jobs import Jobs
+from .limits import LimitStore
 from .reservations import Changes, Clash, Reservations
 from .rules import Rules
 from .usage import Usage
@@ -24,6 +26,8 @@ class Store:
         self.jobs = Jobs(self.db)
         self.usage = Usage(self.db)
         self.violations = Violations(self.db)
+        self.limits = LimitStore(self.db)
+        self.accounting = Accounting(self.db)
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

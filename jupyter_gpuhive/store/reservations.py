@@ -80,6 +80,21 @@ class Changes:
     cancelled_at: datetime | None = None
 
 
+@dataclass(frozen=True)
+class Booking:
+    """What a write is about to store, for a guard to check inside the same transaction."""
+
+    owner: str
+    start: datetime
+    end: datetime
+    gpu_ids: tuple[int, ...]
+    old: Reservation | None = None  # the reservation before an edit
+
+
+# Called inside the write transaction before the row is written; raises to refuse it.
+Guard = Callable[[Connection, Booking], None]
+
+
 def _is_overlap(error: IntegrityError) -> bool:
     return sqlstate(error) == EXCLUSION_VIOLATION or "overlapping reservation" in str(error)
 
@@ -245,11 +260,14 @@ class Reservations:
         start: datetime,
         end: datetime,
         gpu_ids: Sequence[int],
+        guard: Guard | None = None,
     ) -> Reservation:
         """Insert a reservation, or raise Conflict naming the reservations in the way."""
         created = utcnow()
 
         def work(conn: Connection) -> int:
+            if guard is not None:
+                guard(conn, Booking(owner, start, end, tuple(gpu_ids)))
             found = self.clashes(conn, gpu_ids, start, end)
             if found:
                 raise clash_error(found)
@@ -284,7 +302,12 @@ class Reservations:
         gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=_gpu_order))
         return Reservation(rid, owner, title, description, start, end, gpus, created)
 
-    def modify(self, reservation_id: int, decide: Callable[[Reservation], Changes]) -> Reservation:
+    def modify(
+        self,
+        reservation_id: int,
+        decide: Callable[[Reservation], Changes],
+        guard: Guard | None = None,
+    ) -> Reservation:
         """Apply the changes `decide` returns for the current row, atomically."""
 
         def work(conn: Connection) -> int:
@@ -299,6 +322,8 @@ class Reservations:
             gpu_ids = change.gpu_ids or tuple(g.id for g in old.gpus)
             cancelled = change.cancelled_at is not None
             if not cancelled:
+                if guard is not None:
+                    guard(conn, Booking(old.owner, start, end, tuple(gpu_ids), old))
                 found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id)
                 if found:
                     raise clash_error(found)
