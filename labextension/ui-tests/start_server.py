@@ -42,7 +42,7 @@ BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
 def sim_hosts(root: Path) -> list[dict[str, object]]:
     """gpu1 (4 GPUs) and gpu2 (2 GPUs): simulated hosts on the local transport whose
     nvidia-smi stand-in reports metrics, as `make demo`'s do."""
-    from jupyter_gpuhive.demo import host_config
+    from jupyter_gpuhive.cli.demo import host_config
     from jupyter_gpuhive.sim.cluster import LocalSimHost
     from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, make_uuid
 
@@ -58,7 +58,7 @@ def sim_hosts(root: Path) -> list[dict[str, object]]:
 def driver_bin(root: Path) -> Path:
     """A folder with an `nvidia-smi` that answers, with no environment of its own, for a
     simulated 4-GPU machine (as a real driver's does)."""
-    from jupyter_gpuhive.inventory_config import local_host_name
+    from jupyter_gpuhive.hosts.config import local_host_name
     from jupyter_gpuhive.sim.cluster import LocalSimHost
 
     name = local_host_name()
