@@ -1,0 +1,237 @@
+"""The import graph of jupyter_gpuhive: no cycles among its modules, imports only downwards.
+
+The graph is built with `ast` from every module of the package: imports at module level,
+in functions and under TYPE_CHECKING alike, relative ones resolved. An edge counts where a
+module names another directly; a package's `__init__` is a module of its own.
+
+The layers, bottom to top (a package may import only what LAYERS lists for it; from monitor
+up to cli each may also import model and errors):
+
+    errors, _version                      nothing
+    model                                 errors (pure values shared by store and domain)
+    sim                                   nothing (copied onto simulated hosts as it is)
+    store, hosts                          model, errors
+    privacy                               model
+    monitor                               hosts, store
+    bookings                              store, privacy
+    jobs                                  bookings, monitor, hosts, store, privacy
+    integrations                          jobs, store
+    protection                            integrations, monitor, hosts, store
+    hive                                  every service above (the composition root)
+    server                                hive and the services (never notebook, widgets)
+    notebook                              model, hosts.guidance (the kernel side)
+    widgets                               notebook, model, hosts.guidance
+    cli                                   server, hive, the services, sim
+    jupyter_gpuhive, auth, hub, client    the published entry points and re-exports
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import jupyter_gpuhive
+
+PACKAGE = "jupyter_gpuhive"
+ROOT = Path(jupyter_gpuhive.__file__).resolve().parent
+
+# What each top-level package (or module) may import besides itself; an entry names a
+# package, or one module of it ("hosts.guidance"). The module docstring draws the layers.
+SERVICES = {"bookings", "jobs", "monitor", "protection", "integrations", "hosts", "store"}
+LAYERS: dict[str, set[str]] = {
+    "_version": set(),
+    "errors": set(),
+    "model": {"errors"},
+    "sim": set(),
+    "store": {"errors", "model"},
+    "hosts": {"errors", "model"},
+    "privacy": {"model"},
+    "monitor": {"errors", "model", "hosts", "store"},
+    "bookings": {"errors", "model", "privacy", "store"},
+    "jobs": {"errors", "model", "privacy", "store", "hosts", "monitor", "bookings"},
+    "integrations": {"errors", "model", "store", "jobs"},
+    "protection": {"errors", "model", "store", "hosts", "monitor", "integrations"},
+    "hive": {"errors", "model", "privacy", *SERVICES},
+    "server": {"_version", "errors", "model", "privacy", "hive", *SERVICES},
+    "notebook": {"model", "hosts.guidance"},
+    "widgets": {"model", "notebook", "hosts.guidance"},
+    "cli": {"_version", "errors", "model", "hive", "server", "sim", *SERVICES},
+    PACKAGE: {"_version", "notebook", "server"},
+    "auth": {"server"},
+    "hub": {"server"},
+    "client": {"notebook"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of one module by another, where it is written."""
+
+    source: str
+    target: str
+    path: Path
+    line: int
+
+    def __str__(self) -> str:
+        where = self.path.relative_to(ROOT.parent) if self.path.is_relative_to(ROOT) else self.path
+        return f"{where}:{self.line}: {self.source} imports {self.target}"
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package by dotted name: (file, whether it is a package)."""
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def imports(known: dict[str, tuple[Path, bool]]) -> list[Import]:
+    """Every import of a module of the package by another one."""
+    edges = []
+    for name, (path, is_package) in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    here = name.split(".") if is_package else name.split(".")[:-1]
+                    here = here[: len(here) - (node.level - 1)]
+                    base = ".".join([*here, *([node.module] if node.module else [])])
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                    for alias in node.names
+                ]
+            for target in targets:
+                while target and target not in known:  # `import a.b.c` of a non-module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.append(Import(name, target, path, node.lineno))
+    return edges
+
+
+def top(module: str) -> str:
+    """The top-level package (or module) a module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def allowed(source: str, target: str) -> bool:
+    """Whether LAYERS lets `source` import `target` (within one package: always)."""
+    if top(source) == top(target):
+        return True
+    inner = target.removeprefix(PACKAGE + ".")
+    return any(inner == entry or inner.startswith(entry + ".") for entry in LAYERS[top(source)])
+
+
+def cycles(edges: list[Import]) -> list[list[Import]]:
+    """One cycle of imports through each strongly connected set of modules."""
+    graph: dict[str, dict[str, Import]] = defaultdict(dict)
+    for edge in edges:
+        graph[edge.source].setdefault(edge.target, edge)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_loop(graph, component) for component in components]
+
+
+def _loop(graph: dict[str, dict[str, Import]], component: list[str]) -> list[Import]:
+    """A shortest path of imports from the component's first module back to itself."""
+    start, members = component[0], set(component)
+    paths: dict[str, list[Import]] = {start: []}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt, edge in graph[node].items():
+            if nxt == start:
+                return [*paths[node], edge]
+            if nxt in members and nxt not in paths:
+                paths[nxt] = [*paths[node], edge]
+                queue.append(nxt)
+    raise AssertionError(f"no cycle through {component}")  # a component always has one
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(imports(modules()))
+    report = "\n\n".join("\n".join(f"  {edge}" for edge in loop) for loop in found)
+    if found:
+        pytest.fail(f"{len(found)} import cycle(s); break each at one of its imports:\n{report}")
+
+
+def test_imports_follow_the_layers() -> None:
+    known = modules()
+    unknown = sorted({top(name) for name in known} - set(LAYERS))
+    if unknown:
+        pytest.fail(f"place these packages in LAYERS (tests/test_architecture.py): {unknown}")
+    wrong = [str(edge) for edge in imports(known) if not allowed(edge.source, edge.target)]
+    report = "\n".join(f"  {line}" for line in wrong)
+    if wrong:
+        pytest.fail(f"{len(wrong)} import(s) against the layers (see LAYERS):\n{report}")
+
+
+def test_the_layers_themselves_have_no_cycle() -> None:
+    """LAYERS is a layering: following its entries never leads back to where it started."""
+    edges = [
+        Import(f"{PACKAGE}.{name}", f"{PACKAGE}.{entry.partition('.')[0]}", ROOT, 0)
+        for name, entries in LAYERS.items()
+        if name != PACKAGE
+        for entry in entries
+    ]
+    assert not cycles(edges)
+
+
+def test_the_checks_see_a_back_edge_and_a_cycle(tmp_path: Path) -> None:
+    """The graph sees function-level and relative imports, and names the file and line."""
+    fake = {
+        f"{PACKAGE}.store.a": tmp_path / "a.py",
+        f"{PACKAGE}.jobs.b": tmp_path / "b.py",
+    }
+    fake[f"{PACKAGE}.store.a"].write_text("def f():\n    from ..jobs import b\n")
+    fake[f"{PACKAGE}.jobs.b"].write_text("from ..store.a import f\n")
+    edges = imports({name: (path, False) for name, path in fake.items()})
+    assert [(e.source, e.target, e.line) for e in edges] == [
+        (f"{PACKAGE}.store.a", f"{PACKAGE}.jobs.b", 2),
+        (f"{PACKAGE}.jobs.b", f"{PACKAGE}.store.a", 1),
+    ]
+    assert not allowed(f"{PACKAGE}.store.a", f"{PACKAGE}.jobs.b")
+    assert allowed(f"{PACKAGE}.jobs.b", f"{PACKAGE}.store.a")
+    assert not allowed(f"{PACKAGE}.notebook.x", f"{PACKAGE}.hosts.pool")
+    assert allowed(f"{PACKAGE}.notebook.x", f"{PACKAGE}.hosts.guidance")
+    [loop] = cycles(edges)
+    assert {(edge.path.name, edge.line) for edge in loop} == {("a.py", 2), ("b.py", 1)}
