@@ -84,7 +84,7 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
         level=1, ladder=[{"after": 0, "handler": "event"}], handlers={"event": {"interval": 0}}
     )
     protection = Protection(settings, store, pool, run, publish=publish)
-    monitor.sampler.listeners.append(protection.on_sweep)
+    monitor.on_sweep(protection.on_sweep)
     await monitor.sampler.sweep()  # discovery
     gpus = [g for h in sims for g in store.inventory.host(h.name).gpus]  # type: ignore[union-attr]
     start = utcnow() - timedelta(seconds=1)

@@ -1,262 +1,206 @@
-"""Job rules: what a request may create, who may act on a job, when it may run now."""
+"""Jobs: the facade the API calls; create, start, stop, queue and read jobs, and run the queue."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
-from datetime import datetime, timedelta, tzinfo
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Any
 
-from ..bookings import access
-from ..errors import BadRequest, Conflict, Forbidden, Invalid, NotFound
-from ..model import Gpu, Identity, parse_duration, parse_instant, utcnow
+from ..errors import Conflict, Invalid, Unavailable
+from ..hosts.pool import HostPool, HostUnavailable, SshSettings
+from ..model import Identity, isoformat
+from ..model.requests import JobRequest
+from ..privacy import Privacy, job_json
 from ..store import Store
-from ..store.schema import ID_MAX
-from .admission import (
-    PLACEMENTS,
-    SAME_HOST,
-    gpu_count,
-    placement,
-    same_host,
-    template_options,
-)
-from .commands import shell_command
-from .model import Job, NewJob, render_tasks
-from .sweeps import parse_sweep
-from .tasks import GpuSlot, TaskSpec, TemplateError
+from .catalog import TEMPLATES
+from .launcher import Launcher
+from .logins import Logins
+from .model import ACTIVE, LIVE, Job
+from .queue import Scheduler
+from .rules import JobRules
 
-NAME_MAX, TEXT_MAX, COMMAND_MAX = 120, 4000, 100_000
-DEFAULT_WALLTIME = timedelta(hours=1)
+if TYPE_CHECKING:
+    from ..monitor.sampler import Sweep
 
 
-def _str_map(body: dict[str, Any], key: str) -> dict[str, str]:
-    value = body.get(key) or {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise BadRequest(f"'{key}' must be an object of names to values.")
-    return {k: str(v) for k, v in value.items()}
-
-
-def _text(body: dict[str, Any], key: str, limit: int, required: bool = False) -> str:
-    value = body.get(key, "")
-    if not isinstance(value, str):
-        raise BadRequest(f"'{key}' must be a string.")
-    if required and not value.strip():
-        raise Invalid(f"'{key}' is required.")
-    if len(value) > limit:
-        raise Invalid(f"'{key}' is {len(value)} characters long; the limit is {limit}.")
-    return value
-
-
-def _placement_option(body: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The options with `same_host` (given at the top level or in options) checked."""
-    value = body.get(SAME_HOST, options.get(SAME_HOST))
-    if value is None:
-        return {k: v for k, v in options.items() if k != SAME_HOST}
-    if SAME_HOST in body and options.get(SAME_HOST, value) != value:
-        raise Invalid("Give 'same_host' once: at the top level or in 'options'.")
-    if not isinstance(value, str):
-        raise BadRequest(f"'same_host' must be one of {', '.join(PLACEMENTS)} (a string).")
-    try:
-        same_host({SAME_HOST: value})
-    except ValueError as error:
-        raise Invalid(f"{error}.") from None
-    return {**options, SAME_HOST: value}
-
-
-class JobService:
-    """Turns requests into jobs, and guards who may start, stop or delete them."""
+class Jobs:
+    """Every job operation a request or the monitor asks for, on one object."""
 
     def __init__(
         self,
         store: Store,
+        pool: HostPool,
+        run: Callable[..., Awaitable[Any]],
+        *,
         zone: tzinfo,
         identity_of: Callable[[str], Identity],
-        clock: Callable[[], datetime] = utcnow,
+        interval: float,
+        ssh: SshSettings,
+        privacy: Privacy,
+        started: Callable[[Job], Any] = lambda _job: None,
     ) -> None:
         self.store = store
-        self.zone = zone
-        self.identity_of = identity_of
-        self.now = clock
-
-    # --- building jobs -----------------------------------------------------------------
-
-    def _gpus(self, who: Identity, body: dict[str, Any]) -> list[Gpu]:
-        if body.get("reservation") is not None:
-            if body.get("gpus"):
-                raise Invalid("Give either 'gpus' or 'reservation', not both.")
-            rid = body["reservation"]
-            if not isinstance(rid, int) or isinstance(rid, bool):
-                raise BadRequest("'reservation' must be a reservation id (a number).")
-            if not 0 <= rid <= ID_MAX:  # no table holds such an id (nor can the driver send it)
-                raise NotFound(f"There is no reservation {rid}.")
-            res = self.store.reservations.get(rid)
-            if res.owner != who.name and not who.is_admin:
-                raise Forbidden(f"Reservation {rid} belongs to {res.owner}, not to you.")
-            if res.cancelled or res.end <= self.now():
-                raise Conflict(f"Reservation {rid} is over; pick GPUs or a current reservation.")
-            return list(res.gpus)
-        refs = body.get("gpus")
-        if not isinstance(refs, list) or not refs:
-            raise Invalid("'gpus' must be a non-empty list such as [\"gpu1:0\"], or give "
-                          "'reservation'.")  # fmt: skip
-        gpus: dict[int, Gpu] = {}
-        for ref in refs:
-            gpu = self.store.inventory.gpu(str(ref))
-            if gpu is None:
-                raise Invalid(f"Unknown GPU '{ref}'. GET hosts lists the GPUs.")
-            gpus[gpu.id] = gpu
-        return list(gpus.values())
-
-    def _layout(self, gpus: Sequence[Gpu]) -> list[tuple[str, str, list[GpuSlot]]]:
-        by_host: dict[str, list[GpuSlot]] = {}
-        for gpu in gpus:
-            by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, "", gpu.index, gpu.uuid))
-        out = []
-        for host, slots in by_host.items():
-            found = self.store.inventory.host(host)
-            address = found.address if found else host
-            out.append((host, address, [replace(s, address=address) for s in slots]))
-        return out
-
-    def build(self, who: Identity, body: dict[str, Any]) -> tuple[NewJob, list[TaskSpec]]:
-        """Validate a job request and render its tasks (nothing is stored)."""
-        owner = who.name
-        sweep_value = body.get("sweep") or {}
-        sweep: dict[str, list[str]]
-        if isinstance(sweep_value, list):
-            try:
-                sweep = {name: list(values) for name, values in map(parse_sweep, sweep_value)}
-            except (TemplateError, AttributeError) as error:
-                raise Invalid(f"Bad sweep: {error}") from None
-        elif isinstance(sweep_value, dict):
-            sweep = {k: [str(x) for x in (v if isinstance(v, list) else str(v).split(","))]
-                     for k, v in sweep_value.items()}  # fmt: skip
-        else:
-            raise BadRequest('\'sweep\' must be an object like {"lr": ["0.1", "0.01"]}.')
-        options = body.get("options") or {}
-        if not isinstance(options, dict):
-            raise BadRequest("'options' must be an object.")
-        options = _placement_option(body, options)
-        retries = body.get("max_retries", 0)
-        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
-            raise Invalid("'max_retries' must be a whole number from 0 to 10.")
-        for flag in ("queued", "start"):
-            if not isinstance(body.get(flag, False), bool):
-                raise BadRequest(f"'{flag}' must be true or false.")
-        workdir = body.get("workdir")
-        if workdir is not None and not isinstance(workdir, str):
-            raise BadRequest("'workdir' must be a path.")
-        walltime = body.get("walltime")
-        job = NewJob(
-            name=_text(body, "name", NAME_MAX, required=True).strip(),
-            owner=owner,
-            command=_text(body, "command", COMMAND_MAX, required=True),
-            template=_text(body, "template", NAME_MAX) or "plain",
-            description=_text(body, "description", TEXT_MAX),
-            options=options,
-            variables=_str_map(body, "variables"),
-            sweep=sweep,
-            env=_str_map(body, "env"),
-            workdir=workdir,
-            queued=bool(body.get("queued", False)),
-            walltime=parse_duration(walltime, "walltime") if walltime else None,
-            start_at=parse_instant(body["start_at"], "start_at") if body.get("start_at") else None,
-            stop_at=parse_instant(body["stop_at"], "stop_at") if body.get("stop_at") else None,
-            max_retries=retries,
+        self.run = run
+        self.privacy = privacy
+        self._started = started
+        self.rules = JobRules(store, zone, identity_of)
+        self.logins = Logins(pool, ssh)
+        self.launcher = Launcher(pool, store.jobs)
+        self.scheduler = Scheduler(
+            store, self.launcher, identity_of=identity_of, zone=zone, interval=interval
         )
-        if job.start_at and job.stop_at and job.stop_at <= job.start_at:
-            raise Invalid("'stop_at' must be after 'start_at'.")
-        try:
-            count = gpu_count(options)
-        except ValueError as error:
-            raise Invalid(str(error)) from None
-        if count is None and SAME_HOST in options:
-            raise Invalid("'same_host' is for jobs that ask for a GPU count ('gpu_count' in "
-                          "options); this one names its GPUs.")  # fmt: skip
-        if count is not None:
-            return job, self._check_count_only(job, body, count)
-        try:
-            specs = render_tasks(job, self._layout(self._gpus(who, body)))
-        except (TemplateError, ValueError) as error:
-            raise Invalid(str(error)) from None
-        return job, specs
 
-    def _check_count_only(self, job: NewJob, body: dict[str, Any], count: int) -> list[TaskSpec]:
-        """A job that names only a GPU count: queued, GPUs chosen at admission, no tasks yet."""
-        if body.get("gpus") or body.get("reservation") is not None:
-            raise Invalid("Give either 'gpu_count' (in options) or GPUs, not both.")
-        if not job.queued:
-            raise Invalid(
-                "A job that names only a GPU count must be queued ('queued': true): gpuhive "
-                "picks its GPUs when enough are free."
-            )
-        gpus = self.store.inventory.gpus()
-        if count > len(gpus):
-            raise Invalid(f"The job wants {count} GPUs; there are only {len(gpus)}.")
-        largest = max(Counter(g.host for g in gpus).values(), default=0)
-        if placement(count, same_host(job.options), largest) == "required" and count > largest:
-            raise Invalid(
-                f"The job wants {count} GPUs on one host ('same_host': 'required'), but the "
-                f"largest host has {largest}. Ask for at most {largest}, or let it span hosts "
-                "with 'same_host': 'preferred' or 'any'."
-            )
-        trial = replace(job, options=template_options(job.options))
-        try:  # render once on any GPUs, so template mistakes show now, not at admission
-            render_tasks(trial, self._layout(gpus[:count]))
-        except (TemplateError, ValueError) as error:
-            raise Invalid(str(error)) from None
-        return []
+    # --- after each sweep (leader only) ------------------------------------------------
+
+    async def on_sweep(self, sweep: Sweep) -> None:
+        """Follow running tasks, then run the queue."""
+        await self.launcher.sync()
+        await self.scheduler.tick(sweep)
+
+    async def settle(self) -> None:
+        """Wait for the queue's work in flight (this server stops leading)."""
+        await self.scheduler.settle()
+
+    async def owners(self, sweep: Sweep) -> dict[tuple[str, int], str]:
+        """GPU processes that belong to running gpuhive jobs: (host, pid) → job owner."""
+        tasks = await self.run(self.store.jobs.tasks, ACTIVE)
+        groups: dict[tuple[str, int | None], str] = {
+            (t.host, t.pgid): t.owner for t in tasks if t.pgid
+        }
+        owners = {}
+        for host, sample in sweep.samples.items():
+            for proc in sample.processes:
+                owner = groups.get((host, proc.pgid))
+                if owner is not None:
+                    owners[(host, proc.pid)] = owner
+        return owners
+
+    # --- queries -----------------------------------------------------------------------
 
     @staticmethod
-    def preview(specs: Sequence[TaskSpec]) -> list[dict[str, Any]]:
-        """The exact per-task commands and environments (what --dry-run shows)."""
+    def templates() -> list[dict[str, Any]]:
+        """The job templates with their options."""
+        return [template.describe() for template in TEMPLATES.values()]
+
+    async def find(self, user: str | None, status: str | None) -> list[Job]:
+        """Jobs, of one owner and/or in one status when given."""
+        jobs = await self.run(self.store.jobs.all, owner=user)
+        return [j for j in jobs if status is None or j.status == status]
+
+    async def get(self, job_id: int) -> Job:
+        """One job (404 when there is none)."""
+        job: Job = await self.run(self.store.jobs.get, job_id)
+        return job
+
+    async def queue(self, who: Identity) -> list[dict[str, Any]]:
+        """Queued jobs not yet running, with when they could start and what they wait for."""
+        jobs = await self.run(self.store.jobs.all, queued=True)
+        pending = [j for j in jobs if j.status == "pending"]
+        estimates = await self.scheduler.estimates()
+        report = self.scheduler.last_report
+        waiting = report.waiting if report is not None else {}
         return [
             {
-                "index": spec.index,
-                "host": spec.host,
-                "gpus": [f"{g.host}:{g.index}" for g in spec.gpus],
-                "role": spec.role,
-                "env": dict(spec.env),
-                "command": spec.command,
-                "shell": shell_command(spec),
+                **job_json(job, who, self.privacy),
+                "estimated_start": isoformat(estimates.get(job.id)),
+                "waiting_for": waiting.get(job.id),
             }
-            for spec in specs
+            for job in pending
         ]
 
-    # --- guarding actions ---------------------------------------------------------------
+    async def preview(self, who: Identity, request: JobRequest) -> list[dict[str, Any]]:
+        """The tasks a request would run, with their exact commands (nothing is stored)."""
+        _, specs = await self.run(self.rules.build, who, request)
+        return self.rules.preview(specs)
 
-    @staticmethod
-    def may_act(who: Identity, job: Job, verb: str) -> None:
-        if job.owner != who.name and not who.is_admin:
-            raise Forbidden(
-                f"Job {job.id} belongs to {job.owner}; only they or an admin may {verb} it."
-            )
+    async def log(
+        self, who: Identity, job_id: int, task_index: int, offset: int, tail: int | None
+    ) -> dict[str, Any]:
+        """A piece of one task's log, from `offset` or its last `tail` bytes."""
+        job = await self._owned(who, job_id, "read the log of")
+        tasks = {t.index: t for t in job.tasks}
+        if task_index not in tasks:
+            raise Invalid(f"Job {job_id} has no task {task_index} (it has {len(tasks)}).")
+        task = tasks[task_index]
+        try:
+            chunk = await self.launcher.log(task, offset=offset, tail=tail)
+        except HostUnavailable as error:
+            raise Unavailable(f"Cannot read the log on {error.host}: {error.reason}") from None
+        return {
+            "task": task_index,
+            "text": chunk.text,
+            "start": chunk.start,
+            "next_offset": chunk.next_offset,
+            "size": chunk.size,
+            "state": task.state.value if hasattr(task.state, "value") else str(task.state),
+            "attach": self.launcher.attach_hint(task),
+        }
 
-    def check_run_now(
-        self, owner_name: str, uuids: Collection[str], walltime: timedelta | None
-    ) -> None:
-        """Refuse to start on GPUs someone else holds now, or that the owner may not use."""
-        now = self.now()
-        until = now + (walltime or DEFAULT_WALLTIME)
-        wanted = set(uuids)
-        gpus = [g for g in self.store.inventory.gpus() if g.uuid in wanted]
-        ids = [g.id for g in gpus]
-        for res in self.store.reservations.window(
-            now, now + timedelta(microseconds=1), gpu_ids=ids
-        ):
-            if res.owner != owner_name:
-                held = ", ".join(g.ref for g in res.gpus if g.id in ids)
-                until_text = f"{res.end.astimezone(self.zone):%a %H:%M}"
-                raise Conflict(
-                    f"{held} is reserved by {res.owner} until {until_text}; queue the job to "
-                    "run when the GPUs are free, or choose other GPUs."
-                )
-        owner = self.identity_of(owner_name)
-        mine = self.store.reservations.window(now, until, gpu_ids=ids, owner=owner_name)
-        held_by_owner = {g.id for r in mine if r.start <= now for g in r.gpus}
-        unheld = [g for g in gpus if g.id not in held_by_owner]
-        problems = access.uncovered(self.store.rules.all(), owner, unheld, now, until, self.zone)
-        if problems:
-            refs = ", ".join(g.ref for g, _ in problems)
-            raise Forbidden(f"The access rules do not allow {owner_name} to use {refs} now.")
+    def public_key(self) -> str | None:
+        """The public key users add to authorized_keys (None without SSH hosts)."""
+        return self.logins.public_key()
+
+    async def ssh_status(self, who: Identity) -> dict[str, Any]:
+        """The public key, and per SSH host whether jobs can run as `who` there."""
+        return await self.logins.status(who)
+
+    # --- changes -----------------------------------------------------------------------
+
+    async def create(self, who: Identity, request: JobRequest) -> Job:
+        """Store a job; with `start: true` (and not queued or scheduled) run it at once."""
+        job, specs = await self.run(self.rules.build, who, request)
+        await self.logins.require(job.owner, {spec.host for spec in specs})
+        start = request.start and not job.queued and job.start_at is None
+        if start:  # checked before storing, so a refused start leaves nothing behind
+            uuids = [g.uuid for spec in specs for g in spec.gpus]
+            await self.run(self.rules.check_run_now, job.owner, uuids, job.walltime)
+        created: Job = await self.run(self.store.jobs.create, job, specs)
+        if start:
+            return await self._start(created)
+        return created
+
+    async def start(self, who: Identity, job_id: int) -> Job:
+        """Start (or restart) a job now, on its own GPUs."""
+        job = await self._owned(who, job_id, "start")
+        if job.status in ACTIVE:
+            raise Conflict(f"Job {job_id} is already {job.status}.")
+        await self.run(self.rules.check_run_now, job.owner, job.gpus, job.walltime)
+        await self.logins.require(job.owner, {task.host for task in job.tasks})
+        if job.status != "pending":
+            job = await self.run(self.store.jobs.reset, job_id)
+        return await self._start(job)
+
+    async def stop(self, who: Identity, job_id: int) -> Job:
+        """Stop a job gracefully (a pending one just ends)."""
+        job = await self._owned(who, job_id, "stop")
+        if job.status not in LIVE:
+            raise Conflict(f"Job {job_id} is {job.status}; there is nothing to stop.")
+        return (await self.launcher.stop(job)).job
+
+    async def delete(self, who: Identity, job_id: int) -> None:
+        """Forget a job and its tasks."""
+        await self._owned(who, job_id, "delete")
+        await self.run(self.store.jobs.delete, job_id)
+
+    async def set_queued(self, who: Identity, job_id: int, queued: bool) -> Job:
+        """Put a job in the queue (it starts when its GPUs are free) or take it out."""
+        job = await self._owned(who, job_id, "queue" if queued else "dequeue")
+        if queued and job.status in ACTIVE:
+            raise Conflict(f"Job {job_id} is {job.status}; stop it before queueing it.")
+        changed: Job = await self.run(
+            functools.partial(self.store.jobs.update, job_id, by=who.name, queued=queued)
+        )
+        return changed
+
+    async def _owned(self, who: Identity, job_id: int, verb: str) -> Job:
+        job = await self.get(job_id)
+        self.rules.may_act(who, job, verb)
+        return job
+
+    async def _start(self, job: Job) -> Job:
+        report = await self.launcher.start(job)
+        if not report.ok:
+            raise Conflict(report.message, job=report.job.to_json(detail=True))
+        self._started(report.job)
+        return report.job

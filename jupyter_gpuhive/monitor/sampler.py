@@ -58,13 +58,13 @@ class Sampler:
         self.timeout = timeout or max(1.0, interval * 0.8)
         self.metrics = MetricsBuffer(history)
         self.live: dict[str, HostLive] = {name: HostLive() for name in pool.hosts}
-        self.listeners: list[Listener] = []
-        # When set, sweep() hands each sweep to it instead of running the listeners itself
-        # (the Monitor uses it to run them on the server's loop while probing on its own).
-        self.dispatch: Listener | None = None
+        self._listeners: list[Listener] = []
         self.sweeps = 0
         self.recorded = 0  # samples taken in: live state is unchanged while this is
-        self.last_sweep: Sweep | None = None
+
+    def on_sweep(self, listener: Listener) -> None:
+        """Call `listener` with every sweep, after the listeners subscribed before it."""
+        self._listeners.append(listener)
 
     async def _probe(self, name: str) -> HostSample | str:
         try:
@@ -116,16 +116,18 @@ class Sampler:
             else:
                 sweep.samples[name] = result
         self.sweeps += 1
-        self.last_sweep = sweep
-        if self.dispatch is not None:
-            await self.dispatch(sweep)
-        else:
-            await self.tell_listeners(sweep)
+        await self.tell_listeners(sweep)
         return sweep
+
+    def take(self, sweep: Sweep) -> None:
+        """Take in a sweep made elsewhere (the sweeping process): its samples, and count it."""
+        for sample in sweep.samples.values():
+            self.record(sample)
+        self.sweeps += 1
 
     async def tell_listeners(self, sweep: Sweep) -> None:
         """Run every listener in turn; one that fails is logged and the others still run."""
-        for listener in self.listeners:
+        for listener in self._listeners:
             try:
                 await listener(sweep)
             except Exception:

@@ -12,13 +12,14 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from ..errors import Invalid
+from ..hosts.guidance import advise
 from ..hosts.pool import HostPool, HostStatus
 from ..model import GpuDecl, Reservation, isoformat, utcnow
 from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
 from .metrics import GPU_FIELDS, HOST_FIELDS
-from .sampler import Sampler, Sweep
+from .sampler import Listener, Sampler, Sweep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,12 +47,14 @@ class Monitor:
         run: Callable[..., Any],
         interval: float = 5.0,
         history: int = 720,
+        public_key: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.store = store
         self.pool = pool
         self._run = run
+        self._public_key = public_key  # for the advice on hosts that refuse gpuhive's login
         self.sampler = Sampler(pool, interval=interval, history=history)
-        self.sampler.listeners.append(self._after_sweep)
+        self.sampler.on_sweep(self._after_sweep)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._statuses: dict[str, HostStatus] = {}
@@ -59,6 +62,10 @@ class Monitor:
         self._telling: asyncio.Task[None] | None = None
         self._stopping = False
         self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
+
+    def on_sweep(self, listener: Listener) -> None:
+        """Call `listener` with every sweep, after the inventory and usage are recorded."""
+        self.sampler.on_sweep(listener)
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(functools.partial(fn, *args))  # type: ignore[no-any-return]
@@ -97,12 +104,9 @@ class Monitor:
             return
         try:
             while conn.poll():
-                sweep, statuses = worker.decode(conn.recv())
+                sweep, statuses = conn.recv()  # what worker.main sends
                 self._statuses = statuses
-                for sample in sweep.samples.values():
-                    self.sampler.record(sample)
-                self.sampler.sweeps += 1
-                self.sampler.last_sweep = sweep
+                self.sampler.take(sweep)
                 self._pending = sweep
         except (EOFError, OSError):
             self._lost_worker()
@@ -205,6 +209,10 @@ class Monitor:
         await self.run_blocking(self.store.usage.record, sweep.at, readings, active)
 
     # --- queries ------------------------------------------------------------------
+
+    async def report(self) -> dict[str, Any]:
+        """The `GET hosts` answer: every host (see `hosts`) with advice where one is due."""
+        return advise(await self.hosts(), self._public_key)
 
     async def hosts(self) -> list[dict[str, Any]]:
         """Every host with its state, CPU/memory, GPUs, processes and who holds each GPU."""

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from multiprocessing.connection import Connection
-from typing import Any
 
 from ..hosts.pool import HostPool, SshSettings
 from ..model import HostDecl
@@ -40,7 +39,7 @@ async def _sweep_forever(
         except (BrokenPipeError, OSError):
             raise asyncio.CancelledError from None
 
-    sampler.dispatch = send
+    sampler.on_sweep(send)  # its only listener: every sweep goes to the server
     running = asyncio.current_task()
     loop = asyncio.get_running_loop()
     # The parent never writes: the pipe turns readable only when it closes (or dies).
@@ -52,9 +51,3 @@ async def _sweep_forever(
     finally:
         loop.remove_reader(conn.fileno())
         await pool.close()
-
-
-def decode(message: Any) -> tuple[Sweep, dict[str, Any]]:
-    """A message from the child: the sweep and the hosts' connection states."""
-    sweep, statuses = message
-    return sweep, statuses

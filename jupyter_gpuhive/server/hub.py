@@ -80,7 +80,8 @@ class HubHandler(HubAuthenticated, HiveLogic):
         model = self._hub_user or {}
         # The Hub always sends a user's groups; a model without them would mean "unknown".
         groups = model.get("groups")
-        base = self.hive.identify(model["name"], None if groups is None else list(groups))
+        known = None if groups is None else list(groups)
+        base = self.hive.identities.identify(model["name"], known)
         admin = base.is_admin or ADMIN_SCOPE in (model.get("scopes") or [])
         return Identity(base.name, base.groups, admin)
 

@@ -9,31 +9,21 @@ from datetime import timedelta
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.metrics import GPU_FIELDS, HOST_FIELDS
 from jupyter_gpuhive.monitor.sampler import Sampler, Sweep
 from tests.hosts.helpers import G1, MIG, kill_sim_processes, local_decl, sim_processes
 
 
-async def until(check, timeout: float = 10.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
-    return True
-
-
 async def test_sweep_fills_live_state_and_metrics(hive_cluster, make_pool) -> None:
     pool = make_pool(hive_cluster, names=[G1, MIG])
     sampler = Sampler(pool, interval=5, history=3)
     assert sampler.live[G1].sample is None
-    assert sampler.last_sweep is None
 
     first = await sampler.sweep()
     assert isinstance(first, Sweep)
     assert (first.interval, first.failures, sampler.sweeps) == (5, {}, 1)
-    assert sampler.last_sweep is first
     live = sampler.live[G1]
     assert live.sample is first.samples[G1]
     assert live.updated_at == live.sample.taken_at
@@ -110,7 +100,8 @@ async def test_listeners_are_told_and_a_failing_one_does_not_stop_the_loop(
     async def recording(sweep: Sweep) -> None:
         seen.append(sweep)
 
-    sampler.listeners[:] = [failing, recording]
+    sampler.on_sweep(failing)
+    sampler.on_sweep(recording)
     task = asyncio.ensure_future(sampler.run())
     try:
         assert await until(lambda: sampler.sweeps >= 4, timeout=15), sampler.sweeps
@@ -137,7 +128,7 @@ async def test_run_keeps_its_rhythm(make_local_host, make_pool) -> None:
     async def record(sweep: Sweep) -> None:
         starts.append(sweep.at.timestamp())
 
-    sampler.listeners.append(record)
+    sampler.on_sweep(record)
     task = asyncio.ensure_future(sampler.run())
     try:
         assert await until(lambda: sampler.sweeps >= 4, timeout=15)

@@ -1,0 +1,56 @@
+"""Who is asking: a user's groups (from the login and from configuration) and admin rights."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from ..model import Identity
+from ..store import Store
+
+
+class Identities:
+    """Turns user names into Identities, and remembers the users and groups seen."""
+
+    def __init__(
+        self,
+        store: Store,
+        run: Callable[..., Awaitable[Any]],
+        *,
+        admin_users: frozenset[str] = frozenset(),
+        admin_groups: frozenset[str] = frozenset(),
+        groups: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.admin_users = admin_users
+        self.admin_groups = admin_groups
+        self._member_of: dict[str, set[str]] = {}
+        for group, members in (groups or {}).items():
+            for member in members:
+                self._member_of.setdefault(member, set()).add(group)
+
+    def identify(self, name: str, groups: Iterable[str] | None) -> Identity:
+        """The Identity of a requester: provider groups plus configured ones, admin flag.
+
+        `groups=None` means the source does not know the user's groups ("unknown" is not
+        "none"): the groups last seen count, so such a request never erases them.
+        """
+        known = self.store.users.groups_of(name) if groups is None else frozenset(groups)
+        all_groups = known | frozenset(self._member_of.get(name, ()))
+        admin = name in self.admin_users or bool(all_groups & self.admin_groups)
+        return Identity(name, all_groups, admin)
+
+    def identity_of(self, name: str) -> Identity:
+        """The Identity of a stored user name (groups as last seen)."""
+        return self.identify(name, self.store.users.groups_of(name))
+
+    async def remember(self, who: Identity) -> None:
+        """Store the user and their groups, unless stored as they are."""
+        if not self.store.users.known(who):
+            await self.run(self.store.users.touch, who)
+
+    async def me(self, who: Identity) -> dict[str, Any]:
+        """The requester as gpuhive sees them (and now remembers them)."""
+        await self.remember(who)
+        return who.to_json()

@@ -1,0 +1,246 @@
+"""Bookings: the facade the API calls for reservations, access rules, coverage and usage."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import Forbidden, Invalid
+from ..model import Gpu, Identity, Reservation
+from ..model.requests import Booking, BookingChange
+from ..privacy import Privacy, sees_all_of
+from ..store import Store
+from . import access
+from .overview import occupancy
+from .reservations import Policy, ReservationService
+from .usage import usage_report
+
+MAX_LIST = 10_000
+
+Run = Callable[..., Awaitable[Any]]
+Violations = Callable[[int, Identity], Awaitable[list[dict[str, Any]]]]
+
+
+class Bookings:
+    """Reservations and the rules that govern them, as a requester may see and change them."""
+
+    def __init__(
+        self,
+        store: Store,
+        run: Run,
+        policy: Policy,
+        identity_of: Callable[[str], Identity],
+        privacy: Privacy,
+        *,
+        remember: Callable[[Identity], Awaitable[None]],
+        changed: Callable[[str, Reservation], Any] = lambda _kind, _res: None,
+        unix_user: Callable[[str], str] = lambda name: name,
+        violations: Violations | None = None,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.policy = policy
+        self.privacy = privacy
+        self.reservations = ReservationService(store, policy, identity_of)
+        self._remember = remember
+        self._changed = changed  # (kind, reservation): 'created', 'changed' or 'cancelled'
+        self._unix_user = unix_user
+        self._violations = violations
+
+    # --- reservations ------------------------------------------------------------------
+
+    def gpus_matching(self, host: str | None, gpu: str | None) -> list[Gpu]:
+        """GPUs filtered by host name and/or GPU name; unknown names are refused."""
+        inventory = self.store.inventory
+        if gpu:
+            found = inventory.gpu(gpu)
+            if found is None:
+                raise Invalid(f"Unknown GPU '{gpu}'.")
+            return [found]
+        if host:
+            found_host = inventory.host(host)
+            if found_host is None:
+                raise Invalid(f"Unknown host '{host}'.")
+            return list(found_host.gpus)
+        return inventory.gpus()
+
+    async def find(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        host: str | None = None,
+        gpu: str | None = None,
+        user: str | None = None,
+        include_cancelled: bool = False,
+        limit: int = 1000,
+    ) -> list[Reservation]:
+        """Reservations overlapping [start, end), filtered by host, GPU and owner."""
+        if end <= start:
+            raise Invalid("The end of the window must be after its start.")
+        if not 0 < limit <= MAX_LIST:
+            raise Invalid(f"'limit' must be between 1 and {MAX_LIST}.")
+        gpu_ids = [g.id for g in self.gpus_matching(host, gpu)] if (host or gpu) else None
+        found: list[Reservation] = await self.run(
+            self.store.reservations.window,
+            start,
+            end,
+            gpu_ids=gpu_ids,
+            owner=user,
+            include_cancelled=include_cancelled,
+            limit=limit,
+        )
+        return found
+
+    async def get(self, reservation_id: int) -> Reservation:
+        """One reservation (404 when there is none)."""
+        found: Reservation = await self.run(self.store.reservations.get, reservation_id)
+        return found
+
+    async def create(self, who: Identity, booking: Booking) -> Reservation:
+        """Book GPUs for `who` (or, for admins, for the owner the booking names)."""
+        await self._remember(who)
+        made: Reservation = await self.run(self.reservations.create, who, booking)
+        self._changed("created", made)
+        return made
+
+    async def update(
+        self, who: Identity, reservation_id: int, change: BookingChange
+    ) -> Reservation:
+        """Change a reservation's title, description, span or GPUs."""
+        changed: Reservation = await self.run(self.reservations.update, who, reservation_id, change)
+        self._changed("changed", changed)
+        return changed
+
+    async def cancel(self, who: Identity, reservation_id: int) -> Reservation:
+        """Cancel a reservation (a running one ends now)."""
+        done: Reservation = await self.run(self.reservations.cancel, who, reservation_id)
+        self._changed("cancelled", done)
+        return done
+
+    async def overview(
+        self,
+        who: Identity,
+        start: datetime,
+        end: datetime,
+        slot: timedelta,
+        host: str | None = None,
+        gpu: str | None = None,
+    ) -> dict[str, Any]:
+        """Per GPU and slot of [start, end): free, booked (by whom), or not allowed."""
+        gpus = self.gpus_matching(host, gpu)
+        if end <= start:
+            raise Invalid("The end of the window must be after its start.")
+        found = await self.run(
+            self.store.reservations.window, start, end, gpu_ids=[g.id for g in gpus]
+        )
+        return occupancy(found, gpus, start, end, slot, who)
+
+    # --- access rules ------------------------------------------------------------------
+
+    async def rules_for(self, who: Identity) -> list[access.Rule]:
+        """All rules for admins; the rules that apply to `who` for everyone else."""
+        rules: list[access.Rule] = await self.run(self.store.rules.all)
+        return rules if who.is_admin else [r for r in rules if r.applies_to(who)]
+
+    @staticmethod
+    def require_admin(who: Identity) -> None:
+        """Refuse (403) anyone but admins."""
+        if not who.is_admin:
+            raise Forbidden(f"Only gpuhive admins may change access rules; {who.name} is not one.")
+
+    def _known_resources(self, rule: access.Rule) -> None:
+        for host in rule.hosts:
+            if self.store.inventory.host(host) is None:
+                raise Invalid(f"The rule names an unknown host '{host}'.")
+        for gpu in rule.gpus:
+            if self.store.inventory.gpu(gpu) is None:
+                raise Invalid(f"The rule names an unknown GPU '{gpu}'.")
+
+    async def add_rule(
+        self, who: Identity, rule: access.Rule
+    ) -> tuple[access.Rule, dict[int, Any]]:
+        """Add an access rule; with the reservations whose flags changed."""
+        self.require_admin(who)
+        self._known_resources(rule)
+        saved = await self.run(self.store.rules.add, rule, who.name)
+        return saved, await self.run(self.reservations.reflag)
+
+    async def replace_rule(
+        self, who: Identity, rule_id: int, rule: access.Rule
+    ) -> tuple[access.Rule, dict[int, Any]]:
+        """Replace an access rule; with the reservations whose flags changed."""
+        self.require_admin(who)
+        self._known_resources(rule)
+        saved = await self.run(self.store.rules.replace, rule_id, rule)
+        return saved, await self.run(self.reservations.reflag)
+
+    async def delete_rule(self, who: Identity, rule_id: int) -> dict[int, Any]:
+        """Delete an access rule; the reservations whose flags changed."""
+        self.require_admin(who)
+        await self.run(self.store.rules.remove, rule_id)
+        flags: dict[int, Any] = await self.run(self.reservations.reflag)
+        return flags
+
+    async def coverage(
+        self, who: Identity, start: datetime, end: datetime, host: str | None, gpu: str | None
+    ) -> dict[str, Any]:
+        """Per GPU, the spans of [start, end) in which `who` may book (for the calendar)."""
+        if end <= start or end - start > timedelta(days=62):
+            raise Invalid("The window must end after it starts and span at most 62 days.")
+        gpus = self.gpus_matching(host, gpu)
+        rules = await self.run(self.store.rules.all)
+        unrestricted = not rules or who.is_admin
+        zone = self.policy.zone
+        spans = {
+            g.ref: [
+                [a.isoformat(), b.isoformat()]
+                for a, b in (
+                    [(start, end)]
+                    if unrestricted
+                    else access.allowed_spans(rules, who, g, start, end, zone)
+                )
+            ]
+            for g in gpus
+        }
+        return {"unrestricted": unrestricted, "timezone": str(zone), "gpus": spans}
+
+    # --- usage -------------------------------------------------------------------------
+
+    async def reservation_usage(self, who: Identity, reservation_id: int) -> dict[str, Any]:
+        """A reservation's usage and violations; for its owner and admins (or all, if public)."""
+        res = await self.get(reservation_id)
+        if not (self.privacy.public_usage or sees_all_of(who, res.owner)):
+            raise Forbidden(
+                f"The usage of reservation {reservation_id} is shown to its owner "
+                f"({res.owner}) and to admins only."
+            )
+        usage: dict[str, Any] = await self.run(self.store.usage.for_reservation, res)
+        usage["violations"] = (
+            await self._violations(reservation_id, who) if self._violations else []
+        )
+        return usage
+
+    async def usage(self, who: Identity, start: datetime, end: datetime) -> dict[str, Any]:
+        """Reserved and used GPU-hours per user, per GPU and per reservation in a window.
+
+        Per GPU and in total for everyone; per user and per reservation only one's own rows,
+        unless `who` is an admin or usage is public.
+        """
+        if end <= start or end - start > timedelta(days=400):
+            raise Invalid("The window must end after it starts and span at most 400 days.")
+        measured = await self.run(self.store.usage.window, start, end)
+        found = await self.run(self.store.reservations.window, start, end, limit=MAX_LIST)
+        per_res = await self.run(self.store.usage.by_reservation, [r.id for r in found])
+        sees_all = who.is_admin or self.privacy.public_usage
+        return usage_report(
+            start,
+            end,
+            found,
+            measured,
+            per_res,
+            lambda gpu_id: self.store.inventory.gpu_by_id(gpu_id).ref,
+            owner=None if sees_all else who.name,
+            users={who.name, self._unix_user(who.name)},  # booked as, ran as
+        )

@@ -1,0 +1,61 @@
+"""SSH logins as users: whether gpuhive may run jobs as a user on a host, and its public key."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import Conflict
+from ..hosts.pool import HostPool, HostUnavailable, SshSettings
+from ..model import Identity
+
+CONFIRMED_FOR = 600.0  # seconds a successful login counts before it is tried again
+
+
+class Logins:
+    """Checks (and remembers for a while) that gpuhive can log in as a user on its hosts."""
+
+    def __init__(self, pool: HostPool, ssh: SshSettings) -> None:
+        self.pool = pool
+        self.ssh = ssh
+        self._confirmed: dict[tuple[str, str], float] = {}  # (host, user) → confirmed until
+
+    async def check(self, user: str, hosts: Iterable[str]) -> dict[str, str | None]:
+        """Per host: None when gpuhive can log in as `user` there, else the reason."""
+        results: dict[str, str | None] = {}
+        for host in sorted(set(hosts)):
+            key = (host, user)
+            if self._confirmed.get(key, 0.0) > time.monotonic():
+                results[host] = None
+                continue
+            try:
+                await self.pool.run(host, "true", user=user, timeout=10)
+            except HostUnavailable as error:
+                results[host] = error.reason
+                continue
+            self._confirmed[key] = time.monotonic() + CONFIRMED_FOR
+            results[host] = None
+        return results
+
+    async def require(self, user: str, hosts: Iterable[str]) -> None:
+        """Refuse (409) when gpuhive cannot log in as `user` on one of `hosts`."""
+        problems = {h: r for h, r in (await self.check(user, hosts)).items() if r}
+        if problems:
+            detail = "; ".join(f"{host}: {reason}" for host, reason in problems.items())
+            raise Conflict(f"gpuhive cannot run jobs as {user} yet. {detail}")
+
+    def public_key(self) -> str | None:
+        """The public key users add to authorized_keys (None without SSH hosts)."""
+        for path in self.ssh.client_keys:
+            try:
+                with open(path + ".pub") as handle:
+                    return handle.read().strip()
+            except OSError:
+                continue
+        return None
+
+    async def status(self, who: Identity) -> dict[str, Any]:
+        """The public key, and per SSH host whether gpuhive can log in as `who` there."""
+        ssh_hosts = [h.name for h in self.pool.hosts.values() if h.transport == "ssh"]
+        return {"public_key": self.public_key(), "hosts": await self.check(who.name, ssh_hosts)}
