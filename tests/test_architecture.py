@@ -116,7 +116,7 @@ def imports(known: dict[str, tuple[Path, bool]]) -> list[Import]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     edges.append(Import(name, target, path, node.lineno))
-    return edges
+    return list(dict.fromkeys(edges))  # one per module named on a line
 
 
 def top(module: str) -> str:
@@ -203,6 +203,26 @@ def test_imports_follow_the_layers() -> None:
     report = "\n".join(f"  {line}" for line in wrong)
     if wrong:
         pytest.fail(f"{len(wrong)} import(s) against the layers (see LAYERS):\n{report}")
+
+
+def test_tables_are_defined_in_the_schema_only() -> None:
+    """Every table is declared in store/schema/ (migrations aside); repositories only use them."""
+    schema = (f"{PACKAGE}.store.schema", f"{PACKAGE}.store.migrations")
+    found = []
+    for name, (path, _) in modules().items():
+        if name.startswith(schema):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and _called(node) in ("Table", "MetaData"):
+                found.append(f"  {path.relative_to(ROOT.parent)}:{node.lineno}")
+    if found:
+        pytest.fail("tables belong in store/schema/, declared here:\n" + "\n".join(found))
+
+
+def _called(call: ast.Call) -> str:
+    """The name a call calls: `Table` for both `Table(...)` and `sa.Table(...)`."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
 
 
 def test_the_layers_themselves_have_no_cycle() -> None:
