@@ -7,7 +7,7 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from .text import label
+from .text import label, one_line
 
 
 def root() -> Any:
@@ -68,7 +68,7 @@ def cli_page() -> str:
     for path, cls in entries:
         words = " ".join(("jupyter gpuhive", *path))
         doc = (cls.__doc__ or "").strip().splitlines()[0]
-        out.append(f"| [`{words}`](#{command_label(path)}) | {doc} |")
+        out.append(f"| [`{words}`](#{command_label(path)}) | {one_line(doc)} |")
     out.append("")
     for path, _cls in entries:
         words = " ".join(("jupyter gpuhive", *path))

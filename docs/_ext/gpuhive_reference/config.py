@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traitlets import HasTraits, TraitType
 
-from .text import fence, one_line
+from .text import fence, one_line, prose
 
 
 def configurables() -> list[tuple[type[HasTraits], type[HasTraits], str]]:
@@ -88,7 +88,7 @@ def config_page() -> str:
                 f":type: `{trait_kind(trait)}`",
                 f":default: {_default(cls, base, trait_name, trait)}",
                 "",
-                (trait.help or "").strip(),
+                prose((trait.help or "").strip()),
                 "```",
                 "",
             ]

@@ -8,6 +8,8 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
+from .text import one_line, prose
+
 
 def magic_classes() -> list[type]:
     """The Magics classes that `%load_ext jupyter_gpuhive` registers."""
@@ -70,14 +72,14 @@ def magics_page() -> str:
     ]
     entries = list(magics())
     for name, kinds, method in entries:
-        out.append(f"| [{usage(name, kinds)}](#magic-{name}) | {summary(method)} |")
+        out.append(f"| [{usage(name, kinds)}](#magic-{name}) | {one_line(summary(method))} |")
     out.append("")
     for name, kinds, method in entries:
         out += [
             f"(magic-{name})=",
             f"## {usage(name, kinds)}",
             "",
-            summary(method),
+            prose(summary(method)),
             "",
             "```text",
             help_text(method),

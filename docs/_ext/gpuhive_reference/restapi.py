@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .text import fence, label, one_line
+from .text import fence, label, one_line, prose
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -106,9 +106,9 @@ def _fields(
 
 def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) -> list[str]:
     out = [f"({operation_label(method, path)})=", f"### `{method} {path}`", ""]
-    out += [op.get("summary", ""), ""]
+    out += [prose(op.get("summary", "")), ""]
     if op.get("description"):
-        out += [op["description"], ""]
+        out += [prose(op["description"]), ""]
     params = op.get("parameters", [])
     if params:
         out += [
@@ -163,9 +163,9 @@ def api_page(doc: dict[str, Any] | None = None) -> str:
         "",
         f"OpenAPI {doc['openapi']}, API version {doc['info']['version']}.",
         "",
-        doc["info"].get("description", ""),
+        prose(doc["info"].get("description", "")),
         "",
-        f"Authentication: the `{auth['name']}` header, {auth.get('description', '')}.",
+        f"Authentication: the `{auth['name']}` header, {prose(auth.get('description', ''))}.",
         "",
         "## Operations",
         "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .text import fence, one_line
+from .text import fence, one_line, prose
 
 
 def templates_page() -> str:
@@ -18,7 +18,7 @@ def templates_page() -> str:
         "",
     ]
     for name, template in TEMPLATES.items():
-        out += [f"(template-{name})=", f"## `{name}`", "", template.description, ""]
+        out += [f"(template-{name})=", f"## `{name}`", "", prose(template.description), ""]
         if template.example:
             out += [f"Example command: {fence(template.example)}", ""]
         if template.options:

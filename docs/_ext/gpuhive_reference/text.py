@@ -5,14 +5,19 @@ from __future__ import annotations
 import re
 
 
+def prose(text: str) -> str:
+    """Free text for Markdown: '<' written as an entity, so `<token>` is not read as HTML."""
+    return text.replace("<", "&lt;")
+
+
 def one_line(text: str) -> str:
-    """Text for one table cell: whitespace collapsed, pipes escaped."""
-    return re.sub(r"\s+", " ", text).strip().replace("|", "\\|")
+    """Text for one table cell: whitespace collapsed, pipes escaped, no raw HTML."""
+    return prose(re.sub(r"\s+", " ", text).strip().replace("|", "\\|"))
 
 
 def fence(text: str) -> str:
     """Inline code that survives backticks inside it, for a table cell."""
-    text = one_line(text)
+    text = re.sub(r"\s+", " ", text).strip().replace("|", "\\|")
     if not text:
         return ""
     ticks = "``" if "`" in text else "`"
