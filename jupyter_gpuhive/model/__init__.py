@@ -1,7 +1,8 @@
 """Pure value types shared by every layer (the store included); they import nothing but errors.
 
 `core` holds identities, the inventory, reservations, instants and durations (re-exported
-here); `jobs`, `rules`, `violations` and `kernel` hold the values of those areas.
+here); the other modules (`jobs`, `rules`, `violations`, `kernel`, ...) hold one area's values
+and are imported by their own name.
 """
 
 from .core import (
