@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
 
-from ..errors import BadRequest, Conflict, Forbidden, Invalid
-from ..model import Gpu, Identity, Reservation, describe_duration, parse_duration, parse_instant
+from ..errors import Conflict, Forbidden, Invalid
+from ..model import Gpu, Identity, Reservation, describe_duration
 from ..model import utcnow as _utcnow
+from ..model.requests import Booking, BookingChange
 from ..store import Changes, Store
 from . import access
 
@@ -26,22 +26,6 @@ class Policy:
     max_length: timedelta = timedelta(days=7)
     horizon: timedelta = timedelta(days=90)
     past_grace: timedelta = timedelta(minutes=5)
-
-
-def _text(body: dict[str, Any], key: str, limit: int, required: bool) -> str | None:
-    value = body.get(key)
-    if value is None:
-        if required:
-            raise Invalid(f"'{key}' is required.")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"'{key}' must be a string.")
-    value = value.strip()
-    if required and not value:
-        raise Invalid(f"'{key}' must not be empty.")
-    if len(value) > limit:
-        raise Invalid(f"'{key}' is {len(value)} characters long; the limit is {limit}.")
-    return value
 
 
 class ReservationService:
@@ -61,14 +45,12 @@ class ReservationService:
 
     # --- helpers -------------------------------------------------------------------
 
-    def resolve_gpus(self, value: Any) -> list[Gpu]:
+    def resolve_gpus(self, names: Sequence[str]) -> list[Gpu]:
         """GPUs named as 'host:index' or UUID; unknown names are refused with the name."""
-        if not isinstance(value, list) or not value:
+        if not names:
             raise Invalid('\'gpus\' must be a non-empty list such as ["gpu1:0", "gpu1:1"].')
         found: dict[int, Gpu] = {}
-        for item in value:
-            if not isinstance(item, str):
-                raise BadRequest("Each entry of 'gpus' must be a string like 'gpu1:0'.")
+        for item in names:
             gpu = self.store.inventory.gpu(item.strip())
             if gpu is None:
                 raise Invalid(
@@ -114,14 +96,15 @@ class ReservationService:
                 gpus=[g.ref for g, _ in problems],
             )
 
-    def _span(self, body: dict[str, Any], start: datetime) -> datetime:
-        if "end" in body and "duration" in body:
+    @staticmethod
+    def _span(end: datetime | None, duration: timedelta | None, start: datetime) -> datetime:
+        if end is not None and duration is not None:
             raise Invalid("Give either 'end' or 'duration', not both.")
-        if "duration" in body:
-            return start + parse_duration(body["duration"], "duration")
-        if "end" not in body:
+        if duration is not None:
+            return start + duration
+        if end is None:
             raise Invalid("'end' (or 'duration') is required.")
-        return parse_instant(body["end"], "end")
+        return end
 
     @staticmethod
     def _may_edit(who: Identity, reservation: Reservation, verb: str) -> None:
@@ -133,41 +116,29 @@ class ReservationService:
 
     # --- commands ------------------------------------------------------------------
 
-    def create(self, who: Identity, body: dict[str, Any]) -> Reservation:
+    def create(self, who: Identity, booking: Booking) -> Reservation:
         """Book GPUs; raises Invalid/Forbidden/Conflict with a reason."""
         now = self.now()
-        title = _text(body, "title", TITLE_MAX, required=True)
-        description = _text(body, "description", DESCRIPTION_MAX, required=False) or ""
-        gpus = self.resolve_gpus(body.get("gpus"))
-        start = parse_instant(body["start"], "start") if body.get("start") else now
-        end = self._span(body, start)
+        title, description = booking.title, booking.description
+        gpus = self.resolve_gpus(booking.gpus)
+        start = booking.start or now
+        end = self._span(booking.end, booking.duration, start)
         owner = who
-        if body.get("owner") not in (None, who.name):
+        if booking.owner not in (None, who.name):
             if not who.is_admin:
                 raise Forbidden("Only admins may book for someone else.")
-            if not isinstance(body["owner"], str) or not body["owner"].strip():
-                raise BadRequest("'owner' must be a user name.")
-            owner = self.identity_of(body["owner"].strip())
+            owner = self.identity_of(booking.owner)
         self._check_span(start, end, now, new_start=True)
         self._check_access(owner, gpus, start, end)
-        assert title is not None
         return self.store.reservations.create(
             owner.name, title, description, start, end, [g.id for g in gpus]
         )
 
-    def update(self, who: Identity, reservation_id: int, body: dict[str, Any]) -> Reservation:
+    def update(self, who: Identity, reservation_id: int, change: BookingChange) -> Reservation:
         """Edit title, description, times or GPUs (one unit); started ones only their end."""
-        unknown = set(body) - {"title", "description", "start", "end", "duration", "gpus"}
-        if unknown:
-            raise BadRequest(f"Cannot change {', '.join(sorted(unknown))} of a reservation.")
-        title = _text(body, "title", TITLE_MAX, required=False)
-        if "title" in body and not title:
-            raise Invalid("'title' must not be empty.")
-        description = _text(body, "description", DESCRIPTION_MAX, required=False)
-        new_gpus = self.resolve_gpus(body["gpus"]) if "gpus" in body else None
-        new_start = parse_instant(body["start"], "start") if "start" in body else None
-        rules_needed = new_gpus is not None or new_start is not None or "end" in body
-        rules_needed = rules_needed or "duration" in body
+        new_gpus = self.resolve_gpus(change.gpus) if change.gpus is not None else None
+        new_start = change.start
+        rules_needed = new_gpus is not None or new_start is not None or change.moves_end
 
         def decide(old: Reservation) -> Changes:
             now = self.now()
@@ -178,7 +149,7 @@ class ReservationService:
                 raise Conflict(f"Reservation {old.id} has already ended; it cannot be changed.")
             started = old.start <= now
             start = new_start or old.start
-            end = self._span(body, start) if ("end" in body or "duration" in body) else old.end
+            end = self._span(change.end, change.duration, start) if change.moves_end else old.end
             gpus = new_gpus if new_gpus is not None else list(old.gpus)
             if started:
                 if new_start is not None and new_start != old.start:
@@ -201,8 +172,8 @@ class ReservationService:
             if rules_needed and (end > old.end or start < old.start or new_gpus is not None):
                 self._check_access(self.identity_of(old.owner), gpus, start, end)
             return Changes(
-                title=title,
-                description=description,
+                title=change.title,
+                description=change.description,
                 start=start,
                 end=end,
                 gpu_ids=tuple(g.id for g in gpus),

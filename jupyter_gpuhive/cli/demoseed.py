@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import HiveError
 from ..hive import Hive
-from ..model import utcnow
+from ..model import UTC, requests, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +53,31 @@ def bookings(now: datetime, zone: tzinfo) -> list[Booking]:
 def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
     """Book for alice and bob and queue a job of `admin` (the demo user); what was added."""
     now = now or utcnow()
-    who = hive.identify(admin, [])
+    who = hive.identities.identify(admin, [])
     made: list[int] = []
     window = (now - timedelta(days=1), now + timedelta(days=8))
     present = {(r.owner, r.title) for r in hive.store.reservations.window(*window)}
     for b in bookings(now, hive.settings.policy.zone):
         if (b.owner, b.title) in present:
             continue
-        body = {"title": b.title, "gpus": list(b.gpus), "owner": b.owner,
-                "start": b.start.isoformat(), "end": b.end.isoformat()}  # fmt: skip
+        start, end = b.start.astimezone(UTC), b.end.astimezone(UTC)
+        booking = requests.Booking(b.title, tuple(b.gpus), start, end, owner=b.owner)
         try:
-            made.append(hive.reservations.create(who, body).id)
+            made.append(hive.bookings.reservations.create(who, booking).id)
         except HiveError as error:  # the user booked that slot meanwhile: leave it out
             log.info("demo: not booking %r for %s: %s", b.title, b.owner, error)
     job_id = None
     pending = hive.store.jobs.all(owner=admin, queued=True)
     if not any(j.name == "overnight sweep" and j.status == "pending" for j in pending):
-        queued: dict[str, Any] = {
-            "name": "overnight sweep",
-            "template": "plain",
-            "command": "echo sweeping on $CUDA_VISIBLE_DEVICES; sleep 60; echo done",
-            "gpus": [QUEUED_ON],
-            "queued": True,
-            "walltime": "1h",
-        }
-        job, specs = hive.jobs.build(who, queued)
+        queued = requests.JobRequest(
+            name="overnight sweep",
+            template="plain",
+            command="echo sweeping on $CUDA_VISIBLE_DEVICES; sleep 60; echo done",
+            gpus=(QUEUED_ON,),
+            queued=True,
+            walltime=timedelta(hours=1),
+        )
+        job, specs = hive.jobs.rules.build(who, queued)
         job_id = hive.store.jobs.create(job, specs).id
     return {"reservations": made, "job": job_id}
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any
 
-from ..errors import BadRequest, Invalid
+from ..errors import Invalid
 from ..model import Identity, Reservation
+from ..model.requests import DigestRequest
 from ..store import Store
 from ..store.integrations import Digests, DigestSetting
 from . import mail
@@ -53,17 +54,9 @@ class DigestService:
         self.hour = hour
         self.now = clock
 
-    def configure(self, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    def configure(self, who: Identity, request: DigestRequest) -> dict[str, Any]:
         """Turn my digest on or off (PUT digest)."""
-        unknown = set(body) - {"enabled", "email"}
-        if unknown:
-            raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-        enabled = body.get("enabled")
-        if not isinstance(enabled, bool):
-            raise BadRequest("'enabled' must be true or false.")
-        email = body.get("email")
-        if email is not None and (not isinstance(email, str) or "@" not in email):
-            raise Invalid("'email' must be an e-mail address.")
+        enabled, email = request.enabled, request.email
         if enabled and not self.mail.enabled:
             raise Invalid("This site sends no e-mail (notify_email is not configured).")
         if enabled and not (email or self.mail.address(who.name)):

@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import BadRequest, Conflict, Invalid, NotFound
-from ..model import Gpu, Identity, Reservation, parse_duration, parse_instant
+from ..errors import Conflict, Invalid, NotFound
+from ..model import Gpu, Identity, Reservation
+from ..model.requests import Booking, SubscriptionRequest
 from ..store import Store
 from ..store.integrations import Subscription, Subscriptions
 
@@ -81,46 +82,25 @@ class Availability:
         self.rows = rows
         self.now = clock
 
-    def parse(self, who: Identity, body: dict[str, Any], horizon: timedelta) -> dict[str, Any]:
-        """A new subscription's values from a request body (400/422 with the reason)."""
-        unknown = set(body) - {"gpus", "host", "model", "duration", "deadline", "channels",
-                               "email", "repeat"}  # fmt: skip
-        if unknown:
-            raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-        count = body.get("gpus", 1)
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise BadRequest("'gpus' must be a whole number of GPUs.")
+    def parse(
+        self, who: Identity, request: SubscriptionRequest, horizon: timedelta
+    ) -> dict[str, Any]:
+        """A new subscription's values, checked against the site (422 with the reason)."""
+        count, host, model = request.gpus, request.host, request.model
         if not 1 <= count <= MAX_GPUS:
             raise Invalid(f"'gpus' must be from 1 to {MAX_GPUS}.")
-        host, model = body.get("host"), body.get("model")
-        for key, value in (("host", host), ("model", model)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise BadRequest(f"'{key}' must be a non-empty string.")
         if host is not None and self.store.inventory.host(host) is None:
             raise Invalid(f"Unknown host '{host}'.")
-        if "duration" not in body:
-            raise Invalid("'duration' is required (how long the GPUs must be free, e.g. '4h').")
-        length = parse_duration(body["duration"], "duration")
+        length = request.duration
         now = self.now()
-        deadline = (
-            parse_instant(body["deadline"], "deadline") if body.get("deadline") else now + horizon
-        )
+        deadline = request.deadline or now + horizon
         if deadline < now + length:
             raise Invalid("The deadline leaves no room for that duration.")
         if deadline > now + horizon:
             raise Invalid("The deadline is further ahead than reservations may be made.")
-        channels = body.get("channels", list(CHANNELS))
-        if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
-            raise BadRequest('\'channels\' must be a list such as ["lab", "email"].')
-        bad = sorted(set(channels) - set(CHANNELS))
-        if bad or not channels:
+        channels, email, repeat = request.channels, request.email, request.repeat
+        if set(channels) - set(CHANNELS) or not channels:
             raise Invalid(f"'channels' must name some of {', '.join(CHANNELS)}.")
-        email = body.get("email")
-        if email is not None and (not isinstance(email, str) or "@" not in email):
-            raise Invalid("'email' must be an e-mail address.")
-        repeat = body.get("repeat", False)
-        if not isinstance(repeat, bool):
-            raise BadRequest("'repeat' must be true or false.")
         return {
             "owner": who.name, "gpu_count": count, "host": host, "model": model,
             "seconds": int(length.total_seconds()), "deadline": deadline,
@@ -189,8 +169,8 @@ class Availability:
                 out.append((sub, found))
         return out
 
-    def book(self, who: Identity, sub_id: int) -> dict[str, Any]:
-        """The slot last offered, as a new reservation body (409 when none was offered)."""
+    def book(self, who: Identity, sub_id: int) -> Booking:
+        """The slot last offered, as a booking for the subscriber (409 when none was offered)."""
         sub = self.owned(who, sub_id)
         if not sub.offer:
             raise Conflict(f"Subscription {sub_id} has not offered any GPUs yet.")
@@ -198,12 +178,9 @@ class Availability:
         if datetime.fromisoformat(offer["end"]) <= self.now():
             raise Conflict("That offer has passed; wait for the next one.")
         start = max(datetime.fromisoformat(offer["start"]), self.now())
-        return {
-            "title": f"GPUs from subscription {sub_id}",
-            "gpus": offer["gpus"],
-            "start": start.isoformat(),
-            "end": offer["end"],
-        }
+        end = datetime.fromisoformat(offer["end"])
+        title = f"GPUs from subscription {sub_id}"
+        return Booking(title, tuple(offer["gpus"]), start, end, owner=sub.owner)
 
 
 def _same_slot(a: dict[str, Any], b: dict[str, Any]) -> bool:

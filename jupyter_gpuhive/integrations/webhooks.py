@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import BadRequest, Forbidden, Invalid, NotFound
+from ..errors import Forbidden, Invalid, NotFound
 from ..model import Identity
+from ..model.requests import WebhookRequest
 from ..store.integrations import Delivery, Integrations, Webhook
 from .courier import Courier
 from .delivery import (
@@ -108,40 +109,30 @@ class Webhooks:
 
     # --- endpoints ----------------------------------------------------------------------
 
-    def _check(self, who: Identity, body: dict[str, Any]) -> tuple[str, str, list[str], bool]:
-        unknown = set(body) - {"url", "format", "events", "site"}
-        if unknown:
-            raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-        url = body.get("url")
-        if not isinstance(url, str):
-            raise BadRequest("'url' must be a string such as 'https://hooks.example.org/x'.")
-        parts = urlsplit(url.strip())
+    def _check(self, who: Identity, request: WebhookRequest) -> tuple[str, str, list[str], bool]:
+        """The endpoint's URL, format, events and site flag, checked against the site."""
+        url = request.url
+        parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > URL_MAX:
             raise Invalid("'url' must be an http:// or https:// URL with a host name.")
         if not any(fnmatch.fnmatch(parts.hostname, p) for p in self.settings.allowed_hosts):
             raise Invalid(f"This site does not send webhooks to {parts.hostname}.")
-        fmt = body.get("format", "json")
+        fmt, events, site = request.format, request.events, request.site
         if fmt not in FORMATS:
             raise Invalid(f"'format' must be one of {', '.join(FORMATS)}.")
-        events = body.get("events", ["*"])
-        if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
-            raise BadRequest("'events' must be a list of event names.")
-        wanted = list(EVENTS) if "*" in events else events
+        wanted = list(EVENTS) if "*" in events else list(events)
         bad = sorted(set(wanted) - set(EVENTS))
         if bad or not wanted:
             raise Invalid(
                 f"Unknown event(s) {', '.join(bad) or '(none)'}; known: {', '.join(EVENTS)}."
             )
-        site = body.get("site", False)
-        if not isinstance(site, bool):
-            raise BadRequest("'site' must be true or false.")
         if site and not who.is_admin:
             raise Forbidden("Only gpuhive admins may add site webhooks (everyone's events).")
-        return url.strip(), fmt, wanted, site
+        return url, fmt, wanted, site
 
-    async def add(self, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    async def add(self, who: Identity, request: WebhookRequest) -> dict[str, Any]:
         """Add an endpoint; the answer holds its secret and full URL, shown only this once."""
-        url, fmt, events, site = self._check(who, body)
+        url, fmt, events, site = self._check(who, request)
         problem = await guarded(self.settings, site, url)
         if problem:
             raise Invalid(

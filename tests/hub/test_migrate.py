@@ -16,8 +16,9 @@ from jupyter_gpuhive.cli.migrate import MigrationError, migrate
 from jupyter_gpuhive.errors import Conflict
 from jupyter_gpuhive.hive import Hive
 from jupyter_gpuhive.model import Identity
+from jupyter_gpuhive.model.requests import Booking
 from jupyter_gpuhive.server.app import GpuHiveApp
-from tests.conftest import iso, soon
+from tests.conftest import soon
 from tests.fixtures.postgres import PostgresCluster
 from tests.hub.team_hub import HOSTS
 
@@ -30,14 +31,9 @@ def hive_on(url: str) -> Hive:
     return Hive(app.settings_for_hive(), publish=lambda _data: None).open()
 
 
-def booking(gpu: str, hours: int) -> dict[str, Any]:
+def booking(gpu: str, hours: int) -> Booking:
     start = soon(hours=hours, days=2)
-    return {
-        "title": f"on {gpu}",
-        "gpus": [gpu],
-        "start": iso(start),
-        "end": iso(start + timedelta(hours=1)),
-    }
+    return Booking(f"on {gpu}", (gpu,), start, start + timedelta(hours=1))
 
 
 def _plain(value: Any) -> str:

@@ -104,7 +104,7 @@ async def test_daily_digest_once_with_every_section(
 async def test_digest_input_is_checked(api: Any) -> None:
     alice = api("alice")
     for body, status, words in (
-        ({}, 400, "'enabled'"),
+        ({}, 422, "'enabled' is required"),  # missing: 422, as for every body
         ({"enabled": "yes"}, 400, "true or false"),
         ({"enabled": True, "email": "nope"}, 422, "e-mail"),
         ({"enabled": True, "when": "7"}, 400, "when"),

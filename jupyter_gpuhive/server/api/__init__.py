@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...store.schema import ID_MAX
 from . import handlers as h
 from . import integrations as i
 from .base import HiveHandler, HiveLogic
 
 PREFIX = "/gpuhive/api"
 
-# (path below PREFIX, handler); path parameters are named in braces in the OpenAPI document.
+# (path below PREFIX, handler); parameters in braces are PATH_PARAMETERS. The OpenAPI
+# document (openapi.py) is generated from this table and each method's @operation.
 ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/me", h.MeHandler),
     ("/me/ssh", h.SshHandler),
@@ -54,9 +56,19 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
 PUBLIC_PATHS = frozenset({"/calendar/{token}.ics"})
 
 
+# Each parameter named in braces in a path: what the route matches, and what the OpenAPI
+# document promises (ids that are not ASCII digits up to ID_MAX answer 404, see id_arg).
+PATH_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "id": ("([^/]+)", {"type": "integer", "minimum": 0, "maximum": ID_MAX}),
+    "token": ("([^/]*)", {"type": "string", "pattern": "^[^/.]+$"}),
+}
+
+
 def _pattern(prefix: str, path: str) -> str:
-    path = path.replace("{id}", "([^/]+)").replace("{token}", "([^/]*)")
-    return prefix + path.replace(".", r"\.") + "/?"
+    path = path.replace(".", r"\.")
+    for name, (pattern, _) in PATH_PARAMETERS.items():
+        path = path.replace("{" + name + "}", pattern)
+    return prefix + path + "/?"
 
 
 def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]:

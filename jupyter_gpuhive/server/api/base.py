@@ -12,10 +12,10 @@ import getpass
 import json
 import logging
 import re
-from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
+from pydantic import BaseModel
 from tornado.web import RequestHandler
 
 try:
@@ -33,27 +33,28 @@ except ImportError:  # pragma: no cover - orjson is a dependency; stay correct w
 from ...errors import (
     BadRequest,
     HiveError,
-    Invalid,
     MethodNotAllowed,
     NotFound,
     TooLarge,
     Unauthorized,
 )
 from ...hive import Hive
-from ...model import Identity, parse_duration, parse_instant
+from ...model import Identity
 from ...store.schema import ID_MAX
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
 from .inputs import (
     DIGITS,
-    INT_MAX,
-    INTEGER,
     MAX_BODY_BYTES,
     NO_CREDENTIALS,
     TOO_DEEP,
     check_json,
     shown,
 )
+from .operations import operation_of
+from .schemas import parse
+
+M = TypeVar("M", bound=BaseModel)
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,30 @@ class HiveLogic(RequestHandler):
         check_json(data)
         return data
 
+    def body(self, model: type[M]) -> M:
+        """The request body read as `model`, which this method declares (see operations)."""
+        self._declared("body", model)
+        return parse(model, self.json_body())
+
+    def query(self, model: type[M]) -> M:
+        """The query parameters read as `model`, which this method declares."""
+        self._declared("query", model)
+        repeated = getattr(model, "repeated", frozenset)()
+        given = self.request.query_arguments
+        data = {
+            name: (self.get_query_arguments if name in repeated else self.get_query_argument)(name)
+            for name in model.model_fields
+            if name in given
+        }
+        return parse(model, data)
+
+    def _declared(self, part: str, model: type[BaseModel]) -> None:
+        """Refuse to read a body or query the method's @operation does not document."""
+        method = (self.request.method or "").lower()
+        declared = operation_of(type(self), method)
+        if declared is None or getattr(declared, part) is not model:
+            raise TypeError(f"{type(self).__name__}.{method} reads a {part} it does not declare")
+
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         """Path arguments (ids) never fail to decode; query arguments must be UTF-8."""
         if name is None:  # a path argument: id_arg refuses what is not an id
@@ -126,31 +151,6 @@ class HiveLogic(RequestHandler):
         except UnicodeDecodeError:
             raise BadRequest(f"The query parameter {shown(name)} is not valid UTF-8.") from None
 
-    def instant_arg(self, name: str, fallback: datetime) -> datetime:
-        value = self.get_query_argument(name, None)
-        return fallback if value in (None, "") else parse_instant(value, name)
-
-    def int_arg(self, name: str, fallback: int, low: int = -INT_MAX, high: int = INT_MAX) -> int:
-        """A whole-number query parameter in [low, high] (ASCII digits only), or `fallback`."""
-        value = self.get_query_argument(name, None)
-        if value is None or value == "":
-            return fallback
-        if not INTEGER.fullmatch(value) or len(value) > 20:
-            raise Invalid(f"'{name}' must be a whole number, got {shown(value)}.")
-        number = int(value)
-        if not low <= number <= high:
-            raise Invalid(f"'{name}' must be a whole number from {low} to {high}, got {value}.")
-        return number
-
-    def bool_arg(self, name: str) -> bool:
-        value = (self.get_query_argument(name, "") or "").lower()
-        if value not in ("", "0", "1", "true", "false", "yes", "no"):
-            raise Invalid(f"'{name}' must be true or false, got {shown(value)}.")
-        return value in ("1", "true", "yes")
-
-    def duration_arg(self, name: str, fallback: str) -> Any:
-        return parse_duration(self.get_query_argument(name, None) or fallback, name)
-
     def id_arg(self, value: str, what: str) -> int:
         """An id from the path: ASCII digits up to ID_MAX, otherwise nothing has it (404)."""
         if not DIGITS.fullmatch(value):
@@ -158,13 +158,6 @@ class HiveLogic(RequestHandler):
         if len(value) > len(str(ID_MAX)) or int(value) > ID_MAX:
             raise NotFound(f"There is no {what} {shown(value)}; ids go up to {ID_MAX}.")
         return int(value)
-
-    def id_query_arg(self, name: str) -> int | None:
-        """An id given as a query parameter (422 when it is not one), or None when absent."""
-        value = self.get_query_argument(name, None)
-        if value is None or value == "":
-            return None
-        return self.int_arg(name, 0, 0, ID_MAX)
 
     # --- output --------------------------------------------------------------------
 
@@ -240,12 +233,19 @@ class HiveHandler(HiveLogic, APIHandler):
             self._kernel_looked_up = True
         return self._kernel
 
+    def finish(self, *args: Any, **kwargs: Any) -> Any:
+        """Keep a Content-Type set before (a calendar feed, a CSV report): Jupyter's
+        APIHandler would label every answer application/json."""
+        media = self._headers.get("Content-Type", "application/json")
+        kwargs.setdefault("set_content_type", media)
+        return super().finish(*args, **kwargs)
+
     def requester(self) -> Identity:
         user = self.current_user
         if isinstance(user, KernelUser):
-            return self.hive.identify(user.username, user.groups)
+            return self.hive.identities.identify(user.username, user.groups)
         name, groups = self.gpuhive_user(user, self.identity_provider)
-        return self.hive.identify(name, groups)
+        return self.hive.identities.identify(name, groups)
 
     @staticmethod
     def gpuhive_user(user: Any, provider: Any) -> tuple[str, list[str] | None]:

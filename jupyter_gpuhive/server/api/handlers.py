@@ -7,12 +7,13 @@ from typing import Any
 
 from tornado import web
 
-from ...hosts.guidance import advise
 from ...jobs.model import Job
 from ...model import Reservation, utcnow
 from ...privacy import job_json, reservation_json
 from .base import HiveLogic
 from .openapi import openapi_document
+from .operations import operation
+from .schemas import bodies, queries, replies
 
 
 class Shown(HiveLogic):
@@ -27,126 +28,164 @@ class Shown(HiveLogic):
 
 class MeHandler(HiveLogic):
     @web.authenticated
+    @operation("Who am I: name, groups, admin flag", reply=replies.IdentityReply)
     async def get(self) -> None:
-        self.reply(await self.hive.me(self.who))
+        self.reply(await self.hive.identities.me(self.who))
 
 
 class HostsHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Live state of every host and GPU: metrics, processes with owners, who holds each GPU "
+        "now and next; on a host that is down, 'advice' (the reason and the fix); with no "
+        "hosts, 'setup' (the first steps)"
+    )
     async def get(self) -> None:
-        reply = advise(await self.hive.monitor.hosts(), self.hive.public_key)
+        reply = await self.hive.monitor.report()
         self.reply({**reply, "note": self.settings.get("gpuhive_note") or None})
 
 
 class MetricsHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Time series per host and GPU (points newer than 'since')", query=queries.MetricsQuery
+    )
     async def get(self) -> None:
-        since = self.get_query_argument("since", None)
-        self.reply(
-            self.hive.monitor.metrics(
-                self.get_query_argument("host", None),
-                self.get_query_argument("gpu", None),
-                self.instant_arg("since", utcnow()) if since else None,
-            )
-        )
+        q = self.query(queries.MetricsQuery)
+        self.reply(self.hive.monitor.metrics(q.host, q.gpu, q.since))
 
 
 class UsageHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Reserved and used GPU-hours per GPU and for the site in a window; per user and per "
+        "reservation: one's own rows (admins: all; see docs/privacy.md)",
+        query=queries.UsageQuery,
+    )
     async def get(self) -> None:
-        end = self.instant_arg("end", utcnow())
-        start = self.instant_arg("start", end - timedelta(days=7))
-        self.reply(await self.hive.usage(self.who, start, end))
+        q = self.query(queries.UsageQuery)
+        end = q.end or utcnow()
+        start = q.start or end - timedelta(days=7)
+        self.reply(await self.hive.bookings.usage(self.who, start, end))
 
 
 class ReservationUsageHandler(HiveLogic):
     @web.authenticated
+    @operation("Usage of one reservation (live while it runs; owner and admins)")
     async def get(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
-        self.reply(await self.hive.reservation_usage(self.who, rid))
+        self.reply(await self.hive.bookings.reservation_usage(self.who, rid))
 
 
 class ReservationsHandler(Shown):
     @web.authenticated
+    @operation(
+        "Reservations overlapping a window",
+        query=queries.ReservationsQuery,
+        reply=replies.ReservationList,
+    )
     async def get(self) -> None:
+        q = self.query(queries.ReservationsQuery)
         now = utcnow()
         policy = self.hive.settings.policy
-        start = self.instant_arg("start", now)
-        end = self.instant_arg("end", start + policy.horizon + policy.max_length)
-        found = await self.hive.list_reservations(
+        start = q.start or now
+        end = q.end or start + policy.horizon + policy.max_length
+        found = await self.hive.bookings.find(
             start,
             end,
-            host=self.get_query_argument("host", None),
-            gpu=self.get_query_argument("gpu", None),
-            user=self.get_query_argument("user", None),
-            include_cancelled=self.bool_arg("include_cancelled"),
-            limit=self.int_arg("limit", 1000),
+            host=q.host,
+            gpu=q.gpu,
+            user=q.user,
+            include_cancelled=q.include_cancelled,
+            limit=1000 if q.limit is None else q.limit,
         )
         self.reply({"reservations": [self.reservation(r, now) for r in found]})
 
     @web.authenticated
+    @operation(
+        "Book GPUs", 201, body=bodies.NewReservation, reply=replies.ReservationReply, errors=(409,)
+    )
     async def post(self) -> None:
-        created = await self.hive.create_reservation(self.who, self.json_body())
+        created = await self.hive.bookings.create(
+            self.who, self.body(bodies.NewReservation).value()
+        )
         self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
         self.reply(self.reservation(created), status=201)
 
 
 class ReservationHandler(Shown):
     @web.authenticated
+    @operation("One reservation", reply=replies.ReservationReply)
     async def get(self, reservation_id: str) -> None:
-        found = await self.hive.get_reservation(self.id_arg(reservation_id, "reservation"))
+        found = await self.hive.bookings.get(self.id_arg(reservation_id, "reservation"))
         self.reply(self.reservation(found))
 
     @web.authenticated
+    @operation(
+        "Edit (owner or admin)",
+        body=bodies.ReservationChange,
+        reply=replies.ReservationReply,
+        errors=(409,),
+    )
     async def patch(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
-        changed = await self.hive.update_reservation(self.who, rid, self.json_body())
+        change = self.body(bodies.ReservationChange).value()
+        changed = await self.hive.bookings.update(self.who, rid, change)
         self.reply(self.reservation(changed))
 
     @web.authenticated
+    @operation(
+        "Cancel an upcoming reservation or end a running one now",
+        reply=replies.ReservationReply,
+        errors=(409,),
+    )
     async def delete(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
-        done = await self.hive.cancel_reservation(self.who, rid)
+        done = await self.hive.bookings.cancel(self.who, rid)
         self.reply(self.reservation(done))
 
 
 class OverviewHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "GPU × time-slot occupancy: 'f' free, 'm' mine, 'o' others", query=queries.OverviewQuery
+    )
     async def get(self) -> None:
+        q = self.query(queries.OverviewQuery)
         now = utcnow().replace(minute=0, second=0, microsecond=0)
-        start = self.instant_arg("start", now)
-        end = self.instant_arg("end", start + timedelta(days=7))
+        start = q.start or now
+        end = q.end or start + timedelta(days=7)
+        slot = q.slot or timedelta(hours=1)
         self.reply(
-            await self.hive.overview(
-                self.who,
-                start,
-                end,
-                self.duration_arg("slot", "1h"),
-                host=self.get_query_argument("host", None),
-                gpu=self.get_query_argument("gpu", None),
-            )
+            await self.hive.bookings.overview(self.who, start, end, slot, host=q.host, gpu=q.gpu)
         )
 
 
 class RulesHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Access rules (admins: all; others: those that apply to them)", reply=replies.RuleList
+    )
     async def get(self) -> None:
-        rules = await self.hive.rules_for(self.who)
+        rules = await self.hive.bookings.rules_for(self.who)
         self.reply({"rules": [r.to_json() for r in rules]})
 
     @web.authenticated
+    @operation("Add an access rule (admin)", 201, body=bodies.RuleBody, reply=replies.RuleChanged)
     async def post(self) -> None:
-        self.hive.require_admin(self.who)
-        rule, flags = await self.hive.add_rule(self.who, self.json_body())
+        self.hive.bookings.require_admin(self.who)
+        new = self.body(bodies.RuleBody).value()
+        rule, flags = await self.hive.bookings.add_rule(self.who, new)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{rule.id}")
         self.reply({**rule.to_json(), "flag_changes": flags}, status=201)
 
 
 class RuleHandler(HiveLogic):
     @web.authenticated
+    @operation("One access rule", reply=replies.RuleReply)
     async def get(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
-        rules = {r.id: r for r in await self.hive.rules_for(self.who)}
+        rules = {r.id: r for r in await self.hive.bookings.rules_for(self.who)}
         if rid not in rules:
             from ...errors import NotFound
 
@@ -154,159 +193,196 @@ class RuleHandler(HiveLogic):
         self.reply(rules[rid].to_json())
 
     @web.authenticated
+    @operation("Replace an access rule (admin)", body=bodies.RuleBody, reply=replies.RuleChanged)
     async def put(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
-        self.hive.require_admin(self.who)
-        rule, flags = await self.hive.replace_rule(self.who, rid, self.json_body())
+        self.hive.bookings.require_admin(self.who)
+        new = self.body(bodies.RuleBody).value(rid)
+        rule, flags = await self.hive.bookings.replace_rule(self.who, rid, new)
         self.reply({**rule.to_json(), "flag_changes": flags})
 
     @web.authenticated
+    @operation("Delete an access rule (admin)", reply=replies.RuleDeleted)
     async def delete(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
-        flags = await self.hive.delete_rule(self.who, rid)
+        flags = await self.hive.bookings.delete_rule(self.who, rid)
         self.reply({"deleted": rid, "flag_changes": flags})
 
 
 class CoverageHandler(HiveLogic):
     @web.authenticated
+    @operation("When the requester may book each GPU", query=queries.GpuWindow)
     async def get(self) -> None:
-        start = self.instant_arg("start", utcnow())
-        end = self.instant_arg("end", start + timedelta(days=7))
-        self.reply(
-            await self.hive.coverage(
-                self.who,
-                start,
-                end,
-                self.get_query_argument("host", None),
-                self.get_query_argument("gpu", None),
-            )
-        )
+        q = self.query(queries.GpuWindow)
+        start = q.start or utcnow()
+        end = q.end or start + timedelta(days=7)
+        self.reply(await self.hive.bookings.coverage(self.who, start, end, q.host, q.gpu))
 
 
 class OpenAPIHandler(HiveLogic):
     @web.authenticated
+    @operation("This document (OpenAPI 3.1, generated from the routes and their models)")
     async def get(self) -> None:
         self.reply(openapi_document(self.settings.get("base_url", "/")))
 
 
 class TemplatesHandler(HiveLogic):
     @web.authenticated
+    @operation("Job templates with their fields, options and an example")
     async def get(self) -> None:
-        self.reply({"templates": self.hive.templates()})
+        self.reply({"templates": self.hive.jobs.templates()})
 
 
 class JobsHandler(Shown):
     @web.authenticated
+    @operation(
+        "Jobs, optionally of one user or in one status; others' jobs as a summary (no command, "
+        "variables, options or env); env values always masked",
+        query=queries.JobsQuery,
+        reply=replies.JobList,
+    )
     async def get(self) -> None:
-        jobs = await self.hive.list_jobs(
-            self.get_query_argument("user", None), self.get_query_argument("status", None)
-        )
+        q = self.query(queries.JobsQuery)
+        jobs = await self.hive.jobs.find(q.user, q.status)
         self.reply({"jobs": [self.job(job) for job in jobs]})
 
     @web.authenticated
+    @operation(
+        "Create a job from a template ('start': true runs it now)",
+        201,
+        body=bodies.NewJob,
+        reply=replies.JobReply,
+        errors=(404, 409),
+    )
     async def post(self) -> None:
-        job = await self.hive.create_job(self.who, self.json_body())
+        job = await self.hive.jobs.create(self.who, self.body(bodies.NewJob).value())
         self.set_header("Location", self.request.path.rstrip("/") + f"/{job.id}")
         self.reply(self.job(job), status=201)
 
 
 class JobPreviewHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "The exact per-task commands and environments, without creating anything",
+        body=bodies.NewJob,
+        reply=replies.Preview,
+        errors=(404, 409),
+    )
     async def post(self) -> None:
-        self.reply({"tasks": await self.hive.preview_job(self.who, self.json_body())})
+        request = self.body(bodies.NewJob).value()
+        self.reply({"tasks": await self.hive.jobs.preview(self.who, request)})
 
 
 class JobHandler(Shown):
     @web.authenticated
+    @operation(
+        "One job with its tasks (its definition for the owner and admins)", reply=replies.JobReply
+    )
     async def get(self, job_id: str) -> None:
-        job = await self.hive.get_job(self.id_arg(job_id, "job"))
+        job = await self.hive.jobs.get(self.id_arg(job_id, "job"))
         self.reply(self.job(job))
 
     @web.authenticated
+    @operation(
+        "Delete a job that is not running (owner/admin)", reply=replies.Deleted, errors=(409,)
+    )
     async def delete(self, job_id: str) -> None:
         jid = self.id_arg(job_id, "job")
-        await self.hive.delete_job(self.who, jid)
+        await self.hive.jobs.delete(self.who, jid)
         self.reply({"deleted": jid})
 
 
 class JobStartHandler(Shown):
     @web.authenticated
+    @operation("Start (or restart) a job now (owner/admin)", reply=replies.JobReply, errors=(409,))
     async def post(self, job_id: str) -> None:
-        job = await self.hive.start_job(self.who, self.id_arg(job_id, "job"))
+        job = await self.hive.jobs.start(self.who, self.id_arg(job_id, "job"))
         self.reply(self.job(job))
 
 
 class JobStopHandler(Shown):
     @web.authenticated
+    @operation(
+        "Stop gracefully: SIGINT, then SIGKILL after a grace", reply=replies.JobReply, errors=(409,)
+    )
     async def post(self, job_id: str) -> None:
-        job = await self.hive.stop_job(self.who, self.id_arg(job_id, "job"))
+        job = await self.hive.jobs.stop(self.who, self.id_arg(job_id, "job"))
         self.reply(self.job(job))
 
 
 class JobEnqueueHandler(Shown):
     @web.authenticated
+    @operation(
+        "Put the job in the queue (runs in non-reserved time)",
+        reply=replies.JobReply,
+        errors=(409,),
+    )
     async def post(self, job_id: str) -> None:
-        job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=True)
+        job = await self.hive.jobs.set_queued(self.who, self.id_arg(job_id, "job"), queued=True)
         self.reply(self.job(job))
 
 
 class JobDequeueHandler(Shown):
     @web.authenticated
+    @operation("Take the job out of the queue", reply=replies.JobReply, errors=(409,))
     async def post(self, job_id: str) -> None:
-        job = await self.hive.queue_job(self.who, self.id_arg(job_id, "job"), queued=False)
+        job = await self.hive.jobs.set_queued(self.who, self.id_arg(job_id, "job"), queued=False)
         self.reply(self.job(job))
 
 
 class JobLogHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "A task's log from 'offset' (or its last 'tail' bytes), and how to attach",
+        query=queries.LogQuery,
+        errors=(503,),
+    )
     async def get(self, job_id: str) -> None:
-        tail = self.get_query_argument("tail", None)
-        self.reply(
-            await self.hive.job_log(
-                self.who,
-                self.id_arg(job_id, "job"),
-                self.int_arg("task", 0, 0),
-                self.int_arg("offset", 0, 0),  # bounded before any shell sees it
-                self.int_arg("tail", 0, 0) if tail else None,
-            )
-        )
+        jid = self.id_arg(job_id, "job")
+        q = self.query(queries.LogQuery)  # offset and tail bounded before any shell sees them
+        self.reply(await self.hive.jobs.log(self.who, jid, q.task or 0, q.offset or 0, q.tail))
 
 
 class SshHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "The public key to add to ~/.ssh/authorized_keys, and per SSH host whether gpuhive can "
+        "already log in as me (needed to run my jobs)"
+    )
     async def get(self) -> None:
-        self.reply(await self.hive.ssh_status(self.who))
+        self.reply(await self.hive.jobs.ssh_status(self.who))
 
 
 class ViolationsHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Violation history (foreign, unreserved, ghost, idle) with the actions taken, and those "
+        "ongoing now: those the requester holds or caused (admins: all)",
+        query=queries.ViolationsQuery,
+    )
     async def get(self) -> None:
-        end = self.instant_arg("end", utcnow() + timedelta(seconds=1))
-        start = self.instant_arg("start", end - timedelta(days=7))
-        protection = self.hive.protection
-        public = self.hive.settings.privacy.public_violations
-        found = await protection.history(
+        q = self.query(queries.ViolationsQuery)
+        end = q.end or utcnow() + timedelta(seconds=1)
+        start = q.start or end - timedelta(days=7)
+        report = await self.hive.protection.report(
+            self.who,
             start,
             end,
-            user=self.get_query_argument("user", None),
-            host=self.get_query_argument("host", None),
-            reservation_id=self.id_query_arg("reservation"),
-            kinds=self.get_query_arguments("kind") or None,
-            limit=self.int_arg("limit", 1000),
-            viewer=self.who,
-            public=public,
+            user=q.user,
+            host=q.host,
+            reservation_id=q.reservation,
+            kinds=q.kind or None,
+            limit=1000 if q.limit is None else q.limit,
         )
-        self.reply(
-            {
-                "start": start.isoformat(),
-                "end": end.isoformat(),
-                "ongoing": protection.ongoing(self.who, public),
-                "violations": found,
-            }
-        )
+        self.reply(report)
 
 
 class QueueHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Queued jobs not yet running, with their projected start (from the queue's own plan: "
+        "for the first 32 waiting jobs a start they will not miss unless a booking, a foreign "
+        "process or a host failure intervenes) and what they wait for"
+    )
     async def get(self) -> None:
-        self.reply({"jobs": await self.hive.queue(self.who)})
+        self.reply({"jobs": await self.hive.jobs.queue(self.who)})

@@ -7,12 +7,14 @@ import inspect
 from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
 
-from ...errors import BadRequest, NotFound
+from ...errors import NotFound
 from ...integrations.digests import setting_json
 from ...integrations.subscriptions import subscription_json
 from ...integrations.webhooks import describe
 from .base import HiveLogic
 from .handlers import Shown
+from .operations import operation
+from .schemas import bodies, queries, replies
 
 
 def feed_url(handler: HiveLogic, token: str) -> str:
@@ -35,6 +37,12 @@ class CalendarHandler(HiveLogic):
         """A GET with no cookie credentials."""
 
     @allow_unauthenticated
+    @operation(
+        "An iCalendar (RFC 5545) feed; the token in the URL is its only credential (no Jupyter "
+        "token needed or used)",
+        errors=(404,),
+        media="text/calendar",
+    )
     async def get(self, token: str) -> None:
         body = await self.hive.run(self.hive.integrations.feeds.render, token)
         self.set_header("Content-Type", "text/calendar; charset=utf-8")
@@ -45,6 +53,7 @@ class CalendarHandler(HiveLogic):
 
 class FeedsHandler(HiveLogic):
     @web.authenticated
+    @operation("My calendar feed (without its token) and, for admins, the site feeds")
     async def get(self) -> None:
         feeds = self.hive.integrations.feeds
         self.reply(await self.hive.run(feeds.status, self.who))
@@ -52,6 +61,11 @@ class FeedsHandler(HiveLogic):
 
 class PersonalFeedHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Make or rotate my calendar feed; the answer's 'url' (shown only now) is the feed, and "
+        "the old URL stops working (404)",
+        201,
+    )
     async def post(self) -> None:
         """Make or rotate the requester's feed: the URL is shown this once."""
         feeds = self.hive.integrations.feeds
@@ -59,6 +73,7 @@ class PersonalFeedHandler(HiveLogic):
         self.reply({**feed.to_json(), "url": feed_url(self, token)}, status=201)
 
     @web.authenticated
+    @operation("Turn my calendar feed off", errors=(404,))
     async def delete(self) -> None:
         feeds = self.hive.integrations.feeds
         if not await self.hive.run(feeds.stop, self.who):
@@ -68,21 +83,22 @@ class PersonalFeedHandler(HiveLogic):
 
 class SiteFeedsHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "Publish a site feed (admin): every reservation, or one host's; the answer's 'url' is "
+        "shown only now",
+        201,
+        body=bodies.SiteFeed,
+    )
     async def post(self) -> None:
-        body = self.json_body()
-        unknown = set(body) - {"host"}
-        if unknown:
-            raise BadRequest(f"Unknown field(s): {', '.join(sorted(unknown))}.")
-        host = body.get("host")
-        if host is not None and not isinstance(host, str):
-            raise BadRequest("'host' must be a host name (or absent for every host).")
+        host = self.body(bodies.SiteFeed).host
         feeds = self.hive.integrations.feeds
-        feed, token = await self.hive.run(feeds.add_site, self.who, host or None)
+        feed, token = await self.hive.run(feeds.add_site, self.who, host)
         self.reply({**feed.to_json(), "url": feed_url(self, token)}, status=201)
 
 
 class SiteFeedHandler(HiveLogic):
     @web.authenticated
+    @operation("Stop a site feed (admin); its URL then answers 404")
     async def delete(self, feed_id: str) -> None:
         fid = self.id_arg(feed_id, "site feed")
         await self.hive.run(self.hive.integrations.feeds.remove_site, self.who, fid)
@@ -91,25 +107,35 @@ class SiteFeedHandler(HiveLogic):
 
 class WebhooksHandler(HiveLogic):
     @web.authenticated
+    @operation("My webhook endpoints (admins: all); URLs masked, secrets never shown")
     async def get(self) -> None:
         hooks = self.hive.integrations.webhooks
         self.reply({"webhooks": await hooks.listed(self.who)})
 
     @web.authenticated
+    @operation(
+        "Add a webhook endpoint; the answer holds its full URL and signing secret, shown only "
+        "now ('site': true, admins only, gets everyone's events)",
+        201,
+        body=bodies.NewWebhook,
+    )
     async def post(self) -> None:
-        made = await self.hive.integrations.webhooks.add(self.who, self.json_body())
+        request = self.body(bodies.NewWebhook).value()
+        made = await self.hive.integrations.webhooks.add(self.who, request)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{made['id']}")
         self.reply(made, status=201)
 
 
 class WebhookHandler(HiveLogic):
     @web.authenticated
+    @operation("One of my webhook endpoints (URL masked)")
     async def get(self, webhook_id: str) -> None:
         hooks = self.hive.integrations.webhooks
         found = await hooks.owned(self.who, self.id_arg(webhook_id, "webhook"))
         self.reply(describe(found))
 
     @web.authenticated
+    @operation("Remove one of my webhook endpoints", reply=replies.Deleted)
     async def delete(self, webhook_id: str) -> None:
         hooks = self.hive.integrations.webhooks
         await hooks.remove(self.who, self.id_arg(webhook_id, "webhook"))
@@ -118,15 +144,21 @@ class WebhookHandler(HiveLogic):
 
 class DeliveriesHandler(HiveLogic):
     @web.authenticated
+    @operation(
+        "The delivery log of an endpoint: per event its state (pending, delivered, dead) and "
+        "every attempt's outcome",
+        query=queries.DeliveriesQuery,
+    )
     async def get(self, webhook_id: str) -> None:
         hooks = self.hive.integrations.webhooks
         wid = self.id_arg(webhook_id, "webhook")
-        limit = self.int_arg("limit", 100, 1, 1000)
+        limit = self.query(queries.DeliveriesQuery).limit or 100
         self.reply({"deliveries": await hooks.log(self.who, wid, limit)})
 
 
 class SubscriptionsHandler(HiveLogic):
     @web.authenticated
+    @operation("My availability subscriptions (admins: all)")
     async def get(self) -> None:
         rows = self.hive.integrations.availability.rows
         owner = None if self.who.is_admin else self.who.name
@@ -134,11 +166,19 @@ class SubscriptionsHandler(HiveLogic):
         self.reply({"subscriptions": [subscription_json(s) for s in found]})
 
     @web.authenticated
+    @operation(
+        "Tell me when N GPUs (on a host, or of a model) are free for a duration before a "
+        "deadline; fires through the chosen channels (lab, email, webhook) once, or on every "
+        "new slot with 'repeat'",
+        201,
+        body=bodies.NewSubscription,
+    )
     async def post(self) -> None:
         """Tell me when GPUs are free; fires at once when they already are."""
         integrations = self.hive.integrations
         policy = self.hive.settings.policy
-        values = integrations.availability.parse(self.who, self.json_body(), policy.horizon)
+        request = self.body(bodies.NewSubscription).value()
+        values = integrations.availability.parse(self.who, request, policy.horizon)
         made = await self.hive.run(integrations.availability.rows.add, values)
         integrations.subscribed()
         self.set_header("Location", self.request.path.rstrip("/") + f"/{made.id}")
@@ -147,12 +187,14 @@ class SubscriptionsHandler(HiveLogic):
 
 class SubscriptionHandler(HiveLogic):
     @web.authenticated
+    @operation("One of my subscriptions, with its last offer")
     async def get(self, sub_id: str) -> None:
         availability = self.hive.integrations.availability
         sid = self.id_arg(sub_id, "subscription")
         self.reply(subscription_json(await self.hive.run(availability.owned, self.who, sid)))
 
     @web.authenticated
+    @operation("End one of my subscriptions", reply=replies.Deleted)
     async def delete(self, sub_id: str) -> None:
         availability = self.hive.integrations.availability
         sid = self.id_arg(sub_id, "subscription")
@@ -163,26 +205,36 @@ class SubscriptionHandler(HiveLogic):
 
 class SubscriptionBookHandler(Shown):
     @web.authenticated
+    @operation(
+        "Book exactly the slot the subscription last offered, if it is still free",
+        201,
+        reply=replies.ReservationReply,
+        errors=(409, 422),
+    )
     async def post(self, sub_id: str) -> None:
         """Book exactly the slot last offered, if it is still free (409 otherwise)."""
         availability = self.hive.integrations.availability
         sid = self.id_arg(sub_id, "subscription")
-        body = await self.hive.run(availability.book, self.who, sid)
-        sub = await self.hive.run(availability.owned, self.who, sid)
-        if sub.owner != self.who.name:
-            body["owner"] = sub.owner
-        made = await self.hive.create_reservation(self.who, body)
+        booking = await self.hive.run(availability.book, self.who, sid)  # for its subscriber
+        made = await self.hive.bookings.create(self.who, booking)
         self.reply(self.reservation(made), status=201)
 
 
 class DigestHandler(HiveLogic):
     @web.authenticated
+    @operation("My daily digest e-mail setting")
     async def get(self) -> None:
         digests = self.hive.integrations.digests
         found = await self.hive.run(digests.rows.get, self.who.name)
         self.reply(setting_json(found, self.who.name))
 
     @web.authenticated
+    @operation(
+        "Turn my daily digest e-mail on or off (today's and tomorrow's reservations, GPUs left "
+        "idle yesterday, violations on my GPUs)",
+        body=bodies.DigestSetting,
+    )
     async def put(self) -> None:
         digests = self.hive.integrations.digests
-        self.reply(await self.hive.run(digests.configure, self.who, self.json_body()))
+        request = self.body(bodies.DigestSetting).value()
+        self.reply(await self.hive.run(digests.configure, self.who, request))

@@ -1,0 +1,99 @@
+"""What a request asks for, as typed values: the REST API's edge (server/api/schemas) turns
+each JSON body into one of these after checking its shape (types, lengths, ranges, names);
+the domain checks what only it can know (unknown GPUs, clashes, rules, who may do what).
+
+Text is already trimmed of surrounding whitespace, except a job's command, which is code and
+kept exactly as sent. Instants are timezone-aware UTC, durations timedeltas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Booking:
+    """A new reservation: `end` or `duration` (not both; the service says so when both)."""
+
+    title: str
+    gpus: tuple[str, ...]
+    start: datetime | None = None  # None: now
+    end: datetime | None = None
+    duration: timedelta | None = None
+    description: str = ""
+    owner: str | None = None  # admins only: book for someone else
+
+
+@dataclass(frozen=True)
+class BookingChange:
+    """An edit of a reservation: None leaves a field as it is."""
+
+    title: str | None = None
+    description: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    duration: timedelta | None = None
+    gpus: tuple[str, ...] | None = None
+
+    @property
+    def moves_end(self) -> bool:
+        """Whether the edit gives a new end (directly or as a duration)."""
+        return self.end is not None or self.duration is not None
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job to create (or preview): GPUs by name, by reservation, or a count in options."""
+
+    name: str
+    command: str
+    template: str = "plain"
+    description: str = ""
+    gpus: tuple[str, ...] = ()
+    reservation: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    same_host: str | None = None  # given at the top level (it may also be in options)
+    variables: dict[str, str] = field(default_factory=dict)
+    sweep: dict[str, list[str]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    queued: bool = False
+    walltime: timedelta | None = None
+    start_at: datetime | None = None
+    stop_at: datetime | None = None
+    max_retries: int = 0
+    start: bool = False  # run it now (when not queued and not scheduled)
+
+
+@dataclass(frozen=True)
+class WebhookRequest:
+    """A webhook endpoint to add; `events` may hold '*' (every event)."""
+
+    url: str
+    format: str = "json"
+    events: tuple[str, ...] = ("*",)
+    site: bool = False
+
+
+@dataclass(frozen=True)
+class SubscriptionRequest:
+    """"Tell me when `gpus` GPUs are free for `duration` before `deadline`"."""
+
+    duration: timedelta
+    gpus: int = 1
+    host: str | None = None
+    model: str | None = None
+    deadline: datetime | None = None  # None: the booking horizon
+    channels: tuple[str, ...] = ("lab", "email", "webhook")
+    email: str | None = None
+    repeat: bool = False
+
+
+@dataclass(frozen=True)
+class DigestRequest:
+    """The daily digest on or off, and where it goes (None: the site's address for the user)."""
+
+    enabled: bool
+    email: str | None = None

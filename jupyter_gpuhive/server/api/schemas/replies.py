@@ -1,0 +1,163 @@
+"""The main answers, as the OpenAPI document states them (and schemathesis checks them).
+
+The domain builds these objects itself (`to_json`, `privacy`); the models say what a client
+may rely on: the fields listed are always there unless marked optional, and an answer may
+hold more. A test checks real answers against them.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ....model.jobs import TaskState
+
+
+class Reply(BaseModel):
+    """An answer's documented part; answers may carry more fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorReply(Reply):
+    """Every error: one sentence that says what is wrong (and, for some, details)."""
+
+    message: str
+    conflicts: list[dict[str, Any]] | None = Field(
+        None, description="409 on a booking: each reservation in the way, per GPU"
+    )
+
+
+class IdentityReply(Reply):
+    name: str
+    groups: list[str]
+    admin: bool
+
+
+class ReservationReply(Reply):
+    id: int
+    owner: str
+    title: str
+    description: str | None = Field(
+        None, description="Shown to the owner and admins (or everyone, if the site says so)"
+    )
+    start: datetime
+    end: datetime
+    gpus: list[str] = Field(description="'host:index' of each GPU")
+    gpu_uuids: list[str]
+    created_at: datetime
+    cancelled_at: datetime | None
+    status: Literal["cancelled", "upcoming", "active", "ended"]
+    flagged: bool
+    flag_reason: str | None
+
+
+class ReservationList(Reply):
+    reservations: list[ReservationReply]
+
+
+class WindowReply(Reply):
+    days: list[str]
+    start: str
+    end: str
+
+
+class RuleReply(Reply):
+    id: int | None
+    name: str
+    users: list[str]
+    groups: list[str]
+    hosts: list[str]
+    gpus: list[str]
+    windows: list[WindowReply]
+    valid_from: date | None
+    valid_until: date | None
+
+
+class RuleChanged(RuleReply):
+    flag_changes: dict[str, str | None] = Field(
+        description="Reservations (by id) whose flag changed: the new reason, or null"
+    )
+
+
+class RuleList(Reply):
+    rules: list[RuleReply]
+
+
+class RuleDeleted(Reply):
+    deleted: int
+    flag_changes: dict[str, str | None]
+
+
+class TaskReply(Reply):
+    id: int
+    job: int
+    index: int
+    owner: str
+    host: str
+    role: str
+    gpus: list[str] = Field(description="GPU UUIDs")
+    gpu_indices: list[int]
+    state: TaskState
+    exit_status: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class JobReply(Reply):
+    """A job: its definition (command, options, ...) only for the owner and admins."""
+
+    id: int
+    name: str
+    owner: str
+    template: str
+    queued: bool
+    walltime_s: float | None
+    start_at: datetime | None
+    stop_at: datetime | None
+    max_retries: int
+    attempts: int
+    status: str
+    gpus: list[str]
+    detail: bool = Field(description="Whether the definition is shown")
+    tasks: list[TaskReply]
+
+
+class JobList(Reply):
+    jobs: list[JobReply]
+
+
+class PreviewTask(Reply):
+    index: int
+    host: str
+    gpus: list[str]
+    role: str
+    env: dict[str, str]
+    command: str
+    shell: str = Field(description="The exact command line run on the host")
+
+
+class Preview(Reply):
+    tasks: list[PreviewTask]
+
+
+class Deleted(Reply):
+    deleted: int | bool
+
+
+REPLIES: tuple[type[Reply], ...] = (
+    ErrorReply,
+    IdentityReply,
+    ReservationReply,
+    ReservationList,
+    RuleReply,
+    RuleChanged,
+    RuleList,
+    RuleDeleted,
+    JobReply,
+    JobList,
+    Preview,
+    Deleted,
+)
