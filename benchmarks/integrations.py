@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fixtures.server import Client, JupyterServer, percentile
+from benchmarks.fixtures.server import Client, JupyterServer, percentile
 
 USERS = {
     "tok-bench": {"name": "bench"},

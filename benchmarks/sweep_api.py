@@ -1,6 +1,6 @@
 """API phase of the sweep benchmark: a real Jupyter server sweeping the sshd hosts, under load.
 
-A ``jupyter server`` with gpuhive in its own process (tests/fixtures/server.py) monitors the
+A ``jupyter server`` with gpuhive in its own process (fixtures/server.py) monitors the
 benchmark's sshd hosts (``poll_interval`` 5 s, the cluster's client key and known_hosts, the
 same uid-0 monitoring login). Once it has swept every host, two client threads each send
 10 requests/s over keep-alive connections for the window: ``GET gpuhive/api/me`` and
@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 from sweep_sshd import RealCluster, percentile  # noqa: E402
 
-from tests.fixtures.server import JupyterServer  # noqa: E402
+from benchmarks.fixtures.server import JupyterServer  # noqa: E402
 
 USER_TOKEN = "tok-sweep-bench"
 RATE = 10.0  # requests per second, per endpoint

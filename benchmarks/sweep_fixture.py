@@ -14,7 +14,6 @@ import contextlib
 import multiprocessing as mp
 import random
 import re
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,7 @@ from jupyter_gpuhive.hosts.probe import END, PROBE_COMMAND, PROBE_LOOP_COMMAND
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import make_uuid, preset
+from jupyter_gpuhive.sim.ports import free_ports
 from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
 
 FIXTURE_HOST = "fixture"
@@ -127,19 +127,6 @@ def _serve(outputs: dict[str, str], ports: list[int], client_pub: str, queue: An
     asyncio.run(main())
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 def _ready(queue: Any, proc: Any, timeout: float = 60.0) -> str:
     """The server's host key once it listens; fails at once if the server process died."""
     deadline = time.monotonic() + timeout
@@ -172,7 +159,7 @@ def fixture_server(count: int, ports: int = 8) -> Iterator[Fixture]:
         pub = client_key.export_public_key("openssh").decode()
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
-        port_list = _free_ports(ports)
+        port_list = free_ports(ports)
         proc = ctx.Process(target=_serve, args=(outputs, port_list, pub, queue), daemon=True)
         proc.start()
         try:

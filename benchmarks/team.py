@@ -1,7 +1,7 @@
 """Team-mode benchmark: many users booking at once through the Hub's proxy into the service.
 
 Run: `.venv/bin/python benchmarks/team.py [--quick]`.
-A real JupyterHub (tests/hub/team_hub.py: the examples/jupyterhub_config.py deployment,
+A real JupyterHub (fixtures/team_hub.py: the examples/jupyterhub_config.py deployment,
 configurable-http-proxy from npm) with the gpuhive service on a real PostgreSQL. N users
 (threads; --quick: 10, else 50), each with their own Hub token (`access:services!service=
 gpuhive`), book one GPU for one hour over keep-alive connections to
@@ -42,9 +42,9 @@ sys.path.insert(0, str(_HERE.parent))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from tests.fixtures.postgres import running_postgres  # noqa: E402
-from tests.fixtures.server import percentile  # noqa: E402
-from tests.hub.team_hub import TeamHub  # noqa: E402
+from benchmarks.fixtures.postgres import running_postgres  # noqa: E402
+from benchmarks.fixtures.server import percentile  # noqa: E402
+from benchmarks.fixtures.team_hub import TeamHub  # noqa: E402
 
 UTC = timezone.utc
 HOSTS, GPUS_PER_HOST = 16, 4

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from tests.fixtures.postgres import PostgresCluster, running_postgres
+from benchmarks.fixtures.postgres import PostgresCluster, running_postgres
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

@@ -9,15 +9,16 @@ import getpass
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from benchmarks.fixtures.waiting import wait_for
+from jupyter_gpuhive.sim.ports import free_port
 
 
 def children(pid: int) -> list[int]:
@@ -76,10 +77,7 @@ def check_seeded_state(port: int, token: str) -> None:
         _, seen = call(port, token, "GET", "violations")
         return next((v for v in seen["violations"] if v["gpu"] == "gpu3:1"), None)
 
-    deadline = time.monotonic() + 60
-    while (found_violation := violation()) is None and time.monotonic() < deadline:
-        time.sleep(1)
-    assert found_violation is not None
+    found_violation = wait_for(violation, 60, "the demo's violation on gpu3:1", interval=1)
     assert (found_violation["holder"], found_violation["offender"]) == ("alice", me)
     assert found_violation["kind"] == "foreign"
 
@@ -94,9 +92,7 @@ def check_seeded_state(port: int, token: str) -> None:
 
 
 def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {
         **os.environ,
         "GPUHIVE_DEMO_DIR": str(tmp_path / "demo"),
@@ -111,22 +107,18 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        hosts = None
-        while time.monotonic() < deadline and demo.poll() is None:
+
+        def loaded() -> bytes | None:
+            assert demo.poll() is None, f"the demo exited ({demo.returncode})"
             request = urllib.request.Request(
                 f"http://127.0.0.1:{port}/gpuhive/api/hosts",
                 headers={"Authorization": f"token {token}"},
             )
-            try:
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    hosts = response.read()
-                if b'"util":85' in hosts:  # the demo's load, seen by the monitor
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        assert hosts is not None and b'"util":85' in hosts, hosts
+            with urllib.request.urlopen(request, timeout=5) as response:
+                hosts = response.read()
+            return hosts if b'"util":85' in hosts else None  # the demo's load, seen by the monitor
+
+        wait_for(loaded, 90, "the demo's load in GET hosts", interval=0.5, ignore=(OSError,))
         check_seeded_state(port, token)
         started = children(demo.pid)
         assert len(started) == 4  # JupyterLab, the two loads and the stray process

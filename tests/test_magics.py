@@ -16,8 +16,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from benchmarks.fixtures.server import Client, JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
-from tests.fixtures.server import Client, JupyterServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as a real test user")
 
@@ -45,12 +46,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
         }  # fmt: skip
         srv = JupyterServer(config, USERS)
         client = Client(srv.port, "tok-owner")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait for discovery of the 4 simulated GPUs
+
+        def discovered() -> bool:  # the 4 simulated GPUs
             status, body, _ = client.call("GET", "hosts")
-            if status == 200 and len(body["hosts"][0]["gpus"]) == 4:
-                break
-            time.sleep(0.3)
+            return status == 200 and len(body["hosts"][0]["gpus"]) == 4
+
+        wait_for(discovered, 30, "discovery of the 4 simulated GPUs", interval=0.3)
         yield srv
         srv.stop()
 
@@ -208,13 +209,12 @@ def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer
     with pytest.raises(UsageError, match="queue a GPU count"):
         shell.run_cell_magic("gpujob", "3", "sleep 1")  # a count is for the queue
     client = Client(server.port, "tok-owner")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the queue picks three GPUs of gpu1 and runs it
+
+    def succeeded() -> Any:  # the queue picks three GPUs of gpu1 and runs it
         status, done, _ = client.call("GET", f"jobs/{job['id']}")
-        if status == 200 and done["status"] == "succeeded":
-            break
-        time.sleep(0.3)
-    assert done["status"] == "succeeded", done
+        return done if status == 200 and done["status"] == "succeeded" else None
+
+    done = wait_for(succeeded, 30, f"job {job['id']} to succeed", interval=0.3)
     assert [(t["host"], len(t["gpus"])) for t in done["tasks"]] == [("gpu1", 3)]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.server import Client, JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.hosts.config import local_gpu_host, local_host_name
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.sim.cluster import LocalSimHost
-from tests.fixtures.server import Client, JupyterServer
 
 USERS = {"tok-me": {"name": "me"}}
 
@@ -37,16 +37,6 @@ def stand_in_on_path(root: Path, name: str) -> Path:
     )
     script.chmod(0o755)
     return folder
-
-
-def until(check: Callable[[], Any], timeout: float = 40, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 def hosts_of(client: Client) -> dict[str, Any]:
@@ -95,7 +85,7 @@ def test_fresh_server_uses_this_machine_when_nvidia_smi_runs(
         hosts = hosts_of(me)["hosts"]
         return hosts if hosts and hosts[0]["state"] == "up" and hosts[0]["gpus"] else None
 
-    hosts = until(discovered, what="the local host to be swept")
+    hosts = wait_for(discovered, 40, what="the local host to be swept")
     assert [h["name"] for h in hosts] == [name]
     assert hosts[0]["transport"] == "local"
     assert [g["id"] for g in hosts[0]["gpus"]] == [f"{name}:{i}" for i in range(4)]
@@ -148,7 +138,7 @@ def test_no_hosts_no_nvidia_smi_guides_and_hosts_add_reaches_the_running_server(
         ready = {"box", "sim1"} <= set(found) and found["sim1"]["gpus"]
         return found if ready and found["box"]["state"] == "down" else None
 
-    found = until(both, what="box (down) and sim1 in GET hosts")
+    found = wait_for(both, 40, what="box (down) and sim1 in GET hosts")
     assert found["box"]["port"] == 2222
     advice = found["box"]["advice"]  # box.lab does not resolve: the reason and the fix
     assert advice["message"].startswith("box is down: ")
@@ -164,7 +154,7 @@ def test_no_hosts_no_nvidia_smi_guides_and_hosts_add_reaches_the_running_server(
         removed = subprocess.run([*cli, "remove", name], env=env, capture_output=True,
                                  text=True, check=False)  # fmt: skip
         assert removed.returncode == 0, removed.stderr
-    until(lambda: hosts_of(me)["hosts"] == [], what="the hosts to go")
+    wait_for(lambda: hosts_of(me)["hosts"] == [], 40, what="the hosts to go")
     assert hosts_of(me)["setup"] is not None
     again = subprocess.run([*cli, "remove", "box"], env=env, capture_output=True, text=True,
                            check=False)  # fmt: skip
@@ -184,10 +174,10 @@ def test_a_broken_hosts_file_changes_nothing_and_says_why(
         os.environ["PATH"], {"poll_interval": 0.5, "hosts_file": str(hosts_file)}
     )
     me = Client(server.port, "tok-me")
-    until(lambda: [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"], what="sim2")
+    wait_for(lambda: [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"], 40, what="sim2")
     hosts_file.write_text('[{"name": "sim2", "transport": "carrier pigeon"}]')
     log = server.dir / "server.log"
-    until(lambda: "changed but is not used" in log.read_text(), what="the error in the log")
+    wait_for(lambda: "changed but is not used" in log.read_text(), 40, what="the error in the log")
     assert "transport must be one of" in log.read_text()
     assert [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"]
 

@@ -16,7 +16,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,7 @@ from .inventory import (
     write_config,
 )
 from .nvidia_smi import install_nvidia_smi
+from .ports import free_port, free_ports
 from .users import current_user, ensure_user, is_root, start_gpu_process
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -131,20 +131,6 @@ class SimHost:
             "known_hosts": str(self.known_hosts),
             "agent_path": None,
         }
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1 (held together while chosen)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -252,7 +238,7 @@ class SshdCluster:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir
         install_nvidia_smi(self.bin_dir)
         keygens = [_keygen(self.client_key, "gpuhive-sim-client")]
-        for name, port in zip(self.names, _free_ports(len(self.names)), strict=True):
+        for name, port in zip(self.names, free_ports(len(self.names)), strict=True):
             hostdir = self.workdir / "hosts" / name
             hostdir.mkdir(parents=True, exist_ok=True)
             hostdir.chmod(0o755)
@@ -342,7 +328,7 @@ class SshdCluster:
                     )
                     if "in use" in log and retries[host.name] < 3:  # a port race: take another
                         retries[host.name] += 1
-                        host.port = _free_ports(1)[0]
+                        host.port = free_port()
                         self.trust_host_keys()
                         self._launch(host)
                         continue

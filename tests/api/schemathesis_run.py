@@ -18,8 +18,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from benchmarks.fixtures.server import Client, JupyterServer
 from tests.conftest import HOSTS, TOKENS, USERS, iso, soon
-from tests.fixtures.server import Client, JupyterServer
 
 SEED = 20261124
 EXAMPLES = 6  # per operation, mode and phase; ~30 operations

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, book
 
@@ -49,17 +49,10 @@ def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     jp_asyncio_loop.run_until_complete(hive.stop())
 
 
-async def until(check: Any, timeout: float = 15.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while not (value := await check()):
-            await asyncio.sleep(0.2)
-    return value
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
     owner, bob = api(OWNER), api("bob")
-    await until(lambda: _discovered(owner))
+    await until(lambda: _discovered(owner), timeout=15)
     templates = await owner("GET", "templates")
     assert {t["name"] for t in templates.body["templates"]} >= {"plain", "pytorch", "tensorflow"}
 
@@ -89,14 +82,14 @@ async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
         procs = hosts[0]["gpus"][0]["processes"]
         return [p for p in procs if p["user"] == OWNER]
 
-    procs = await until(on_gpu)
+    procs = await until(on_gpu, timeout=15)
     assert "python3" in procs[0]["command"]
 
     async def logged() -> Any:
         reply = await owner("GET", f"jobs/{job_id}/log", params={"task": 0})
         return reply.body if "seen" in reply.body.get("text", "") else None
 
-    log = await until(logged)
+    log = await until(logged, timeout=15)
     assert f"seen it's $(not) run {uuid}" in log["text"]
     assert "screen -x" in log["attach"]
 
@@ -123,7 +116,7 @@ async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_bad_job_requests_are_refused_in_words(api, running_hive):
     owner = api(OWNER)
-    await until(lambda: _discovered(owner))
+    await until(lambda: _discovered(owner), timeout=15)
     base = {"name": "x", "gpus": ["gpu1:0"], "command": "echo {a}", "variables": {"a": "1"}}
     cases = [
         ({**base, "template": "caffe"}, 422, "caffe"),
@@ -151,7 +144,7 @@ async def _discovered(client: Any) -> Any:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_queued_jobs_run_in_free_time_through_the_api(api, running_hive):
     owner = api(OWNER)
-    await until(lambda: _discovered(owner))
+    await until(lambda: _discovered(owner), timeout=15)
     body = {"name": "q", "gpus": ["gpu1:2"], "command": "sleep 30", "queued": True,
             "walltime": "10m"}  # fmt: skip
     queued = await owner("POST", "jobs", body)
@@ -161,7 +154,7 @@ async def test_queued_jobs_run_in_free_time_through_the_api(api, running_hive):
         job = (await owner("GET", f"jobs/{queued.body['id']}")).body
         return job if job["status"] == "running" else None
 
-    await until(running)
+    await until(running, timeout=15)
     # A count-only job must be queued, and is placed when GPUs are free.
     refused = await owner(
         "POST", "jobs", {"name": "c", "command": "sleep 30", "options": {"gpu_count": 2}}
@@ -180,7 +173,7 @@ async def test_queued_jobs_run_in_free_time_through_the_api(api, running_hive):
         return job if job["status"] == "running" else None
 
     try:
-        job = await until(placed)
+        job = await until(placed, timeout=15)
     except TimeoutError:
         raise AssertionError((await owner("GET", "queue")).body) from None
     assert len(job["gpus"]) == 2

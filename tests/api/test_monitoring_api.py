@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import book
 
@@ -50,23 +50,12 @@ def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     jp_asyncio_loop.run_until_complete(hive.stop())
 
 
-async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.2)
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_hosts):
     ensure_user("gh-alice")
     alice = api("alice")
     # Discovery replaces the configured (empty) inventory with the simulated GPUs.
-    hosts = await wait_for(
+    hosts = await until(
         lambda: _hosts_with_gpus(alice),
     )
     assert {h["name"] for h in hosts} == {"gpu1", "gpu2"}
@@ -86,7 +75,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
             gpu = state.body["hosts"][0]["gpus"][1]
             return gpu if any(p["pid"] == proc.pid for p in gpu["processes"]) else None
 
-        gpu = await wait_for(seen)
+        gpu = await until(seen)
         [mine] = [p for p in gpu["processes"] if p["pid"] == proc.pid]
         assert mine["user"] == "gh-alice"
         assert gpu["util"] == 80
@@ -109,7 +98,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
             usage = await alice("GET", f"reservations/{booked.body['id']}/usage")
             return usage.body if usage.body["used_gpu_hours"] > 0 else None
 
-        usage = await wait_for(used)
+        usage = await until(used)
         assert usage["gpus"][0]["max_util"] == 80
         assert usage["reserved_gpu_hours"] == 1.0
 
@@ -127,7 +116,7 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
 async def test_broken_host_is_reported_and_others_carry_on(api, running_hive, sim_hosts):
     alice = api("alice")
     sim_hosts[1].set_fault(driver_failure=True)
-    await wait_for(lambda: _hosts_with_gpus(alice, want=1))
+    await until(lambda: _hosts_with_gpus(alice, want=1))
     state = (await alice("GET", "hosts")).body["hosts"]
     broken = next(h for h in state if h["name"] == "gpu2")
     assert "nvidia-smi" in (broken["gpu_error"] or "")
@@ -152,7 +141,7 @@ async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
 
     ensure_user("gh-bob")
     alice = api("alice")
-    await wait_for(lambda: _hosts_with_gpus(alice))
+    await until(lambda: _hosts_with_gpus(alice))
     seen: list[dict[str, Any]] = []
 
     async def listener(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
@@ -167,7 +156,7 @@ async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
         async def told() -> Any:
             return [e for e in seen if e.get("offender") == "gh-bob"]
 
-        events = await wait_for(told)
+        events = await until(told)
         assert events[0]["holder"] == "alice"
         assert events[0]["gpu"] == "gpu1:3"
         assert str(intruder.pid) in str(events[0]["pids"])
@@ -179,7 +168,7 @@ async def test_a_foreign_process_reaches_the_event_bus_and_the_history(
             found = [v for v in reply.body["violations"] if v["offender"] == "gh-bob"]
             return found if found and found[0]["actions"] else None
 
-        [violation] = await wait_for(recorded)
+        [violation] = await until(recorded)
         assert violation["reservation"] == booked.body["id"]
         assert violation["kind"] == "foreign"
         usage = await alice("GET", f"reservations/{booked.body['id']}/usage")

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import os
 import shutil
 import signal
-import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -107,15 +104,3 @@ def kill_sim_processes(config_path: str | Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return pids
-
-
-async def until(check, timeout: float = 10.0, step: float = 0.1):
-    """Call (and await) `check()` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(step)

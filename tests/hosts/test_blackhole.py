@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.monitor.sampler import Sampler
-from tests.hosts.helpers import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nftables rules need root")
 
@@ -67,16 +67,18 @@ async def test_a_silent_host_times_out_and_comes_back_by_itself(
     assert "gpu1" in sweep.samples
     assert sweep.failures == {"gpu2": f"no answer from 127.0.0.1:{port} within 2 s"}
     assert pool.status("gpu2").state == "down"
+
     # While it stays silent, a new connection is tried after each backoff and gives up after
     # the connect timeout; gpu1 is swept every time.
-    deadline = time.monotonic() + 20
-    while pool.status("gpu2").failures < 3 and time.monotonic() < deadline:
+    async def tried_thrice() -> bool:
         started = time.monotonic()
         sweep = await sampler.sweep()
         assert time.monotonic() - started < 3.5
         assert "gpu1" in sweep.samples
         assert "gpu2" in sweep.failures
-    assert pool.status("gpu2").failures >= 3
+        return pool.status("gpu2").failures >= 3
+
+    await until(tried_thrice, timeout=20, interval=0)
     assert pool.status("gpu2").error == f"no answer from 127.0.0.1:{port} within 2 s"
 
     restore()

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import re
 import shutil
-import socket
 import stat
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.hosts.pool import (
     HostUnavailable,
     SshSettings,
@@ -23,6 +23,7 @@ from jupyter_gpuhive.hosts.pool import (
 )
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.sampler import Sampler
+from jupyter_gpuhive.sim.ports import free_port
 from tests.hosts.helpers import (
     G1,
     G2,
@@ -31,7 +32,6 @@ from tests.hosts.helpers import (
     kill_sim_processes,
     local_decl,
     sim_processes,
-    until,
 )
 
 
@@ -43,12 +43,6 @@ async def timed_sweep(sampler: Sampler):
 
 def read_text(path: str) -> str:
     return Path(path).read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- hosts that fail ---------------------------------------------------------------------
@@ -80,12 +74,13 @@ async def test_stopped_host_is_down_others_fine_then_back_by_itself(make_cluster
         assert "gpu2" in sweep.failures
         assert set(sweep.samples) == {"gpu1", "gpu3"}
         assert elapsed < healthy * 1.5 + 0.5, (elapsed, healthy)
+
     # Once its backoff has passed it is tried (and refused) again.
-    deadline = time.monotonic() + 15
-    while pool.status("gpu2").failures < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    async def tried_again() -> bool:
         await sampler.sweep()
-    assert pool.status("gpu2").failures >= 2
+        return pool.status("gpu2").failures >= 2
+
+    await until(tried_again, timeout=15, interval=0.2)
     assert "refused" in pool.status("gpu2").error
 
     cluster.start_host("gpu2")
@@ -329,7 +324,7 @@ async def test_local_command_timeout_kills_the_process_group(make_local_host, ma
     assert time.monotonic() - started < 3
     assert timed_out.value.reason == "no answer from the local command within 1 s"
     child = int(pid_file.read_text())
-    assert await until(lambda: _gone(child), timeout=3), f"background child {child} survived"
+    await until(lambda: _gone(child), timeout=3, what=f"background child {child} to end")
     assert pool.status(host.name).state == "down"
 
 
@@ -347,7 +342,7 @@ async def test_cancelled_local_command_does_not_outlive_its_caller(
     with pytest.raises(asyncio.CancelledError):
         await running
     child = int(read_text(str(pid_file)))
-    assert await until(lambda: _gone(child), timeout=3), f"background child {child} survived"
+    await until(lambda: _gone(child), timeout=3, what=f"background child {child} to end")
 
 
 def _gone(pid: int) -> bool:

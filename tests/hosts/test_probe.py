@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
 from jupyter_gpuhive.hosts.probe import (
     PROBE_COMMAND,
@@ -23,7 +24,7 @@ from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim.inventory import HOST_ENV, NA
 from jupyter_gpuhive.sim.users import start_gpu_process
-from tests.hosts.helpers import G1, G2, MIG, OLD, accepted_logins, local_decl, until
+from tests.hosts.helpers import G1, G2, MIG, OLD, accepted_logins, local_decl
 
 
 async def probe(pool, name: str) -> HostSample:

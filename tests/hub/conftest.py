@@ -21,15 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.postgres import PostgresCluster, free_port
-from tests.hub.team_hub import (
-    HubSetupError,
-    Reply,
-    TeamHub,
-    call,
-    service_processes,
-    wait_for,
-)
+from benchmarks.fixtures.postgres import PostgresCluster
+from benchmarks.fixtures.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
+from benchmarks.fixtures.waiting import wait_for
+from jupyter_gpuhive.sim.ports import free_port
 
 USERS = {"alice": ["phd"], "bob": ["phd"], "carol": ["admins"]}
 
@@ -119,7 +114,13 @@ def team(postgres: PostgresCluster) -> Iterator[Team]:
         hub.spawn(USERS)
         tokens = {u: hub.token_for(u, [f"access:servers!user={u}"]) for u in USERS}
         service_tokens = {u: hub.token_for(u, ["access:services!service=gpuhive"]) for u in USERS}
-        wait_for(lambda: hub.health(replica_port).status == 200, 60, "second replica start")
+        wait_for(
+            lambda: hub.health(replica_port).status == 200,
+            60,
+            "second replica start",
+            interval=0.1,
+            ignore=(OSError,),
+        )
         yield Team(hub, tokens, service_tokens, replica, replica_port)
     except Exception:
         print(hub.log_tail())

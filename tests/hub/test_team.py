@@ -16,9 +16,11 @@ from urllib.parse import urlencode
 
 import pytest
 
+from benchmarks.fixtures.team_hub import call, service_processes
+from benchmarks.fixtures.waiting import wait_for
 from tests.conftest import iso, soon
 from tests.hub.conftest import Team
-from tests.hub.team_hub import OwnServer, call, service_processes
+from tests.hub.own_server import OwnServer
 
 pytestmark = pytest.mark.hub
 
@@ -243,10 +245,7 @@ def test_leader_election_and_failover(team: Team) -> None:
         return {port for port in ports if hub.health(port).body["leader"]}
 
     # The lock is tried every max(0.2, poll_interval / 2) = 0.5 s (poll_interval = 1 s here).
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(leaders()) != 1:
-        time.sleep(0.05)
-    assert len(leaders()) == 1
+    wait_for(lambda: len(leaders()) == 1, 5, "one leader", interval=0.05)
     for _ in range(10):  # stable: never two, never none
         assert len(leaders()) == 1
         time.sleep(0.05)

@@ -16,6 +16,8 @@ from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 from tornado.web import Application, RequestHandler
 
+from benchmarks.fixtures.waiting import until
+
 
 @dataclass
 class Received:
@@ -54,10 +56,10 @@ class Receiver:
 
     async def until(self, count: int, timeout: float = 10.0) -> None:
         """Wait until `count` new (deduplicated) events arrived."""
-        deadline = time.monotonic() + timeout
-        while len(self.new_events) < count:
-            assert time.monotonic() < deadline, (count, self.requests)
-            await asyncio.sleep(0.02)
+        try:
+            await until(lambda: len(self.new_events) >= count, timeout, f"{count} events", 0.02)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; requests: {self.requests}") from None
 
 
 class _Hook(RequestHandler):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, book, iso
 from tests.integrations.receiver import Receiver, receiving
@@ -60,13 +61,6 @@ def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     jp_asyncio_loop.run_until_complete(hive.stop())
 
 
-async def until(check: Any, timeout: float = 20.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while not (value := await check()):
-            await asyncio.sleep(0.1)
-    return value
-
-
 async def discovered(call: Any) -> bool:
     hosts = (await call("GET", "hosts")).body["hosts"]
     return bool(hosts and len(hosts[0]["gpus"]) == 4)
@@ -80,7 +74,7 @@ async def test_reminders_when_a_reservation_starts_and_before_it_ends(
     api: Any, running_hive: Any
 ) -> None:
     alice = api("alice")
-    await until(lambda: discovered(alice))
+    await until(lambda: discovered(alice), timeout=20)
     with receiving(Receiver()) as hook:
         await add_hook(alice, hook, events=["reservation.starting", "reservation.ending"])
         start = running_hive.now() + timedelta(seconds=2)
@@ -101,7 +95,7 @@ async def test_reminders_when_a_reservation_starts_and_before_it_ends(
 
 async def test_job_events_and_violations(api: Any, running_hive: Any, sim_host: Any) -> None:
     owner, bob, boss = api(OWNER), api("bob"), api("boss")
-    await until(lambda: discovered(owner))
+    await until(lambda: discovered(owner), timeout=20)
     with (
         receiving(Receiver()) as mine,
         receiving(Receiver()) as bobs,

@@ -6,6 +6,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+from benchmarks.fixtures.server import Client, JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from tests.conftest import HOSTS, TOKENS, USERS
-from tests.fixtures.server import Client, JupyterServer
 
 
 @pytest.fixture(scope="module")
@@ -83,19 +85,21 @@ def test_gpureserve_notify_books_when_free_and_subscribes_when_not(
          "duration": "3h"},
     )  # fmt: skip
     assert status == 201, held
-    # Free for 4 h within the next 5 h: not while bob holds gpu3 for 3 h (a slot after his
-    # booking would end too late), so nothing fires before he leaves.
-    before = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 5 * 3600))
-    notice = shell.run_line_magic(
-        "gpureserve", f"2 --host gpu3 --for 4h --notify --before {before} --no-pin"
-    )
+    # Without --before: GPUs free from now on. The free slot after bob's booking (in 3 h) is
+    # not "free now", so nothing fires before he leaves (with the booking horizon as the
+    # deadline, it used to fire at once with that later slot).
+    notice = shell.run_line_magic("gpureserve", "2 --host gpu3 --for 4h --notify --no-pin")
     text = repr(notice)
     assert text.startswith("Not booked now:") and "gpu3" in text
-    assert f"subscription {notice['id']}" in text
+    assert f"subscription {notice['id']}" in text and "watches for 24 hours" in text
     alice = Client(server.port, TOKENS["alice"])
     status, sub, _ = alice.call("GET", f"subscriptions/{notice['id']}")
     assert status == 200 and sub["gpus"] == 2 and sub["host"] == "gpu3"
-    assert sub["duration_s"] == 4 * 3600 and sub["active"] and sub["fired"] == 0
+    assert sub["duration_s"] == 4 * 3600 and sub["active"] and sub["starts_now"]
+    watch = datetime.fromisoformat(sub["deadline"]) - datetime.fromisoformat(sub["created_at"])
+    assert watch == timedelta(hours=24)
+    time.sleep(0.5)  # the check that follows a new subscription has run
+    assert alice.call("GET", f"subscriptions/{notice['id']}")[1]["fired"] == 0
     # free GPUs are simply booked
     done = shell.run_line_magic("gpureserve", "gpu2:0,1 --for 30m --notify --no-pin")
     assert done["gpus"] == ["gpu2:0", "gpu2:1"] and done["owner"] == "alice"
@@ -103,8 +107,12 @@ def test_gpureserve_notify_books_when_free_and_subscribes_when_not(
         shell.run_line_magic("gpureserve", "gpu3:0 gpu1:0 --for 30m --notify --no-pin")
     # bob ends his booking: the subscription fires (once) with the slot alice asked for
     assert bob.call("DELETE", f"reservations/{held['id']}")[0] == 200
-    deadline = time.monotonic() + 10
-    while (sub := alice.call("GET", f"subscriptions/{notice['id']}")[1])["fired"] == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+
+    def fired() -> Any:
+        sub = alice.call("GET", f"subscriptions/{notice['id']}")[1]
+        return sub if sub["fired"] else None
+
+    sub = wait_for(fired, 10, "the subscription to fire", interval=0.1)
     assert sub["offer"]["gpus"] == ["gpu3:0", "gpu3:1"] and not sub["active"]
+    offered = datetime.fromisoformat(sub["offer"]["start"])
+    assert abs(offered - datetime.now(timezone.utc)) < timedelta(minutes=1)  # free now

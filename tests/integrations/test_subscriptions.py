@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.integrations.subscriptions import AVAILABILITY_SCHEMA_ID
 from tests.conftest import UTC, book, iso
 from tests.integrations.receiver import Receiver, receiving
@@ -29,14 +29,6 @@ def hive_config(hive_config: dict[str, Any], smtp_server: Mailbox) -> dict[str, 
         },
         "webhook_allow_private": True,  # the receivers listen on 127.0.0.1
     }
-
-
-async def until(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := await check()):
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-    return value
 
 
 async def test_fired_by_a_cancellation_through_every_channel_and_booked_once(
@@ -72,7 +64,7 @@ async def test_fired_by_a_cancellation_through_every_channel_and_booked_once(
         # a real cancellation (carol ends her running reservation now) frees the GPUs
         assert (await carol("DELETE", f"reservations/{everything.body['id']}")).status == 200
         await hook.until(1)
-        await until(lambda: asyncio.sleep(0, bool(toasts and smtp_server.messages)))
+        await until(lambda: toasts and smtp_server.messages)
     offer = hook.new_events[0]["data"]["offer"]
     assert offer["gpus"] == ["gpu3:0", "gpu3:1"] and offer["host"] == "gpu3"
     start, end = (offer["start"], offer["end"])
@@ -140,3 +132,51 @@ async def test_subscription_input_and_ownership(api: Any) -> None:
     ]
     assert (await alice("DELETE", f"subscriptions/{made.body['id']}")).status == 200
     assert (await alice("GET", f"subscriptions/{made.body['id']}")).status == 404
+
+
+async def fired(call: Any, sub_id: int) -> dict[str, Any]:
+    """The subscription once it fired."""
+
+    async def check() -> dict[str, Any] | None:
+        reply = await call("GET", f"subscriptions/{sub_id}")
+        return reply.body if reply.body["fired"] else None
+
+    found: dict[str, Any] = await until(check, what=f"subscription {sub_id} to fire")
+    return found
+
+
+async def test_without_a_deadline_only_gpus_free_from_now_on_count(
+    api: Any, jp_serverapp: Any
+) -> None:
+    alice, carol = api("alice"), api("carol")
+    now = jp_serverapp.web_app.settings["gpuhive"].now()
+    # gpu2 is carol's for the next 2 hours: free after that, not now
+    gpu2 = [f"gpu2:{i}" for i in range(4)]
+    held = await book(carol, "all of gpu2", gpu2, now, "2h")
+    made = await alice("POST", "subscriptions", {"gpus": 2, "host": "gpu2", "duration": "1h"})
+    assert made.status == 201, made
+    sub = made.body
+    assert sub["starts_now"] is True and sub["active"]
+    watch = datetime.fromisoformat(sub["deadline"]) - datetime.fromisoformat(sub["created_at"])
+    assert watch == timedelta(hours=24)  # then it ends, unfired
+    # The slot after carol's booking does not count, on the first check nor after a release.
+    other = await book(carol, "elsewhere", ["gpu3:0"], now + timedelta(hours=5), "1h")
+    assert (await carol("DELETE", f"reservations/{other.body['id']}")).status == 200
+    await asyncio.sleep(0.5)
+    assert (await alice("GET", f"subscriptions/{sub['id']}")).body["fired"] == 0
+    # carol ends early: gpu2 is free now, and that fires it
+    assert (await carol("DELETE", f"reservations/{held.body['id']}")).status == 200
+    offer = (await fired(alice, sub["id"]))["offer"]
+    assert offer["gpus"] == ["gpu2:0", "gpu2:1"]
+    start = datetime.fromisoformat(offer["start"])
+    assert abs(start - datetime.now(UTC)) < timedelta(minutes=1)
+    assert datetime.fromisoformat(offer["end"]) - start == timedelta(hours=1)
+    # with a deadline, a later slot is offered at once (the user named the window)
+    late = await book(carol, "gpu2 again", gpu2, datetime.now(UTC) + timedelta(seconds=1), "2h")
+    ahead = await alice(
+        "POST", "subscriptions",
+        {"gpus": 2, "host": "gpu2", "duration": "1h", "deadline": iso(now + timedelta(hours=6))},
+    )  # fmt: skip
+    assert ahead.status == 201 and ahead.body["starts_now"] is False
+    offered = (await fired(alice, ahead.body["id"]))["offer"]
+    assert datetime.fromisoformat(offered["start"]) == datetime.fromisoformat(late.body["end"])

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings, public_only
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
@@ -69,13 +70,13 @@ async def test_a_stored_endpoint_that_now_points_inside_is_not_sent_to(tmp_path:
         service = Webhooks(rows, WebhookSettings(max_attempts=1), run, now)
         try:
             assert await service.emit("reservation.created", {}, ["alice"], "booked") == 1
-            deadline = loop.time() + 10
-            while True:
+
+            async def settled() -> Any:
                 await service.flush()
                 (delivery,) = await run(rows.deliveries, hook.id, None, 10)
-                if delivery.state != "pending" or loop.time() > deadline:
-                    break
-                await asyncio.sleep(0.05)
+                return delivery if delivery.state != "pending" else None
+
+            delivery = await until(settled, timeout=10, what="the delivery's end", interval=0.05)
             assert delivery.state == "dead"
             assert delivery.attempts == 1
             assert "loopback, private or link-local" in (delivery.log[0]["error"] or "")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.integrations.webhooks import sign, verify
 from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
 from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler
@@ -38,15 +39,16 @@ async def add_hook(call: Any, receiver: Receiver, **extra: Any) -> dict[str, Any
 
 async def log_of(call: Any, hook_id: int, done: int, timeout: float = 10.0) -> list[dict]:
     """The delivery log once `done` deliveries have finished (delivered or dead)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def finished() -> list[dict] | None:
         reply = await call("GET", f"webhooks/{hook_id}/deliveries")
         assert reply.status == 200, reply
-        finished = [d for d in reply.body["deliveries"] if d["state"] != "pending"]
-        if len(finished) >= done:
-            return reply.body["deliveries"]
-        assert time.monotonic() < deadline, reply.body
-        await asyncio.sleep(0.05)
+        ended = [d for d in reply.body["deliveries"] if d["state"] != "pending"]
+        return reply.body["deliveries"] if len(ended) >= done else None
+
+    what = f"{done} finished deliveries of webhook {hook_id}"
+    deliveries: list[dict] = await until(finished, timeout, what, interval=0.05)
+    return deliveries
 
 
 def test_signature_helpers_match_the_documented_scheme() -> None:

@@ -19,7 +19,6 @@ import asyncio
 import json
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from jupyter_gpuhive.jobs.launcher import Launcher
 from jupyter_gpuhive.jobs.model import Job, NewJob, TaskState, render_tasks
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.inventory import preset
+from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.sshd import SshdCluster
 from jupyter_gpuhive.sim.users import current_user
 from jupyter_gpuhive.store import Store
@@ -72,19 +72,6 @@ print("DDP " + json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size
       flush=True)
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    """A port nothing listens on: bound once to pick it, then checked to refuse connections.
-
-    A taken master port makes rank 0 fail at once while the other ranks hang (NOTES.md).
-    """
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    with socket.socket() as probe:
-        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken"
-    return port
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
@@ -25,6 +25,7 @@ from jupyter_gpuhive.jobs.model import Job, NewJob, TaskState, render_tasks
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import LocalSimHost, SshdCluster
 from jupyter_gpuhive.sim.inventory import preset
+from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.users import ensure_user, is_root
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import Jobs
@@ -100,15 +101,6 @@ def alive(pid: int) -> bool:
     return True
 
 
-async def until(check: Any, timeout: float = 10.0) -> None:
-    """Wait until `await check()` is true."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def owner() -> Iterator[pwd.struct_passwd]:
     account = ensure_user(OWNER)
@@ -141,12 +133,6 @@ def bin_without_screen() -> Path:
     return bare
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def hive(
     owner: pwd.struct_passwd, shared_dir: Path, tmp_path: Path, jp_asyncio_loop: Any
@@ -160,7 +146,7 @@ def hive(
         keep = {k: env[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}
         sims[name] = sim
         decls.append(HostDecl(name, "127.0.0.1", transport="local", extra={"env": keep}))
-    decls.append(HostDecl("down", "127.0.0.1", port=closed_port(), user=OWNER))
+    decls.append(HostDecl("down", "127.0.0.1", port=free_port(), user=OWNER))
     store = Store(f"sqlite:///{tmp_path / 'hive.sqlite'}").open()
     log_dir = f"~/.gpuhive/test-{uuid.uuid4().hex[:8]}"
     jobs = Jobs(store.db, log_dir=log_dir)

@@ -4,7 +4,6 @@ variable a client would send (AcceptEnv *)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pwd
 import shutil
@@ -18,13 +17,14 @@ from typing import Any
 import asyncssh
 import pytest
 
+from benchmarks.fixtures.postgres import PostgresCluster
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from jupyter_gpuhive.sim.sshd import SimHost
 from tests.conftest import USERS
-from tests.fixtures.postgres import PostgresCluster
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="runs jobs as a real user (needs root)"),
@@ -131,13 +131,6 @@ def started(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     return jp_serverapp
 
 
-async def until(check: Any, timeout: float = 20.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while not (value := await check()):
-            await asyncio.sleep(0.2)
-    return value
-
-
 def on_host(path: str) -> Path:
     """A task file's path on this machine (the hosts here are this machine)."""
     home = pwd.getpwnam(OWNER).pw_dir
@@ -167,7 +160,7 @@ async def test_a_job_sees_no_secret_and_shows_its_own_to_nobody(
             text = str(reply.body.get("text", "")) if isinstance(reply.body, dict) else ""
             return text if "READY" in text else None
 
-        log = await until(logged)
+        log = await until(logged, timeout=20)
         lines = log.splitlines()
         assert f"ALICE_SECRET={ALICE_SECRET}" in lines  # the job's env, verbatim
         assert f"HOST_MARK={HOST_MARK}" in lines  # the host's configured env
@@ -224,7 +217,7 @@ async def test_files_of_an_older_run_become_private(api: Any, started: Any) -> N
         job = (await owner("GET", f"jobs/{created.body['id']}")).body
         return job["status"] == "succeeded" or log_file.with_suffix(".exit").exists()
 
-    await until(done)
+    await until(done, timeout=20)
     assert mode(log_file.parent) == 0o700
     assert mode(log_file) == 0o600
     assert log_file.read_text().splitlines()[-1] == "hello"

@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.jobs import (
     GpuSlot,
     TaskSpec,
@@ -200,13 +200,9 @@ def test_screen_command_refuses_unsafe_session_names():
 screen_only = pytest.mark.skipif(shutil.which("screen") is None, reason="GNU screen not installed")
 
 
-def wait_for(path: Path, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not appear within {timeout}s")
+def written(path: Path, timeout: float = 20) -> str:
+    """What a task wrote to `path` (its exit file), once it is there."""
+    return wait_for(lambda: path.exists() and path.read_text(), timeout, f"{path}", interval=0.05)
 
 
 def session_pid(name: str) -> int | None:
@@ -249,7 +245,7 @@ def test_screen_values_arrive_verbatim(probe, workdir, tmp_path, screen_session,
     assert "E1" not in line  # the environment is in the env file only
     outer = {**os.environ, "OUTER_MARK": "from-the-caller"}
     subprocess.run(["sh", "-c", line], cwd=tmp_path, check=True, timeout=30, env=outer)
-    assert wait_for(exit_file).strip() == "0"
+    assert written(exit_file).strip() == "0"
     out = json.loads(log.read_text())
     assert out["argv"] == [job, "h'ost $(x)", *NASTY]
     assert out["cwd"] == str(workdir)
@@ -265,7 +261,7 @@ def test_screen_keeps_a_failing_exit_status_and_stderr(tmp_path, screen_session)
     [task] = get_template("plain").render("j", "echo out; echo err >&2; exit 7", [nasty_host(1)])
     log, exit_file = tmp_path / "log", tmp_path / "exit"
     subprocess.run(["sh", "-c", screened(screen_session, task, log, exit_file)])
-    assert wait_for(exit_file).strip() == "7"
+    assert written(exit_file).strip() == "7"
     assert log.read_text().splitlines() == ["out", "err"]
 
 
@@ -274,10 +270,7 @@ def test_screen_sigint_to_the_task_group_still_writes_the_exit_file(tmp_path, sc
     [task] = get_template("plain").render("j", "echo started; exec sleep 60", [nasty_host(1)])
     log, exit_file = tmp_path / "log", tmp_path / "exit"
     subprocess.run(["sh", "-c", screened(screen_session, task, log, exit_file)])
-    deadline = time.monotonic() + 20
-    while "started" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, "task did not start"
-        time.sleep(0.05)
+    wait_for(lambda: log.exists() and "started" in log.read_text(), 20, "the task to start", 0.05)
     pid = session_pid(screen_session)
     assert pid is not None
     child = subprocess.run(
@@ -285,5 +278,5 @@ def test_screen_sigint_to_the_task_group_still_writes_the_exit_file(tmp_path, sc
     ).stdout.split()[0]
     pgid = os.getpgid(int(child))
     os.killpg(pgid, signal.SIGINT)
-    assert wait_for(exit_file).strip() == str(128 + signal.SIGINT)
+    assert written(exit_file).strip() == str(128 + signal.SIGINT)
     assert log.read_text().strip() == "started"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpuhive.jobs import GpuSlot, get_template, shell_command
+from jupyter_gpuhive.sim.ports import free_port
 
 WORKER = """\
 import datetime, json, os, torch, torch.distributed as dist
@@ -27,12 +27,6 @@ print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(),
                   "local": int(os.environ["LOCAL_RANK"]), "sum": value.item()}), flush=True)
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def local_hosts(*counts: int):

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.sim.cluster import SshdCluster, start_gpu_process
 from tests.hosts.helpers import host_decls, needs_sshd, settings_for
-from tests.protection.conftest import USER_MAP, tty_count, wait_for
+from tests.protection.conftest import USER_MAP, tty_count
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
 
@@ -75,7 +76,7 @@ async def test_offender_is_warned_mailed_and_killed_holder_untouched(
 
         alice_tty = open_terminal("gh-alice")
         bob_ttys = [open_terminal("gh-bob"), open_terminal("gh-bob")]
-        await wait_for(lambda: tty_count("gh-bob") >= 2 and tty_count("gh-alice") >= 1)
+        await until(lambda: tty_count("gh-bob") >= 2 and tty_count("gh-alice") >= 1, timeout=15)
         alice_proc = start_gpu_process(name, [1], user="gh-alice")
         gpu_processes.append(alice_proc)
         marker = marks / "bob.signals"
@@ -88,30 +89,30 @@ async def test_offender_is_warned_mailed_and_killed_holder_untouched(
         try:
             # B's every terminal shows the warning, naming the GPU and the holder.
             for tty in bob_ttys:
-                text = await wait_for(lambda t=tty: "EOF" in t.read() and t.read())
+                text = await until(lambda t=tty: "EOF" in t.read() and t.read(), timeout=15)
                 assert f"GPU {name}:1" in text
                 assert "reserved by alice" in text
                 assert str(bob_proc.pid) in text
 
             # The e-mail reaches the real SMTP server, to B and the admins.
-            mail = await wait_for(lambda: smtp_server.messages and smtp_server.messages[0])
+            mail = await until(lambda: smtp_server.messages and smtp_server.messages[0], timeout=15)
             assert set(mail["to"]) == {"gh-bob@example.org", "admin@example.org"}
             assert f"{name}:1" in mail["data"] and "alice" in mail["data"]
             assert f"{booked.end:%Y-%m-%d %H:%M}" in mail["data"]
 
             # The holder's UI gets an event to toast.
-            event = await wait_for(lambda: rig.events and rig.events[0])
+            event = await until(lambda: rig.events and rig.events[0], timeout=15)
             assert event["holder"] == "alice" and event["offender"] == "gh-bob"
 
             # SIGINT first (ignored by this process), then SIGKILL ends it.
-            await wait_for(lambda: marker.exists() and "INT" in marker.read_text())
+            await until(lambda: marker.exists() and "INT" in marker.read_text(), timeout=15)
             assert bob_proc.poll() is None
-            await wait_for(lambda: bob_proc.poll() is not None, timeout=15)
+            await until(lambda: bob_proc.poll() is not None, timeout=15)
             assert bob_proc.returncode == -signal.SIGKILL
 
             # The violation ends with the process, and the history has every action.
-            record = await wait_for(
-                lambda: [v for v in rig.history() if v.ended_at and len(v.actions) >= 5]
+            record = await until(
+                lambda: [v for v in rig.history() if v.ended_at and len(v.actions) >= 5], timeout=15
             )
         finally:
             await rig.monitor.stop()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.waiting import until
 from jupyter_gpuhive.protection.handlers import (
     EVENT_SCHEMA,
     EVENT_SCHEMA_ID,
@@ -21,7 +22,8 @@ from jupyter_gpuhive.protection.handlers import (
 )
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
-from tests.protection.conftest import USER_MAP, free_port, local_decl, wait_for
+from jupyter_gpuhive.sim.ports import free_port
+from tests.protection.conftest import USER_MAP, local_decl
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
 
@@ -54,10 +56,10 @@ async def test_failing_handlers_never_stop_the_others(
     bob = start_gpu_process(host.name, [0], user="gh-bob")
     gpu_processes.append(bob)
     rig.monitor.start()
-    await wait_for(lambda: bob.poll() is not None)
+    await until(lambda: bob.poll() is not None, timeout=15)
     assert bob.returncode == -signal.SIGTERM
-    (violation,) = await wait_for(
-        lambda: [v for v in rig.history() if v.ended_at and len(v.actions) == 6]
+    (violation,) = await until(
+        lambda: [v for v in rig.history() if v.ended_at and len(v.actions) == 6], timeout=15
     )
     outcomes = {a.handler: (a.outcome, a.detail) for a in violation.actions}
     assert outcomes["terminal"] == ("failed", f"gh-bob has no terminal on {host.name}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.hosts import nvsmi
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.processes import Placement, parse_visible_devices
@@ -99,18 +99,17 @@ def test_load_defaults_to_rss_and_cpu(make_local_host, run_smi, gpu_processes) -
     assert [p.pid for p in procs] == [busy2.pid]
     assert procs[0].used_memory_mib is not None
     assert procs[0].used_memory_mib >= 256
+
     # Utilization derives from CPU time over the process's age: let it run a little
     # (kernel CPU-time ticks are 10 ms) before asking.
-    deadline = time.monotonic() + 5
-    while True:
+    def loaded() -> bool:
         gpu = nvsmi.parse_query_gpu(
             run_smi(host, "--query-gpu=index,uuid,utilization.gpu", "--format=csv").stdout
         )[1]
         assert gpu.util_gpu is not None
-        if gpu.util_gpu > 20 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert gpu.util_gpu > 20
+        return gpu.util_gpu > 20
+
+    wait_for(loaded, 5, "GPU 1's utilization above 20 %")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as other users needs root")

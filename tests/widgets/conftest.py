@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.server import JupyterServer
 from jupyter_gpuhive.notebook.client import HiveClient
 from tests.conftest import TOKENS, USERS
-from tests.fixtures.server import JupyterServer
 
 UTC_NAME = "UTC"
 HOSTS = [

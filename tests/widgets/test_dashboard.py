@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.fixtures.server import JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user, start_gpu_process
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
 from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table
 from tests.conftest import TOKENS, USERS
-from tests.fixtures.server import JupyterServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as users")
 UTC = timezone.utc
@@ -38,17 +38,6 @@ def live_url() -> Iterator[str]:
     server.stop()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.2)
-
-
 def test_process_table_marks_the_process_that_breaks_a_reservation(live_url: str) -> None:
     for user in ("gh-alice", "gh-bob"):
         ensure_user(user)
@@ -63,7 +52,7 @@ def test_process_table_marks_the_process_that_breaks_a_reservation(live_url: str
         rows = model.poll_state()
         return rows if {p.pid for p in procs[:3]} <= {r.pid for r in rows} else None
 
-    wait_for(sampled)
+    wait_for(sampled, timeout=15)
     held = alice.reserve(title="mine", gpus=["wdash1:1"], start=datetime.now(UTC).isoformat(),
                          duration="1h")  # fmt: skip
     procs = [
@@ -73,7 +62,7 @@ def test_process_table_marks_the_process_that_breaks_a_reservation(live_url: str
         start_gpu_process("wdash2", [0], user="gh-bob", mem_mib=512, util=10),
     ]
     try:
-        rows = wait_for(three_processes)
+        rows = wait_for(three_processes, timeout=15)
         by_pid = {r.pid: r for r in rows}
         assert set(by_pid) == {p.pid for p in procs[:3]}  # wdash2 is not on this dashboard
         own, intruder, unreserved = (by_pid[p.pid] for p in procs[:3])
@@ -90,7 +79,7 @@ def test_process_table_marks_the_process_that_breaks_a_reservation(live_url: str
         assert first > 0 and set(model.gpu_series) == {f"wdash1:{i}" for i in range(4)}
         assert set(model.host_series) == {"wdash1"}
         count = len(model.gpu_series["wdash1:1"].t)
-        wait_for(lambda: model.poll_metrics() > 0)
+        wait_for(lambda: model.poll_metrics() > 0, timeout=15)
         assert len(model.gpu_series["wdash1:1"].t) > count
         t, util = model.chart("GPU utilization (%)")["wdash1:1"]
         assert len(t) == len(util) and util[-1] == 90  # 50 % + 40 % from the two processes
@@ -105,7 +94,9 @@ def test_process_table_marks_the_process_that_breaks_a_reservation(live_url: str
         assert set(chart.lines) == {f"wdash1:{i}" for i in range(4)}
         points = len(chart.lines["wdash1:1"].x)
         view.start()
-        wait_for(lambda: view.poller.rounds >= 3 and len(chart.lines["wdash1:1"].x) > points)
+        wait_for(
+            lambda: view.poller.rounds >= 3 and len(chart.lines["wdash1:1"].x) > points, timeout=15
+        )
         view.stop()
         assert not view.poller.running and view.poller.last_error == ""
         assert f"Reservation {held['id']}" in view.usage.value

@@ -4,17 +4,17 @@ to fix it (a real server whose hosts file gets a host while it runs)."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.fixtures.server import JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive import widgets
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.notebook.client import HiveClient
+from jupyter_gpuhive.sim.ports import free_port
 from tests.conftest import TOKENS, USERS
-from tests.fixtures.postgres import free_port
-from tests.fixtures.server import JupyterServer
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +60,12 @@ def test_a_host_that_goes_down_shows_its_reason_and_fix(empty_server: JupyterSer
     add_host(empty_server.hosts_file, {"name": "gone", "address": "127.0.0.1", "port": port})  # type: ignore[attr-defined]
     client = HiveClient(f"http://127.0.0.1:{empty_server.port}/", TOKENS["alice"])
     dash = widgets.dashboard(client, live=False)
-    deadline = time.monotonic() + 40
-    while "gone is down" not in dash.notice.value and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    def told() -> bool:
         dash.refresh()
+        return "gone is down" in dash.notice.value
+
+    wait_for(told, 40, "the dashboard to say gone is down", interval=0.5)
     text = text_of(dash.notice.value)
     assert f"gone is down: connection refused by 127.0.0.1:{port}" in text
     assert "jupyter gpuhive test" in text

@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
+from benchmarks.fixtures.server import JupyterServer
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets import job_builder, jobs
@@ -34,7 +36,6 @@ from jupyter_gpuhive.widgets.jobs_model import (
 from jupyter_gpuhive.widgets.jobs_view import JobBuilderView
 from jupyter_gpuhive.widgets.overview_model import FREE, MINE, QUEUED, OverviewModel
 from tests.conftest import USERS
-from tests.fixtures.server import JupyterServer
 from tests.widgets.test_examples import EXAMPLES, _text
 
 UTC = timezone.utc
@@ -245,17 +246,6 @@ def jobs_url() -> Iterator[str]:
 @pytest.fixture
 def owner(jobs_url: str) -> HiveClient:
     return HiveClient(jobs_url, OWNER_TOKEN)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.2)
 
 
 @needs_root

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
+from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.widgets.poller import Poller
 
 
@@ -17,9 +16,7 @@ def test_a_failed_round_does_not_end_the_refresh() -> None:
 
     poller = Poller(tick, interval=0.01)
     poller.start()
-    deadline = time.monotonic() + 5
-    while len(calls) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(calls) >= 4, 5, "4 rounds", interval=0.01)
     poller.stop()
     assert len(calls) >= 4 and not poller.running
     assert poller.last_error == ""  # cleared by the next good round
