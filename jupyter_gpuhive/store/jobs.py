@@ -6,7 +6,7 @@ import json
 import secrets
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, insert, or_, select, update
@@ -27,6 +27,7 @@ from ..model.jobs import (
     task_session,
 )
 from .database import Database
+from .jobrows import job_of, job_values, pending_values, seconds, task_of, task_query
 from .schema import job_tasks, jobs
 
 _KEEP: Any = object()
@@ -78,7 +79,7 @@ class Jobs:
         now = utcnow()
 
         def work(conn: Connection) -> int:
-            values = _job_values(job) | {"attempts": 0, "created_at": now, "updated_at": now}
+            values = job_values(job) | {"attempts": 0, "created_at": now, "updated_at": now}
             job_id = int(conn.execute(insert(jobs).values(**values)).inserted_primary_key[0])  # type: ignore[index]
             rows = self._task_rows(job_id, job.name, job.owner, specs)
             if rows:
@@ -171,7 +172,7 @@ class Jobs:
                 values["attempts"] = found.attempts + 1
             conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
             conn.execute(
-                update(job_tasks).where(job_tasks.c.job_id == job_id).values(**_pending(note))
+                update(job_tasks).where(job_tasks.c.job_id == job_id).values(**pending_values(note))
             )
             return True
 
@@ -185,7 +186,7 @@ class Jobs:
         values = dict(changes)
         if "walltime" in values:
             walltime = values.pop("walltime")
-            values["walltime_s"] = _seconds(walltime)
+            values["walltime_s"] = seconds(walltime)
 
         if by is not None:
             values["updated_by"] = by
@@ -227,7 +228,7 @@ class Jobs:
             stmt = update(job_tasks).where(job_tasks.c.job_id == job_id)
             if task_ids is not None:
                 stmt = stmt.where(job_tasks.c.id.in_(list(task_ids)))
-            conn.execute(stmt.values(**_pending(None)))
+            conn.execute(stmt.values(**pending_values(None)))
 
         self.db.write(work)
         return self.get(job_id)
@@ -318,21 +319,21 @@ class Jobs:
         self, states: Collection[TaskState] | None = None, *, job_id: int | None = None
     ) -> list[Task]:
         """Tasks (of every job, or one), optionally only those in `states`."""
-        query = _task_query()
+        query = task_query()
         if states is not None:
             query = query.where(job_tasks.c.state.in_([str(s) for s in states]))
         if job_id is not None:
             query = query.where(job_tasks.c.job_id == job_id)
         with self.db.read() as conn:
-            return [_task(row) for row in conn.execute(query).all()]
+            return [task_of(row) for row in conn.execute(query).all()]
 
     def task(self, task_id: int) -> Task:
         """One task by id."""
         with self.db.read() as conn:
-            row = conn.execute(_task_query().where(job_tasks.c.id == task_id)).first()
+            row = conn.execute(task_query().where(job_tasks.c.id == task_id)).first()
         if row is None:
             raise NotFound(f"There is no task {task_id}.")
-        return _task(row)
+        return task_of(row)
 
     def _load(self, query: Any) -> list[Job]:
         with self.db.read() as conn:
@@ -341,110 +342,11 @@ class Jobs:
             by_job: dict[int, list[Task]] = {}
             for start in range(0, len(ids), 5000):
                 chunk = ids[start : start + 5000]
-                tasks_query = _task_query().where(job_tasks.c.job_id.in_(chunk))
+                tasks_query = task_query().where(job_tasks.c.job_id.in_(chunk))
                 for row in conn.execute(tasks_query).all():
-                    task = _task(row)
+                    task = task_of(row)
                     by_job.setdefault(task.job_id, []).append(task)
-        return [_job(row, by_job.get(row.id, [])) for row in rows]
-
-
-def _task_query() -> Any:
-    return (
-        select(job_tasks, jobs.c.owner)
-        .join(jobs, jobs.c.id == job_tasks.c.job_id)
-        .order_by(job_tasks.c.job_id, job_tasks.c.idx)
-    )
-
-
-def _seconds(walltime: timedelta | None) -> int | None:
-    return None if walltime is None else max(1, round(walltime.total_seconds()))
-
-
-def _job_values(job: NewJob) -> dict[str, Any]:
-    return {
-        "name": job.name,
-        "owner": job.owner,
-        "description": job.description,
-        "template": job.template,
-        "command": job.command,
-        "options": json.dumps(job.options, sort_keys=True),
-        "variables": json.dumps(job.variables, sort_keys=True),
-        "sweep": json.dumps(job.sweep),
-        "env": json.dumps(job.env, sort_keys=True),
-        "workdir": job.workdir,
-        "queued": job.queued,
-        "walltime_s": _seconds(job.walltime),
-        "start_at": job.start_at,
-        "stop_at": job.stop_at,
-        "max_retries": job.max_retries,
-    }
-
-
-def _job(row: Any, tasks: Sequence[Task]) -> Job:
-    return Job(
-        id=row.id,
-        name=row.name,
-        owner=row.owner,
-        description=row.description,
-        template=row.template,
-        command=row.command,
-        options=json.loads(row.options),
-        variables=json.loads(row.variables),
-        sweep=json.loads(row.sweep),
-        env=json.loads(row.env),
-        workdir=row.workdir,
-        queued=bool(row.queued),
-        walltime=timedelta(seconds=row.walltime_s) if row.walltime_s is not None else None,
-        start_at=row.start_at,
-        stop_at=row.stop_at,
-        max_retries=row.max_retries,
-        attempts=row.attempts,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        updated_by=row.updated_by,
-        tasks=tuple(tasks),
-    )
-
-
-def _task(row: Any) -> Task:
-    return Task(
-        id=row.id,
-        job_id=row.job_id,
-        index=row.idx,
-        owner=row.owner,
-        host=row.host,
-        address=row.address,
-        role=row.role,
-        gpus=tuple(json.loads(row.gpus)),
-        gpu_indices=tuple(json.loads(row.gpu_indices)),
-        command=row.command,
-        env=json.loads(row.env),
-        workdir=row.workdir,
-        variables=json.loads(row.variables),
-        session=row.session,
-        log_path=row.log_path,
-        exit_path=row.exit_path,
-        state=TaskState(row.state),
-        exit_status=row.exit_status,
-        screen_pid=row.screen_pid,
-        pgid=row.pgid,
-        started_at=row.started_at,
-        ended_at=row.ended_at,
-        last_error=row.last_error,
-    )
+        return [job_of(row, by_job.get(row.id, [])) for row in rows]
 
 
 __all__ = ["EDITABLE", "Jobs", "TaskChange"]
-
-
-def _pending(note: str | None) -> dict[str, Any]:
-    """Task columns of a task put back to pending (nothing of its last run kept)."""
-    return {
-        "state": str(TaskState.PENDING),
-        "exit_status": None,
-        "screen_pid": None,
-        "pgid": None,
-        "started_at": None,
-        "ended_at": None,
-        "last_error": note,
-    }
