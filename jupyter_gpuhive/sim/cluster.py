@@ -19,7 +19,8 @@ from .inventory import (
     write_config,
 )
 from .nvidia_smi import install_nvidia_smi
-from .sshd import SYSTEM_PATH, SimHost, SshdCluster, check_host_name
+from .sshd import SYSTEM_PATH, SshdCluster
+from .sshhost import SimHost, check_host_name
 from .users import ensure_user, start_gpu_process
 
 __all__ = ["LocalSimHost", "SimHost", "SshdCluster", "ensure_user", "start_gpu_process"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from . import core
+from . import core, query
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -193,15 +193,15 @@ def fast_answer(
     call prints.
 
     None when the config needs the full path. `host` is the host name to use when the config
-    names none. Raises core.UnknownField like the full path.
+    names none. Raises query.UnknownField like the full path.
     """
     config = load_light_config(path)
     if config is None:
         return None
     config.host = config.host or host
     if mode == "list":
-        return core.list_gpus(light_snapshot(config, with_processes=False))
+        return query.list_gpus(light_snapshot(config, with_processes=False))
     snap = light_snapshot(config)
     if mode == "gpu":
-        return core.query_gpu_csv(snap, fields, noheader=noheader, nounits=nounits)
-    return core.query_apps_csv(snap, fields, noheader=noheader, nounits=nounits)
+        return query.query_gpu_csv(snap, fields, noheader=noheader, nounits=nounits)
+    return query.query_apps_csv(snap, fields, noheader=noheader, nounits=nounits)

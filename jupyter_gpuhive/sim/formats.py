@@ -1,22 +1,22 @@
 """Render a host snapshot in nvidia-smi's formats: query CSV, ``-q -x`` XML and ``-L``.
 
-Standard library only. The query CSV and ``-L`` live in ``core`` (shared with the stand-in's fast
-path) and are re-exported here.
+Standard library only. The query CSV and ``-L`` live in ``query`` (shared with the stand-in's
+fast path) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import time
 
-from .core import APP_ALIASES as APP_ALIASES
-from .core import APP_FIELDS as APP_FIELDS
-from .core import GPU_ALIASES as GPU_ALIASES
-from .core import GPU_FIELDS as GPU_FIELDS
 from .core import NA
-from .core import UnknownField as UnknownField
-from .core import list_gpus as list_gpus
-from .core import query_apps_csv as query_apps_csv
-from .core import query_gpu_csv as query_gpu_csv
+from .query import APP_ALIASES as APP_ALIASES
+from .query import APP_FIELDS as APP_FIELDS
+from .query import GPU_ALIASES as GPU_ALIASES
+from .query import GPU_FIELDS as GPU_FIELDS
+from .query import UnknownField as UnknownField
+from .query import list_gpus as list_gpus
+from .query import query_apps_csv as query_apps_csv
+from .query import query_gpu_csv as query_gpu_csv
 from .snapshot import GpuState, HostSnapshot
 
 DRIVER_FAILURE = (

@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from .core import CONFIG_ENV, HOST_ENV, UnknownField
+from .core import CONFIG_ENV, HOST_ENV
+from .query import UnknownField
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the stand-in imports this module on every call: keep it light
@@ -47,6 +48,7 @@ The simulated host is read from $GPUHIVE_SIM_CONFIG on every call.
 MODULES = (
     "__init__.py",
     "core.py",
+    "query.py",
     "fastpath.py",
     "inventory.py",
     "processes.py",

@@ -23,7 +23,7 @@ from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
-from jupyter_gpuhive.sim.sshd import SimHost
+from jupyter_gpuhive.sim.sshhost import SimHost
 from tests.conftest import USERS
 
 pytestmark = [

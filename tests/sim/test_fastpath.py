@@ -16,11 +16,12 @@ import pytest
 
 from jupyter_gpuhive.sim import core, fastpath, nvidia_smi
 from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, SimMig, preset, write_config
+from jupyter_gpuhive.sim.query import APP_FIELDS, GPU_FIELDS
 from jupyter_gpuhive.sim.users import start_gpu_process
 
 PROFILES = ("a100x4", "mig", "gtx", "mixed")
-GPU_QUERY = ",".join(k for k in core.GPU_FIELDS if k != "timestamp")
-APPS_QUERY = ",".join(core.APP_FIELDS)
+GPU_QUERY = ",".join(k for k in GPU_FIELDS if k != "timestamp")
+APPS_QUERY = ",".join(APP_FIELDS)
 FORMATS = ("csv", "csv,noheader", "csv,nounits", "csv,noheader,nounits")
 
 
