@@ -12,9 +12,9 @@ from jsonschema import Draft202012Validator
 from tornado.web import RequestHandler
 
 from jupyter_gpuhive.errors import HiveError
-from jupyter_gpuhive.server.api import ENDPOINTS, PATH_PARAMETERS, PUBLIC_PATHS
-from jupyter_gpuhive.server.api.openapi import generate, openapi_document
-from jupyter_gpuhive.server.api.operations import implemented, operation_of
+from jupyter_gpuhive.server.api import ENDPOINTS, PUBLIC_PATHS, openapi_document
+from jupyter_gpuhive.server.api.openapi import generate
+from jupyter_gpuhive.server.api.operations import PATH_PARAMETERS, implemented, operation_of
 from jupyter_gpuhive.server.api.schemas import bodies, parse, queries, replies
 from tests.api.helpers import booking
 from tests.conftest import soon
@@ -47,7 +47,7 @@ def test_a_method_without_an_operation_is_refused_by_the_generator() -> None:
             """Not declared."""
 
     with pytest.raises(TypeError, match="declares no @operation"):
-        generate([("/x", Undocumented)], {}, base_url="/")
+        generate((("/x", Undocumented),), "/")
 
 
 def test_every_schema_is_valid_and_every_reference_resolves() -> None:

@@ -13,7 +13,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 def document() -> dict[str, Any]:
     """The OpenAPI document exactly as `GET {base_url}gpuhive/api/openapi.json` serves it."""
-    from jupyter_gpuhive.server.api.openapi import openapi_document
+    from jupyter_gpuhive.server.api import openapi_document
 
     return openapi_document("/")
 

@@ -1,18 +1,19 @@
-"""The REST API under {base_url}gpuhive/api/: one route table."""
+"""The REST API under {base_url}gpuhive/api/: one route table, and its OpenAPI document."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...store.schema import ID_MAX
 from . import handlers as h
 from . import integrations as i
 from .base import HiveHandler, HiveLogic
+from .openapi import generate
+from .operations import PATH_PARAMETERS, implemented, operation_of
 
 PREFIX = "/gpuhive/api"
 
 # (path below PREFIX, handler); parameters in braces are PATH_PARAMETERS. The OpenAPI
-# document (openapi.py) is generated from this table and each method's @operation.
+# document is generated from this table and each method's @operation (openapi.py).
 ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/me", h.MeHandler),
     ("/me/ssh", h.SshHandler),
@@ -52,16 +53,18 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/openapi.json", h.OpenAPIHandler),
 ]
 
-# Paths that take no Jupyter credentials: a feed's token in its URL is its only credential.
-PUBLIC_PATHS = frozenset({"/calendar/{token}.ics"})
+# Paths that take no Jupyter credentials (@operation(public=True)): a feed's token in its URL
+# is its only credential.
+PUBLIC_PATHS = frozenset(
+    path
+    for path, handler in ENDPOINTS
+    if any(getattr(operation_of(handler, m), "public", False) for m in implemented(handler))
+)
 
 
-# Each parameter named in braces in a path: what the route matches, and what the OpenAPI
-# document promises (ids that are not ASCII digits up to ID_MAX answer 404, see id_arg).
-PATH_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "id": ("([^/]+)", {"type": "integer", "minimum": 0, "maximum": ID_MAX}),
-    "token": ("([^/]*)", {"type": "string", "pattern": "^[^/.]+$"}),
-}
+def openapi_document(base_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI document of this route table, with the server's base URL."""
+    return generate(tuple(ENDPOINTS), base_url)
 
 
 def _pattern(prefix: str, path: str) -> str:
@@ -73,8 +76,9 @@ def _pattern(prefix: str, path: str) -> str:
 
 def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]:
     """The route table with every endpoint mixed onto a deployment's base handler."""
+    table = {"endpoints": tuple(ENDPOINTS)}  # what GET openapi.json documents
     return [
-        (_pattern(prefix, path), type(logic.__name__, (logic, base), {}))
+        (_pattern(prefix, path), type(logic.__name__, (logic, base), table))
         for path, logic in ENDPOINTS
     ]
 

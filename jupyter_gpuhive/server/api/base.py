@@ -52,9 +52,10 @@ from .inputs import (
     shown,
 )
 from .operations import operation_of
-from .schemas import parse
+from .schemas import Query, parse
 
 M = TypeVar("M", bound=BaseModel)
+Q = TypeVar("Q", bound=Query)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class HiveLogic(RequestHandler):
     """What every endpoint uses; mixed into a deployment-specific base handler."""
 
     _who: Identity | None = None
+    endpoints: tuple[tuple[str, type], ...] = ()  # the route table it is served in (routes())
 
     @property
     def hive(self) -> Hive:
@@ -123,10 +125,10 @@ class HiveLogic(RequestHandler):
         self._declared("body", model)
         return parse(model, self.json_body())
 
-    def query(self, model: type[M]) -> M:
+    def query(self, model: type[Q]) -> Q:
         """The query parameters read as `model`, which this method declares."""
         self._declared("query", model)
-        repeated = getattr(model, "repeated", frozenset)()
+        repeated = model.repeated()
         given = self.request.query_arguments
         data = {
             name: (self.get_query_arguments if name in repeated else self.get_query_argument)(name)

@@ -11,7 +11,7 @@ from ...jobs.model import Job
 from ...model import Reservation, utcnow
 from ...privacy import job_json, reservation_json
 from .base import HiveLogic
-from .openapi import openapi_document
+from .openapi import generate
 from .operations import operation
 from .schemas import bodies, queries, replies
 
@@ -223,7 +223,7 @@ class OpenAPIHandler(HiveLogic):
     @web.authenticated
     @operation("This document (OpenAPI 3.1, generated from the routes and their models)")
     async def get(self) -> None:
-        self.reply(openapi_document(self.settings.get("base_url", "/")))
+        self.reply(generate(self.endpoints, self.settings.get("base_url", "/")))
 
 
 class TemplatesHandler(HiveLogic):

@@ -42,6 +42,7 @@ class CalendarHandler(HiveLogic):
         "token needed or used)",
         errors=(404,),
         media="text/calendar",
+        public=True,
     )
     async def get(self, token: str) -> None:
         body = await self.hive.run(self.hive.integrations.feeds.render, token)

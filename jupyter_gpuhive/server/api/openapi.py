@@ -1,15 +1,16 @@
 """The OpenAPI 3.1 document, generated from the route table and the models.
 
-Paths come from the route table (`ENDPOINTS`), path parameters from their names in braces
-(`PATH_PARAMETERS`), each method's summary, body, query parameters, answer and extra error
-statuses from its `@operation`, and every schema from the pydantic models (their `$defs`
-become components/schemas). Nothing here is written per endpoint.
+Paths come from the route table (`server.api.ENDPOINTS`, passed in: `openapi_document` there),
+path parameters from their names in braces (`operations.PATH_PARAMETERS`), each method's
+summary, body, query parameters, answer, extra error statuses and whether it is public from
+its `@operation`, and every schema from the pydantic models (their `$defs` become
+components/schemas). Nothing here is written per endpoint.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -19,7 +20,7 @@ from pydantic.json_schema import models_json_schema
 from ..._version import __version__
 from ...store.schema import ID_MAX
 from .inputs import INT_MAX, MAX_BODY_BYTES
-from .operations import Operation, implemented, operation_of
+from .operations import PATH_PARAMETERS, Operation, implemented, operation_of
 from .schemas import BODIES, REPLIES, ErrorReply
 
 REF = "#/components/schemas/{model}"
@@ -111,7 +112,7 @@ def path_parameters(path: str, kinds: dict[str, dict[str, Any]]) -> list[dict[st
     ]
 
 
-def _operation(op: Operation, path_params: list[dict[str, Any]], public: bool) -> dict[str, Any]:
+def _operation(op: Operation, path_params: list[dict[str, Any]]) -> dict[str, Any]:
     """One operation object; the error statuses follow from its shape, plus those declared."""
     reply = _ref(op.reply) if op.reply else {"type": "object"}
     if op.media != "application/json":
@@ -122,7 +123,7 @@ def _operation(op: Operation, path_params: list[dict[str, Any]], public: bool) -
             "content": {op.media: {"schema": reply}},
         }
     }
-    codes = set(op.errors) if public else {401, 403, *op.errors}
+    codes = set(op.errors) if op.public else {401, 403, *op.errors}
     parameters = list(path_params)
     if op.query is not None:
         parameters += query_parameters(op.query)
@@ -144,29 +145,25 @@ def _operation(op: Operation, path_params: list[dict[str, Any]], public: bool) -
             "required": True,
             "content": {"application/json": {"schema": _ref(op.body)}},
         }
-    if public:
+    if op.public:
         out["security"] = []
     return out
 
 
-def generate(
-    endpoints: Sequence[tuple[str, type]],
-    path_kinds: dict[str, dict[str, Any]],
-    public: Iterable[str] = (),
-    base_url: str = "/",
-) -> dict[str, Any]:
-    """The document for a route table: every path, every method it implements."""
-    open_paths = set(public)
+@lru_cache(maxsize=8)
+def generate(endpoints: tuple[tuple[str, type], ...], base_url: str = "/") -> dict[str, Any]:
+    """The document for a route table (path, handler class): every method each implements."""
+    kinds = {name: schema for name, (_, schema) in PATH_PARAMETERS.items()}
     paths: dict[str, Any] = {}
     models: list[type[BaseModel]] = [ErrorReply, *BODIES, *REPLIES]
     for path, handler in endpoints:
-        params = path_parameters(path, path_kinds)
+        params = path_parameters(path, kinds)
         operations = {}
         for method in implemented(handler):
             op = operation_of(handler, method)
             if op is None:
                 raise TypeError(f"{handler.__name__}.{method} ({path}) declares no @operation")
-            operations[method] = _operation(op, params, path in open_paths)
+            operations[method] = _operation(op, params)
             models += [m for m in (op.body, op.reply) if m is not None]
         paths[path] = operations
     return {
@@ -180,12 +177,3 @@ def generate(
             "securitySchemes": SECURITY_SCHEMES,
         },
     }
-
-
-@lru_cache(maxsize=8)
-def openapi_document(base_url: str = "/") -> dict[str, Any]:
-    """The document of this package's REST API, with the server's base URL."""
-    from . import ENDPOINTS, PATH_PARAMETERS, PUBLIC_PATHS
-
-    kinds = {name: schema for name, (_, schema) in PATH_PARAMETERS.items()}
-    return generate(ENDPOINTS, kinds, PUBLIC_PATHS, base_url)

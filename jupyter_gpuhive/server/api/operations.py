@@ -20,9 +20,18 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from ...store.schema import ID_MAX
+
 F = TypeVar("F", bound=Callable[..., Any])
 _ATTRIBUTE = "gpuhive_operation"  # functools.wraps (web.authenticated) carries it outward
 METHODS = ("get", "post", "put", "patch", "delete")
+
+# Each parameter named in braces in a route's path: the pattern the route matches, and the
+# schema the document promises (an id that is not ASCII digits up to ID_MAX is a 404: id_arg).
+PATH_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "id": ("([^/]+)", {"type": "integer", "minimum": 0, "maximum": ID_MAX}),
+    "token": ("([^/]*)", {"type": "string", "pattern": "^[^/.]+$"}),
+}
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,7 @@ class Operation:
     reply: type[BaseModel] | None = None
     errors: tuple[int, ...] = ()
     media: str = "application/json"
+    public: bool = False  # no Jupyter credentials (a feed: the token in its URL is one)
 
 
 def operation(
@@ -47,9 +57,10 @@ def operation(
     reply: type[BaseModel] | None = None,
     errors: tuple[int, ...] = (),
     media: str = "application/json",
+    public: bool = False,
 ) -> Callable[[F], F]:
     """Declare a handler method's operation (put it under @web.authenticated)."""
-    declared = Operation(summary, status, body, query, reply, errors, media)
+    declared = Operation(summary, status, body, query, reply, errors, media, public)
 
     def mark(method: F) -> F:
         setattr(method, _ATTRIBUTE, declared)
