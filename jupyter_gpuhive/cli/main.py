@@ -213,7 +213,7 @@ class KeyApp(_Base):
     description = __doc__
 
     def start(self) -> None:
-        from ..hosts.pool import ensure_client_key
+        from ..hosts.ssh import ensure_client_key
 
         path = Path(self.gpuhive().ssh_key).expanduser()
         key = ensure_client_key(path)
@@ -275,7 +275,7 @@ class TrustApp(_Base):
     flags = {"yes": ({"TrustApp": {"yes": True}}, "Trust without asking.")}
 
     def start(self) -> None:
-        from ..hosts.pool import fetch_host_key, known_hosts_line
+        from ..hosts.ssh import fetch_host_key, known_hosts_line
 
         app = self.gpuhive()
         hosts = {h.name: h for h in app.settings_for_hive().hosts}

@@ -18,104 +18,19 @@ import secrets
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 import asyncssh
 
-from ..model import HostDecl, isoformat, utcnow
+from ..model import HostDecl, utcnow
 from .environment import command_env
 from .loops import LocalLoop, Loop, SshLoop
+from .ssh import SshSettings as SshSettings
+from .ssh import address, as_text, connect, explain, run_session
+from .status import CommandResult as CommandResult
+from .status import HostStatus as HostStatus
+from .status import HostUnavailable as HostUnavailable
 
 log = logging.getLogger(__name__)
-
-
-class HostUnavailable(Exception):
-    """A host could not run a command; `reason` is a sentence for people."""
-
-    def __init__(self, host: str, reason: str) -> None:
-        super().__init__(f"{host}: {reason}")
-        self.host = host
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """Exit status (-1 when killed by a signal) and output of one command."""
-
-    exit_status: int
-    stdout: str
-    stderr: str
-
-
-@dataclass
-class HostStatus:
-    """Reachability of one host: 'unknown' until tried, then 'up' or 'down'."""
-
-    name: str
-    state: str = "unknown"
-    error: str | None = None
-    since: datetime | None = None
-    last_ok: datetime | None = None
-    failures: int = 0
-    retry_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "error": self.error,
-            "since": isoformat(self.since),
-            "last_ok": isoformat(self.last_ok),
-            "failures": self.failures,
-        }
-
-
-@dataclass
-class SshSettings:
-    """How the pool connects: keys, trust, timeouts, limits, backoff."""
-
-    client_keys: list[str] = field(default_factory=list)
-    known_hosts: list[str] = field(default_factory=list)
-    connect_timeout: float = 5.0
-    command_timeout: float = 15.0
-    keepalive_interval: float = 5.0
-    keepalive_count_max: int = 3
-    max_sessions: int = 8
-    backoff_initial: float = 1.0
-    backoff_max: float = 60.0
-
-
-def _address(decl: HostDecl) -> str:
-    return f"{decl.address}:{decl.port}"
-
-
-def explain(decl: HostDecl, user: str, error: BaseException, timeout: float) -> str:
-    """A readable reason for a connection or command failure."""
-    where = _address(decl)
-    if isinstance(error, asyncssh.HostKeyNotVerifiable):
-        return (
-            f"the host key of {where} is not trusted ({error.reason}). If this is the right "
-            f"machine, trust it with `jupyter gpuhive trust {decl.name}`; if you did not "
-            "expect a new key, find out why before trusting it."
-        )
-    if isinstance(error, asyncssh.PermissionDenied):
-        return (
-            f"{where} refused the key for user {user}: add the line from `jupyter gpuhive key` "
-            f"to ~{user}/.ssh/authorized_keys on {decl.name}."
-        )
-    if isinstance(error, TimeoutError):
-        return f"no answer from {where} within {timeout:.0f} s"
-    if isinstance(error, ConnectionRefusedError):
-        return f"connection refused by {where} (is sshd running?)"
-    if isinstance(error, asyncssh.ConnectionLost | asyncssh.DisconnectError):
-        return f"the connection to {where} was lost: {error.reason or error}"
-    if isinstance(error, asyncssh.Error):
-        return f"SSH error from {where}: {error.reason or error}"
-    if isinstance(error, OSError):
-        return f"cannot reach {where}: {error.strerror or error}"
-    return f"{type(error).__name__} talking to {where}: {error}"
 
 
 class HostPool:
@@ -292,9 +207,9 @@ class HostPool:
                 return f"the local command ended: {_tail(partial)}"
             return f"cannot start the local command: {error}"
         if lost and not isinstance(error, TimeoutError):
-            return f"the connection to {_address(decl)} was lost while the command ran"
+            return f"the connection to {address(decl)} was lost while the command ran"
         if isinstance(error, EOFError):
-            return f"the command on {_address(decl)} ended: {_tail(partial)}"
+            return f"the command on {address(decl)} ended: {_tail(partial)}"
         return explain(decl, user, error, limit)
 
     async def _start_loop(self, decl: HostDecl, command: str, user: str) -> Loop:
@@ -332,23 +247,7 @@ class HostPool:
             conn = self._conns.get(key)
             if conn is not None and not conn.is_closed():
                 return conn
-            s = self.settings
-            conn = await asyncssh.connect(
-                decl.address,
-                port=decl.port,
-                username=user,
-                client_keys=s.client_keys or None,
-                known_hosts=s.known_hosts or (),
-                agent_path=None,
-                config=[],
-                # Send no variable of ours (no SendEnv/SetEnv): a command's environment is the
-                # host's login environment, whatever sshd would accept (AcceptEnv).
-                env=None,
-                send_env=None,
-                connect_timeout=s.connect_timeout,
-                keepalive_interval=s.keepalive_interval,
-                keepalive_count_max=s.keepalive_count_max,
-            )
+            conn = await connect(decl, user, self.settings)
             self._conns[key] = conn
             return conn
 
@@ -372,7 +271,7 @@ class HostPool:
                     conn = await self._connection(decl, user)
                 limit = timeout
                 async with asyncio.timeout(limit):
-                    done = await _run_session(conn, command, stdin)
+                    done = await run_session(conn, command, stdin)
             except (asyncssh.Error, OSError, TimeoutError) as error:
                 refused = isinstance(error, asyncssh.ChannelOpenError)
                 if conn is None or conn.is_closed() or not refused:
@@ -387,10 +286,10 @@ class HostPool:
             # sshd always reports how a command ended; without it the connection was cut.
             self._drop(key)
             raise HostUnavailable(
-                decl.name, f"the connection to {_address(decl)} was lost while the command ran"
+                decl.name, f"the connection to {address(decl)} was lost while the command ran"
             )
         status = done.exit_status if done.exit_status is not None else -1
-        return CommandResult(status, _text(done.stdout), _text(done.stderr))
+        return CommandResult(status, as_text(done.stdout), as_text(done.stderr))
 
     async def _run_local(
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
@@ -467,67 +366,7 @@ class HostPool:
                 pass
 
 
-async def _run_session(
-    conn: asyncssh.SSHClientConnection, command: str, stdin: str | None
-) -> asyncssh.SSHCompletedProcess:
-    """`conn.run`, waiting out sshd's session limit for a moment.
-
-    sshd frees a session's slot only after the client has seen the channel close, so a new
-    session opened at once can be refused ("no more sessions") even below MaxSessions. The
-    command never started then, so it is safe to ask again.
-    """
-    delay = 0.02
-    for _ in range(_SESSION_RETRIES):
-        try:
-            return await conn.run(command, check=False, input=stdin)
-        except asyncssh.ChannelOpenError:
-            if conn.is_closed():
-                raise
-        await asyncio.sleep(delay * random.uniform(0.5, 1.5))
-        delay = min(delay * 2, 0.5)
-    return await conn.run(command, check=False, input=stdin)
-
-
-_SESSION_RETRIES = 6
-
-
 def _tail(partial: str | bytes | None) -> str:
     """The last words a command said before it ended, for a reason shown to people."""
-    text = _text(partial).strip()
+    text = as_text(partial).strip()
     return text[-300:] if text else "it ended without a word"
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else bytes(value).decode(errors="replace")
-
-
-# --- keys and trust ---------------------------------------------------------------------
-
-
-def ensure_client_key(path: Path) -> asyncssh.SSHKey:
-    """Load the hive's SSH key, creating an ed25519 key on first use."""
-    if path.exists():
-        return asyncssh.read_private_key(str(path))
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = asyncssh.generate_private_key("ssh-ed25519", comment=f"gpuhive@{os.uname().nodename}")
-    key.write_private_key(str(path))
-    os.chmod(path, 0o600)
-    key.write_public_key(str(path) + ".pub")
-    return key
-
-
-def known_hosts_line(decl: HostDecl, key: asyncssh.SSHKey) -> str:
-    """The known_hosts line that trusts `key` for this host."""
-    name = decl.address if decl.port == 22 else f"[{decl.address}]:{decl.port}"
-    return f"{name} {key.export_public_key('openssh').decode().strip()}"
-
-
-async def fetch_host_key(decl: HostDecl, timeout: float = 5.0) -> asyncssh.SSHKey:
-    """Ask a host for its public host key (to show its fingerprint before trusting it)."""
-    async with asyncio.timeout(timeout):
-        key = await asyncssh.get_server_host_key(decl.address, decl.port)
-    if key is None:
-        raise HostUnavailable(decl.name, "the host offered no host key")
-    return key

@@ -18,7 +18,7 @@ from ..errors import Invalid
 from ..hive import Hive, HiveSettings
 from ..hosts.config import local_gpu_host, parse_hosts
 from ..hosts.file import HostsFileWatcher, default_hosts_file, read_hosts
-from ..hosts.pool import SshSettings, ensure_client_key
+from ..hosts.ssh import SshSettings, ensure_client_key
 from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
 from ..integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
 from ..model import parse_duration

@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from jupyter_gpuhive.hosts.guidance import advise, host_advice, setup_text
-from jupyter_gpuhive.hosts.pool import HostPool, HostUnavailable, ensure_client_key
+from jupyter_gpuhive.hosts.pool import HostPool, HostUnavailable
+from jupyter_gpuhive.hosts.ssh import ensure_client_key
 from tests.hosts.helpers import G1
 
 

@@ -14,13 +14,8 @@ import asyncssh
 import pytest
 
 from benchmarks.fixtures.waiting import until
-from jupyter_gpuhive.hosts.pool import (
-    HostUnavailable,
-    SshSettings,
-    ensure_client_key,
-    fetch_host_key,
-    known_hosts_line,
-)
+from jupyter_gpuhive.hosts.pool import HostUnavailable, SshSettings
+from jupyter_gpuhive.hosts.ssh import ensure_client_key, fetch_host_key, known_hosts_line
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim.ports import free_port
