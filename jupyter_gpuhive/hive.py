@@ -1,8 +1,6 @@
 """The Hive: the composition root. It builds the services, wires them, starts and stops them.
 
-What each service does lives with it: `bookings` (reservations, access rules, coverage,
-usage), `jobs` (the job lifecycle and the queue), `monitor` (sweeps, live state, metrics),
-`protection` (violations), `integrations` (feeds, webhooks, digests) and `identities`.
+What a service does lives with it (bookings, jobs, monitor, protection, integrations, ...).
 """
 
 from __future__ import annotations
@@ -63,22 +61,16 @@ class Hive:
         s = self.settings = settings
         self.store = Store(s.db_url)
         self.executor = ThreadPoolExecutor(s.workers, thread_name_prefix="gpuhive-db")
-        self.identities = Identities(
-            self.store, self.run, admin_users=s.admin_users, admin_groups=s.admin_groups,
-            groups=s.groups,
-        )  # fmt: skip
+        self.identities = Identities(self.store, self.run, s.admin_users, s.admin_groups, s.groups)
         identity_of = self.identities.identity_of
         self.pool = HostPool(s.hosts, s.ssh)
         self.integrations = Integrations(self.store, s.integrations, self.run, utcnow)
         self.jobs = Jobs(
-            self.store, self.pool, self.run, zone=s.policy.zone, identity_of=identity_of,
-            interval=s.poll_interval, ssh=s.ssh, privacy=s.privacy,
-            started=self.integrations.job_started,
+            self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
+            privacy=s.privacy, interval=s.poll_interval, started=self.integrations.job_started,
         )  # fmt: skip
-        self.monitor = Monitor(
-            self.store, self.pool, self.run, s.poll_interval, s.history,
-            public_key=self.jobs.public_key,
-        )  # fmt: skip
+        self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
+                               public_key=self.jobs.public_key)  # fmt: skip
         self.protection = Protection(
             s.protection, self.store, self.pool, self.run, publish=publish,
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
@@ -100,14 +92,12 @@ class Hive:
             user_of=lambda unix: unix_names.get(unix, unix),
         )  # fmt: skip
         self.integrations.ongoing = self.protection.ongoing
-        # After each sweep, in this order (the monitor has recorded inventory and usage):
-        self.monitor.on_sweep(self.jobs.on_sweep)  # follow running tasks, run the queue
+        self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
         self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
-        self.leadership = Leadership(
-            s.db_url, self._lead, self._follow, interval=max(0.2, s.poll_interval / 2)
-        )
+        every = max(0.2, s.poll_interval / 2)
+        self.leadership = Leadership(s.db_url, self._lead, self._follow, interval=every)
 
     def open(self) -> Hive:
         """Migrate the store and record the configured inventory (blocking)."""

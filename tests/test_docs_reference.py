@@ -50,20 +50,20 @@ def section(page: str, heading: str) -> str:
 
 
 def package_configurables() -> list[type[HasTraits]]:
-    """Every class of the package with config traits, outside the CLI (its own page)."""
-    found = []
+    """Every class of the package with config traits, outside the CLI (its own page).
+
+    A class whose settings a subclass carries counts as that subclass (GpuHiveSettings is
+    configured and documented as GpuHiveApp)."""
+    every = []
     for info in pkgutil.walk_packages(jupyter_gpuhive.__path__, "jupyter_gpuhive."):
         if ".labextension" in info.name or info.name.startswith("jupyter_gpuhive.cli"):
             continue
         module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if (
-                cls.__module__ == module.__name__
-                and issubclass(cls, HasTraits)
-                and cls.class_own_traits(config=True)
-            ):
-                found.append(cls)
-    return found
+            if cls.__module__ == module.__name__ and issubclass(cls, HasTraits):
+                every.append(cls)
+    found = [c for c in every if c.class_own_traits(config=True)]
+    return [next((s for s in every if s is not c and issubclass(s, c)), c) for c in found]
 
 
 def test_every_configuration_trait_is_in_the_reference(pages: dict[str, str]) -> None:

@@ -16,7 +16,6 @@ class Identities:
         self,
         store: Store,
         run: Callable[..., Awaitable[Any]],
-        *,
         admin_users: frozenset[str] = frozenset(),
         admin_groups: frozenset[str] = frozenset(),
         groups: Mapping[str, Iterable[str]] | None = None,

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
 
 from ..bookings.reservations import Policy
 from ..errors import Invalid
@@ -39,13 +40,14 @@ def system_timezone() -> str:
     return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else "UTC"
 
 
-class GpuHiveApp(ExtensionApp):
-    """Exclusive GPU reservations, monitoring and jobs for shared GPU servers."""
+class GpuHiveSettings(LoggingConfigurable):
+    """gpuhive's settings (`c.GpuHiveApp.…`) and the HiveSettings they make, without a server."""
 
-    name = "gpuhive"
-    description = __doc__
-    extension_url = "/gpuhive/api/me"
-    load_other_extensions = True
+    @classmethod
+    def section_names(cls) -> list[str]:
+        """`c.GpuHiveApp.…` also where no GpuHiveApp runs (the team service)."""
+        names: list[str] = super().section_names()
+        return names if "GpuHiveApp" in names else [*names, "GpuHiveApp"]
 
     db_url = Unicode(
         "",
@@ -265,9 +267,6 @@ class GpuHiveApp(ExtensionApp):
         "users who turned them on (PUT digest).",
     ).tag(config=True)
 
-    hive: Hive | None = None
-    _watcher: HostsFileWatcher | None = None
-
     @default("ssh_key")
     def _default_key(self) -> str:
         return str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "id_ed25519")
@@ -416,6 +415,17 @@ class GpuHiveApp(ExtensionApp):
             history=self.metrics_history,
             monitor=self.monitor,
         )
+
+
+class GpuHiveApp(ExtensionApp, GpuHiveSettings):
+    """Exclusive GPU reservations, monitoring and jobs for shared GPU servers."""
+
+    name = "gpuhive"
+    description = __doc__
+    extension_url = "/gpuhive/api/me"
+    load_other_extensions = True
+    hive: Hive | None = None
+    _watcher: HostsFileWatcher | None = None
 
     def initialize_settings(self) -> None:
         self.settings["gpuhive_note"] = self.sidebar_note

@@ -30,7 +30,7 @@ from ..hive import Hive
 from ..model import Identity
 from .api import routes
 from .api.base import HiveLogic
-from .app import GpuHiveApp
+from .app import GpuHiveApp, GpuHiveSettings
 
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
@@ -131,7 +131,7 @@ class GpuHiveService(Application):
             self.load_config_file(self.config_file)
 
     def make_app(self) -> tuple[web.Application, Hive, str]:
-        settings = GpuHiveApp(config=self.config).settings_for_hive()
+        settings = GpuHiveSettings(config=self.config).settings_for_hive()
         # The service has no Jupyter event bus: 'event' violation handlers log instead.
         hive = Hive(settings, publish=_log_event).open()
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")

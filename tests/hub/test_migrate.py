@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from benchmarks.fixtures.postgres import PostgresCluster
+from benchmarks.fixtures.team_hub import HOSTS
 from jupyter_gpuhive.bookings.access import parse_rule
 from jupyter_gpuhive.cli.migrate import MigrationError, migrate
 from jupyter_gpuhive.errors import Conflict
@@ -19,8 +21,6 @@ from jupyter_gpuhive.model import Identity
 from jupyter_gpuhive.model.requests import Booking
 from jupyter_gpuhive.server.app import GpuHiveApp
 from tests.conftest import soon
-from tests.fixtures.postgres import PostgresCluster
-from tests.hub.team_hub import HOSTS
 
 ALICE = Identity("alice", frozenset({"phd"}), False)
 BOSS = Identity("boss", frozenset({"admins"}), True)
@@ -70,10 +70,10 @@ def test_migrate_sqlite_into_postgresql(tmp_path: Path, postgres: PostgresCluste
     try:
         personal.store.users.touch(ALICE)
         personal.store.users.touch(BOSS)
-        kept = personal.reservations.create(ALICE, booking("gpu1:0", 0))
-        personal.reservations.create(ALICE, booking("gpu2:1", 3))
-        gone = personal.reservations.create(BOSS, booking("gpu1:0", 5))
-        personal.reservations.cancel(BOSS, gone.id)
+        kept = personal.bookings.reservations.create(ALICE, booking("gpu1:0", 0))
+        personal.bookings.reservations.create(ALICE, booking("gpu2:1", 3))
+        gone = personal.bookings.reservations.create(BOSS, booking("gpu1:0", 5))
+        personal.bookings.reservations.cancel(BOSS, gone.id)
         personal.store.rules.add(parse_rule({"name": "phd nights", "groups": ["phd"]}), "boss")
         # The newest rule is deleted: its id was handed out and must never come back.
         dropped = personal.store.rules.add(
@@ -95,9 +95,9 @@ def test_migrate_sqlite_into_postgresql(tmp_path: Path, postgres: PostgresCluste
         assert team.store.reservations.get(kept.id).owner == "alice"
         # A slot taken in personal mode stays taken (the exclusion constraint sees it) ...
         with pytest.raises(Conflict):
-            team.reservations.create(BOSS, booking("gpu1:0", 0))
+            team.bookings.reservations.create(BOSS, booking("gpu1:0", 0))
         # ... and new rows get new ids (the sequences moved past the copied ones).
-        fresh = team.reservations.create(BOSS, booking("gpu3:3", 1))
+        fresh = team.bookings.reservations.create(BOSS, booking("gpu3:3", 1))
         assert fresh.id > gone.id
         # ... also past ids deleted in personal mode (SQLite's AUTOINCREMENT counter).
         rule = team.store.rules.add(parse_rule({"name": "after the move", "users": ["*"]}), "boss")

@@ -51,7 +51,8 @@ def own_traits(cls: type[HasTraits], base: type[HasTraits]) -> dict[str, TraitTy
 
 
 def _default(cls: type[HasTraits], base: type[HasTraits], name: str, trait: TraitType) -> str:
-    own_generators = set(cls._trait_default_generators) - set(base._trait_default_generators)
+    mine = [k for k in cls.__mro__ if not issubclass(base, k)]  # the class and its mixins
+    own_generators = {n for k in mine for n in vars(k).get("_trait_default_generators", {})}
     if name in own_generators:  # computed when the application starts
         return "computed at start (see above)"
     return f"`{trait.default_value_repr()}`"
