@@ -16,7 +16,7 @@ import logging
 import shlex
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import Conflict
@@ -26,6 +26,8 @@ from ..model import utcnow
 from ..store.jobs import Jobs, TaskChange
 from . import commands, scripts
 from .model import ACTIVE, FINAL, Job, Task, TaskState
+from .outcomes import apply_change, marker, markers, observe, start_problem, tail, to_int
+from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
 from .tasks import TemplateError
 
 log = logging.getLogger(__name__)
@@ -33,77 +35,6 @@ T = TypeVar("T")
 
 TICK = 0.1  # seconds per wait step of the stop script
 KILL_PATIENCE = 3.0  # seconds between SIGTERM and SIGKILL
-
-
-@dataclass(frozen=True)
-class StartFailure:
-    """A task that did not start, and why (a sentence for people)."""
-
-    task_id: int
-    index: int
-    host: str
-    reason: str
-
-    def describe(self) -> str:
-        return f"task {self.index} on {self.host}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class StartReport:
-    """What `start` did: the job as it is now, the tasks started and those that failed."""
-
-    job: Job
-    started: tuple[int, ...] = ()
-    failures: tuple[StartFailure, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    @property
-    def message(self) -> str:
-        """One sentence: which tasks failed and why, and what happened to the others."""
-        if self.ok:
-            return f"Job {self.job.id} started {len(self.started)} task(s)."
-        failed = "; ".join(failure.describe() for failure in self.failures)
-        running = [t for t in self.job.tasks if t.state == TaskState.RUNNING]
-        rest = (
-            f" {len(running)} task(s) kept running (partial start)."
-            if running
-            else " The tasks that had started were stopped."
-        )
-        return f"Job {self.job.id} did not start: {failed}.{rest}"
-
-
-@dataclass(frozen=True)
-class StopReport:
-    """What `stop` did: the job as it is now, and hosts that could not be told to stop."""
-
-    job: Job
-    failures: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """Tasks whose state changed (as stored now) and hosts that did not answer."""
-
-    changed: tuple[Task, ...] = ()
-    unreachable: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogChunk:
-    """Part of a task's log: text from byte `start` to `next_offset` of a file of `size` bytes."""
-
-    text: str
-    start: int
-    next_offset: int
-    size: int
-
-    @property
-    def complete(self) -> bool:
-        """Whether this chunk reaches the end of the file as it was when read."""
-        return self.next_offset >= self.size
 
 
 class Launcher:
@@ -199,15 +130,15 @@ class Launcher:
             result = await self._run(task.host, task.owner, script, command)
         except HostUnavailable as error:
             return f"host unavailable: {error.reason}"
-        problem = _start_problem(task, result, log_dir)
+        problem = start_problem(task, result, log_dir)
         if problem:
             return problem
-        words = _marker(result.stdout, "started")
-        pid, pgid = (_int(words[0]), _int(words[1])) if len(words) == 2 else (None, None)
-        code = _marker(result.stdout, "exit")
+        words = marker(result.stdout, "started")
+        pid, pgid = (to_int(words[0]), to_int(words[1])) if len(words) == 2 else (None, None)
+        code = marker(result.stdout, "exit")
         if code:
             ended = utcnow()
-            status = _int(code[0])
+            status = to_int(code[0])
             if status is None:
                 return TaskChange(task.id, TaskState.FAILED, ended_at=ended,
                                   last_error=f"unreadable exit status {code[0]!r}")  # fmt: skip
@@ -242,7 +173,7 @@ class Launcher:
         for state, changes in changes_by_state.items():
             done = set(await _db(self.jobs.change_tasks, changes, {state}))
             by_id = {t.id: t for t in todo}
-            changed += [_apply(by_id[c.task_id], c) for c in changes if c.task_id in done]
+            changed += [apply_change(by_id[c.task_id], c) for c in changes if c.task_id in done]
         return SyncReport(tuple(changed), unreachable)
 
     async def _sync_group(
@@ -256,13 +187,13 @@ class Launcher:
         except HostUnavailable as error:
             return error.reason
         if result.exit_status != 0:
-            return f"cannot list the screen sessions of {owner}: {_tail(result)}"
-        sessions = {words[0]: _int(words[1]) for words in _markers(result.stdout, "session")}
+            return f"cannot list the screen sessions of {owner}: {tail(result)}"
+        sessions = {words[0]: to_int(words[1]) for words in markers(result.stdout, "session")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
-                 _markers(result.stdout, "exit")}  # fmt: skip
+                 markers(result.stdout, "exit")}  # fmt: skip
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
-            change = _observe(task, task.session in sessions, exits.get(str(task.id)))
+            change = observe(task, task.session in sessions, exits.get(str(task.id)))
             if change is not None:
                 if change.state == TaskState.RUNNING and task.screen_pid is None:
                     change = replace(change, screen_pid=sessions.get(task.session))
@@ -329,15 +260,15 @@ class Launcher:
         except HostUnavailable as error:
             return f"could not stop it, host unavailable: {error.reason}"
         if result.exit_status != 0:
-            return f"could not stop it: {_tail(result)}"
-        gone = {words[0] for words in _markers(result.stdout, "gone")}
+            return f"could not stop it: {tail(result)}"
+        gone = {words[0] for words in markers(result.stdout, "gone")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
-                 _markers(result.stdout, "exit")}  # fmt: skip
+                 markers(result.stdout, "exit")}  # fmt: skip
         now = utcnow()
         changes = []
         for task in tasks:
             code = exits.get(task.session)
-            status = _int(code) if code is not None else None
+            status = to_int(code) if code is not None else None
             if task.session in gone and status is not None:
                 # It had ended by itself before we asked.
                 state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
@@ -360,7 +291,7 @@ class Launcher:
         args: list[str | int] = [scripts.host_path(task.log_path), offset, wanted, max(0, limit)]
         result = await self._run(task.host, task.owner, scripts.LOG, scripts.sh_command(*args))
         if result.exit_status != 0:
-            raise HostUnavailable(task.host, f"cannot read the log: {_tail(result)}")
+            raise HostUnavailable(task.host, f"cannot read the log: {tail(result)}")
         head, _, body = result.stdout.partition("\n")
         words = head.split()
         if not words or words[0] != "chunk" or len(words) != 4:
@@ -401,86 +332,6 @@ class Launcher:
         return await self.pool.run(
             host, command, user=owner, timeout=timeout or self.timeout, stdin=script
         )
-
-
-def _observe(task: Task, has_session: bool, code: str | None) -> TaskChange | None:
-    """The change that what `sync` saw on the host implies for one task (None: none)."""
-    now = utcnow()
-    if code is not None:
-        status = _int(code)
-        if status is None:
-            return TaskChange(task.id, TaskState.FAILED, ended_at=now,
-                              last_error=f"unreadable exit status {code!r}")  # fmt: skip
-        if task.state == TaskState.STOPPING:
-            return TaskChange(task.id, TaskState.STOPPED, exit_status=status, ended_at=now)
-        state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
-        return TaskChange(task.id, state, exit_status=status, ended_at=now)
-    if has_session:
-        if task.state == TaskState.STARTING:
-            return TaskChange(task.id, TaskState.RUNNING, started_at=task.started_at or now)
-        return None
-    if task.state == TaskState.STOPPING:
-        return TaskChange(task.id, TaskState.STOPPED, ended_at=now)
-    return TaskChange(
-        task.id,
-        TaskState.LOST,
-        ended_at=now,
-        last_error=(
-            f"screen session {task.session} ended without an exit status "
-            "(killed outside gpuhive, or the host restarted)"
-        ),
-    )
-
-
-def _start_problem(task: Task, result: CommandResult, log_dir: str) -> str | None:
-    """Why the start script failed, in words; None when it ran to the end."""
-    status, err = result.exit_status, result.stderr.strip()
-    where = f"on {task.host} for {task.owner}"
-    if status == 0 and _marker(result.stdout, "started"):
-        return None
-    if status == scripts.NO_SCREEN:
-        return f"GNU screen is not installed {where}"
-    if status == scripts.NO_HOME:
-        return f"cannot enter the home directory of {task.owner} on {task.host}"
-    if status == scripts.NO_LOG_DIR:
-        return f"cannot create the log directory {log_dir} {where}: {err or 'permission denied'}"
-    if status == scripts.NO_ENV_FILE:
-        return f"cannot write the task's environment file {where}: {err or 'permission denied'}"
-    if status == scripts.SESSION_EXISTS:
-        return f"a screen session {task.session} already exists {where}"
-    if status == scripts.SCREEN_FAILED:
-        return f"screen failed to start {where}: {err or f'exit status {status}'}"
-    return f"could not run a command as {task.owner} on {task.host}: {err or f'exit {status}'}"
-
-
-def _marker(stdout: str, name: str) -> list[str]:
-    found = _markers(stdout, name)
-    return found[-1] if found else []
-
-
-def _markers(stdout: str, name: str) -> list[list[str]]:
-    """The words after `name` on each output line that starts with it."""
-    return [line.split()[1:] for line in stdout.splitlines() if line.split()[:1] == [name]]
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _tail(result: CommandResult) -> str:
-    text = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return " | ".join(text[-3:]) or f"exit status {result.exit_status}"
-
-
-def _apply(task: Task, change: TaskChange) -> Task:
-    values: dict[str, Any] = {"state": change.state}
-    for name, value in change.values().items():
-        if name != "state":
-            values[name] = value
-    return replace(task, **values)
 
 
 async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
