@@ -4,6 +4,10 @@ Checked when GPUs are released (a cancellation, an edit, an early end) and on th
 ticker. A match is offered through the channels the user chose (Lab event, e-mail, webhook)
 with a one-click "book it" (POST subscriptions/ID/book, or a magic line) that books exactly
 that slot if it is still free: the database's overlap constraint lets one booking win.
+
+With a deadline, any slot that ends by it counts, later ones too (the user named the window):
+such a subscription may fire at once. Without one ("tell me when they free up"), only GPUs
+free from the moment gpuhive checks count, and it watches for WATCH (24 hours), then ends.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ log = logging.getLogger(__name__)
 
 CHANNELS = ("lab", "email", "webhook")
 MAX_GPUS = 64
+WATCH = timedelta(hours=24)  # how long a subscription without a deadline watches
 
 
 def free_slot(
@@ -63,6 +68,7 @@ def subscription_json(sub: Subscription) -> dict[str, Any]:
         "model": sub.model,
         "duration_s": sub.seconds,
         "deadline": sub.deadline.isoformat(),
+        "starts_now": sub.starts_now,
         "channels": list(sub.channels),
         "email": sub.email,
         "repeat": sub.repeat,
@@ -93,8 +99,11 @@ class Availability:
             raise Invalid(f"Unknown host '{host}'.")
         length = request.duration
         now = self.now()
-        deadline = request.deadline or now + horizon
-        if deadline < now + length:
+        starts_now = request.deadline is None  # then the deadline is when watching ends
+        deadline = request.deadline or now + min(WATCH, horizon)
+        if starts_now and length > horizon:
+            raise Invalid("Reservations may not reach that far ahead: the duration is too long.")
+        if not starts_now and deadline < now + length:
             raise Invalid("The deadline leaves no room for that duration.")
         if deadline > now + horizon:
             raise Invalid("The deadline is further ahead than reservations may be made.")
@@ -105,7 +114,7 @@ class Availability:
             "owner": who.name, "gpu_count": count, "host": host, "model": model,
             "seconds": int(length.total_seconds()), "deadline": deadline,
             "channels": sorted(set(channels)), "email": email, "repeat": repeat,
-            "created_at": now,
+            "created_at": now, "starts_now": starts_now,
         }  # fmt: skip
 
     def owned(self, who: Identity, sub_id: int) -> Subscription:
@@ -129,8 +138,9 @@ class Availability:
         if len(gpus) < sub.gpu_count:
             return None
         length = timedelta(seconds=sub.seconds)
-        booked = self.store.reservations.window(now, sub.deadline, gpu_ids=[g.id for g in gpus])
-        found = free_slot(gpus, booked, sub.gpu_count, length, now, sub.deadline)
+        latest_end = now + length if sub.starts_now else sub.deadline  # starts_now: from now
+        booked = self.store.reservations.window(now, latest_end, gpu_ids=[g.id for g in gpus])
+        found = free_slot(gpus, booked, sub.gpu_count, length, now, latest_end)
         if found is None:
             return None
         chosen, start = found

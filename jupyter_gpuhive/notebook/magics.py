@@ -105,7 +105,11 @@ class GpuHiveMagics(Magics):
     @argument("--extend", type=int, metavar="ID", help="Extend reservation ID by --for")
     @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
     @argument("--notify", action="store_true", help="If not free now, tell me when they are")
-    @argument("--before", help="With --notify: they must be free by then (HH:MM or ISO 8601)")
+    @argument(
+        "--before",
+        help="With --notify: any slot that ends by then (HH:MM or ISO 8601); without it, "
+        "GPUs free from now on, watched for 24 hours",
+    )
     @argument("-o", "--output", metavar="NAME", help="Also bind the result to NAME")
     @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
@@ -281,10 +285,11 @@ def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:
     except HiveClientError as error:
         raise UsageError(f"{reason} Nor can gpuhive watch for them: {error.message}") from None
     where = f"on {host}" if host else "on one host"
+    window = "ending by --before" if args.before else "from now on; it watches for 24 hours"
     message = (
         f"Not booked now: {reason}\n"
         f"gpuhive will tell you when {body['gpus']} GPU(s) {where} are free for "
-        f"{describe_duration(length)} (subscription {made['id']}; by "
+        f"{describe_duration(length)} ({window}; subscription {made['id']}; by "
         f"{', '.join(made['channels'])}), with a line that books them."
     )
     return Notice(made, message)

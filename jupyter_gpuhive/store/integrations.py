@@ -382,6 +382,7 @@ class Subscription:
     fired_at: datetime | None
     fired: int
     offer: dict[str, Any] | None
+    starts_now: bool = False  # no deadline given: only GPUs free when checked; deadline = watch end
 
 
 def _subscription(row: Any) -> Subscription:

@@ -1,4 +1,4 @@
-"""Tables of the integrations (migration 0007): calendar feeds, webhooks, subscriptions, digests."""
+"""Tables of the integrations (migrations 0007, 0009): feeds, webhooks, subscriptions, digests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 from .base import UTCDateTime, metadata
@@ -123,6 +124,8 @@ availability_subscriptions = Table(
     Column("fired_at", UTCDateTime),
     Column("fired", Integer, nullable=False, default=0),
     Column("offer", Text),
+    # no deadline was given: only a slot starting when checked counts (deadline: watch end)
+    Column("starts_now", Boolean, nullable=False, default=False, server_default=false()),
     Index(None, "active"),
     sqlite_autoincrement=True,
 )
