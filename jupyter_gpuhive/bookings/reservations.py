@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING
 
 from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration
@@ -12,6 +13,9 @@ from ..model import utcnow as _utcnow
 from ..model.requests import Booking, BookingChange
 from ..store import Changes, Store
 from . import access
+
+if TYPE_CHECKING:
+    from .quotas import LimitService
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
@@ -42,6 +46,7 @@ class ReservationService:
         self.policy = policy
         self.identity_of = identity_of
         self.now = clock
+        self.limits: LimitService | None = None  # fair-share limits (bookings.quotas)
 
     # --- helpers -------------------------------------------------------------------
 
@@ -130,8 +135,9 @@ class ReservationService:
             owner = self.identity_of(booking.owner)
         self._check_span(start, end, now, new_start=True)
         self._check_access(owner, gpus, start, end)
+        guard = self.limits.guard(who) if self.limits is not None else None
         return self.store.reservations.create(
-            owner.name, title, description, start, end, [g.id for g in gpus]
+            owner.name, title, description, start, end, [g.id for g in gpus], guard
         )
 
     def update(self, who: Identity, reservation_id: int, change: BookingChange) -> Reservation:
@@ -179,7 +185,8 @@ class ReservationService:
                 gpu_ids=tuple(g.id for g in gpus),
             )
 
-        return self.store.reservations.modify(reservation_id, decide)
+        guard = self.limits.guard(who) if self.limits is not None else None
+        return self.store.reservations.modify(reservation_id, decide, guard)
 
     def cancel(self, who: Identity, reservation_id: int) -> Reservation:
         """Cancel an upcoming reservation, or end a running one now."""
@@ -204,6 +211,7 @@ class ReservationService:
         live = self.store.reservations.window(now, now + self.policy.horizon * 2)
         changes: dict[int, str | None] = {}
         owners: dict[str, Identity] = {}
+        over = self.limits.flags(live) if self.limits is not None else {}
         for res in live:
             start = max(res.start, now)
             owner = owners.get(res.owner) or owners.setdefault(
@@ -214,6 +222,7 @@ class ReservationService:
             if problems:
                 refs = ", ".join(g.ref for g, _ in problems)
                 reason = f"The access rules no longer allow {res.owner} to use {refs} then."
+            reason = reason or over.get(res.id)
             if reason != res.flag_reason or bool(reason) != res.flagged:
                 changes[res.id] = reason
         self.store.reservations.set_flags(changes)

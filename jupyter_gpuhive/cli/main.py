@@ -324,6 +324,40 @@ class MigrateApp(_Base):
         print(f"Copied {sum(copied.values())} rows in {len(copied)} tables.")
 
 
+class ReportApp(_Base):
+    """Print the accounting report: GPU-hours reserved, used and used by queued jobs, and
+    energy (kWh), per user, group and host, with the check that they add up to the site."""
+
+    name = "jupyter-gpuhive-report"
+    description = __doc__
+    month = Unicode("", help="The month, e.g. 2026-11 (default: this month).").tag(config=True)
+    until = Unicode("", help="The last month of a longer report (at most 24).").tag(config=True)
+    csv = Bool(False, help="Print CSV instead of tables.").tag(config=True)
+    aliases = {"month": "ReportApp.month", "until": "ReportApp.until"}
+    flags = {"csv": ({"ReportApp": {"csv": True}}, "Print CSV instead of tables.")}
+
+    def start(self) -> None:
+        from datetime import datetime
+
+        from ..bookings.accounting import months_between, parse_month, to_csv, to_text
+        from ..errors import Invalid
+        from ..hive import Hive
+
+        settings = self.gpuhive().settings_for_hive()
+        hive = Hive(settings, publish=lambda _event: None).open()
+        try:
+            today = datetime.now(settings.policy.zone).date().replace(day=1)
+            first = parse_month(self.month) if self.month else today
+            months = months_between(first, parse_month(self.until) if self.until else first)
+            data = hive.fairshare.compute_report(months)
+        except Invalid as error:
+            print(f"No report: {error.message}", file=sys.stderr)
+            sys.exit(1)
+        finally:
+            hive.close()
+        print(to_csv(data) if self.csv else to_text(data), end="")
+
+
 class GpuHiveCLI(_Base):
     """jupyter-gpuhive: GPU reservations, monitoring and jobs for shared GPU servers."""
 
@@ -336,6 +370,7 @@ class GpuHiveCLI(_Base):
         "test": (TestApp, TestApp.__doc__),
         "trust": (TrustApp, TrustApp.__doc__),
         "migrate": (MigrateApp, MigrateApp.__doc__),
+        "report": (ReportApp, ReportApp.__doc__),
     }
 
     def start(self) -> None:

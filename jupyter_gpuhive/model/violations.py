@@ -16,7 +16,9 @@ FOREIGN = "foreign"  # on a GPU reserved by someone else
 UNRESERVED = "unreserved"  # on a GPU nobody reserved (level 2)
 GHOST = "ghost"  # memory or utilization with no process listed
 IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside them)
-KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE)
+NO_SHOW = "no-show"  # a reservation its holder never used after it began (a notice, too)
+KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW)
+HOLDER_KINDS = frozenset({IDLE, NO_SHOW})  # notices addressed to the holder, not an offender
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .handlers import (
     ViolationHandler,
     build_handlers,
 )
+from .noshow import NoShows
 from .violations import IDLE, KINDS, DetectionPolicy, JobOwners, detect, idle_reservations
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class ProtectionSettings:
     idle_end: bool = False
     idle_end_after: float = 1800.0
     idle_handlers: Sequence[str] = ("event",)
+    noshow_after: float = 0.0  # seconds; 0: no-shows are not watched (protection.noshow)
+    noshow_release_after: float = 1800.0
+    noshow_handlers: Sequence[str] = ("event",)
     user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user
 
 
@@ -154,6 +158,8 @@ class Protection:
         used = [s.handler for s in self.ladder]
         if settings.idle_after:
             used += list(settings.idle_handlers)
+        if settings.noshow_after:
+            used += list(settings.noshow_handlers)
         self.handlers = build_handlers(
             settings.handlers, HandlerContext(pool, publish), used, handler_types
         )
@@ -164,6 +170,7 @@ class Protection:
         self._rate: dict[tuple[str, Hashable], datetime] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._ready = False
+        self.noshows = NoShows(self) if settings.noshow_after else None
 
     def unix_user(self, name: str) -> str:
         """The UNIX user of a gpuhive user (the identity unless configured)."""
@@ -173,7 +180,7 @@ class Protection:
 
     async def on_sweep(self, sweep: Sweep) -> None:
         """Detect, record and escalate; register this as a Sampler listener."""
-        if self.settings.level == 0 and not self.settings.idle_after:
+        if self.settings.level == 0 and not self.settings.idle_after and self.noshows is None:
             return
         if not self._ready:
             closed = await self._run(self.store.violations.close_stale)
@@ -193,6 +200,8 @@ class Protection:
             await self._track_idle(
                 at, idle_reservations(samples, active, at, self.settings.idle_util)
             )
+        if self.noshows is not None:
+            await self.noshows.track(at, samples, active, owners)
         self._escalate(at, seen)
 
     async def _track(
@@ -378,6 +387,13 @@ class Protection:
         """What handlers are told about an idle reservation: it began when it became idle."""
         record = self._idle_record(res, since)
         return Incident.of(vid, record, self.unix_user(res.owner), res.title, res.end)
+
+    def notify(self, incident: Incident, names: Sequence[str], step: Mapping[str, Any]) -> None:
+        """Tell the named handlers that act on it about an incident (once each, no ladder)."""
+        for name in names:
+            handler = self.handlers[name]
+            if handler.applies(incident):
+                self._fire(incident, handler, step, None)
 
     def _notify_idle(self, incident: Incident, step: Mapping[str, Any]) -> None:
         for name in self.settings.idle_handlers:

@@ -13,6 +13,7 @@ Entry points (each returns a view; the last expression of a cell displays it)::
     jobs = gpuhive.jobs()                    # my jobs, status, log tail (live), stop, attach
     jb = gpuhive.job_builder(template="pytorch", gpus=["gpu1:0", "gpu2:0"], jobs=jobs)
     jb = gpuhive.job_builder(reservation=42)  # run on the GPUs of one of my reservations
+    acc = gpuhive.accounting(month="2026-11")  # GPU-hours and energy, scores, limits
 
 In the calendar, drag over one or more GPU columns ("Select time") to open the booking
 dialog; switch to "Pick a box" (or use the "Mine" list) to edit, end or cancel your own
@@ -44,12 +45,13 @@ from typing import TYPE_CHECKING, Any
 from ..notebook.client import HiveClient
 
 if TYPE_CHECKING:
+    from .accounting_view import AccountingView
     from .calendar_view import CalendarView
     from .dashboard_view import DashboardView
     from .jobs_view import JobBuilderView, JobListView
     from .overview_view import OverviewView
 
-__all__ = ["calendar", "client", "dashboard", "job_builder", "jobs", "overview"]
+__all__ = ["accounting", "calendar", "client", "dashboard", "job_builder", "jobs", "overview"]
 
 _client: HiveClient | None = None
 
@@ -131,7 +133,7 @@ def jobs(
     client: Any = None, *, user: str | None = None, interval: float = 2.0, live: bool = True
 ) -> JobListView:
     """My jobs (or `user`'s) with status and the selected job's log tail; stop, attach."""
-    from .jobs_model import JobListModel
+    from .joblist_model import JobListModel
     from .jobs_view import JobListView
 
     model = JobListModel(client or globals()["client"](), user=user)
@@ -154,7 +156,7 @@ def job_builder(
     """Build a job from a template on GPUs or a reservation; preview it; run, schedule, queue.
 
     With `jobs`, a submitted job is selected in that job list (its log tail follows)."""
-    from .jobs_model import JobBuilderModel
+    from .builder_model import JobBuilderModel
     from .jobs_view import JobBuilderView
 
     model = JobBuilderModel(client or globals()["client"]())
@@ -178,3 +180,16 @@ def job_builder(
 
         model.submitted.append(follow)
     return JobBuilderView(model)
+
+
+def accounting(
+    client: Any = None, *, month: str | None = None, zone: tzinfo | str | None = None
+) -> AccountingView:
+    """A month's accounting as bar charts (per user, group, host), usage scores, and limits
+    (admins may set them here)."""
+    from .accounting_model import AccountingModel
+    from .accounting_view import AccountingView
+
+    model = AccountingModel(client or globals()["client"](), month=month, zone=zone)
+    model.load()
+    return AccountingView(model)

@@ -15,7 +15,16 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from ...hosts.pool import HostPool
-from ...model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
+from ...model.violations import (
+    FOREIGN,
+    GHOST,
+    HOLDER_KINDS,
+    IDLE,
+    KINDS,
+    NO_SHOW,
+    UNRESERVED,
+    Violation,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +79,7 @@ class Incident(Violation):
     @property
     def target(self) -> str | None:
         """The UNIX user to address: the offender, or the holder of an idle reservation."""
-        return self.holder_unix if self.kind == IDLE else self.offender
+        return self.holder_unix if self.kind in HOLDER_KINDS else self.offender
 
     def fields(self) -> dict[str, Any]:
         """The values message templates may use."""
@@ -128,6 +137,12 @@ def describe(incident: Incident) -> str:
         ).format(**f)
     if incident.kind == GHOST:
         return "GPU {gpu} shows {detail} (reservation holder: {holder}).".format(**f)
+    if incident.kind == NO_SHOW:
+        return (
+            "Your reservation {reservation} ('{title}', until {end}) began at {since} and no "
+            "process of yours has run on its GPUs {gpu} since. It will be released for others "
+            "unless you start using it."
+        ).format(**f)
     if incident.kind == IDLE:
         return (
             "The GPUs {gpu} of your reservation {reservation} ('{title}', until {end}) have "

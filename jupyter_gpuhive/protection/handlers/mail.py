@@ -10,7 +10,7 @@ from collections.abc import Hashable, Mapping
 from email.message import EmailMessage
 from typing import Any
 
-from ..violations import IDLE
+from ...model.violations import HOLDER_KINDS
 from .base import (
     SAMPLE,
     HandlerConfigError,
@@ -97,10 +97,10 @@ class EmailHandler(ViolationHandler):
     def recipients(self, incident: Incident) -> list[str]:
         """Who gets this incident's e-mail."""
         to = []
-        person = incident.holder if incident.kind == IDLE else incident.offender
+        person = incident.holder if incident.kind in HOLDER_KINDS else incident.offender
         if self.to_offender and person:
             to.append(self.address(person))
-        if incident.kind != IDLE:
+        if incident.kind not in HOLDER_KINDS:
             to.extend(a for a in self.admins if a not in to)
         return to
 

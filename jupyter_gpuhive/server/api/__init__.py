@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import fairshare as f
 from . import handlers as h
 from . import integrations as i
 from .base import HiveHandler, HiveLogic
@@ -20,6 +21,11 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
     ("/usage", h.UsageHandler),
+    ("/usage/scores", f.ScoresHandler),
+    ("/limits", f.LimitsHandler),
+    ("/limits/tiers", f.TiersHandler),
+    ("/reports/accounting", f.ReportHandler),
+    ("/reports/accounting.csv", f.ReportCsvHandler),
     ("/violations", h.ViolationsHandler),
     ("/reservations", h.ReservationsHandler),
     ("/reservations/{id}", h.ReservationHandler),

@@ -1,0 +1,100 @@
+"""REST handlers of fair share: limits and tiers, usage scores, the accounting report."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from tornado import web
+
+from ...bookings.accounting import to_csv
+from ...model import utcnow
+from .base import HiveLogic
+from .operations import operation
+from .schemas import fairshare as fs
+
+
+class LimitsHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "My limits, where each comes from and my current figures (admins: every limit)",
+        reply=fs.LimitsReply,
+    )
+    async def get(self) -> None:
+        self.reply(await self.hive.fairshare.view(self.who))
+
+    @web.authenticated
+    @operation(
+        "Set the limits of the site default, a group or a user (admin); reservations now over "
+        "them are flagged, never deleted",
+        body=fs.LimitsBody,
+        reply=fs.LimitsChanged,
+    )
+    async def put(self) -> None:
+        scope, name, limits = self.body(fs.LimitsBody).value()
+        self.reply(await self.hive.fairshare.set(self.who, scope, name, limits))
+
+    @web.authenticated
+    @operation(
+        "Forget the stored limits of a scope (admin); configured ones apply again",
+        query=fs.LimitScopeQuery,
+        reply=fs.LimitsChanged,
+        errors=(404,),
+    )
+    async def delete(self) -> None:
+        q = self.query(fs.LimitScopeQuery)
+        self.reply(await self.hive.fairshare.remove(self.who, q.scope or "", q.name or ""))
+
+
+class TiersHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "Replace the efficiency tiers that scale limits (admin)",
+        body=fs.TiersBody,
+        reply=fs.LimitsChanged,
+    )
+    async def put(self) -> None:
+        tiers = self.body(fs.TiersBody).value()
+        self.reply(await self.hive.fairshare.set_tiers(self.who, tiers))
+
+
+class ScoresHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "Usage scores over a window: reserved, used (utilisation-weighted), reserved-but-idle "
+        "GPU-hours, no-shows, violations caused, efficiency (one's own; admins: everyone's)",
+        query=fs.ScoresQuery,
+        reply=fs.ScoresReply,
+    )
+    async def get(self) -> None:
+        q = self.query(fs.ScoresQuery)
+        self.reply(await self.hive.fairshare.scores(self.who, q.days, q.user))
+
+
+def _months(handler: HiveLogic) -> tuple[date, date | None]:
+    q = handler.query(fs.ReportQuery)
+    today = utcnow().astimezone(handler.hive.settings.policy.zone).date()
+    return q.month or today.replace(day=1), q.until
+
+
+class ReportHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "Accounting per month, user, group and host: GPU-hours reserved, used, used by "
+        "queued jobs outside reservations, energy (kWh), with the cross-check that users and "
+        "hosts add up to the site (non-admins: their own user and group rows)",
+        query=fs.ReportQuery,
+        reply=fs.ReportReply,
+    )
+    async def get(self) -> None:
+        first, last = _months(self)
+        self.reply(await self.hive.fairshare.report(self.who, first, last))
+
+
+class ReportCsvHandler(HiveLogic):
+    @web.authenticated
+    @operation("The accounting report as CSV", query=fs.ReportQuery, media="text/csv")
+    async def get(self) -> None:
+        first, last = _months(self)
+        data = await self.hive.fairshare.report(self.who, first, last)
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.finish(to_csv(data))

@@ -1,0 +1,61 @@
+"""No-show release on a simulated host: released when the owner never starts a process,
+kept when one of theirs appears within the window."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from jupyter_gpuhive.model import utcnow
+from jupyter_gpuhive.protection.service import ProtectionSettings
+from tests.protection.conftest import USER_MAP, local_decl
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
+
+
+async def test_no_show_is_released_and_a_reservation_in_use_is_kept(
+    sim_users, make_local_host, make_rig, gpu_processes
+) -> None:
+    host = make_local_host()
+    settings = ProtectionSettings(
+        user_map=USER_MAP, ladder=[], noshow_after=0.6, noshow_release_after=3.0,
+        noshow_handlers=["event"],
+    )  # fmt: skip
+    rig = make_rig([local_decl(host)], settings)
+    await rig.sweep()  # watching from here on
+    absent = rig.reserve("alice", f"{host.name}:2")
+    present = rig.reserve("alice", f"{host.name}:1")
+    late = rig.reserve("bob", f"{host.name}:3")
+    gpu_processes.append(host.start_process([1], user="gh-alice", util=0))  # idle, but hers
+    await rig.sweep()
+    await asyncio.sleep(0.7)
+    await rig.sweep()  # past the window: absent and late are no-shows now
+    await rig.protection.drain()
+    assert sorted(e["reservation"] for e in rig.events) == [absent.id, late.id]
+    gpu_processes.append(host.start_process([3], user="gh-bob", util=30))  # bob turns up
+    await rig.sweep()  # before the release: kept
+    await asyncio.sleep(max(0.0, 3.7 - (utcnow() - absent.start).total_seconds()))
+    await rig.sweep()  # past the grace: absent is released
+    await rig.protection.drain()
+
+    released = rig.store.reservations.get(absent.id)
+    assert released.end <= utcnow() and released.status(utcnow()) == "ended"
+    assert released.start == absent.start and not released.cancelled  # history kept
+    assert rig.store.reservations.get(present.id).end == present.end
+    assert rig.store.reservations.get(late.id).end == late.end
+
+    (notice,) = rig.store.violations.for_reservation(absent.id)
+    assert notice.kind == "no-show" and notice.holder == "alice" and notice.offender is None
+    assert notice.ended_at is not None
+    assert ("release", "ok") in [(a.handler, a.outcome) for a in notice.actions]
+    assert rig.store.violations.for_reservation(present.id) == []
+    (told,) = rig.store.violations.for_reservation(late.id)  # told, then kept
+    assert told.kind == "no-show" and told.ended_at is not None
+    assert "release" not in [a.handler for a in told.actions]
+
+    mine = [e for e in rig.events if e["reservation"] == absent.id]
+    assert [e["kind"] for e in mine] == ["no-show", "no-show"]
+    assert "no process of yours" in mine[0]["message"] and "released" in mine[1]["message"]
+    assert all(e["holder"] == "alice" for e in mine)
