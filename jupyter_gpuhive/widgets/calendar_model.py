@@ -164,13 +164,6 @@ class CalendarModel:
     def column(self, day: int, gpu: str) -> int:
         return day * len(self.gpus) + self.gpus.index(gpu)
 
-    def column_of(self, x: float) -> tuple[int, str] | None:
-        """(day index, GPU) under an x coordinate."""
-        col = math.floor(x)
-        if not self.gpus or not 0 <= col < self.columns:
-            return None
-        return divmod(col, len(self.gpus))[0], self.gpus[col % len(self.gpus)]
-
     def day_labels(self) -> dict[float, str]:
         """Axis labels at the centre of each day's group of columns."""
         width = len(self.gpus)

@@ -10,8 +10,10 @@ import ipywidgets as w
 
 from ..model.jobs import LIVE
 from ..notebook.client import HiveClientError
+from .builder_model import JobBuilderModel
 from .display import Shown
-from .jobs_model import MODES, FormError, JobBuilderModel, JobListModel, task_text
+from .job_form import MODES, FormError, task_text
+from .joblist_model import JobListModel
 from .poller import LiveSwitch, Poller
 
 _WIDE = w.Layout(width="98%")

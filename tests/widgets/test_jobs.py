@@ -26,13 +26,9 @@ from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets import job_builder, jobs
-from jupyter_gpuhive.widgets.jobs_model import (
-    FormError,
-    JobBuilderModel,
-    JobListModel,
-    parse_pairs,
-    parse_sweeps,
-)
+from jupyter_gpuhive.widgets.builder_model import JobBuilderModel
+from jupyter_gpuhive.widgets.job_form import FormError, parse_pairs, parse_sweeps
+from jupyter_gpuhive.widgets.joblist_model import JobListModel
 from jupyter_gpuhive.widgets.jobs_view import JobBuilderView
 from jupyter_gpuhive.widgets.overview_model import FREE, MINE, QUEUED, OverviewModel
 from tests.conftest import USERS

@@ -7,7 +7,7 @@ from typing import Any
 import ipywidgets as w
 import pytest
 
-from jupyter_gpuhive.widgets.jobs_model import FormError
+from jupyter_gpuhive.widgets.job_form import FormError
 from jupyter_gpuhive.widgets.jobs_view import JobBuilderView
 from tests.widgets.test_jobs import stub_builder
 

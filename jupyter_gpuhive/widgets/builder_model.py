@@ -1,123 +1,31 @@
-"""JobBuilderModel and JobListModel: the job builder and the job list, without any widget.
+"""JobBuilderModel: the job builder, without any widget.
 
-The builder holds a form (template, GPUs or a reservation, command, variables, sweeps,
-options, when to run) and turns it into the exact request the server gets: `preview()` sends
-it to ``POST jobs/preview`` and keeps the per-task commands and environments, `submit()` sends
-it to ``POST jobs`` (run now, at a time, or in the queue). The list follows my jobs and the
-log tail of one of them.
+The builder holds a form (`job_form.JobForm`: template, GPUs or a reservation, command,
+variables, sweeps, options, when to run) and turns it into the exact request the server gets:
+`preview()` sends it to ``POST jobs/preview`` and keeps the per-task commands and
+environments, `submit()` sends it to ``POST jobs`` (run now, at a time, or in the queue).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ..notebook.client import HiveClientError
 from ..notebook.clock import UTC, iso, parse
 from .calendar_model import gpus_of
+from .job_form import (
+    MODES,
+    FormError,
+    JobForm,
+    convert_option,
+    parse_pairs,
+    parse_sweeps,
+    task_text,
+)
+from .joblist_model import job_gpus
 from .messages import error_text, hosts_notice
-
-MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
-
-
-class FormError(ValueError):
-    """Something in the form that cannot be sent (said in words)."""
-
-
-def _lines(text: str) -> list[str]:
-    """Non-empty lines without '#' comments."""
-    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-
-
-def parse_pairs(text: str, what: str = "variable") -> dict[str, str]:
-    """'name=value' per line (the value verbatim after the first '=') into a dict."""
-    out: dict[str, str] = {}
-    for line in _lines(text):
-        name, sep, value = line.partition("=")
-        name = name.strip()
-        if not sep or not _NAME.match(name):
-            raise FormError(f"The {what} '{line}' must look like name=value.")
-        if name in out:
-            raise FormError(f"The {what} '{name}' is given twice.")
-        out[name] = value.strip()
-    return out
-
-
-def parse_sweeps(text: str) -> dict[str, list[str]]:
-    """'lr=0.1,0.01' per line (or separated by ';') into {"lr": ["0.1", "0.01"]}."""
-    out: dict[str, list[str]] = {}
-    for line in _lines(text.replace(";", "\n")):
-        name, sep, rest = line.partition("=")
-        name = name.strip()
-        if not sep or not _NAME.match(name):
-            raise FormError(f"The sweep '{line}' must look like name=value1,value2.")
-        values = [v.strip() for v in rest.split(",")]
-        if any(not v for v in values):
-            raise FormError(f"The sweep '{line}' has an empty value (commas separate values).")
-        if name in out:
-            raise FormError(f"The sweep '{name}' is given twice.")
-        out[name] = values
-    return out
-
-
-def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
-    """An option value of the template's type ('bool', 'int', 'str') from a widget's value."""
-    kind = spec.get("type", "str")
-    if value is None or (isinstance(value, str) and not value.strip() and kind != "str"):
-        return None
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise FormError(f"The option '{name}' is yes or no, not '{value}'.")
-    if kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        try:
-            return int(str(value).strip())
-        except ValueError:
-            raise FormError(f"The option '{name}' must be a whole number, not '{value}'.") from None
-    return str(value)
-
-
-def task_text(task: dict[str, Any]) -> str:
-    """One previewed task as the lines a terminal would show (environment, then the shell)."""
-    head = f"# task {task['index']} on {task['host']} ({', '.join(task['gpus']) or 'no GPUs'})"
-    if task.get("role"):
-        head += f" role={task['role']}"
-    env = [f"#   {k}={v}" for k, v in sorted(task.get("env", {}).items())]
-    return "\n".join([head, *env, task.get("shell") or task.get("command", "")])
-
-
-@dataclass
-class JobForm:
-    """Everything the builder's fields hold."""
-
-    name: str = "notebook job"
-    description: str = ""
-    template: str = "plain"
-    command: str = ""
-    gpus: list[str] = field(default_factory=list)
-    reservation: int | None = None
-    variables: str = ""  # name=value per line
-    sweeps: str = ""  # name=v1,v2 per line
-    options: dict[str, Any] = field(default_factory=dict)  # as typed; converted on sending
-    env: str = ""  # NAME=value per line
-    workdir: str = ""
-    mode: str = "now"
-    start_at: datetime | None = None
-    stop_at: datetime | None = None
-    walltime: str = ""
-    max_retries: int = 0
-    gpu_count: int = 0  # queue this many GPUs, chosen by the queue (instead of picking GPUs)
-    same_host: str = ""  # with gpu_count: required, preferred, any ("": the default)
 
 
 class JobBuilderModel:
@@ -408,151 +316,6 @@ class JobBuilderModel:
     def _invalidate(self) -> None:
         """A changed form makes the shown preview stale."""
         self.previewed = None
-
-    def _changed(self) -> None:
-        for listener in list(self.listeners):
-            listener()
-
-
-def job_gpus(job: dict[str, Any]) -> list[str]:
-    """A job's GPUs as 'host:index' refs, from its tasks (the job's own list holds UUIDs)."""
-    refs = [f"{t['host']}:{i}" for t in job.get("tasks", []) for i in t.get("gpu_indices", [])]
-    return list(dict.fromkeys(refs))
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """One line of the job list."""
-
-    id: int
-    name: str
-    status: str
-    template: str
-    gpus: str
-    tasks: int
-    queued: bool
-    created: str
-
-    @property
-    def label(self) -> str:
-        queued = " (queued)" if self.queued else ""
-        return f"#{self.id} {self.name} — {self.status}{queued} — {self.gpus}"
-
-
-class JobListModel:
-    """My jobs with their status, and the log tail of a selected job's task."""
-
-    def __init__(self, client: Any, *, user: str | None = None, tail: int = 4000) -> None:
-        self.client = client
-        self.user = user
-        self.tail = tail
-        self.jobs: list[dict[str, Any]] = []
-        self.selected: int | None = None
-        self.task = 0
-        self.log = ""
-        self.log_state = ""
-        self.attach = ""
-        self.error = ""
-        self.message = ""
-        self.notice = ""  # HTML: the first steps, when there are no hosts
-        self.listeners: list[Callable[[], None]] = []
-
-    def refresh(self) -> None:
-        """My jobs, newest first, and the log tail of the selected one (a poller's tick)."""
-        if self.user is None:
-            self.user = str(self.client.request("GET", "me")["name"])
-            self.notice = hosts_notice(self.client.request("GET", "hosts"))  # first tick only
-        jobs = self.client.request("GET", "jobs", params={"user": self.user})["jobs"]
-        self.jobs = sorted(jobs, key=lambda j: j["id"], reverse=True)
-        if self.selected is not None and self.job() is None:
-            self.selected, self.log, self.attach, self.log_state = None, "", "", ""
-        if self.selected is not None:
-            self.poll_log()
-        self._changed()
-
-    def rows(self) -> list[JobRow]:
-        return [
-            JobRow(j["id"], j["name"], j["status"], j.get("template", ""),
-                   ", ".join(job_gpus(j)), len(j.get("tasks", [])), bool(j.get("queued")),
-                   j.get("created_at") or "")
-            for j in self.jobs
-        ]  # fmt: skip
-
-    def job(self, job_id: int | None = None) -> dict[str, Any] | None:
-        wanted = self.selected if job_id is None else job_id
-        return next((j for j in self.jobs if j["id"] == wanted), None)
-
-    def select(self, job_id: int | None, task: int = 0) -> None:
-        """Follow one job's task (its log tail is read now and with every refresh)."""
-        self.selected, self.task = job_id, task
-        self.log = self.attach = self.log_state = self.error = ""
-        if job_id is not None:
-            if self.job() is None:
-                self.jobs.insert(0, self.client.request("GET", f"jobs/{job_id}"))
-            self.poll_log()
-        self._changed()
-
-    def poll_log(self) -> str:
-        """Re-read the last `tail` bytes of the selected task's log."""
-        if self.selected is None:
-            return ""
-        params = {"task": self.task, "tail": self.tail}
-        try:
-            chunk = self.client.request("GET", f"jobs/{self.selected}/log", params=params)
-        except HiveClientError as error:
-            if error.status == 503:  # the host is briefly unreachable: keep what we have
-                self.error = error.message
-                return self.log
-            raise
-        self.log = chunk.get("text", "")
-        self.log_state = chunk.get("state", "")
-        self.attach = chunk.get("attach", "")
-        self.error = ""
-        return self.log
-
-    def _act(self, verb: str, job_id: int | None) -> dict[str, Any] | None:
-        target = self.selected if job_id is None else job_id
-        self.error = self.message = ""
-        if target is None:
-            self.error = f"Choose a job to {verb}."
-            self._changed()
-            return None
-        try:
-            if verb == "delete":
-                self.client.request("DELETE", f"jobs/{target}")
-                job = None
-                self.jobs = [j for j in self.jobs if j["id"] != target]
-                if self.selected == target:
-                    self.selected, self.log, self.attach = None, "", ""
-                self.message = f"Job {target} deleted."
-            else:
-                job = self.client.request("POST", f"jobs/{target}/{verb}")
-                self.jobs = [job if j["id"] == target else j for j in self.jobs]
-                self.message = f"Job {target} {job['status']}."
-        except HiveClientError as error:
-            self.error = error_text(error, f"{verb} job {target}")
-            job = None
-        self._changed()
-        return job
-
-    def stop(self, job_id: int | None = None) -> dict[str, Any] | None:
-        """Stop a job (SIGINT, then SIGKILL after a grace); the selected one by default."""
-        return self._act("stop", job_id)
-
-    def start(self, job_id: int | None = None) -> dict[str, Any] | None:
-        return self._act("start", job_id)
-
-    def delete(self, job_id: int | None = None) -> dict[str, Any] | None:
-        return self._act("delete", job_id)
-
-    def attach_hint(self) -> str:
-        """How to follow the selected job from a terminal or a notebook."""
-        if self.selected is None:
-            return ""
-        parts = [f"%gpujob attach {self.selected}"]
-        if self.attach:
-            parts.insert(0, self.attach)
-        return "  or  ".join(parts)
 
     def _changed(self) -> None:
         for listener in list(self.listeners):

@@ -1,0 +1,107 @@
+"""The job builder's form: its fields, and how their text becomes a request's values."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+class FormError(ValueError):
+    """Something in the form that cannot be sent (said in words)."""
+
+
+def _lines(text: str) -> list[str]:
+    """Non-empty lines without '#' comments."""
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def parse_pairs(text: str, what: str = "variable") -> dict[str, str]:
+    """'name=value' per line (the value verbatim after the first '=') into a dict."""
+    out: dict[str, str] = {}
+    for line in _lines(text):
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            raise FormError(f"The {what} '{line}' must look like name=value.")
+        if name in out:
+            raise FormError(f"The {what} '{name}' is given twice.")
+        out[name] = value.strip()
+    return out
+
+
+def parse_sweeps(text: str) -> dict[str, list[str]]:
+    """'lr=0.1,0.01' per line (or separated by ';') into {"lr": ["0.1", "0.01"]}."""
+    out: dict[str, list[str]] = {}
+    for line in _lines(text.replace(";", "\n")):
+        name, sep, rest = line.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            raise FormError(f"The sweep '{line}' must look like name=value1,value2.")
+        values = [v.strip() for v in rest.split(",")]
+        if any(not v for v in values):
+            raise FormError(f"The sweep '{line}' has an empty value (commas separate values).")
+        if name in out:
+            raise FormError(f"The sweep '{name}' is given twice.")
+        out[name] = values
+    return out
+
+
+def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
+    """An option value of the template's type ('bool', 'int', 'str') from a widget's value."""
+    kind = spec.get("type", "str")
+    if value is None or (isinstance(value, str) and not value.strip() and kind != "str"):
+        return None
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise FormError(f"The option '{name}' is yes or no, not '{value}'.")
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise FormError(f"The option '{name}' must be a whole number, not '{value}'.") from None
+    return str(value)
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """One previewed task as the lines a terminal would show (environment, then the shell)."""
+    head = f"# task {task['index']} on {task['host']} ({', '.join(task['gpus']) or 'no GPUs'})"
+    if task.get("role"):
+        head += f" role={task['role']}"
+    env = [f"#   {k}={v}" for k, v in sorted(task.get("env", {}).items())]
+    return "\n".join([head, *env, task.get("shell") or task.get("command", "")])
+
+
+@dataclass
+class JobForm:
+    """Everything the builder's fields hold."""
+
+    name: str = "notebook job"
+    description: str = ""
+    template: str = "plain"
+    command: str = ""
+    gpus: list[str] = field(default_factory=list)
+    reservation: int | None = None
+    variables: str = ""  # name=value per line
+    sweeps: str = ""  # name=v1,v2 per line
+    options: dict[str, Any] = field(default_factory=dict)  # as typed; converted on sending
+    env: str = ""  # NAME=value per line
+    workdir: str = ""
+    mode: str = "now"
+    start_at: datetime | None = None
+    stop_at: datetime | None = None
+    walltime: str = ""
+    max_retries: int = 0
+    gpu_count: int = 0  # queue this many GPUs, chosen by the queue (instead of picking GPUs)
+    same_host: str = ""  # with gpu_count: required, preferred, any ("": the default)
