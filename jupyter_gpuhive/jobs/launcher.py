@@ -26,7 +26,8 @@ from ..model import utcnow
 from ..store.jobs import Jobs, TaskChange
 from . import commands, scripts
 from .model import ACTIVE, FINAL, Job, Task, TaskState
-from .outcomes import apply_change, marker, markers, observe, start_problem, tail, to_int
+from .outcomes import apply_change, marker, markers, observe, start_problem, to_int
+from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
 from .tasks import TemplateError
 
@@ -187,7 +188,7 @@ class Launcher:
         except HostUnavailable as error:
             return error.reason
         if result.exit_status != 0:
-            return f"cannot list the screen sessions of {owner}: {tail(result)}"
+            return f"cannot list the screen sessions of {owner}: {output_tail(result)}"
         sessions = {words[0]: to_int(words[1]) for words in markers(result.stdout, "session")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
                  markers(result.stdout, "exit")}  # fmt: skip
@@ -260,7 +261,7 @@ class Launcher:
         except HostUnavailable as error:
             return f"could not stop it, host unavailable: {error.reason}"
         if result.exit_status != 0:
-            return f"could not stop it: {tail(result)}"
+            return f"could not stop it: {output_tail(result)}"
         gone = {words[0] for words in markers(result.stdout, "gone")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
                  markers(result.stdout, "exit")}  # fmt: skip
@@ -291,7 +292,7 @@ class Launcher:
         args: list[str | int] = [scripts.host_path(task.log_path), offset, wanted, max(0, limit)]
         result = await self._run(task.host, task.owner, scripts.LOG, scripts.sh_command(*args))
         if result.exit_status != 0:
-            raise HostUnavailable(task.host, f"cannot read the log: {tail(result)}")
+            raise HostUnavailable(task.host, f"cannot read the log: {output_tail(result)}")
         head, _, body = result.stdout.partition("\n")
         words = head.split()
         if not words or words[0] != "chunk" or len(words) != 4:

@@ -2,8 +2,10 @@
 
 `make test-schemathesis` runs this: a Jupyter server with gpuhive in its own process (SQLite,
 the simulated local hosts of tests/conftest.py), a little data so that ids exist, then
-`schemathesis run --checks all` with a fixed seed against the served document, once as a user
-and once as an admin. Exits non-zero when any check fails. About a minute.
+`schemathesis run --checks all` with a fixed seed against the served document (generated from
+the route table and the request/response models: server/api/openapi.py), once as a user and
+once as an admin, at the same time. Exits non-zero when any check fails. About four minutes
+on a 2-core machine (56 operations, ~5,300 test cases).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from benchmarks.fixtures.server import Client, JupyterServer
 from tests.conftest import HOSTS, TOKENS, USERS, iso, soon
 
 SEED = 20261124
-EXAMPLES = 6  # per operation, mode and phase; ~30 operations
+EXAMPLES = 6  # per operation, mode and phase
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 # Schema-valid requests may still break a rule of the site (a GPU that does not exist, a
 # start in the past): those are 422, never 400. Everything else is schemathesis' default.

@@ -207,3 +207,17 @@ async def test_a_feed_is_served_as_the_calendar_the_document_states(
     assert response.code == 200, response.body
     assert response.headers["Content-Type"] == "text/calendar; charset=utf-8"
     assert response.body.startswith(b"BEGIN:VCALENDAR")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_log_no_host_can_read_is_the_documented_503(api: Any) -> None:
+    """alice has no account on the simulated hosts; her log is a 503 with the host's reason."""
+    alice = api("alice")
+    job = await alice("POST", "jobs", {"name": "j", "gpus": ["gpu2:0"], "command": "true"})
+    assert job.status == 201, job
+    documented = DOCUMENT["paths"]["/jobs/{id}/log"]["get"]["responses"]
+    for params in ({}, {"tail": "0"}, {"offset": "0", "tail": "10"}):
+        reply = await alice("GET", f"jobs/{job.body['id']}/log", params=params)
+        assert str(reply.status) in documented, reply
+        assert reply.status == 503, reply
+        assert "Cannot read the log on gpu2" in reply.message, reply

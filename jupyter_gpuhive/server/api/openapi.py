@@ -44,7 +44,9 @@ DESCRIPTION = (
     "allowed, 404 no such thing, 409 a clash with the current state, 413 a request body "
     f"over {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES // 1024} KiB, the one size limit), "
     "422 unacceptable values, 503 a host cannot do it now. Ids are ASCII digits up to "
-    f"{ID_MAX}; whole-number query parameters lie within ±{INT_MAX}."
+    f"{ID_MAX}; whole-number query parameters lie within ±{INT_MAX}. Text fields are "
+    "trimmed of surrounding whitespace (their limits apply to the text as sent), except a "
+    "job's command, which is kept exactly as sent."
 )
 SECURITY_SCHEMES = {
     "token": {
