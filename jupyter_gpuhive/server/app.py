@@ -14,6 +14,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
+from ..bookings.fairshare import FairShareSettings
 from ..bookings.reservations import Policy
 from ..errors import Invalid
 from ..hive import Hive, HiveSettings
@@ -23,6 +24,7 @@ from ..hosts.ssh import SshSettings, ensure_client_key
 from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
 from ..integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
 from ..model import parse_duration
+from ..model.limits import parse_table
 from ..privacy import Privacy
 from ..protection.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
 from ..protection.service import ProtectionSettings
@@ -191,6 +193,39 @@ class GpuHiveSettings(LoggingConfigurable):
         key_trait=Unicode(),
         value_trait=Unicode(),
         help="gpuhive user → UNIX user, where they differ (process owners are UNIX users).",
+    ).tag(config=True)
+    noshow_after = Unicode(
+        "",
+        help="A running reservation on whose GPUs no process of its owner (theirs, their "
+        "jobs', their kernels') appeared this long after its start is a no-show: its owner is "
+        "told (noshow_handlers), e.g. '15m' ('' = off).",
+    ).tag(config=True)
+    noshow_release_after = Unicode(
+        "30m", help="Further grace after the no-show notice before the reservation is released "
+        "(its end moves to now; the reservation and the notice stay in the history).",
+    ).tag(config=True)
+    noshow_handlers = List(
+        Unicode(),
+        default_value=["event"],
+        help="Handlers that tell owners about no-shows (e.g. ['event', 'email', 'terminal']).",
+    ).tag(config=True)
+
+    limits = Dict(
+        help="Fair-share limits: {'default': {...}, 'groups': {'phd': {...}}, 'users': "
+        "{'alice': {...}}, 'tiers': [...]}, each {...} any of 'gpus' (GPUs held at once), "
+        "'gpu_hours_week' (GPU-hours in any rolling 7 days), 'upcoming' (reservations not yet "
+        "ended), 'longest' and 'horizon' (durations such as '2d'). The user's value wins over "
+        "the most generous of their groups', which wins over the default. Tiers scale a limit "
+        "by efficiency: {'efficiency_below': 30, 'limit': 'gpu_hours_week', 'factor': 0.5}. "
+        "Admins may change them (PUT limits); stored values win over these.",
+    ).tag(config=True)
+    usage_score_window = Unicode(
+        "30d", help="The window of usage scores (GET usage/scores) and of efficiency tiers."
+    ).tag(config=True)
+    accounting_max_gap = Unicode(
+        "",
+        help="The longest time between two samples of a GPU that is charged (time, use and "
+        "energy); longer gaps are not charged at all. Default: 3 sweeps, at least 1 minute.",
     ).tag(config=True)
 
     public_descriptions = Bool(
@@ -373,6 +408,9 @@ class GpuHiveSettings(LoggingConfigurable):
             idle_end_after=seconds(self.idle_end_after, "idle_end_after"),
             idle_handlers=list(self.idle_handlers),
             user_map=dict(self.unix_users),
+            noshow_after=seconds(self.noshow_after, "noshow_after"),
+            noshow_release_after=seconds(self.noshow_release_after, "noshow_release_after"),
+            noshow_handlers=list(self.noshow_handlers),
         )
         privacy = Privacy(
             public_descriptions=self.public_descriptions,
@@ -399,7 +437,13 @@ class GpuHiveSettings(LoggingConfigurable):
             zone=ZoneInfo(self.site_timezone),
             tick=max(0.05, self.reminder_interval),
         )
+        fairshare = FairShareSettings(
+            limits=parse_table(dict(self.limits)),
+            score_window=span(self.usage_score_window, "usage_score_window"),
+            max_gap=seconds(self.accounting_max_gap, "accounting_max_gap"),
+        )
         return HiveSettings(
+            fairshare=fairshare,
             integrations=integrations,
             protection=protection,
             privacy=privacy,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,18 @@ async def test_no_show_is_released_and_a_reservation_in_use_is_kept(
     assert [e["kind"] for e in mine] == ["no-show", "no-show"]
     assert "no process of yours" in mine[0]["message"] and "released" in mine[1]["message"]
     assert all(e["holder"] == "alice" for e in mine)
+
+
+def test_off_by_default_and_on_in_the_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from jupyter_gpuhive.cli.demo import demo_hosts, write_config
+    from jupyter_gpuhive.server.app import GpuHiveApp
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))  # no hosts file there
+    plain = GpuHiveApp(auto_local_host=False).settings_for_hive().protection
+    assert plain.noshow_after == 0
+    config = write_config(tmp_path, demo_hosts(tmp_path))
+    loaded = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    demo = GpuHiveApp(config=loaded).settings_for_hive().protection
+    assert (demo.noshow_after, demo.noshow_release_after) == (600, 600)
