@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from traitlets import TraitError
 
-from jupyter_gpuhive.server.app import GpuHiveApp, GpuHiveSettings
+from jupyter_gpuhive.server.app import GpuHiveApp
+from jupyter_gpuhive.server.config import GpuHiveConfig
 
 
 def test_every_trait_is_documented_configuration() -> None:
-    own = GpuHiveSettings.class_own_traits()  # GpuHiveApp carries them (c.GpuHiveApp.…)
+    own = GpuHiveConfig.class_own_traits()  # GpuHiveApp carries them (c.GpuHiveApp.…)
     assert {"db_url", "hosts", "site_timezone", "admin_users", "admin_groups", "groups"} <= set(own)
     assert {"min_reservation", "max_reservation", "booking_horizon", "past_grace"} <= set(own)
     for name, trait in own.items():

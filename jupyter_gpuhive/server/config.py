@@ -1,0 +1,324 @@
+"""GpuHiveConfig: every `c.GpuHiveApp.…` setting, with its help, default and validation.
+
+The extension (`app.GpuHiveApp`) and the team service (`hub`) carry these traits through
+`app.GpuHiveSettings`, which turns them into the Hive's settings.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
+
+from ..errors import Invalid
+from ..model import parse_duration
+
+
+def system_timezone() -> str:
+    """The machine's IANA time zone name, or 'UTC' when it cannot be told."""
+    if os.environ.get("TZ"):
+        return os.environ["TZ"].lstrip(":")
+    try:
+        return Path("/etc/timezone").read_text().strip() or "UTC"
+    except OSError:
+        pass
+    target = os.path.realpath("/etc/localtime")
+    return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else "UTC"
+
+
+class GpuHiveConfig(LoggingConfigurable):
+    """gpuhive's configuration traits (`c.GpuHiveApp.…`), without a server."""
+
+    @classmethod
+    def section_names(cls) -> list[str]:
+        """`c.GpuHiveApp.…` also where no GpuHiveApp runs (the team service)."""
+        names: list[str] = super().section_names()
+        return names if "GpuHiveApp" in names else [*names, "GpuHiveApp"]
+
+    db_url = Unicode(
+        "",
+        help="SQLAlchemy URL of the store. Empty: SQLite under the Jupyter data directory. "
+        "Team mode: postgresql+psycopg://user:password@host/dbname.",
+    ).tag(config=True)
+
+    hosts = List(
+        Dict(),
+        help="GPU hosts: [{'name': 'gpu1', 'address': 'gpu1.lab', 'port': 22, 'user': 'hive', "
+        "'transport': 'ssh' | 'local', 'gpus': [{'index': 0, 'uuid': 'GPU-…', 'model': 'A100', "
+        "'memory_mib': 40960}] or 'gpu_count': 4}]. GPUs may also be discovered later.",
+    ).tag(config=True)
+
+    hosts_file = Unicode(
+        "",
+        help="A JSON or TOML file with more hosts (a list, or a table with a 'hosts' list). "
+        "Default: gpuhive_hosts.toml in the Jupyter config dir, read when it exists; "
+        "`jupyter gpuhive hosts add|remove` edit it.",
+    ).tag(config=True)
+    hosts_file_reload = Bool(
+        True,
+        help="Re-read the hosts file when it changes (checked every poll_interval), so "
+        "`jupyter gpuhive hosts add|remove` take effect without a restart.",
+    ).tag(config=True)
+    sidebar_note = Unicode(
+        "",
+        help="A note shown at the top of the JupyterLab sidebar panel (GET hosts: 'note'), "
+        "e.g. what a demo or a site's machines are for.",
+    ).tag(config=True)
+    auto_local_host = Bool(
+        True,
+        help="With no hosts configured, use this machine as the GPU host when `nvidia-smi` "
+        "runs here (local transport, named by its host name). False turns this off.",
+    ).tag(config=True)
+
+    site_timezone = Unicode(
+        help="IANA time zone of the weekly windows in access rules (default: the system's)."
+    ).tag(config=True)
+
+    admin_users = Set(Unicode(), help="User names with admin rights in gpuhive.").tag(config=True)
+    admin_groups = Set(Unicode(), help="Groups whose members are gpuhive admins.").tag(config=True)
+    groups = Dict(
+        key_trait=Unicode(),
+        value_trait=List(Unicode()),
+        help="Groups defined here (for servers without JupyterHub): {'phd': ['alice', 'bob']}.",
+    ).tag(config=True)
+
+    min_reservation = Unicode("5m", help="Shortest reservation, e.g. '15m'.").tag(config=True)
+    max_reservation = Unicode("7d", help="Longest reservation, e.g. '3d'.").tag(config=True)
+    booking_horizon = Unicode("90d", help="How far ahead reservations may start.").tag(config=True)
+    past_grace = Unicode(
+        "5m", help="How far in the past a new reservation may start (clock skew, slow forms)."
+    ).tag(config=True)
+    db_workers = Int(8, help="Threads that run database work off the event loop.").tag(config=True)
+
+    poll_interval = Float(5.0, help="Seconds between two sweeps over all hosts.").tag(config=True)
+    metrics_history = Int(
+        720, help="Samples kept in memory per GPU and host (720 × 5 s = 1 hour)."
+    ).tag(config=True)
+    monitor = Bool(True, help="Sweep the hosts (turn off for a reservations-only server).").tag(
+        config=True
+    )
+    ssh_key = Unicode(
+        help="Private key gpuhive logs in with (created on first use; "
+        "`jupyter gpuhive key` prints the public half)."
+    ).tag(config=True)
+    known_hosts = List(
+        Unicode(),
+        help="known_hosts files with the trusted host keys (`jupyter gpuhive trust HOST`).",
+    ).tag(config=True)
+    ssh_connect_timeout = Float(5.0, help="Seconds to establish an SSH connection.").tag(
+        config=True
+    )
+    ssh_command_timeout = Float(15.0, help="Default seconds a remote command may take.").tag(
+        config=True
+    )
+    ssh_max_sessions = Int(
+        8, help="Concurrent commands per host (sshd allows 10 sessions per connection)."
+    ).tag(config=True)
+    ssh_keepalive_interval = Float(
+        5.0, help="Seconds between SSH keepalives; 3 unanswered ones mark a host down."
+    ).tag(config=True)
+
+    protection_level = Int(
+        1,
+        help="0: off; 1: act on processes on GPUs reserved by someone else; "
+        "2: also on GPUs nobody reserved.",
+    ).tag(config=True)
+    violation_handlers = Dict(
+        help="Violation handlers by name with their options, e.g. {'email': {'host': "
+        "'smtp.lab', 'port': 587, 'starttls': True, 'username': 'hive', 'password': '…', "
+        "'sender': 'gpuhive@lab', 'address_template': '{user}@lab.org', 'admins': "
+        "['it@lab.org']}, 'kill': {'mode': 'user'}, 'webhook': {'url': 'https://…'}}. "
+        "'type' picks the handler type (default: the name). Every handler takes 'interval' "
+        "(rate limit, s), 'timeout', 'message' (template with {gpu} {host} {holder} {end} "
+        "{title} {pids} {user}) and 'kinds'. kill: 'mode' user|sudo, 'signal', 'grace'. More "
+        "types come from the entry point group jupyter_gpuhive.violation_handlers.",
+    ).tag(config=True)
+    violation_ladder = List(
+        Dict(),
+        default_value=[{"after": 0, "handler": "terminal"}, {"after": 0, "handler": "event"}],
+        help="Escalation ladder: steps {'after': seconds since the violation began, "
+        "'handler': name, plus step options such as 'signal', 'grace', 'message'}, e.g. "
+        "terminal at 0, email at 60, kill INT at 300, kill KILL at 360.",
+    ).tag(config=True)
+    protection_allow_users = Set(
+        Unicode(), help="UNIX users whose GPU processes are never violations (e.g. 'root')."
+    ).tag(config=True)
+    protection_allow_commands = List(
+        Unicode(),
+        default_value=[r"(^|/)Xorg( |$)", r"(^|/)gnome-shell( |$)"],
+        help="Regular expressions; GPU processes whose command matches are never violations.",
+    ).tag(config=True)
+    ghost_memory_mib = Int(
+        1024, help="Flag a GPU using this much memory with no process listed (0: off)."
+    ).tag(config=True)
+    ghost_util = Int(10, help="Flag a GPU this busy (%) with no process listed (0: off).").tag(
+        config=True
+    )
+    idle_notify_after = Unicode(
+        "",
+        help="Tell holders when all GPUs of their running reservation were idle this long, "
+        "e.g. '30m' ('' = off).",
+    ).tag(config=True)
+    idle_util = Float(5.0, help="Utilization (%) below which a GPU with no process is idle.").tag(
+        config=True
+    )
+    idle_end = Bool(
+        False, help="End idle reservations early (after idle_notify_after + idle_end_after)."
+    ).tag(config=True)
+    idle_end_after = Unicode(
+        "30m", help="Further grace after the idle notice before the reservation is ended."
+    ).tag(config=True)
+    idle_handlers = List(
+        Unicode(),
+        default_value=["event"],
+        help="Handlers that tell holders about idle reservations (e.g. ['event', 'email']).",
+    ).tag(config=True)
+    unix_users = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        help="gpuhive user → UNIX user, where they differ (process owners are UNIX users).",
+    ).tag(config=True)
+    noshow_after = Unicode(
+        "",
+        help="A running reservation on whose GPUs no process of its owner (theirs, their "
+        "jobs', their kernels') appeared this long after its start is a no-show: its owner is "
+        "told (noshow_handlers), e.g. '15m' ('' = off).",
+    ).tag(config=True)
+    noshow_release_after = Unicode(
+        "30m",
+        help="Further grace after the no-show notice before the reservation is released "
+        "(its end moves to now; the reservation and the notice stay in the history).",
+    ).tag(config=True)
+    noshow_handlers = List(
+        Unicode(),
+        default_value=["event"],
+        help="Handlers that tell owners about no-shows (e.g. ['event', 'email', 'terminal']).",
+    ).tag(config=True)
+
+    limits = Dict(
+        help="Fair-share limits: {'default': {...}, 'groups': {'phd': {...}}, 'users': "
+        "{'alice': {...}}, 'tiers': [...]}, each {...} any of 'gpus' (GPUs held at once), "
+        "'gpu_hours_week' (GPU-hours in any rolling 7 days), 'upcoming' (reservations not yet "
+        "ended), 'longest' and 'horizon' (durations such as '2d'). The user's value wins over "
+        "the most generous of their groups', which wins over the default. Tiers scale a limit "
+        "by efficiency: {'efficiency_below': 30, 'limit': 'gpu_hours_week', 'factor': 0.5}. "
+        "Admins may change them (PUT limits); stored values win over these.",
+    ).tag(config=True)
+    usage_score_window = Unicode(
+        "30d", help="The window of usage scores (GET usage/scores) and of efficiency tiers."
+    ).tag(config=True)
+    accounting_max_gap = Unicode(
+        "",
+        help="The longest time between two samples of a GPU that is charged (time, use and "
+        "energy); longer gaps are not charged at all. Default: 3 sweeps, at least 1 minute.",
+    ).tag(config=True)
+
+    public_descriptions = Bool(
+        False,
+        help="Show the descriptions of reservations and jobs to every user. Default: only "
+        "to their owner and admins (titles, names and owners are always shown to all).",
+    ).tag(config=True)
+    public_violations = Bool(
+        False,
+        help="List every violation to every user. Default: a user sees only those where they "
+        "hold the reserved GPU or are the offender. PIDs, command lines and handler details "
+        "stay visible to those involved and admins either way.",
+    ).tag(config=True)
+    public_usage = Bool(
+        False,
+        help="Show everyone's usage per user and per reservation to every user. Default: a "
+        "user sees their own rows and, of others, totals per GPU and for the site.",
+    ).tag(config=True)
+
+    service_url = Unicode(
+        "",
+        help="Client mode (JupyterHub team deployments): URL of the gpuhive service, e.g. "
+        "'http://127.0.0.1:10101/services/gpuhive/'. Set, this server keeps no store and "
+        "forwards every gpuhive API call to the service with its user's Hub token.",
+    ).tag(config=True)
+
+    feed_keep_cancelled = Unicode(
+        "30d",
+        help="How long a cancelled reservation stays in calendar feeds (STATUS:CANCELLED), "
+        "so that subscribed calendars remove it.",
+    ).tag(config=True)
+    feed_past = Unicode("30d", help="How far back calendar feeds reach.").tag(config=True)
+    feed_ahead = Unicode("120d", help="How far ahead calendar feeds reach.").tag(config=True)
+    webhook_timeout = Float(
+        10.0, help="Seconds one webhook delivery attempt may take (connect and answer)."
+    ).tag(config=True)
+    webhook_max_attempts = Int(
+        6, help="Attempts per webhook delivery before it is dead (kept in the delivery log)."
+    ).tag(config=True)
+    webhook_backoff = Float(
+        5.0,
+        help="Seconds before the first webhook retry; each later one waits twice as long "
+        "(at most 15 minutes), with ±50% jitter.",
+    ).tag(config=True)
+    webhook_allowed_hosts = List(
+        Unicode(),
+        ["*"],
+        help="Host names webhook URLs may point at (shell patterns, e.g. 'hooks.slack.com', "
+        "'*.example.org'). Default: any.",
+    ).tag(config=True)
+    webhook_allow_private = Bool(
+        False,
+        help="Let users' own webhooks point at loopback, private and link-local addresses "
+        "(this machine, the lab network, cloud metadata). Off: only site webhooks, which only "
+        "admins add, may.",
+    ).tag(config=True)
+    reminder_minutes = Int(
+        15, help="The 'reservation.ending' webhook event comes this many minutes before the end."
+    ).tag(config=True)
+    reminder_interval = Float(
+        30.0,
+        help="Seconds between checks for reservations starting or ending soon, and for "
+        "availability subscriptions whose GPUs became free.",
+    ).tag(config=True)
+    notify_email = Dict(
+        help="SMTP for availability notices and daily digests: {'host': 'smtp.lab', 'port': "
+        "587, 'starttls': True, 'username': …, 'password': …, 'sender': 'gpuhive@lab', "
+        "'address_template': '{user}@lab.org', 'addresses': {'alice': 'a@x.org'}}. "
+        "Empty: no e-mail.",
+    ).tag(config=True)
+    digest_hour = Int(
+        7,
+        help="Local hour (site time zone) from which the daily digest e-mails go out to the "
+        "users who turned them on (PUT digest).",
+    ).tag(config=True)
+
+    @default("ssh_key")
+    def _default_key(self) -> str:
+        return str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "id_ed25519")
+
+    @default("known_hosts")
+    def _default_known_hosts(self) -> list[str]:
+        return [str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "known_hosts")]
+
+    @default("site_timezone")
+    def _default_zone(self) -> str:
+        return system_timezone()
+
+    @validate("site_timezone")
+    def _check_zone(self, proposal: dict[str, Any]) -> str:
+        try:
+            ZoneInfo(proposal["value"])
+        except (ZoneInfoNotFoundError, ValueError):
+            raise TraitError(f"Unknown time zone {proposal['value']!r}") from None
+        return str(proposal["value"])
+
+    @validate(
+        "min_reservation", "max_reservation", "booking_horizon", "past_grace",
+        "feed_keep_cancelled", "feed_past", "feed_ahead",
+    )  # fmt: skip
+    def _check_duration(self, proposal: dict[str, Any]) -> str:
+        try:
+            parse_duration(proposal["value"], proposal["trait"].name)
+        except Invalid as error:
+            raise TraitError(error.message) from None
+        return str(proposal["value"])
