@@ -132,6 +132,8 @@ async def test_subscription_input_and_ownership(api: Any) -> None:
     ]
     assert (await alice("DELETE", f"subscriptions/{made.body['id']}")).status == 200
     assert (await alice("GET", f"subscriptions/{made.body['id']}")).status == 404
+    again = await alice("POST", "subscriptions", {"duration": "1h", "channels": ["lab"]})
+    assert again.status == 201 and again.body["id"] > made.body["id"]  # ids are never reused
 
 
 async def fired(call: Any, sub_id: int) -> dict[str, Any]:
