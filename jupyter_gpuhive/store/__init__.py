@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .accounting import Accounting
+from .clashes import Clash
 from .database import Database
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
-from .reservations import Changes, Clash, Reservations
+from .reservations import Changes, Reservations
 from .rules import Rules
 from .usage import Usage
 from .users import Users

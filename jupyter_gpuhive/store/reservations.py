@@ -11,61 +11,12 @@ from sqlalchemy import Connection, and_, delete, exists, func, insert, select, u
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict, NotFound
-from ..model import Gpu, Reservation, utcnow
-from .database import EXCLUSION_VIOLATION, Database, sqlstate
+from ..model import Reservation, utcnow
+from .clashes import Clash, clash_error, find_clashes, is_overlap
+from .database import Database
 from .inventory import Inventory
+from .reservationrows import COLUMNS, build, build_joined, gpu_order
 from .schema import reservation_gpus, reservation_stats, reservations
-
-_CHUNK = 5000
-# The columns _build unpacks, in this order.
-_COLUMNS = (
-    reservations.c.id,
-    reservations.c.owner,
-    reservations.c.title,
-    reservations.c.description,
-    reservations.c.start_at,
-    reservations.c.end_at,
-    reservations.c.created_at,
-    reservations.c.cancelled_at,
-    reservations.c.flagged,
-    reservations.c.flag_reason,
-)
-
-
-@dataclass(frozen=True)
-class Clash:
-    """An existing reservation that overlaps a requested one on one GPU."""
-
-    reservation_id: int
-    owner: str
-    title: str
-    gpu: Gpu
-    start: datetime
-    end: datetime
-
-    def describe(self) -> str:
-        span = f"{self.start:%Y-%m-%d %H:%M}–{self.end:%Y-%m-%d %H:%M} UTC"
-        return f"{self.gpu.ref} is reserved by {self.owner} ('{self.title}', {span})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "reservation": self.reservation_id,
-            "owner": self.owner,
-            "title": self.title,
-            "gpu": self.gpu.ref,
-            "start": self.start.isoformat(),
-            "end": self.end.isoformat(),
-        }
-
-
-def clash_error(clashes: Sequence[Clash]) -> Conflict:
-    """A 409 that names every conflicting reservation."""
-    shown = "; ".join(c.describe() for c in clashes[:5])
-    more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
-    return Conflict(
-        f"Those GPUs are not free for that time: {shown}{more}.",
-        conflicts=[c.to_json() for c in clashes],
-    )
 
 
 @dataclass(frozen=True)
@@ -95,10 +46,6 @@ class Booking:
 Guard = Callable[[Connection, Booking], None]
 
 
-def _is_overlap(error: IntegrityError) -> bool:
-    return sqlstate(error) == EXCLUSION_VIOLATION or "overlapping reservation" in str(error)
-
-
 class Reservations:
     """Reservation rows; every write is one transaction that re-checks for clashes."""
 
@@ -108,47 +55,13 @@ class Reservations:
 
     # --- reading -----------------------------------------------------------------
 
-    def _build(self, conn: Connection, rows: Sequence[Any]) -> list[Reservation]:
-        ids = [row.id for row in rows]
-        gpu_ids: dict[int, list[int]] = {}
-        for i in range(0, len(ids), _CHUNK):
-            chunk = ids[i : i + _CHUNK]
-            query = select(reservation_gpus.c.reservation_id, reservation_gpus.c.gpu_id).where(
-                reservation_gpus.c.reservation_id.in_(chunk)
-            )
-            for rid, gid in conn.execute(query).all():
-                gpu_ids.setdefault(rid, []).append(gid)
-        gpu = self.inventory.gpu_by_id
-        out = []
-        for row in rows:
-            rid, owner, title, description, start, end, created, cancelled, flagged, reason = row
-            booked = [gpu(g) for g in gpu_ids.get(rid, ())]
-            if len(booked) > 1:
-                booked.sort(key=_gpu_order)
-            out.append(
-                Reservation(
-                    rid,
-                    owner,
-                    title,
-                    description,
-                    start,
-                    end,
-                    tuple(booked),
-                    created,
-                    cancelled,
-                    flagged,
-                    reason,
-                )
-            )
-        return out
-
     def get(self, reservation_id: int) -> Reservation:
         """One reservation by id, cancelled ones included."""
         with self.db.read() as conn:
-            rows = conn.execute(select(*_COLUMNS).where(reservations.c.id == reservation_id)).all()
+            rows = conn.execute(select(*COLUMNS).where(reservations.c.id == reservation_id)).all()
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")
-            return self._build(conn, rows)[0]
+            return build(conn, rows, self.inventory.gpu_by_id)[0]
 
     def window(
         self,
@@ -163,7 +76,7 @@ class Reservations:
         """Reservations overlapping [start, end), ordered by start."""
         with self.db.read() as conn:
             longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-            query = select(*_COLUMNS).where(
+            query = select(*COLUMNS).where(
                 reservations.c.start_at < end,
                 reservations.c.end_at > start,
                 reservations.c.start_at >= start - timedelta(seconds=longest + 1),
@@ -186,40 +99,12 @@ class Reservations:
             # of thousands of ids cost more than the query itself).
             chosen = query.with_only_columns(reservations.c.id).subquery()
             joined = (
-                select(*_COLUMNS, reservation_gpus.c.gpu_id)
+                select(*COLUMNS, reservation_gpus.c.gpu_id)
                 .join(reservation_gpus, reservation_gpus.c.reservation_id == reservations.c.id)
                 .where(reservations.c.id.in_(select(chosen.c.id)))
                 .order_by(reservations.c.start_at, reservations.c.id)
             )
-            return self._build_joined(conn.execute(joined).all())
-
-    def _build_joined(self, rows: Sequence[Any]) -> list[Reservation]:
-        """Reservations from rows of (reservation columns…, gpu_id), grouped in order."""
-        gpu = self.inventory.gpu_by_id
-        out: list[Reservation] = []
-        last_id = None
-        booked: list[Gpu] = []
-        for row in rows:
-            rid = row[0]
-            if rid != last_id:
-                if out and len(booked) > 1:
-                    booked.sort(key=_gpu_order)
-                if out:
-                    out[-1].gpus = tuple(booked)
-                booked = []
-                last_id = rid
-                _, owner, title, text, start, end, created, cancelled, flagged, why = row[:10]
-                out.append(
-                    Reservation(
-                        rid, owner, title, text, start, end, (), created, cancelled, flagged, why
-                    )
-                )
-            booked.append(gpu(row[10]))
-        if out:
-            if len(booked) > 1:
-                booked.sort(key=_gpu_order)
-            out[-1].gpus = tuple(booked)
-        return out
+            return build_joined(conn.execute(joined).all(), self.inventory.gpu_by_id)
 
     def clashes(
         self,
@@ -230,25 +115,7 @@ class Reservations:
         exclude: int | None = None,
     ) -> list[Clash]:
         """Live reservations overlapping [start, end) on any of `gpu_ids`."""
-        rg, r = reservation_gpus, reservations
-        query = (
-            select(rg.c.gpu_id, r.c.id, r.c.owner, r.c.title, r.c.start_at, r.c.end_at)
-            .join(r, r.c.id == rg.c.reservation_id)
-            .where(
-                rg.c.gpu_id.in_(list(gpu_ids)),
-                rg.c.cancelled.is_(False),
-                rg.c.start_at < end,
-                rg.c.end_at > start,
-            )
-            .order_by(rg.c.start_at)
-        )
-        if exclude is not None:
-            query = query.where(rg.c.reservation_id != exclude)
-        gpu = self.inventory.gpu_by_id
-        return [
-            Clash(row.id, row.owner, row.title, gpu(row.gpu_id), row.start_at, row.end_at)
-            for row in conn.execute(query)
-        ]
+        return find_clashes(conn, self.inventory.gpu_by_id, gpu_ids, start, end, exclude)
 
     # --- writing -----------------------------------------------------------------
 
@@ -299,7 +166,7 @@ class Reservations:
             return int(rid)
 
         rid = self._write(work, gpu_ids, start, end, None)
-        gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=_gpu_order))
+        gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=gpu_order))
         return Reservation(rid, owner, title, description, start, end, gpus, created)
 
     def modify(
@@ -312,11 +179,11 @@ class Reservations:
 
         def work(conn: Connection) -> int:
             rows = conn.execute(
-                select(*_COLUMNS).where(reservations.c.id == reservation_id).with_for_update()
+                select(*COLUMNS).where(reservations.c.id == reservation_id).with_for_update()
             ).all()
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")
-            old = self._build(conn, rows)[0]
+            old = build(conn, rows, self.inventory.gpu_by_id)[0]
             change = decide(old)
             start, end = change.start or old.start, change.end or old.end
             gpu_ids = change.gpu_ids or tuple(g.id for g in old.gpus)
@@ -402,7 +269,7 @@ class Reservations:
         try:
             return self.db.write(work)
         except IntegrityError as error:
-            if not _is_overlap(error):
+            if not is_overlap(error):
                 raise
         # Lost a race the pre-check could not see: the database refused; name the winner.
         if start is None or end is None:
@@ -412,10 +279,6 @@ class Reservations:
         if found:
             raise clash_error(found)
         raise Conflict("Those GPUs were just booked by someone else; reload and try again.")
-
-
-def _gpu_order(gpu: Gpu) -> tuple[str, int]:
-    return gpu.host, gpu.index
 
 
 def _note_length(conn: Connection, start: datetime, end: datetime) -> None:
