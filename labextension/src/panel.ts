@@ -9,6 +9,8 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { HiveApi, LENGTHS, buildReservationRequest } from './api';
+import { button, el, section, sendForm } from './dom';
+import { IntegrationSections } from './integrationsPanel';
 import {
   FALLBACK_SETUP,
   IGuidance,
@@ -39,31 +41,6 @@ export interface IPanelOptions {
   /** Poll interval in ms (the poll backs off on errors up to `maxInterval`). */
   interval?: number;
   maxInterval?: number;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  attrs: Record<string, string> = {},
-  ...children: (Node | string)[]
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === 'class') {
-      node.className = v;
-    } else {
-      node.setAttribute(k, v);
-    }
-  }
-  for (const c of children) {
-    node.append(c);
-  }
-  return node;
-}
-
-function button(label: string, aria: string, onClick: () => void, cls = ''): HTMLButtonElement {
-  const b = el('button', { type: 'button', class: `jp-gpuhive-button ${cls}`.trim(), 'aria-label': aria, title: aria }, label);
-  b.addEventListener('click', onClick);
-  return b;
 }
 
 export class GpuHivePanel extends Widget {
@@ -124,7 +101,8 @@ export class GpuHivePanel extends Widget {
       const [reply, reservations, jobs] = await Promise.all([
         this._api.hostsReply(),
         this._api.reservations(me),
-        this._api.jobs(me).catch(() => this._jobs) // keep the last jobs on a transient error
+        this._api.jobs(me).catch(() => this._jobs), // keep the last jobs on a transient error
+        this._integrations.refresh(me) // the feed and GPU notifications (never throws)
       ]);
       this._hosts = reply.hosts;
       this._setup = reply.hosts.length ? null : (reply.setup ?? FALLBACK_SETUP);
@@ -213,11 +191,14 @@ export class GpuHivePanel extends Widget {
       );
     }
     root.append(this._section('In a notebook', 'jp-gpuhive-section-tools', tools));
+
+    // The calendar feed and "notify me when GPUs free up" (integrationsPanel.ts).
+    this._integrations = new IntegrationSections(this._api, () => void this.refresh());
+    root.append(...this._integrations.nodes);
   }
 
   private _section(title: string, cls: string, body: HTMLElement): HTMLElement {
-    const id = `${cls}-heading`;
-    return el('section', { class: `jp-gpuhive-section ${cls}`, 'aria-labelledby': id }, el('h3', { id }, title), body);
+    return section(title, cls, body);
   }
 
   private _setStatus(text: string, error: boolean): void {
@@ -242,6 +223,7 @@ export class GpuHivePanel extends Widget {
     this._setupNode.hidden = !this._setup;
     this._setupNode.replaceChildren(...(this._setup ? [this._guidance(this._setup, 'setup')] : []));
     this._gpusSection.hidden = this._reserveSection.hidden = Boolean(this._setup);
+    this._integrations.setHosts(this._setup ? [] : this._hosts.map(h => h.name));
 
     // Hosts and GPUs.
     const known = new Set<string>();
@@ -394,21 +376,14 @@ export class GpuHivePanel extends Widget {
       duration: this._length.value,
       title: this._titleInput.value
     });
-    if (!req.body) {
-      this._formError.textContent = req.error ?? '';
-      return;
-    }
-    this._formError.textContent = '';
-    try {
-      const made = await this._api.reserve(req.body);
+    await sendForm(req, this._formError, body => this._api.reserve(body), async made => {
       this._selected.clear();
       this._titleInput.value = '';
       Notification.success(`Reserved ${made.gpus.join(', ')} until ${formatTime(made.end)} ('${made.title}').`, { autoClose: 5000 });
       await this.refresh();
-    } catch (error) {
-      this._formError.textContent = (error as Error).message;
-    }
+    });
   }
+
 
   private async _cancel(r: IReservation): Promise<void> {
     try {
@@ -469,4 +444,5 @@ export class GpuHivePanel extends Widget {
   private _reservationsNode!: HTMLElement;
   private _jobsNode!: HTMLElement;
   private _jobsSection!: HTMLElement;
+  private _integrations!: IntegrationSections;
 }

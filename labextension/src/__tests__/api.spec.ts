@@ -1,4 +1,5 @@
-import { Fetcher, HiveApi, HiveApiError, apiUrl, buildReservationRequest, errorMessage } from '../api';
+import { HiveApi, HiveApiError, apiUrl, buildReservationRequest, errorMessage } from '../api';
+import { fake } from './fetcher';
 
 describe('apiUrl', () => {
   it('joins base, prefix, path and query', () => {
@@ -35,20 +36,6 @@ describe('errorMessage', () => {
     expect(errorMessage(418, '{}')).toBe('Request failed (418): the request failed.');
   });
 });
-
-type Call = { url: string; method: string; body?: string };
-
-function fake(replies: Record<string, [number, unknown]>): { fetcher: Fetcher; calls: Call[] } {
-  const calls: Call[] = [];
-  const fetcher: Fetcher = async (url, init) => {
-    calls.push({ url, ...init });
-    const key = `${init.method} ${url.replace(/\?.*/, '')}`;
-    const [status, data] = replies[key] ?? [404, '<html>Not Found</html>'];
-    const text = typeof data === 'string' ? data : JSON.stringify(data);
-    return { ok: status < 400, status, text: async () => text };
-  };
-  return { fetcher, calls };
-}
 
 describe('HiveApi', () => {
   const base = 'http://localhost/';
