@@ -229,14 +229,18 @@ def check(
     zone: tzinfo,
     *,
     new: bool = True,
+    upcoming_now: int | None = None,
 ) -> None:
-    """Refuse (LimitInvalid 422 / LimitExceeded 409) a booking that breaks a limit."""
+    """Refuse (LimitInvalid 422 / LimitExceeded 409) a booking that breaks a limit.
+
+    `held` must hold what overlaps the 7 days around the proposal; `upcoming_now`, when
+    given, is how many reservations the user has not ended (else counted from `held`)."""
     lim = effective.limits
     _duration(effective, "longest", p.end - p.start)
     _duration(effective, "horizon", p.start - now)
     others = [s for s in held if s.reservation is None or s.reservation != p.editing]
     if new and lim.upcoming is not None:
-        count = upcoming(others, now)
+        count = upcoming(others, now) if upcoming_now is None else upcoming_now
         if count + 1 > lim.upcoming:
             raise LimitExceeded(
                 f"You have {_plural(count, 'upcoming reservation')} and may have at most "

@@ -12,13 +12,14 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..errors import Forbidden, Invalid, NotFound
-from ..model import Identity, Reservation, utcnow
+from ..model import UTC, Identity, Reservation, utcnow
 from ..model.limits import Effective, Limits, LimitTable, Tier, apply_tiers
 from ..store import Store
 from ..store.reservations import Booking, Guard
-from .limits import WEEK, Proposal, check, over_limits, peak, upcoming, worst_week
+from .limits import WEEK, Proposal, check, over_limits, peak, worst_week
 
 SECOND = timedelta(seconds=1)
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 Efficiency = Callable[[str], "float | None"]  # user → efficiency (percent) over the window
 
 
@@ -57,9 +58,13 @@ class LimitService:
 
     # --- what applies ------------------------------------------------------------------
 
-    def table(self, conn: Connection | None = None) -> LimitTable:
-        """Configured limits with the stored entries over them."""
-        stored, tiers_set = self.store.limits.read(conn)
+    def table(self, conn: Connection | None = None, who: Identity | None = None) -> LimitTable:
+        """Configured limits with the stored entries over them (with `who`: the entries
+        that can apply to them)."""
+        if who is None:
+            stored, tiers_set = self.store.limits.read(conn)
+        else:
+            stored, tiers_set = self.store.limits.read(conn, who.name, who.groups)
         return self.configured.merged(stored, tiers_set)
 
     def _efficiency(self, user: str) -> float | None:
@@ -94,19 +99,23 @@ class LimitService:
             old = booking.old
             if old is not None and not grows(booking, old):
                 return  # shorter, renamed, or on other GPUs of the same number
-            table = self.table(conn)
+            owner = who if booking.owner == who.name else self.identity_of(booking.owner)
+            table = self.table(conn, owner)
             if table.empty:
                 return
-            owner = who if booking.owner == who.name else self.identity_of(booking.owner)
             effective = self.effective(owner, table)
             if effective.limits.empty:
                 return
             now = self.now()
             self.store.limits.lock_owner(conn, owner.name)  # before reading what they hold
-            held = self.store.limits.holdings(conn, owner.name, min(booking.start - WEEK, now), now)
+            limits = self.store.limits
+            held = limits.holdings(conn, owner.name, booking.start - WEEK, booking.end + WEEK, now)
+            count = None
+            if old is None and effective.limits.upcoming is not None:
+                count = limits.upcoming(conn, owner.name, now)
             proposal = Proposal(booking.start, booking.end, len(booking.gpu_ids),
                                 old.id if old else None)  # fmt: skip
-            check(effective, proposal, held, now, self.zone, new=old is None)
+            check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
 
         return check_limits
 
@@ -127,7 +136,7 @@ class LimitService:
             if effective.limits.empty:
                 continue
             with self.store.db.read() as conn:
-                held = self.store.limits.holdings(conn, owner, now - WEEK, now)
+                held = self.store.limits.holdings(conn, owner, now - WEEK, FOREVER, now)
             found.update(over_limits(effective, held, now, self.zone))
         return found
 
@@ -138,7 +147,8 @@ class LimitService:
         effective = self.effective(who)
         now = self.now()
         with self.store.db.read() as conn:
-            held = self.store.limits.holdings(conn, who.name, now - WEEK, now)
+            held = self.store.limits.holdings(conn, who.name, now - WEEK, now + WEEK, now)
+            count = self.store.limits.upcoming(conn, who.name, now)
         held_now, _, _ = peak(held, now, now + SECOND)
         _, week_hours, _ = worst_week(held, Proposal(now, now + SECOND, 0))
         return {
@@ -148,7 +158,7 @@ class LimitService:
             "current": {
                 "gpus": held_now,
                 "gpu_hours_week": round(week_hours, 2),
-                "upcoming": upcoming(held, now),
+                "upcoming": count,
             },
         }
 

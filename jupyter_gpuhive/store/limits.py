@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, text
+from sqlalchemy import Connection, bindparam, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model.jobs import ACTIVE
@@ -58,14 +58,22 @@ class LimitStore:
 
     # --- limits ------------------------------------------------------------------------
 
-    def read(self, conn: Connection | None = None) -> tuple[LimitTable, bool]:
-        """The stored table, and whether tiers were stored (an empty list included)."""
+    def read(
+        self,
+        conn: Connection | None = None,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+    ) -> tuple[LimitTable, bool]:
+        """The stored table, and whether tiers were stored (an empty list included). With
+        `user`, only the entries that can apply to them (default, theirs, their groups')."""
         if conn is None:
             with self.db.read() as own:
-                return self.read(own)
-        rows = conn.execute(select(booking_limits.c.scope, booking_limits.c.name,
-                                   booking_limits.c.spec)).all()  # fmt: skip
-        default, groups, users = Limits(), {}, {}
+                return self.read(own, user, groups)
+        if user is None:
+            rows = conn.execute(_ALL_ENTRIES).all()
+        else:
+            rows = conn.execute(_ENTRIES_FOR, {"user": user, "groups": list(groups)}).all()
+        default, by_group, by_user = Limits(), {}, {}
         tiers: tuple[Tier, ...] = ()
         tiers_set = False
         for scope, name, spec in rows:
@@ -75,10 +83,10 @@ class LimitStore:
             elif scope == "default":
                 default = Limits.parse(data)
             elif scope == "group":
-                groups[name] = Limits.parse(data)
+                by_group[name] = Limits.parse(data)
             elif scope == "user":
-                users[name] = Limits.parse(data)
-        return LimitTable(default, groups, users, tiers), tiers_set
+                by_user[name] = Limits.parse(data)
+        return LimitTable(default, by_group, by_user, tiers), tiers_set
 
     def put(self, scope: str, name: str, spec: Any, by: str, at: datetime) -> None:
         """Store one scope's entry (limits JSON, or the tiers list), replacing the old one."""
@@ -120,41 +128,71 @@ class LimitStore:
             )
 
     @staticmethod
-    def holdings(conn: Connection, owner: str, since: datetime, now: datetime) -> list[Held]:
-        """What `owner` holds that ends after `since`: reservations, and queued jobs that
+    def holdings(
+        conn: Connection, owner: str, since: datetime, until: datetime, now: datetime
+    ) -> list[Held]:
+        """What `owner` holds overlapping [since, until): reservations, and queued jobs that
         run or ran (from their start to their walltime's end, or to when they ended)."""
-        r, rg = reservations, reservation_gpus
-        longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-        query = (
-            select(r.c.id, r.c.start_at, r.c.end_at, func.count(rg.c.gpu_id))
-            .join(rg, rg.c.reservation_id == r.c.id)
-            .where(
-                r.c.owner == owner,
-                r.c.cancelled_at.is_(None),
-                r.c.start_at > since - timedelta(seconds=longest + 1),
-                r.c.end_at > since,
-            )
-            .group_by(r.c.id, r.c.start_at, r.c.end_at)
-        )
-        rows = conn.execute(query).all()
+        longest = conn.execute(_LONGEST).scalar() or 0
+        rows = conn.execute(
+            _HELD,
+            {"owner": owner, "since": since, "until": until,
+             "earliest": since - timedelta(seconds=longest + 1)},
+        ).all()  # fmt: skip
         held = [Held(start, end, int(n), reservation=rid) for rid, start, end, n in rows]
-        held.extend(_queued(conn, owner, since, now))
+        held.extend(_queued(conn, owner, since, until, now))
         return held
 
+    @staticmethod
+    def upcoming(conn: Connection, owner: str, now: datetime) -> int:
+        """How many reservations of `owner` have not ended."""
+        return int(conn.execute(_UPCOMING, {"owner": owner, "now": now}).scalar() or 0)
 
-def _queued(conn: Connection, owner: str, since: datetime, now: datetime) -> Iterable[Held]:
+
+# The statements of a booking's check, built once (the check runs in every booking).
+_b = booking_limits
+_ALL_ENTRIES = select(_b.c.scope, _b.c.name, _b.c.spec)
+_ENTRIES_FOR = _ALL_ENTRIES.where(
+    _b.c.scope.in_(("default", "tiers"))
+    | ((_b.c.scope == "user") & (_b.c.name == bindparam("user")))
+    | ((_b.c.scope == "group") & _b.c.name.in_(bindparam("groups", expanding=True)))
+)
+_r, _rg = reservations, reservation_gpus
+_LONGEST = select(reservation_stats.c.longest_seconds)
+_HELD = (
+    select(_r.c.id, _r.c.start_at, _r.c.end_at, func.count(_rg.c.gpu_id))
+    .join(_rg, _rg.c.reservation_id == _r.c.id)
+    .where(
+        _r.c.owner == bindparam("owner"),
+        _r.c.cancelled_at.is_(None),
+        _r.c.start_at > bindparam("earliest"),
+        _r.c.start_at < bindparam("until"),
+        _r.c.end_at > bindparam("since"),
+    )
+    .group_by(_r.c.id, _r.c.start_at, _r.c.end_at)
+)
+_UPCOMING = select(func.count()).where(
+    _r.c.owner == bindparam("owner"), _r.c.cancelled_at.is_(None), _r.c.end_at > bindparam("now")
+)
+_j, _t = jobs, job_tasks
+_QUEUED = (
+    select(_j.c.id, _j.c.walltime_s, _t.c.state, _t.c.gpus, _t.c.started_at, _t.c.ended_at)
+    .join(_t, _t.c.job_id == _j.c.id)
+    .where(
+        _j.c.owner == bindparam("owner"),
+        _j.c.queued.is_(True),
+        _t.c.started_at.is_not(None),
+        _t.c.started_at < bindparam("until"),
+        _t.c.state.in_([str(s) for s in ACTIVE]) | (_t.c.ended_at > bindparam("since")),
+    )
+)
+
+
+def _queued(
+    conn: Connection, owner: str, since: datetime, until: datetime, now: datetime
+) -> Iterable[Held]:
     """Queued jobs of `owner` that run, or ran after `since`: one span per job."""
-    j, t = jobs, job_tasks
-    rows = conn.execute(
-        select(j.c.id, j.c.walltime_s, t.c.state, t.c.gpus, t.c.started_at, t.c.ended_at)
-        .join(t, t.c.job_id == j.c.id)
-        .where(
-            j.c.owner == owner,
-            j.c.queued.is_(True),
-            t.c.started_at.is_not(None),
-            (t.c.state.in_([str(s) for s in ACTIVE])) | (t.c.ended_at > since),
-        )
-    ).all()
+    rows = conn.execute(_QUEUED, {"owner": owner, "since": since, "until": until}).all()
     spans: dict[int, list[Any]] = {}
     for job_id, walltime, state, gpus, started, ended in rows:
         if state in ACTIVE:
