@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ..hosts.probe import HostSample
 from ..model import Reservation, utcnow
 from ..model.violations import NO_SHOW, Violation
-from ..store import Changes
+from ..store import Store
+from .actions import Actions, Run, end_now
+from .config import ProtectionSettings
 from .handlers import Incident
 from .violations import JobOwners
-
-if TYPE_CHECKING:
-    from .service import Protection
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +72,22 @@ class _Notice:
     released: bool = False
 
 
-def _release(old: Reservation) -> Changes:
-    now = utcnow()
-    return Changes(end=now) if old.start < now < old.end else Changes()
-
-
 class NoShows:
     """Tracks running reservations until their owner shows up, tells, then releases."""
 
-    def __init__(self, protection: Protection) -> None:
-        s = protection.settings
-        self.protection = protection
-        self._run = protection._run  # the same executor for database work
+    def __init__(
+        self,
+        settings: ProtectionSettings,
+        actions: Actions,
+        store: Store,
+        run: Run,
+        unix_user: Callable[[str], str],
+    ) -> None:
+        s = self.settings = settings
+        self.actions = actions
+        self.store = store
+        self._run = run
+        self._unix_user = unix_user
         self.after = timedelta(seconds=s.noshow_after)
         self.release_after = timedelta(seconds=s.noshow_release_after)
         self.handlers = tuple(s.noshow_handlers)
@@ -115,7 +117,7 @@ class NoShows:
             if res.start < self._watching_since - WATCH_SLACK:
                 self._settled.add(res.id)  # began before we watched: not ours to judge
                 continue
-            unix = self.protection.unix_user(res.owner)
+            unix = self._unix_user(res.owner)
             present = attended(res, by_host, owners or {}, unix)
             if present is None:
                 continue
@@ -124,8 +126,7 @@ class NoShows:
                 self._settled.add(res.id)
                 if notice is not None and not notice.released:
                     del self._notices[res.id]
-                    await self._run(self.protection.store.violations.sync, at, (), None,
-                                    [notice.id])  # fmt: skip
+                    await self._run(self.store.violations.sync, at, (), None, [notice.id])
                 continue
             elapsed = at - res.start
             if notice is None and elapsed >= self.after:
@@ -142,22 +143,22 @@ class NoShows:
         refs = ",".join(g.ref for g in res.gpus)
         record = Violation(
             NO_SHOW, res.gpus[0].host, refs, res.gpus[0].uuid, None, res.owner, res.id,
-            self.protection.settings.level, (), (),
+            self.settings.level, (), (),
             f"no process of {res.owner} since the start at {res.start.isoformat()}", at,
         )  # fmt: skip
-        (vid,) = await self._run(self.protection.store.violations.sync, at, [record], None, ())
+        (vid,) = await self._run(self.store.violations.sync, at, [record], None, ())
         since = dataclasses.replace(record, started_at=res.start)
-        unix = self.protection.unix_user(res.owner)
+        unix = self._unix_user(res.owner)
         incident = Incident.of(vid, since, unix, res.title, res.end)
         self._notices[res.id] = _Notice(vid, incident)
         log.info("gpuhive: reservation %d of %s is a no-show", res.id, res.owner)
-        self.protection.notify(incident, self.handlers, {})
+        self.actions.notify(incident, self.handlers, {})
 
     async def _release_now(self, res: Reservation, notice: _Notice, at: datetime) -> None:
-        store = self.protection.store
+        store = self.store
         started = utcnow()
         try:
-            await self._run(store.reservations.modify, res.id, _release)
+            await self._run(store.reservations.modify, res.id, end_now)
             ok, detail = True, f"reservation {res.id} released at {started.isoformat()}"
         except Exception as error:
             log.warning("gpuhive: could not release no-show reservation %d: %s", res.id, error)
@@ -167,4 +168,4 @@ class NoShows:
         )
         if ok:
             await self._run(store.violations.sync, at, (), None, [notice.id])
-            self.protection.notify(notice.incident, self.handlers, {"message": RELEASED})
+            self.actions.notify(notice.incident, self.handlers, {"message": RELEASED})

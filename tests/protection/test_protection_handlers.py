@@ -88,7 +88,7 @@ async def test_kill_of_a_process_already_gone_is_a_recorded_failure(
     bob = start_gpu_process(host.name, [0], user="gh-bob")
     gpu_processes.append(bob)
     await rig.sweep()
-    (case,) = rig.protection._cases.values()
+    (case,) = rig.protection.escalation.cases.values()
     os.kill(bob.pid, signal.SIGKILL)
     bob.wait()
     with pytest.raises(HandlerFailed, match="already gone"):
