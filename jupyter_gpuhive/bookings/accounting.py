@@ -20,7 +20,6 @@ so group rows need not add up.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import io
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..store.accounting import QUEUED, RESERVED, Booked
+from ..store.reports import Summed
 
 NOBODY = "(nobody)"
 COLUMNS = ("reserved_gpu_hours", "used_gpu_hours", "queued_gpu_hours", "energy_kwh",
@@ -109,55 +109,66 @@ def _blank() -> dict[str, float]:
     return dict.fromkeys(COLUMNS, 0.0)
 
 
+def _figures(summed: Summed) -> dict[str, float]:
+    """One summed charge row as the report's columns (all but reserved)."""
+    f = summed.figures
+    return {
+        "used_gpu_hours": f["used_seconds"] / 3600,
+        "queued_gpu_hours": f["used_seconds"] / 3600 if summed.kind == QUEUED else 0.0,
+        "energy_kwh": f["energy_j"] / 3.6e6,
+        "measured_gpu_hours": f["seconds"] / 3600,
+    }
+
+
 def report(
     months: Sequence[date],
     zone: tzinfo,
-    rows: Iterable[Any],
-    booked: Sequence[Booked],
-    host_of: Callable[[int], str],
+    by_payer: Iterable[Summed],
+    by_host: Iterable[Summed],
+    reserved: Mapping[str, Mapping[tuple[str, str], float]],
     groups_of: Callable[[str], Iterable[str]],
 ) -> dict[str, Any]:
-    """The report of `months`: per month × (site, user, group, host), and the cross-check."""
+    """The report of `months` (labels '2026-11') from the charges summed per payer and per
+    host, and the GPU-hours reserved per month, owner and host: per month × (site, user,
+    group, host), and the cross-check."""
+    labels = [m.strftime("%Y-%m") for m in months]
     index = {month_start(m, zone).timestamp(): m.strftime("%Y-%m") for m in months}
-    bounds = [(month_start(m, zone), month_start(next_month(m), zone), m.strftime("%Y-%m"))
-              for m in months]  # fmt: skip
     table: dict[tuple[str, str, str], dict[str, float]] = {}
-
-    def add(month: str, scope: str, name: str, column: str, value: float) -> None:
-        table.setdefault((month, scope, name), _blank())[column] += value
-
     member: dict[str, tuple[str, ...]] = {}
 
-    def spread(month: str, user: str, host: str, column: str, value: float) -> None:
-        add(month, "site", "", column, value)
-        add(month, "user", user, column, value)
-        add(month, "host", host, column, value)
+    def add(month: str, scope: str, name: str, figures: Mapping[str, float]) -> None:
+        into = table.setdefault((month, scope, name), _blank())
+        for column, value in figures.items():
+            into[column] += value
+
+    def to_user(month: str, user: str, figures: Mapping[str, float]) -> None:
+        add(month, "site", "", figures)
+        add(month, "user", user, figures)
         if user and user not in member:
             member[user] = tuple(groups_of(user))
         for group in member.get(user, ()):
-            add(month, "group", group, column, value)
+            add(month, "group", group, figures)
 
-    starts = [a for a, _, _ in bounds]
-    for b in booked:
-        i = max(0, bisect.bisect_right(starts, b.start) - 1)
-        while i < len(bounds) and bounds[i][0] < b.end:
-            a, z, label = bounds[i]
-            hours = overlap_hours(b.start, b.end, a, z)
-            if hours:
-                spread(label, b.owner, host_of(b.gpu_id), "reserved_gpu_hours", hours)
-            i += 1
-    for row in rows:
+    for row in by_payer:
         month = index.get(row.month.timestamp())
-        if month is None:
-            continue
-        label, host = month, host_of(row.gpu_id)
-        spread(label, row.payer, host, "used_gpu_hours", row.used_seconds / 3600)
-        if row.kind == QUEUED:
-            spread(label, row.payer, host, "queued_gpu_hours", row.used_seconds / 3600)
-        spread(label, row.payer, host, "energy_kwh", row.energy_j / 3.6e6)
-        spread(label, row.payer, host, "measured_gpu_hours", row.seconds / 3600)
+        if month is not None:
+            to_user(month, str(row.who), _figures(row))
+    for row in by_host:
+        month = index.get(row.month.timestamp())
+        if month is not None:
+            add(month, "host", str(row.who), _figures(row))
+    for month, booked in reserved.items():
+        per_owner: dict[str, float] = {}
+        per_host: dict[str, float] = {}
+        for (owner, host), hours in booked.items():
+            per_owner[owner] = per_owner.get(owner, 0.0) + hours
+            per_host[host] = per_host.get(host, 0.0) + hours
+        for owner, hours in per_owner.items():
+            to_user(month, owner, {"reserved_gpu_hours": hours})
+        for host, hours in per_host.items():
+            add(month, "host", host, {"reserved_gpu_hours": hours})
     return {
-        "months": [label for _, _, label in bounds],
+        "months": labels,
         "timezone": str(zone),
         "rows": [
             {
@@ -168,7 +179,7 @@ def report(
             }
             for (month, scope, name), figures in sorted(table.items())
         ],
-        "check": cross_check(table, [label for _, _, label in bounds]),
+        "check": cross_check(table, labels),
     }
 
 

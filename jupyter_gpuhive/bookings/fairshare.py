@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
@@ -131,20 +132,30 @@ class FairShare:
 
     def compute_report(self, months: list[date]) -> dict[str, Any]:
         """The report of `months` for everyone (see `accounting.report`)."""
-        first, last = months[0], months[-1]
-        start = accounting.month_start(first, self.zone)
-        end = accounting.month_start(accounting.next_month(last), self.zone)
-        rows = self.store.accounting.monthly(start, end - timedelta(seconds=1))
-        booked = self.store.accounting.booked(start, end)
-        inventory = self.store.inventory
+        first = accounting.month_start(months[0], self.zone)
+        last = accounting.month_start(months[-1], self.zone)
+        reads, inventory = self.store.reports, self.store.inventory
+        hosts: dict[int, str] = {}
 
-        def host_of(gpu_id: int) -> str:
-            return inventory.gpu_by_id(gpu_id).host
+        def host_of(gpu_id: Any) -> str:
+            if gpu_id not in hosts:
+                hosts[gpu_id] = inventory.gpu_by_id(gpu_id).host
+            return hosts[gpu_id]
+
+        by_payer, by_gpu = reads.charges(first, last)
+        by_host = [dataclasses.replace(row, who=host_of(row.who)) for row in by_gpu]
+        reserved = {
+            m.strftime("%Y-%m"): reads.reserved(
+                accounting.month_start(m, self.zone),
+                accounting.month_start(accounting.next_month(m), self.zone),
+            )
+            for m in months
+        }
 
         def groups_of(user: str) -> frozenset[str]:
             return self.identity_of(user).groups
 
-        return accounting.report(months, self.zone, rows, booked, host_of, groups_of)
+        return accounting.report(months, self.zone, by_payer, by_host, reserved, groups_of)
 
     async def report(self, who: Identity, first: date, last: date | None) -> dict[str, Any]:
         """The report of a month (or several), as `who` may see it."""

@@ -8,6 +8,7 @@ from .database import Database
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
+from .reports import ReportReads
 from .reservations import Changes, Reservations
 from .rules import Rules
 from .usage import Usage
@@ -29,6 +30,7 @@ class Store:
         self.violations = Violations(self.db)
         self.limits = LimitStore(self.db)
         self.accounting = Accounting(self.db)
+        self.reports = ReportReads(self.db)
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -149,13 +149,6 @@ class Accounting:
             rows = conn.execute(query).all()
         return {(r.payer, r.kind): {n: float(getattr(r, n) or 0) for n in FIGURES} for r in rows}
 
-    def monthly(self, first: datetime, last: datetime) -> list[Any]:
-        """Monthly charge rows with month in [first, last]: month, gpu_id, payer, kind, figures."""
-        m = gpu_charges_monthly
-        query = select(m).where(m.c.month >= first, m.c.month <= last)
-        with self.db.read() as conn:
-            return list(conn.execute(query).all())
-
     def booked(
         self, start: datetime, end: datetime, owners: Sequence[str] | None = None
     ) -> list[Booked]:
