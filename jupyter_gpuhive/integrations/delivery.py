@@ -5,7 +5,8 @@ endpoint has its own queue, worker and HTTP client, and every attempt has a time
 endpoint that hangs or fails delays only its own deliveries. A failed attempt is retried after
 an exponential backoff with jitter; after `max_attempts` failures the delivery is dead (a dead
 letter, kept in the log). The log (one row per delivery, one per attempt) is written in
-batches, off the delivery path.
+batches, off the delivery path. Each endpoint's client connects only to addresses its
+PinnedResolver checked (addresses.py: users' own endpoints only to public ones).
 
 Signature (docs/integrations.md): `X-Gpuhive-Signature: v1=HEX`, HEX the HMAC-SHA256 with the
 endpoint's secret over `TIMESTAMP + "." + body`, TIMESTAMP the Unix seconds in
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import random
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ..store.integrations import Integrations, Webhook
+from .addresses import PinnedResolver, host_port, public_only
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ TIMESTAMP_HEADER = "X-Gpuhive-Timestamp"
 EVENT_HEADER = "X-Gpuhive-Event"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 TOLERANCE = 300  # seconds a receiver should accept a timestamp for
-LOG_INTERVAL = 0.05  # seconds between writes of the delivery log
+LOG_INTERVAL = 0.2  # seconds between writes of the delivery log (one transaction each)
 PER_ENDPOINT = 4  # attempts in flight per endpoint (each bounded by the timeout)
 
 
@@ -79,35 +79,14 @@ class WebhookSettings:
     allow_private: bool = False  # users' own endpoints may point at non-public addresses
 
 
-async def public_only(url: str, timeout: float = 5.0) -> str | None:
-    """Why a user's endpoint may not get this URL (a non-public address), or None.
-
-    Users are legitimate but not trusted with the server's network position: their own
-    endpoints must resolve only to global addresses (no loopback, private, link-local such as
-    169.254.169.254, or reserved ones). Checked when the endpoint is added and before every
-    attempt, so a name that later resolves elsewhere is caught too.
-    """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        async with asyncio.timeout(timeout):
-            found = await asyncio.get_running_loop().getaddrinfo(
-                host, parts.port or (443 if parts.scheme == "https" else 80)
-            )
-    except (OSError, TimeoutError, UnicodeError):
-        return f"{host} cannot be resolved"
-    for *_, address in found:
-        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
-        if not ip.is_global:
-            return f"{host} is a loopback, private or link-local address ({ip})"
-    return None
+def checked(settings: WebhookSettings, site: bool) -> bool:
+    """Whether an endpoint may only get public addresses: a user's own, unless allowed."""
+    return not (site or settings.allow_private)
 
 
 async def guarded(settings: WebhookSettings, site: bool, url: str) -> str | None:
     """Why `url` is refused to a personal (non-site) endpoint, or None."""
-    if site or settings.allow_private:
-        return None
-    return await public_only(url, settings.timeout)
+    return await public_only(url, settings.timeout) if checked(settings, site) else None
 
 
 @dataclass(frozen=True)
@@ -213,18 +192,21 @@ class Deliveries:
         queue = self._queues.get(webhook.id)
         if queue is None:
             queue = self._queues[webhook.id] = asyncio.Queue()
-            self._workers[webhook.id] = asyncio.create_task(self._work(queue))
+            self._workers[webhook.id] = asyncio.create_task(self._work(webhook, queue))
         return queue
 
-    async def _work(self, queue: asyncio.Queue[_Parcel]) -> None:
+    async def _work(self, webhook: Webhook, queue: asyncio.Queue[_Parcel]) -> None:
         """One endpoint's deliveries, at most PER_ENDPOINT at a time, each with a timeout."""
-        client = AsyncHTTPClient(force_instance=True, max_clients=PER_ENDPOINT)
+        resolver = PinnedResolver(
+            timeout=self.settings.timeout, public_only=checked(self.settings, webhook.site)
+        )
+        client = AsyncHTTPClient(force_instance=True, max_clients=PER_ENDPOINT, resolver=resolver)
         slots = asyncio.Semaphore(PER_ENDPOINT)
         running: set[asyncio.Task[None]] = set()
 
         async def one(parcel: _Parcel) -> None:
             try:
-                await self._attempt(client, queue, parcel)
+                await self._attempt(client, resolver, queue, parcel)
             except Exception:  # never let one delivery stop the others
                 log.exception("gpuhive: webhook %s event %s", parcel.webhook.id, parcel.event_id)
             finally:
@@ -244,7 +226,11 @@ class Deliveries:
             client.close()
 
     async def _attempt(
-        self, client: AsyncHTTPClient, queue: asyncio.Queue[_Parcel], parcel: _Parcel
+        self,
+        client: AsyncHTTPClient,
+        resolver: PinnedResolver,
+        queue: asyncio.Queue[_Parcel],
+        parcel: _Parcel,
     ) -> None:
         webhook = parcel.webhook
         stamp = int(time.time())
@@ -269,10 +255,8 @@ class Deliveries:
         status: int | None = None
         error: str | None = None
         try:
-            problem = await guarded(self.settings, webhook.site, webhook.url)
-            if problem:
-                raise ValueError(f"not sent: {problem}")
-            reply = await client.fetch(request, raise_error=False)
+            await resolver.addresses(*host_port(webhook.url))  # NotSent: not checked ok
+            reply = await client.fetch(request, raise_error=False)  # to those addresses only
             status = reply.code if reply.code != 599 else None
             if reply.code == 599:
                 error = str(reply.error or "no answer")

@@ -20,6 +20,7 @@ from ..errors import Forbidden, Invalid, NotFound
 from ..model import Identity
 from ..model.requests import WebhookRequest
 from ..store.integrations import Delivery, Integrations, Webhook
+from .addresses import public_only
 from .courier import Courier
 from .delivery import (
     EVENT_HEADER,
@@ -30,7 +31,6 @@ from .delivery import (
     Event,
     WebhookSettings,
     guarded,
-    public_only,
     sign,
     verify,
 )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from benchmarks.fixtures.waiting import until
+from jupyter_gpuhive.integrations.addresses import NotSent, PinnedResolver
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings, public_only
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
@@ -84,3 +86,18 @@ async def test_a_stored_endpoint_that_now_points_inside_is_not_sent_to(tmp_path:
         finally:
             await service.stop()
             store.close()
+
+
+async def test_deliveries_connect_only_to_the_addresses_checked() -> None:
+    """The HTTP client's resolver gives only checked addresses: no second lookup to rebind."""
+    mine = PinnedResolver(timeout=5.0, public_only=True)  # a user's own endpoint
+    for host in ("localhost", "127.0.0.1", "169.254.169.254"):
+        with pytest.raises(NotSent, match="loopback, private or link-local"):
+            await mine.resolve(host, 80)
+    with pytest.raises(NotSent, match="cannot be resolved"):
+        await mine.resolve("no-such-host.invalid", 80)
+    site = PinnedResolver(timeout=5.0, public_only=False)  # an admin's site endpoint
+    assert await site.resolve("127.0.0.1", 8080) == [(socket.AF_INET, ("127.0.0.1", 8080))]
+    assert await site.resolve("127.0.0.1", 8080, socket.AF_INET6) == []
+    first = await site.addresses("127.0.0.1", 8080)
+    assert await site.addresses("127.0.0.1", 8080) is first  # looked up once per RESOLVE_TTL
