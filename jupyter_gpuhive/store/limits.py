@@ -146,7 +146,10 @@ class LimitStore:
     @staticmethod
     def upcoming(conn: Connection, owner: str, now: datetime) -> int:
         """How many reservations of `owner` have not ended."""
-        return int(conn.execute(_UPCOMING, {"owner": owner, "now": now}).scalar() or 0)
+        longest = conn.execute(_LONGEST).scalar() or 0
+        earliest = now - timedelta(seconds=longest + 1)  # the index on (owner, start) bounds it
+        found = conn.execute(_UPCOMING, {"owner": owner, "now": now, "earliest": earliest})
+        return int(found.scalar() or 0)
 
 
 # The statements of a booking's check, built once (the check runs in every booking).
@@ -172,7 +175,10 @@ _HELD = (
     .group_by(_r.c.id, _r.c.start_at, _r.c.end_at)
 )
 _UPCOMING = select(func.count()).where(
-    _r.c.owner == bindparam("owner"), _r.c.cancelled_at.is_(None), _r.c.end_at > bindparam("now")
+    _r.c.owner == bindparam("owner"),
+    _r.c.start_at > bindparam("earliest"),
+    _r.c.cancelled_at.is_(None),
+    _r.c.end_at > bindparam("now"),
 )
 _j, _t = jobs, job_tasks
 _QUEUED = (
