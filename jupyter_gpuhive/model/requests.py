@@ -79,7 +79,7 @@ class WebhookRequest:
 
 @dataclass(frozen=True)
 class SubscriptionRequest:
-    """"Tell me when `gpus` GPUs are free for `duration` before `deadline`"."""
+    """ "Tell me when `gpus` GPUs are free for `duration` before `deadline`"."""
 
     duration: timedelta
     gpus: int = 1
