@@ -2,7 +2,8 @@
  * Pictures for the documentation (`make docs-screenshots` copies them into docs/_static/): the
  * job builder with a two-node PyTorch job and its preview, in the light and the dark theme →
  * ui-tests/artifacts/screenshots/16-job-builder.png, 17-job-builder-dark.png. The notebook is
- * ui-tests/notebooks/jobbuilder.ipynb (copied by start_server.py).
+ * ui-tests/notebooks/jobbuilder.ipynb (copied by start_server.py). It runs last (zz-, files run in
+ * name order): after it, Notebook 7 pages raised "Command 'filebrowser:open-path' not registered".
  */
 import * as path from 'path';
 import { APIRequestContext, Locator, Page, expect, test } from '@playwright/test';
@@ -35,7 +36,8 @@ test.beforeAll(async ({ browser, request }) => {
   await theme(request, 'JupyterLab Light');
   page = await browser.newPage();
   errors = watchErrors(page);
-  await page.goto(`/lab/tree/${NOTEBOOK}?token=${TOKEN}`);
+  // A workspace of its own: the default one, which the other specs open, keeps no trace of this notebook.
+  await page.goto(`/lab/workspaces/gpuhive-docs/tree/${NOTEBOOK}?token=${TOKEN}`);
   await page.locator('#jupyterlab-splash').waitFor({ state: 'detached', timeout: 90_000 });
 });
 
