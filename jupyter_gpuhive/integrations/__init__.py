@@ -205,7 +205,7 @@ class Integrations:
             if job.status in ("succeeded", "failed", "lost"):
                 self._jobs.pop(job_id, None)
                 await self._job_event("succeeded" if job.status == "succeeded" else "failed", job)
-            elif job.status in ("starting", "running", "stopping"):
+            elif job.status in ACTIVE:
                 self._jobs[job_id] = job.status
                 if before is None:
                     await self._job_event("started", job)
