@@ -13,8 +13,8 @@ from ..errors import Invalid, NotFound
 from ..jobs.model import ACTIVE, Job
 from ..model import UTC, Reservation
 from ..store import Store
-from ..store.integrations import Digests, Subscription, Subscriptions
 from ..store.integrations import Integrations as Rows
+from ..store.subscriptions import Digests, Subscription, Subscriptions
 from . import mail
 from .digests import DigestService
 from .feeds import Feeds, FeedSettings

@@ -30,7 +30,8 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from ..store.integrations import Integrations, Webhook
+from ..store.integrations import Integrations
+from ..store.webhooks import Webhook
 from .addresses import PinnedResolver, host_port, public_only
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from ..errors import Invalid
 from ..model import Identity, Reservation
 from ..model.requests import DigestRequest
 from ..store import Store
-from ..store.integrations import Digests, DigestSetting
+from ..store.subscriptions import Digests, DigestSetting
 from . import mail
 from .mail import MailSettings
 

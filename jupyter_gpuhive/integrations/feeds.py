@@ -16,7 +16,8 @@ from typing import Any
 from ..errors import Forbidden, Invalid, NotFound
 from ..model import Identity
 from ..store import Store
-from ..store.integrations import FeedToken, Integrations
+from ..store.feeds import FeedToken
+from ..store.integrations import Integrations
 from . import ical
 
 PREFIX = "gpf_"

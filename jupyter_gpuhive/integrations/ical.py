@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ..model import UTC, Reservation
-from ..store.integrations import CalendarEntry
+from ..store.feeds import CalendarEntry
 
 PRODID = "-//jupyter-gpuhive//gpuhive feed//EN"
 CACHE_MAX = 100_000  # rendered events kept (a few hundred bytes each)

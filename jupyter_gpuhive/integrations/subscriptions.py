@@ -21,7 +21,7 @@ from ..errors import Conflict, Invalid, NotFound
 from ..model import Gpu, Identity, Reservation
 from ..model.requests import Booking, SubscriptionRequest
 from ..store import Store
-from ..store.integrations import Subscription, Subscriptions
+from ..store.subscriptions import Subscription, Subscriptions
 
 log = logging.getLogger(__name__)
 

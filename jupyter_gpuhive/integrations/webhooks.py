@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 from ..errors import Forbidden, Invalid, NotFound
 from ..model import Identity
 from ..model.requests import WebhookRequest
-from ..store.integrations import Delivery, Integrations, Webhook
+from ..store.integrations import Integrations
+from ..store.webhooks import Delivery, Webhook
 from .addresses import public_only
 from .courier import Courier
 from .delivery import (

@@ -33,6 +33,13 @@ def sqlstate(error: BaseException) -> str | None:
     return getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
 
 
+def inserted_id(result: Any) -> int:
+    """The id an INSERT made."""
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(
         url,

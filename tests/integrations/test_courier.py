@@ -17,7 +17,7 @@ import pytest
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
-from jupyter_gpuhive.store.integrations import Webhook
+from jupyter_gpuhive.store.webhooks import Webhook
 from tests.integrations.receiver import Receiver, receiving
 
 
