@@ -1,0 +1,264 @@
+"""What the queue's admission pass reads, as plain values: the snapshot of one tick, GPU states,
+reserved spans, the candidate jobs, the access-rule check, and binding chosen GPUs to tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta, tzinfo
+
+from sqlalchemy import select
+
+from ..bookings import access
+from ..bookings.access import Rule
+from ..model import Gpu, Identity, Reservation
+from ..monitor.sampler import Sweep
+from ..store import Store
+from ..store.schema import gpus as gpu_table
+from ..store.schema import reservation_gpus
+from .admission import (
+    FOREVER,
+    AccessCheck,
+    Candidate,
+    GpuState,
+    gpu_count,
+    same_host,
+    template_options,
+)
+from .model import Job, render_tasks
+from .tasks import GpuSlot, TaskSpec
+
+Spans = dict[str, list[tuple[float, float]]]
+
+
+@dataclass
+class Snapshot:
+    """What a tick reads from the store and the sweep, as the pure pass takes it."""
+
+    now: datetime
+    jobs: list[Job]
+    marked: dict[int, str]
+    gpus: dict[str, GpuState]
+    reserved: Spans
+    inventory: dict[str, Gpu]
+    rules: list[Rule]
+    identities: dict[str, Identity]
+
+
+def candidates(
+    jobs: Iterable[Job], now: datetime, default_walltime: timedelta, min_length: float = 0.0
+) -> list[Candidate]:
+    """The pending queued jobs as the pass takes them (those past their stop time left out)."""
+    out = []
+    at = now.timestamp()
+    for job in jobs:
+        if not job.queued or job.status != "pending":
+            continue
+        if job.stop_at is not None and job.stop_at <= now:
+            continue
+        try:
+            count = gpu_count(job.options) or 0
+        except ValueError:
+            continue
+        length = max((job.walltime or default_walltime).total_seconds(), min_length)
+        start = job.start_at.timestamp() if job.start_at else 0.0
+        end = max(at, start) + length
+        if job.stop_at is not None:
+            end = min(end, job.stop_at.timestamp())
+        try:
+            placement = same_host(job.options) if count else None
+        except ValueError:
+            placement = None
+        created = job.created_at.timestamp() if job.created_at else 0.0
+        gpus = () if count else job.gpus
+        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement))
+    return out
+
+
+def booked(store: Store, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+    """(GPU UUID, start, end) of every booking overlapping [start, end): one light query."""
+    query = select(gpu_table.c.uuid, reservation_gpus.c.start_at, reservation_gpus.c.end_at).where(
+        reservation_gpus.c.gpu_id == gpu_table.c.id,
+        reservation_gpus.c.cancelled.is_(False),
+        reservation_gpus.c.start_at < end,
+        reservation_gpus.c.end_at > start,
+    )
+    with store.db.read() as conn:
+        return [(row[0], row[1], row[2]) for row in conn.execute(query)]
+
+
+def bookings_of(reservations: Iterable[Reservation]) -> list[tuple[str, datetime, datetime]]:
+    """(GPU UUID, start, end) per GPU of each reservation, as `booked` returns them."""
+    return [(gpu.uuid, r.start, r.end) for r in reservations for gpu in r.gpus]
+
+
+def reserved_spans(
+    bookings: Iterable[tuple[str, datetime, datetime]], jobs: Iterable[Job] = ()
+) -> Spans:
+    """Per GPU UUID, the spans that keep queued jobs off it: bookings and planned runs."""
+    spans: Spans = {}
+    for uuid, low, high in bookings:
+        spans.setdefault(uuid, []).append((low.timestamp(), high.timestamp()))
+    for job in jobs:
+        if job.queued or job.start_at is None or job.status != "pending":
+            continue
+        end = job.stop_at.timestamp() if job.stop_at else FOREVER
+        for uuid in job.gpus:
+            spans.setdefault(uuid, []).append((job.start_at.timestamp(), end))
+    for found in spans.values():
+        found.sort()
+    return spans
+
+
+def gpu_states(
+    gpus: Iterable[Gpu],
+    reserved: Mapping[str, Sequence[tuple[float, float]]],
+    jobs: Iterable[Job],
+    sweep: Sweep | None,
+    now: datetime,
+    *,
+    default_walltime: timedelta | None = None,
+) -> dict[str, GpuState]:
+    """Each GPU's state: who holds it (active tasks, then foreign processes) and next booking.
+
+    Without a sweep (monitoring off) only the store's claims are known. A running queued job
+    releases its GPUs at its walltime (`default_walltime` when it declared none).
+    """
+    at = now.timestamp()
+    holder: dict[str, Job] = {}
+    group_of: dict[tuple[str, int], int] = {}  # (host, process group) -> job id
+    owner_on: dict[tuple[str, str, str], int] = {}  # (host, owner, GPU) -> job id
+    for job in jobs:
+        for task in job.tasks:
+            if task.active:
+                for uuid in task.gpus:
+                    holder[uuid] = job
+                    owner_on[(task.host, task.owner, uuid)] = job.id
+                if task.pgid is not None:
+                    group_of[(task.host, task.pgid)] = job.id
+    foreign: dict[str, str] = {}
+    if sweep is not None:
+        for host, sample in sweep.samples.items():
+            for proc in sample.processes:
+                on = proc.gpu_uuid
+                if on is None or on in foreign:
+                    continue
+                pgid = getattr(proc, "pgid", None)
+                if pgid is not None:
+                    owner = group_of.get((host, pgid))
+                else:
+                    owner = owner_on.get((host, proc.user or "", on))
+                held = holder.get(on)
+                if held is None or owner != held.id:
+                    whose = f"job {owner}" if owner is not None else proc.user or "an unknown user"
+                    foreign[on] = f"process {proc.pid} of {whose}"
+    out: dict[str, GpuState] = {}
+    for gpu in gpus:
+        spans = reserved.get(gpu.uuid, ())
+        free_until = next((low for low, high in spans if high > at), FOREVER)
+        blocker: str | None = None
+        release: float | None = None
+        running = holder.get(gpu.uuid)
+        if running is not None:
+            blocker = f"{gpu.ref} runs job {running.id}"
+            release = _release(running, at, default_walltime)
+        elif gpu.uuid in foreign:
+            blocker = f"{gpu.ref} runs {foreign[gpu.uuid]}"
+        elif sweep is not None:
+            probed = sweep.samples.get(gpu.host)
+            if probed is None:
+                why = sweep.failures.get(gpu.host, "it was not probed")
+                blocker = f"{gpu.host} did not answer the last sweep: {why}"
+            elif probed.gpu_error:
+                blocker = f"the GPUs of {gpu.host} cannot be read: {probed.gpu_error}"
+        out[gpu.uuid] = GpuState(
+            gpu.uuid, gpu.host, gpu.index, gpu.ref, blocker, free_until, release
+        )
+    return out
+
+
+def _release(job: Job, at: float, default_walltime: timedelta | None = None) -> float | None:
+    """When a running job will likely let go of its GPUs (None: nobody knows)."""
+    ends = []
+    if job.stop_at is not None:
+        ends.append(job.stop_at.timestamp())
+    started = [t.started_at for t in job.tasks if t.started_at is not None]
+    walltime = job.walltime or default_walltime
+    if job.queued and walltime is not None and started:
+        ends.append(min(started).timestamp() + walltime.total_seconds())
+    found = min(ends) if ends else None
+    return found if found is not None and found > at else None
+
+
+class RuleCheck(AccessCheck):
+    """The access rules over a snapshot; the answer depends only on which rules apply and
+    the end, so it is memoised per (rules that apply to owner and GPU, end)."""
+
+    def __init__(self, snap: Snapshot, zone: tzinfo) -> None:
+        self.snap = snap
+        self.zone = zone
+        self._applying: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._covered: dict[tuple[tuple[int, ...], float], bool] = {}
+
+    def restricted(self, owner: str) -> bool:
+        who = self.snap.identities.get(owner)
+        return bool(self.snap.rules) and (who is None or not who.is_admin)
+
+    def allows(self, owner: str, uuid: str, end: float) -> bool:
+        rules = self.snap.rules
+        applying = self._applying.get((owner, uuid))
+        if applying is None:
+            who = self.snap.identities.get(owner) or Identity(owner)
+            gpu = self.snap.inventory[uuid]
+            applying = tuple(
+                i for i, r in enumerate(rules) if r.applies_to(who) and r.covers_gpu(gpu)
+            )
+            self._applying[(owner, uuid)] = applying
+        found = self._covered.get((applying, end))
+        if found is None:
+            start, until = self.snap.now, datetime.fromtimestamp(end, UTC)
+            spans = [s for i in applying for s in rules[i].spans(start, until, self.zone)]
+            found = access.first_gap(access.merge(spans), start, until) is None
+            self._covered[(applying, end)] = found
+        return found
+
+
+def bind(job: Job, chosen: Sequence[Gpu], store: Store) -> list[TaskSpec]:
+    """Render a count-only job's tasks for the GPUs admission chose."""
+    by_host: dict[str, list[GpuSlot]] = {}
+    for gpu in chosen:
+        found = store.inventory.host(gpu.host)
+        address = found.address if found else gpu.host
+        by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, address, gpu.index, gpu.uuid))
+    layout = [(host, slots[0].address, slots) for host, slots in by_host.items()]
+    return render_tasks(replace(job, options=template_options(job.options)), layout)
+
+
+def _reserved_soon(job: Job, snap: Snapshot, before: float) -> str | None:
+    """Why a running queued job must make way: a reservation on its GPUs begins soon."""
+    for uuid in job.gpus:
+        state = snap.gpus.get(uuid)
+        if state is not None and state.free_until <= before:
+            when = datetime.fromtimestamp(state.free_until, UTC)
+            return f"{state.ref} is reserved from {when:%Y-%m-%d %H:%M:%S} UTC; back in the queue"
+    return None
+
+
+def _span(span: timedelta) -> str:
+    """A duration as people write it: 90m -> 1h 30m."""
+    minutes = round(span.total_seconds() / 60)
+    if minutes < 1:
+        return f"{round(span.total_seconds())}s"
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
+    return " ".join(parts)
+
+
+def _cause(job: Job) -> str:
+    for task in job.tasks:
+        if task.last_error:
+            return f"task {task.index}: {task.last_error}"
+        if task.exit_status not in (None, 0):
+            return f"task {task.index} exited with status {task.exit_status}"
+    return f"the job {job.status}"
