@@ -7,7 +7,7 @@ p99. In their own process they take nothing from the server but the CPU the mach
 
 The server's side (`Courier`) starts the process on first use and writes length-prefixed
 pickled messages to its stdin (an asyncio pipe: it never waits for the process); the process
-(`main`, `python -m jupyter_gpuhive.integrations.courier`) answers on its stdout. Messages:
+(`main`, run by `python -c`) answers on its stdout. Messages:
 ("start", db_url, settings) → ("ready", 0); ("event", Event); ("forget", webhook_id);
 ("flush", n) → ("flushed", n); ("stop",). The process ends on "stop" or when its stdin
 closes (the server ended, however it ended), after cancelling what is in flight and writing
@@ -87,7 +87,8 @@ class Courier:
                         self._process.returncode)  # fmt: skip
         paths = [PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", __name__,
+            sys.executable, "-c", f"from {__name__} import main; main()",  # not -m: runpy
+            # would run a second copy of this module, already imported with its package
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
         )  # fmt: skip

@@ -106,6 +106,7 @@ class Webhooks:
         self.run = run
         self.now = clock
         self._endpoints: list[Webhook] | None = None
+        self._changes = 0  # bumped by every add and remove; a read begun before one is stale
         self.courier = Courier(rows.db.url, settings)
 
     # --- endpoints ----------------------------------------------------------------------
@@ -144,14 +145,29 @@ class Webhooks:
         made = await self.run(
             self.rows.add_webhook, who.name, site, url, secret, fmt, events, self.now()
         )
-        self._endpoints = None
+        self._changed()
         await self.courier.ready()  # warm before the first event
         return describe(made, with_secret=True)
 
+    def _changed(self) -> None:
+        self._changes += 1
+        self._endpoints = None
+
     async def endpoints(self) -> list[Webhook]:
-        if self._endpoints is None:
-            self._endpoints = await self.run(self.rows.webhooks)
-        return self._endpoints
+        """Every endpoint, cached until one is added or removed.
+
+        A read that an add or remove overtook is done again: kept, it would hide the new
+        endpoint from every later event (seen under load, when reading is slow).
+        """
+        cached = self._endpoints
+        if cached is not None:
+            return cached
+        began = self._changes
+        found: list[Webhook] = await self.run(self.rows.webhooks)
+        if began == self._changes:
+            self._endpoints = found
+            return found
+        return await self.endpoints()
 
     async def listed(self, who: Identity) -> list[dict[str, Any]]:
         """The requester's endpoints (admins: all), URLs masked, no secrets."""
@@ -166,7 +182,7 @@ class Webhooks:
     async def remove(self, who: Identity, webhook_id: int) -> None:
         await self.owned(who, webhook_id)
         await self.run(self.rows.delete_webhook, webhook_id)
-        self._endpoints = None
+        self._changed()
         self.courier.forget(webhook_id)
 
     async def log(self, who: Identity, webhook_id: int, limit: int) -> list[dict[str, Any]]:

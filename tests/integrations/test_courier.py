@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings
+from jupyter_gpuhive.model.core import Identity
+from jupyter_gpuhive.model.requests import WebhookRequest
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
 from jupyter_gpuhive.store.webhooks import Webhook
@@ -140,3 +142,35 @@ async def test_stop_ends_the_process_and_leaves_unfinished_deliveries_pending(
         (done,) = await asyncio.to_thread(rows.deliveries, fine.id, None, 10)
         assert done.state == "delivered" and done.attempts == 1
         hanging.release.set()
+
+
+async def test_an_endpoint_added_while_the_list_is_being_read_still_gets_events(
+    service: Service,
+) -> None:
+    """The list read for an event that overtook an add must not be kept as the cache."""
+    webhooks = service.webhooks
+    plain_run = webhooks.run
+    read_done, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_reads(fn: Any, *args: Any) -> Any:
+        result = await plain_run(fn, *args)
+        if fn == service.rows.webhooks and not go_on.is_set():
+            read_done.set()  # the old list (no endpoint yet) is read; hold it back
+            await go_on.wait()
+        return result
+
+    webhooks.run = slow_reads
+    with receiving(Receiver()) as hook:
+        early = asyncio.create_task(service.emit("before the endpoint existed"))
+        await read_done.wait()
+        added = await webhooks.add(
+            Identity("alice"), WebhookRequest(hook.url, events=("reservation.created",))
+        )
+        go_on.set()
+        assert await early == 1  # the overtaken read is done again, and finds the endpoint
+        hook.secret = added["secret"]
+        assert [w.id for w in await webhooks.endpoints()] == [added["id"]]
+        assert await service.emit("after") == 1
+        await hook.until(2)
+        assert {e["data"]["n"] for e in hook.new_events} == {"before the endpoint existed", "after"}
+        assert all(r.signed for r in hook.requests)
