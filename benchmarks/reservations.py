@@ -70,7 +70,7 @@ def seed(url: str, count: int) -> int:
                  "created_at": NOW, "flagged": False}
             )  # fmt: skip
             links.append(
-                {"reservation_id": rid, "gpu_id": gid, "start_at": cursor,
+                {"reservation_id": rid, "gpu_id": gid, "device_id": gid, "start_at": cursor,
                  "end_at": cursor + length, "cancelled": False}
             )  # fmt: skip
             cursor += length

@@ -13,10 +13,13 @@ from .core import (
     HostDecl,
     Identity,
     Reservation,
+    SliceDecl,
     describe_duration,
     isoformat,
     parse_duration,
     parse_instant,
+    slice_name,
+    units_conflict,
     utcnow,
 )
 
@@ -28,9 +31,12 @@ __all__ = [
     "HostDecl",
     "Identity",
     "Reservation",
+    "SliceDecl",
     "describe_duration",
     "isoformat",
     "parse_duration",
     "parse_instant",
+    "slice_name",
+    "units_conflict",
     "utcnow",
 ]

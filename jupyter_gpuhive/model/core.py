@@ -101,7 +101,12 @@ class Identity:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU of the inventory; `ref` ('host:index') is how people name it."""
+    """A bookable unit: a whole GPU, or a MIG slice of one (`parent_id` set).
+
+    `ref` is how people name it: 'host:index' for a GPU, 'host:index/migGI' (or
+    'host:index/migGI.CI' when the compute instance is not 0) for a slice; a slice's index,
+    host and model are its parent's, its uuid the MIG UUID.
+    """
 
     id: int
     host: str
@@ -109,20 +114,75 @@ class Gpu:
     uuid: str
     model: str | None = None
     memory_mib: int | None = None
+    parent_id: int | None = None
+    profile: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
     ref: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ref", f"{self.host}:{self.index}")
+        ref = f"{self.host}:{self.index}"
+        if self.parent_id is not None:
+            ref += f"/{slice_name(self.gpu_instance_id, self.compute_instance_id)}"
+        object.__setattr__(self, "ref", ref)
+
+    @property
+    def is_slice(self) -> bool:
+        """Whether this is a MIG slice (not a whole GPU)."""
+        return self.parent_id is not None
+
+    @property
+    def device_id(self) -> int:
+        """The id of the physical GPU: the parent's for a slice, its own for a GPU."""
+        return self.id if self.parent_id is None else self.parent_id
+
+    @property
+    def parent_ref(self) -> str:
+        """'host:index' of the physical GPU."""
+        return f"{self.host}:{self.index}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.ref,
             "host": self.host,
             "index": self.index,
             "uuid": self.uuid,
             "model": self.model,
             "memory_mib": self.memory_mib,
+            "kind": "slice" if self.is_slice else "gpu",
         }
+        if self.is_slice:
+            out["parent"] = self.parent_ref
+            out["profile"] = self.profile
+            out["gpu_instance_id"] = self.gpu_instance_id
+            out["compute_instance_id"] = self.compute_instance_id
+        return out
+
+
+def slice_name(gpu_instance_id: int | None, compute_instance_id: int | None) -> str:
+    """The part of a slice's ref after '/': 'mig5' (CI 0) or 'mig5.1'."""
+    ci = compute_instance_id or 0
+    return f"mig{gpu_instance_id}" if ci == 0 else f"mig{gpu_instance_id}.{ci}"
+
+
+def units_conflict(a: Gpu, b: Gpu) -> bool:
+    """Whether two bookable units cannot be booked at the same time.
+
+    A whole GPU conflicts with itself and with each of its slices (both ways); a slice with
+    itself; two different slices of one GPU do not conflict.
+    """
+    return a.device_id == b.device_id and (a.id == b.id or not a.is_slice or not b.is_slice)
+
+
+@dataclass(frozen=True)
+class SliceDecl:
+    """A MIG slice as discovered on a host (nvidia-smi -L and -q -x)."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    uuid: str
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +193,7 @@ class GpuDecl:
     uuid: str
     model: str | None = None
     memory_mib: int | None = None
+    slices: tuple[SliceDecl, ...] | None = None  # None: not looked at (slices stay as they are)
 
 
 @dataclass(frozen=True)
@@ -158,6 +219,14 @@ class Host:
     user: str | None
     transport: str
     gpus: tuple[Gpu, ...]
+    slices: tuple[Gpu, ...] = ()  # the live MIG slices, by parent index, GI, CI
+
+    def units(self) -> list[Gpu]:
+        """Every bookable unit: each GPU followed by its slices."""
+        by_parent: dict[int, list[Gpu]] = {}
+        for part in self.slices:
+            by_parent.setdefault(part.device_id, []).append(part)
+        return [unit for gpu in self.gpus for unit in (gpu, *by_parent.get(gpu.id, ()))]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,6 +236,7 @@ class Host:
             "user": self.user,
             "transport": self.transport,
             "gpus": [gpu.to_json() for gpu in self.gpus],
+            "slices": [part.to_json() for part in self.slices],
         }
 
 

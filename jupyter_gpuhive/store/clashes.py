@@ -11,14 +11,14 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
-from ..model import Gpu
+from ..model import Gpu, units_conflict
 from .database import EXCLUSION_VIOLATION, sqlstate
 from .schema import reservation_gpus, reservations
 
 
 @dataclass(frozen=True)
 class Clash:
-    """An existing reservation that overlaps a requested one on one GPU."""
+    """An existing reservation that overlaps a requested one on one GPU or slice."""
 
     reservation_id: int
     owner: str
@@ -65,13 +65,19 @@ def find_clashes(
     end: datetime,
     exclude: int | None = None,
 ) -> list[Clash]:
-    """Live reservations overlapping [start, end) on any of `gpu_ids` (`gpu`: id -> Gpu)."""
+    """Live reservations overlapping [start, end) on any of `gpu_ids` (`gpu`: id -> Gpu).
+
+    A unit is in the way of another on the same physical GPU when either is the whole GPU or
+    both are the same slice (model.units_conflict; the database's overlap rule is the same).
+    """
+    units = [gpu(g) for g in gpu_ids]
+    devices = {u.device_id for u in units}
     rg, r = reservation_gpus, reservations
     query = (
         select(rg.c.gpu_id, r.c.id, r.c.owner, r.c.title, r.c.start_at, r.c.end_at)
         .join(r, r.c.id == rg.c.reservation_id)
         .where(
-            rg.c.gpu_id.in_(list(gpu_ids)),
+            rg.c.device_id.in_(list(devices)),
             rg.c.cancelled.is_(False),
             rg.c.start_at < end,
             rg.c.end_at > start,
@@ -80,7 +86,9 @@ def find_clashes(
     )
     if exclude is not None:
         query = query.where(rg.c.reservation_id != exclude)
-    return [
-        Clash(row.id, row.owner, row.title, gpu(row.gpu_id), row.start_at, row.end_at)
-        for row in conn.execute(query)
-    ]
+    clashes = []
+    for row in conn.execute(query):
+        booked = gpu(row.gpu_id)
+        if any(units_conflict(booked, unit) for unit in units):
+            clashes.append(Clash(row.id, row.owner, row.title, booked, row.start_at, row.end_at))
+    return clashes

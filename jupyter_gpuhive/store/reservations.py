@@ -155,6 +155,7 @@ class Reservations:
                     {
                         "reservation_id": rid,
                         "gpu_id": gid,
+                        "device_id": self.inventory.gpu_by_id(gid).device_id,
                         "start_at": start,
                         "end_at": end,
                         "cancelled": False,
@@ -226,6 +227,7 @@ class Reservations:
                         {
                             "reservation_id": reservation_id,
                             "gpu_id": g,
+                            "device_id": self.inventory.gpu_by_id(g).device_id,
                             "start_at": start,
                             "end_at": end,
                             "cancelled": cancelled,

@@ -116,16 +116,56 @@ def _snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
               "violation_actions": violation_actions}  # fmt: skip
     with store.db.read() as conn:
         return {
-            name: [tuple(row) for row in conn.execute(select(table).order_by(*table.primary_key))]
+            name: [
+                tuple(row)
+                for row in conn.execute(
+                    # device_id: added by 0010, later than the schema this snapshot is taken of
+                    select(*(c for c in table.c if c.name != "device_id")).order_by(
+                        *table.primary_key
+                    )
+                )
+            ]
             for name, table in tables.items()
         }
+
+
+def old_reservation(store: Store, hours: int) -> int:
+    """A reservation of gpu1:0 written in the old schema's columns (the store writes newer ones)."""
+    start = BASE + timedelta(hours=2 * hours)
+    times = {"s": start, "e": start + timedelta(hours=1)}
+    with store.db.writer.begin() as conn:
+        conn.execute(_OLD_RESERVATION, times)
+        rid = int(conn.execute(text("SELECT max(id) FROM reservations")).scalar_one())
+        gid = conn.execute(text("SELECT id FROM gpus WHERE idx = 0")).scalar_one()
+        conn.execute(_OLD_ROW, {"r": rid, "g": gid, **times})
+    return rid
+
+
+_OLD_RESERVATION = text(
+    "INSERT INTO reservations (owner, title, description, start_at, end_at, created_at, flagged) "
+    "VALUES ('bob', 't', '', :s, :e, :s, false)"
+).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
+_OLD_ROW = text(
+    "INSERT INTO reservation_gpus (reservation_id, gpu_id, start_at, end_at, cancelled) "
+    "VALUES (:r, :g, :s, :e, false)"
+).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
 
 
 def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
     old = Store(db_url)
     old.db.migrate(BEFORE)
-    old.inventory.sync(parse_hosts(HOSTS))
-    booked = [new_reservation(old, hours) for hours in range(3)]
+    with old.db.writer.begin() as conn:  # the inventory as the old schema holds it
+        conn.execute(
+            text(
+                "INSERT INTO hosts (name, address, port, transport, declared, created_at) "
+                "VALUES ('gpu1', '127.0.0.1', 22, 'local', true, :t)"
+            ).bindparams(bindparam("t", type_=UTCDateTime)),
+            {"t": BASE},
+        )
+        conn.execute(
+            text("INSERT INTO gpus (host_id, idx, uuid) SELECT id, 0, 'GPU-old-0' FROM hosts")
+        )
+    booked = [old_reservation(old, hours) for hours in range(3)]
     new_rule(old, "a")
     job = old.jobs.create(NewJob(name="j", owner="alice", command="true"), [])
     with old.db.writer.begin() as conn:  # a task row, which points at its job
@@ -157,8 +197,9 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
         gpu = store.inventory.gpu("gpu1:0")
         assert gpu is not None
         clash = text(
-            "INSERT INTO reservation_gpus (reservation_id, gpu_id, start_at, end_at, cancelled) "
-            "VALUES (:r, :g, :s, :e, false)"
+            "INSERT INTO reservation_gpus "
+            "(reservation_id, gpu_id, device_id, start_at, end_at, cancelled) "
+            "VALUES (:r, :g, :g, :s, :e, false)"
         ).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
         with pytest.raises(IntegrityError), store.db.writer.begin() as conn:
             conn.execute(

@@ -43,8 +43,9 @@ _NEW_RESERVATION = text(
     "VALUES ('mallory', 'sneaky', '', :s, :e, :s, false)"
 ).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
 _NEW_ROW = text(
-    "INSERT INTO reservation_gpus (reservation_id, gpu_id, start_at, end_at, cancelled) "
-    "VALUES (:rid, :gid, :s, :e, :c)"
+    "INSERT INTO reservation_gpus "
+    "(reservation_id, gpu_id, device_id, start_at, end_at, cancelled) "
+    "VALUES (:rid, :gid, :gid, :s, :e, :c)"
 ).bindparams(bindparam("s", type_=UTCDateTime), bindparam("e", type_=UTCDateTime))
 
 
@@ -250,6 +251,11 @@ def test_migrations_match_the_schema(db_url: str) -> None:
                 assert triggers == [
                     "reservation_gpus_no_overlap_insert",
                     "reservation_gpus_no_overlap_update",
+                    "reserved_monthly_stale_r_delete",
+                    "reserved_monthly_stale_r_update",
+                    "reserved_monthly_stale_rg_delete",
+                    "reserved_monthly_stale_rg_insert",
+                    "reserved_monthly_stale_rg_update",
                 ]
     finally:
         engine.dispose()

@@ -1,4 +1,5 @@
-"""Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002)."""
+"""Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
+0010)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
+    text,
 )
 
 from .base import UTCDateTime, metadata
@@ -33,6 +34,9 @@ hosts = Table(
     Column("last_seen_at", UTCDateTime),
 )
 
+# Bookable units: physical GPUs (parent_id NULL) and their MIG slices (migration 0010). A slice is
+# known by (parent, GI, CI, profile); a re-partition that removes it sets removed_at (its old
+# reservations still point at it), one that brings it back clears it.
 gpus = Table(
     "gpus",
     metadata,
@@ -42,7 +46,20 @@ gpus = Table(
     Column("uuid", String(96), nullable=False, unique=True),
     Column("model", String(128)),
     Column("memory_mib", Integer),
-    UniqueConstraint("host_id", "idx"),
+    Column("parent_id", Integer, ForeignKey("gpus.id")),
+    Column("gpu_instance_id", Integer),
+    Column("compute_instance_id", Integer),
+    Column("profile", String(32)),
+    Column("removed_at", UTCDateTime),
+    Index(
+        "uq_gpus_host_id_idx",
+        "host_id",
+        "idx",
+        unique=True,
+        sqlite_where=text("parent_id IS NULL"),
+        postgresql_where=text("parent_id IS NULL"),
+    ),
+    Index(None, "parent_id"),
 )
 
 users = Table(
@@ -91,11 +108,15 @@ reservation_gpus = Table(
         nullable=False,
     ),
     Column("gpu_id", Integer, ForeignKey("gpus.id"), nullable=False),
+    # The physical GPU of the booked unit (gpu_id itself, or a slice's parent): a whole GPU
+    # conflicts with its slices through it (migration 0010).
+    Column("device_id", Integer, ForeignKey("gpus.id"), nullable=False),
     Column("start_at", UTCDateTime, nullable=False),
     Column("end_at", UTCDateTime, nullable=False),
     Column("cancelled", Boolean, nullable=False, default=False),
     PrimaryKeyConstraint("reservation_id", "gpu_id"),
     Index(None, "gpu_id", "start_at"),
+    Index(None, "device_id", "start_at"),
 )
 
 # Single-row bookkeeping: the longest reservation ever stored bounds window queries.
