@@ -17,6 +17,7 @@ up to cli each may also import model and errors):
     jobs                                  bookings, monitor, hosts, store, privacy
     integrations                          jobs, store
     protection                            integrations, monitor, hosts, store
+    kernels                               bookings, jobs, protection, hosts, store
     hive                                  every service above (the composition root)
     server                                hive and the services (never notebook, widgets)
     notebook                              model, hosts.guidance (the kernel side)
@@ -41,7 +42,9 @@ ROOT = Path(jupyter_gpuhive.__file__).resolve().parent
 
 # What each top-level package (or module) may import besides itself; an entry names a
 # package, or one module of it ("hosts.guidance"). The module docstring draws the layers.
-SERVICES = {"bookings", "jobs", "monitor", "protection", "integrations", "hosts", "store"}
+SERVICES = {
+    "bookings", "jobs", "monitor", "protection", "integrations", "hosts", "store", "kernels",
+}  # fmt: skip
 LAYERS: dict[str, set[str]] = {
     "_version": set(),
     "errors": set(),
@@ -55,6 +58,7 @@ LAYERS: dict[str, set[str]] = {
     "jobs": {"errors", "model", "privacy", "store", "hosts", "monitor", "bookings"},
     "integrations": {"errors", "model", "store", "jobs"},
     "protection": {"errors", "model", "store", "hosts", "monitor", "integrations"},
+    "kernels": {"errors", "model", "store", "hosts", "bookings", "jobs", "protection"},
     "hive": {"errors", "model", "privacy", *SERVICES},
     "server": {"_version", "errors", "model", "privacy", "hive", *SERVICES},
     "notebook": {"model", "hosts.guidance"},

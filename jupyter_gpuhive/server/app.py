@@ -170,6 +170,13 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
     hive: Hive | None = None
     _watcher: HostsFileWatcher | None = None
 
+    def _link_jupyter_server_extension(self, serverapp: Any) -> None:
+        super()._link_jupyter_server_extension(serverapp)
+        if self.kernel_specs and not self.service_url:  # before the server builds its managers
+            from .kernelspecs import mix
+
+            mix(serverapp)
+
     def initialize_settings(self) -> None:
         self.settings["gpuhive_note"] = self.sidebar_note
         if self.service_url:
@@ -197,6 +204,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
 
             self.hive.integrations.publish_lab = publish_availability
         self.settings["gpuhive"] = self.hive
+        from .kernelspecs import attach
+
+        attach(self.serverapp, self.hive)
         self.log.info(
             "gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(settings.hosts)
         )
