@@ -292,6 +292,37 @@ class GpuHiveConfig(LoggingConfigurable):
         "users who turned them on (PUT digest).",
     ).tag(config=True)
 
+    kernel_specs = Bool(
+        True,
+        help="Offer a kernelspec 'Python on my reservation …' for each active or upcoming "
+        "reservation of the user (launcher and kernel picker); its kernel runs on the "
+        "reservation's host and GPUs.",
+    ).tag(config=True)
+    kernel_warning_minutes = Float(
+        10.0,
+        help="Minutes before a reservation ends when its kernels' notebooks are warned (a Lab "
+        "notification, and a line in the running cell when the kernel is busy).",
+    ).tag(config=True)
+    kernel_end_policy = Unicode(
+        "shutdown",
+        help="What happens to a kernel when its reservation ends, unless its owner picks "
+        "another allowed policy: 'warn' (keep running), 'interrupt', 'shutdown', or 'extend' "
+        "(extend the reservation when its GPUs are free next, else kernel_end_fallback).",
+    ).tag(config=True)
+    kernel_end_policies = List(
+        Unicode(),
+        default_value=["warn", "interrupt", "shutdown", "extend"],
+        help="The end policies users may choose for their kernels.",
+    ).tag(config=True)
+    kernel_end_fallback = Unicode(
+        "shutdown",
+        help="The default policy when 'extend' finds the next slot taken (a user may choose "
+        "another allowed one).",
+    ).tag(config=True)
+    kernel_extend_by = Unicode(
+        "30m", help="How much longer the 'extend' end policy makes a reservation each time."
+    ).tag(config=True)
+
     @default("ssh_key")
     def _default_key(self) -> str:
         return str(Path(jupyter_data_dir()) / "gpuhive" / "ssh" / "id_ed25519")
@@ -314,7 +345,7 @@ class GpuHiveConfig(LoggingConfigurable):
 
     @validate(
         "min_reservation", "max_reservation", "booking_horizon", "past_grace",
-        "feed_keep_cancelled", "feed_past", "feed_ahead",
+        "feed_keep_cancelled", "feed_past", "feed_ahead", "kernel_extend_by",
     )  # fmt: skip
     def _check_duration(self, proposal: dict[str, Any]) -> str:
         try:
