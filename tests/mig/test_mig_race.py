@@ -1,0 +1,13 @@
+"""Whole-GPU and slice bookings racing on both databases: no double booking gets in."""
+
+from __future__ import annotations
+
+from benchmarks.fixtures.mig_race import race
+
+
+def test_whole_gpu_and_slice_bookings_race_without_overlap(db_url: str) -> None:
+    result = race(db_url, workers=8, rounds=25)
+    assert result.errors == 0, result
+    assert result.attempts == 200
+    assert result.booked > 10 and result.refused > 10, result  # a real race: both happened
+    assert result.double_bookings == 0, result
