@@ -20,6 +20,7 @@ from .bookings.service import Bookings
 from .hosts.pool import HostPool, SshSettings
 from .integrations import Integrations, IntegrationSettings
 from .jobs.service import Jobs
+from .kernels.registry import KernelRegistry
 from .model import HostDecl, utcnow
 from .monitor.accounting import Meter
 from .monitor.service import Monitor
@@ -90,6 +91,10 @@ class Hive:
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
             max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
             user_of=lambda unix: unix_names.get(unix, unix),
+        )  # fmt: skip
+        self.kernels = KernelRegistry(
+            self.store, self.pool, self.run, identity_of=identity_of,
+            unix_user=self.protection.unix_user, zone=s.policy.zone,
         )  # fmt: skip
         self.integrations.ongoing = self.protection.ongoing
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage

@@ -254,6 +254,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
             from .kernel_tokens import SETTING, install
 
             serverapp.web_app.settings[SETTING] = install(serverapp, HiveHandler.gpuhive_user)
+            from .kernel_guard import install as guard_kernels
+
+            guard_kernels(serverapp, self.hive, HiveHandler.gpuhive_user)
             await self.hive.start()
             if self._watcher is not None:
                 self._watcher.start()

@@ -1,0 +1,1 @@
+"""Kernels on reservations: the provisioner, its registry, remote launch, specs, lifecycle."""

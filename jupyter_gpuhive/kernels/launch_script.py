@@ -1,0 +1,107 @@
+"""The kernel's side of a launch: run on the GPU host by the kernel's interpreter (stdlib only).
+
+gpuhive runs this file's source as ``PYTHON -c SOURCE boot`` (as the reservation's owner,
+over SSH or locally) and writes one JSON line to its stdin:
+``{"key", "signature_scheme", "env", "inherit", "dir", "cwd"}``. Nothing secret is on a
+command line: the HMAC key comes on stdin and goes into a 0600 connection file.
+
+``boot`` checks that ipykernel can be imported, makes (or, on a restart, re-checks) a private
+0700 directory for the kernel's Unix sockets, writes the connection file (transport ``ipc``,
+fixed socket names), builds the kernel's whole environment (the login environment when
+``inherit``, else nothing; then ``env``; then ``JPY_PARENT_PID``, the process that started
+this one: the kernel exits about a second after that process is gone, e.g. when the SSH
+connection drops) and replaces itself (``execve``, same pid) with ``run``. ``run`` starts
+ipykernel, and once its sockets are bound prints one marked line with its pid, process group
+and directory. Failures print a marked line with a code: gpuhive turns it into a sentence.
+"""
+
+import json
+import os
+import stat
+import sys
+import tempfile
+
+MARK = "GPUHIVE-KERNEL"
+SOCKET_NAME = "k"  # sockets are DIR/k-1 … DIR/k-5 (ZMQ ipc names them IP-PORT)
+PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
+
+
+def say(kind, fd=1, **fields):
+    """One marked line on stdout (or `fd`) for gpuhive to read."""
+    os.write(fd, f"\n{MARK}-{kind} {json.dumps(fields)}\n".encode())
+
+
+def fail(code, **fields):
+    say("ERROR", code=code, python=sys.executable, **fields)
+    sys.exit(3)
+
+
+def private_dir(wanted):
+    """A 0700 directory of ours: `wanted` when it is one (a restart), else a new one."""
+    if wanted:
+        try:
+            info = os.lstat(wanted)
+        except OSError:
+            info = None
+        if info is not None:
+            mine = info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode)
+            if not mine or info.st_mode & 0o077:
+                fail("bad-dir", dir=wanted)
+            return wanted
+    return tempfile.mkdtemp(prefix="gpuhive-kernel-")  # mode 0700, a name nobody guesses
+
+
+def boot():
+    try:
+        config = json.loads(sys.stdin.readline())
+    except ValueError:
+        fail("bad-input")
+    try:
+        import importlib.util
+
+        found = importlib.util.find_spec("ipykernel") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        fail("no-ipykernel")
+    folder = private_dir(config.get("dir"))
+    connection = {"transport": "ipc", "ip": os.path.join(folder, SOCKET_NAME), **PORTS,
+                  "key": config["key"], "signature_scheme": config["signature_scheme"],
+                  "kernel_name": ""}  # fmt: skip
+    path = os.path.join(folder, "connection.json")
+    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(connection, out)
+    os.replace(path + ".new", path)
+    env = dict(os.environ) if config.get("inherit") else {}
+    env.update(config.get("env") or {})
+    env["JPY_PARENT_PID"] = str(os.getppid())
+    cwd = config.get("cwd") or env.get("HOME") or "/"
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir("/")
+    source = config["source"]
+    os.execve(sys.executable, [sys.executable, "-c", source, "run", path], env)  # noqa: S606
+
+
+def run(path):
+    if sys.path and sys.path[0] in ("", "."):
+        del sys.path[0]  # as ipykernel_launcher: the working directory is not a module path
+    from ipykernel.kernelapp import IPKernelApp
+
+    out = os.dup(1)  # ipykernel takes over fd 1 (its output goes to iopub from now on)
+    app = IPKernelApp.instance()
+    app.initialize(["-f", path])  # binds the sockets (Unix sockets in the private directory)
+    say("READY", out, pid=os.getpid(), pgid=os.getpgid(0), dir=os.path.dirname(path))
+    os.close(out)
+    app.start()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["boot"]:
+        boot()
+    elif sys.argv[1:2] == ["run"]:
+        run(sys.argv[2])
+    else:
+        fail("bad-input")

@@ -1,0 +1,251 @@
+"""The `gpuhive` kernel provisioner: a notebook's kernel on its reservation's host and GPUs.
+
+A kernelspec selects it with
+``"metadata": {"kernel_provisioner": {"provisioner_name": "gpuhive",
+"config": {"reservation_id": 7}}}`` (optionally ``"host"`` for a reservation on several
+hosts; by default the host with most of its GPUs). The spec's argv is not used: the kernel is
+ipykernel under the host's `kernel_python` (a path or a conda environment's name; default:
+this server's interpreter path), started by `launch_script.py`.
+
+The first launch fixes the kernel's owner: the user of the request that starts it (jupyter_
+server passes no user to kernel managers; `KernelRegistry.requester` reads the request's
+CallContext), who must own the reservation. The kernel runs as the reservation owner's UNIX
+user, with CUDA_VISIBLE_DEVICES set to the reserved GPUs' UUIDs (MIG UUIDs for slices) and
+CUDA_DEVICE_ORDER=PCI_BUS_ID, and an explicit environment: the host's login environment (over
+SSH; a fixed base on `local`), the host's `env`, the spec's `env`, and of the server's launch
+environment only GPUHIVE_URL/GPUHIVE_TOKEN (the owner's own kernel token) and
+JPY_SESSION_NAME. Later launches (restarts) re-check the requester (owner or admin) and the
+reservation's times. Interrupts and kills are signals to the kernel's process group on the
+host. A lost connection makes `poll` report an exit and the kernel is declared dead (no
+auto-restart onto a host that cannot be reached) with the reason in the registry and the
+server's kernel model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal as signals
+import sys
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Float, Integer, Unicode
+
+from ..errors import HiveError, Invalid, Unavailable
+from ..model import utcnow
+from . import registry as registries
+from .registry import DEAD, ENDED, KernelRecord, KernelRegistry
+from .remote import PORTS, KernelProcess, Launch, LocalKernel, SshKernel
+
+log = logging.getLogger(__name__)
+
+PASSED_ON = ("GPUHIVE_URL", "GPUHIVE_TOKEN", "JPY_SESSION_NAME")  # of the launch environment
+RESERVATION_ENV = "GPUHIVE_RESERVATION_ID"  # a reservation chosen at start time (env=…)
+
+
+def find_registry(provisioner: Any) -> KernelRegistry:
+    """The registry of the server that runs this provisioner (its kernel manager carries it)."""
+    node = provisioner
+    while node is not None:
+        found = getattr(node, "gpuhive_kernels", None)
+        if isinstance(found, KernelRegistry):
+            return found
+        node = getattr(node, "parent", None)
+    if registries.ACTIVE is not None:
+        return registries.ACTIVE
+    raise Unavailable(
+        "Kernels on reservations need the gpuhive server extension with its own hosts "
+        "(not a client-mode server)."
+    )
+
+
+class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+    """Starts the kernel on the reservation's host, as its owner, on its GPUs."""
+
+    reservation_id = Integer(
+        None, allow_none=True, config=True,
+        help="The reservation whose host and GPUs the kernel uses.",
+    )  # fmt: skip
+    host = Unicode(None, allow_none=True, config=True,
+                   help="Which host of a reservation on several (default: most GPUs).")  # fmt: skip
+    launch_timeout = Float(60.0, config=True, help="Seconds a kernel may take to start.")
+
+    _kernel: KernelProcess | None = None
+    _record: KernelRecord | None = None
+    _running = False
+    _dead_reason: str | None = None
+
+    @property
+    def has_process(self) -> bool:
+        return self._running
+
+    # --- launching ----------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        registry = find_registry(self)
+        who = registry.requester()
+        env_in: dict[str, str] = dict(kwargs.pop("env", None) or {})
+        kwargs.pop("extra_arguments", None)
+        if self._record is None:
+            rid = self.reservation_id
+            if rid is None and env_in.get(RESERVATION_ENV, "").isdigit():
+                rid = int(env_in[RESERVATION_ENV])
+            if rid is None:
+                raise Invalid("This kernelspec names no reservation (config.reservation_id).")
+            place = await registry.place(rid, who, self.host)
+            now = utcnow()
+            self._record = KernelRecord(
+                kernel_id=str(self.kernel_id), owner=place.reservation.owner,
+                unix_user=place.unix_user, reservation_id=rid, host=place.host.name,
+                gpus=tuple(g.ref for g in place.gpus),
+                gpu_uuids=tuple(g.uuid for g in place.gpus), started_at=now, launched_at=now,
+            )  # fmt: skip
+        else:
+            record = self._record
+            try:
+                if who is not None and not registries.is_internal():
+                    registry.check(record.kernel_id, who, "restart")
+                registry.check_time(await registry.reservation(record.reservation_id))
+            except HiveError as error:  # the old process is gone by now: so is the kernel
+                registry.ended(record.kernel_id, DEAD, f"not restarted: {error}")
+                raise
+            registry.restarting(record.kernel_id)
+        kwargs["env"] = self._kernel_env(env_in)
+        kwargs["cmd"] = ["ipykernel", "on", self._record.host]  # shown in logs; not run
+        return kwargs
+
+    def _kernel_env(self, env_in: dict[str, str]) -> dict[str, str]:
+        assert self._record is not None
+        env = {k: str(v) for k, v in (getattr(self.kernel_spec, "env", None) or {}).items()}
+        env.update({k: env_in[k] for k in PASSED_ON if env_in.get(k)})
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self._record.gpu_uuids)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["GPUHIVE_KERNEL_RESERVATION"] = str(self._record.reservation_id)
+        return env
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        registry = find_registry(self)
+        record = self._record
+        assert record is not None
+        decl = registry.pool.hosts.get(record.host)
+        if decl is None:
+            raise Unavailable(f"Host {record.host} is not configured any more.")
+        python = str(decl.extra.get("kernel_python") or sys.executable)
+        km = self.parent
+        key = km.session.key if km is not None else b""
+        scheme = km.session.signature_scheme if km is not None else "hmac-sha256"
+        launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
+                        key.decode(), scheme, self.launch_timeout)  # fmt: skip
+        if self._kernel is None or self._kernel.lost:
+            self._kernel = (LocalKernel(launch) if decl.transport == "local"
+                            else SshKernel(launch, registry.pool))  # fmt: skip
+        kernel = self._kernel
+        try:
+            await kernel.start(launch)
+        except BaseException as error:
+            await kernel.close()
+            self._kernel = None
+            if registry.get(record.kernel_id) is None:
+                self._record = None  # a first launch: the next try places it afresh
+            else:
+                registry.ended(record.kernel_id, DEAD, f"the restart failed: {error}")
+            raise
+        self._running, self._dead_reason = True, None
+        first = record.pid is None and record.restarts == 0
+        record.pid, record.pgid = kernel.pid, kernel.pgid
+        if not first:
+            record.restarts += 1
+            record.launched_at = utcnow()
+        record.control = _Control(self)
+        registry.launched(record)
+        self.connection_info = {
+            "transport": "ipc", "ip": kernel.address, **PORTS, "key": key,
+            "signature_scheme": scheme,
+        }  # fmt: skip
+        return self.connection_info
+
+    # --- the process --------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        kernel = self._kernel
+        if kernel is None or not self._running:
+            return 0
+        code = kernel.exit_status()
+        if code is not None and kernel.lost and self._dead_reason is None:
+            await self._declare_dead(kernel.lost)
+        return code
+
+    async def _declare_dead(self, reason: str) -> None:
+        """The connection is gone: no auto-restart; the registry and the model say why."""
+        self._dead_reason = reason
+        km = self.parent
+        restarter = getattr(km, "_restarter", None)
+        if restarter is not None:
+            restarter.restart_limit = 0  # the restarter's next poll reports it dead
+        if km is not None:
+            km.reason = f"Kernel dead: {reason}."
+        if self._record is not None:
+            find_registry(self).ended(self._record.kernel_id, DEAD, reason)
+        if self._kernel is not None:
+            await self._kernel.close()
+
+    async def wait(self) -> int | None:
+        while (code := await self.poll()) is None:  # noqa: ASYNC110 - polled, as LocalProvisioner
+            await asyncio.sleep(0.1)
+        self._running = False
+        return code
+
+    async def send_signal(self, signum: int) -> None:
+        if self._kernel is not None and self._running:
+            await self._kernel.signal(signum)
+
+    async def kill(self, restart: bool = False) -> None:
+        await self.send_signal(signals.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self.send_signal(signals.SIGTERM)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        kernel = self._kernel
+        self._running = False
+        if kernel is None:
+            return
+        if restart and not kernel.lost:
+            await kernel.end()
+            return
+        await kernel.close()
+        self._kernel = None
+        if self._record is not None and self._dead_reason is None:
+            find_registry(self).ended(self._record.kernel_id, ENDED, "shut down")
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        return max(recommended, 2.0)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info = await super().get_provisioner_info()
+        record = self._record
+        if record is not None:
+            info.update(reservation_id=record.reservation_id, host=record.host,
+                        owner=record.owner, pid=record.pid, pgid=record.pgid)  # fmt: skip
+        return info
+
+
+class _Control:
+    """What the registry may do to this provisioner's kernel."""
+
+    def __init__(self, provisioner: GpuHiveProvisioner) -> None:
+        self.provisioner = provisioner
+
+    async def signal(self, signum: int) -> None:
+        await self.provisioner.send_signal(signum)
+
+    async def stop(self) -> None:
+        await self.provisioner.kill()
+        try:
+            async with asyncio.timeout(5):
+                await self.provisioner.wait()
+        except TimeoutError:
+            pass
+        await self.provisioner.cleanup()

@@ -1,0 +1,396 @@
+"""Starting a kernel process on a GPU host as a user, and reaching its sockets safely.
+
+Over SSH (`SshKernel`) the kernel runs in a session of its own connection (the pool's key and
+known hosts, keepalive every second, so a silent host is noticed in about 4 s). Its ZMQ
+sockets are Unix sockets in a 0700 directory on the host, reachable only by its owner (and
+root); the server reaches them through SSH forwards that end in Unix sockets in a 0700
+directory of the server's own user. No TCP port is opened for the kernel on either machine,
+so nothing on the network, and no other local user of either machine, can connect to it; the
+HMAC key (sent on stdin, kept in 0600 files) still signs every message.
+
+On the `local` transport (`LocalKernel`) the kernel is started directly as the user (no
+intermediate process: its parent is this server, its JPY_PARENT_PID) with an explicit
+environment, and the server connects to its Unix sockets directly.
+
+The kernel's side is `launch_script.py`; its marked lines say when the sockets are bound
+(pid, process group, directory) or why it could not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import pwd
+import shlex
+import shutil
+import signal as signals
+import tempfile
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from ..errors import HiveError, Unavailable
+from ..hosts.environment import command_env
+from ..hosts.pool import HostPool
+from ..hosts.ssh import address, connect, explain
+from ..model import HostDecl
+from . import launch_script
+
+log = logging.getLogger(__name__)
+
+SCRIPT = Path(launch_script.__file__).read_text(encoding="utf-8")
+MARK = launch_script.MARK
+PORTS = launch_script.PORTS
+KEEPALIVE = 1.0  # seconds between SSH keepalives of a kernel's connection
+KEEPALIVE_MISSES = 3
+
+
+class LaunchError(HiveError):
+    """The kernel could not start on its host; the message says why and what to do."""
+
+    status = 503
+
+
+@dataclass
+class Launch:
+    """What a launch needs: where, as whom, with which interpreter, environment and key."""
+
+    host: HostDecl
+    user: str
+    python: str  # an interpreter's path, or a conda environment's name
+    env: dict[str, str]
+    key: str
+    signature_scheme: str
+    timeout: float = 60.0
+
+
+def python_command(python: str) -> str:
+    """Shell lines that set $PY to the interpreter (a path, or a conda env's name)."""
+    if "/" in python:
+        return f"PY={shlex.quote(python)}"
+    name = shlex.quote(python)
+    return (
+        f'PY=; base=$(conda info --base 2>/dev/null); for p in "$base/envs/"{name}"/bin/python" '
+        f'"$HOME/.conda/envs/"{name}"/bin/python"; do [ -x "$p" ] && {{ PY=$p; break; }}; done; '
+        f'[ {name} = base ] && [ -n "$base" ] && PY="$base/bin/python"; [ -n "$PY" ] || PY={name}'
+    )
+
+
+def shell_command(python: str) -> str:
+    """The host command: find the interpreter, then become the kernel (exec, same pid)."""
+    missing = f'echo; echo {MARK}-ERROR \'{{"code": "no-python"}}\'; exit 127'
+    return (
+        f'{python_command(python)}; [ -x "$PY" ] || {{ {missing}; }}; '
+        f'exec "$PY" -c {shlex.quote(SCRIPT)} boot'
+    )
+
+
+def describe_failure(code: str, launch: Launch, output: str) -> str:
+    """A marked failure as a sentence naming the host and the fix."""
+    where, py = launch.host.name, launch.python
+    conda = "/" not in py
+    if code == "no-python":
+        what = f"the conda environment {py!r}" if conda else f"the interpreter {py}"
+        return (
+            f"Cannot start a kernel on {where}: {what} does not exist there for user "
+            f"{launch.user}. Set the host's kernel_python to a Python with ipykernel."
+        )
+    if code == "no-ipykernel":
+        fix = f"conda install -n {py} ipykernel" if conda else f"{py} -m pip install ipykernel"
+        return (
+            f"Cannot start a kernel on {where}: ipykernel is not installed for {py}. "
+            f"Install it there with `{fix}` (or set the host's kernel_python to a Python "
+            "that has it)."
+        )
+    if code == "bad-dir":
+        return f"Cannot start a kernel on {where}: its socket directory is not private."
+    tail = output.strip()[-400:] or "no output"
+    return f"The kernel on {where} did not start ({code}): {tail}"
+
+
+class _Output:
+    """Reads a kernel's stdout+stderr: keeps the tail, finds the marked lines."""
+
+    def __init__(self) -> None:
+        self.tail: deque[str] = deque(maxlen=40)
+        self.marked: asyncio.Future[tuple[str, dict[str, Any]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    def line(self, text: str) -> None:
+        if text.startswith(MARK + "-"):
+            kind, _, rest = text[len(MARK) + 1 :].partition(" ")
+            try:
+                fields = json.loads(rest) if rest else {}
+            except ValueError:
+                fields = {}
+            if not self.marked.done():
+                self.marked.set_result((kind, fields))
+            return
+        if text:
+            self.tail.append(text)
+            log.debug("gpuhive kernel: %s", text)
+
+    def ended(self) -> None:
+        if not self.marked.done():
+            self.marked.set_result(("EXITED", {}))
+
+    def text(self) -> str:
+        return "\n".join(self.tail)
+
+
+class KernelProcess:
+    """A kernel process on a host: launch, exit status, signals, the sockets' address."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.dir: str | None = None  # the kernel's socket directory on its host
+        self.lost: str | None = None  # why the connection to the kernel is gone
+
+    @property
+    def address(self) -> str:
+        """The ZMQ ipc address prefix the server connects to (PREFIX-1 … PREFIX-5)."""
+        raise NotImplementedError
+
+    async def start(self, launch: Launch) -> None:
+        raise NotImplementedError
+
+    def exit_status(self) -> int | None:
+        raise NotImplementedError
+
+    async def signal(self, signum: int) -> None:
+        raise NotImplementedError
+
+    async def end(self) -> None:
+        """After the process has exited (or a restart's stop): drop what its launch made."""
+
+    async def close(self) -> None:
+        """Everything of this kernel goes: process, forwards, directories, connection."""
+
+    async def _await_ready(self, output: _Output, exited: Any) -> None:
+        try:
+            async with asyncio.timeout(self.launch.timeout):
+                kind, fields = await output.marked
+        except TimeoutError:
+            raise LaunchError(
+                f"The kernel on {self.launch.host.name} did not start within "
+                f"{self.launch.timeout:.0f} s: {output.text()[-400:] or 'no output'}"
+            ) from None
+        if kind == "READY":
+            self.pid, self.pgid, self.dir = fields["pid"], fields["pgid"], fields["dir"]
+            return
+        if kind == "EXITED":
+            await asyncio.sleep(0.05)
+            code = exited()
+            raise LaunchError(
+                f"The kernel on {self.launch.host.name} exited at once (status {code}): "
+                f"{output.text()[-400:] or 'no output'}"
+            )
+        raise LaunchError(describe_failure(str(fields.get("code")), self.launch, output.text()))
+
+    def _stdin(self, launch: Launch) -> str:
+        inherit = launch.host.transport != "local"
+        data = {"key": launch.key, "signature_scheme": launch.signature_scheme, "env": launch.env,
+                "inherit": inherit, "dir": self.dir, "source": SCRIPT}  # fmt: skip
+        return json.dumps(data) + "\n"
+
+
+class SshKernel(KernelProcess):
+    """A kernel in an SSH session of its own connection, its sockets forwarded."""
+
+    def __init__(self, launch: Launch, pool: HostPool) -> None:
+        super().__init__(launch)
+        self.pool = pool
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.process: asyncssh.SSHClientProcess[str] | None = None
+        self.local_dir = tempfile.mkdtemp(prefix="gpuhive-k-")  # 0700, the server's user
+        self.listeners: list[asyncssh.SSHListener] = []
+        self._closing = False
+        self._reader: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Future[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return os.path.join(self.local_dir, launch_script.SOCKET_NAME)
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        if self.conn is not None and not self.conn.is_closed():
+            return self.conn
+        decl, user = self.launch.host, self.launch.user
+        settings = replace(self.pool.settings, keepalive_interval=KEEPALIVE,
+                           keepalive_count_max=KEEPALIVE_MISSES)  # fmt: skip
+        try:
+            async with asyncio.timeout(settings.connect_timeout):
+                conn = await connect(decl, user, settings)
+        except (asyncssh.Error, OSError, TimeoutError) as error:
+            reason = explain(decl, user, error, settings.connect_timeout)
+            raise Unavailable(f"Cannot start a kernel on {decl.name}: {reason}") from None
+        self.conn, self._closing = conn, False
+        self._watcher = asyncio.ensure_future(self._watch(conn))
+        return conn
+
+    async def _watch(self, conn: asyncssh.SSHClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            await conn.wait_closed()
+        if conn is self.conn and not self._closing:
+            self.lost = (
+                f"the SSH connection to {self.launch.host.name} ({address(self.launch.host)}) "
+                "was lost: sshd stopped, the host went down or the network dropped it"
+            )
+            log.warning("gpuhive: kernel on %s: %s", self.launch.host.name, self.lost)
+
+    async def start(self, launch: Launch) -> None:
+        self.launch = launch
+        conn = await self._connect()
+        output = _Output()
+        try:
+            process = await conn.create_process(
+                shell_command(launch.python), stderr=asyncssh.STDOUT, encoding="utf-8"
+            )
+        except (asyncssh.Error, OSError) as error:
+            raise Unavailable(f"Cannot start a kernel on {launch.host.name}: {error}") from None
+        self.process = process
+        process.stdin.write(self._stdin(launch))
+        self._reader = asyncio.ensure_future(self._read(process, output))
+        await self._await_ready(output, lambda: process.returncode)
+        await self._forward(conn)
+
+    async def _read(self, process: asyncssh.SSHClientProcess[str], output: _Output) -> None:
+        try:
+            async for line in process.stdout:
+                output.line(line.rstrip("\n"))
+        except (asyncssh.Error, OSError):
+            pass
+        output.ended()
+
+    async def _forward(self, conn: asyncssh.SSHClientConnection) -> None:
+        await self._unforward()
+        assert self.dir is not None
+        for port in PORTS.values():
+            local = f"{self.address}-{port}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)  # left by a restart (the kernel manager cleans only some)
+            remote = f"{self.dir}/{launch_script.SOCKET_NAME}-{port}"
+            self.listeners.append(await conn.forward_local_path(local, remote))
+
+    async def _unforward(self) -> None:
+        for listener in self.listeners:
+            listener.close()
+        self.listeners.clear()
+
+    def exit_status(self) -> int | None:
+        if self.process is None:
+            return 0
+        code = self.process.returncode
+        if code is not None:
+            return code
+        if self.lost is not None or self.conn is None or self.conn.is_closed():
+            return 255
+        return None
+
+    async def signal(self, signum: int) -> None:
+        if self.pgid is None or self.conn is None or self.conn.is_closed():
+            return
+        name = signals.Signals(signum).name.removeprefix("SIG")
+        command = f"kill -s {name} -- -{int(self.pgid)}"
+        try:
+            async with asyncio.timeout(self.pool.settings.command_timeout):
+                await self.conn.run(command, check=False)
+        except (asyncssh.Error, OSError, TimeoutError) as error:
+            log.info("gpuhive: signal %s to kernel on %s failed: %s", name,
+                     self.launch.host.name, error)  # fmt: skip
+
+    async def end(self) -> None:
+        await self._unforward()
+        if self.process is not None:
+            self.process.close()
+            self.process = None
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def close(self) -> None:
+        await self.end()
+        conn, self._closing = self.conn, True
+        if conn is not None and not conn.is_closed() and self.dir:
+            with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
+                async with asyncio.timeout(5):
+                    await conn.run(f"rm -rf -- {shlex.quote(self.dir)}", check=False)
+        if conn is not None:
+            conn.close()
+        shutil.rmtree(self.local_dir, ignore_errors=True)
+
+
+class LocalKernel(KernelProcess):
+    """A kernel started on this machine as the user, its Unix sockets reached directly."""
+
+    def __init__(self, launch: Launch) -> None:
+        super().__init__(launch)
+        self.process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        assert self.dir is not None
+        return os.path.join(self.dir, launch_script.SOCKET_NAME)
+
+    async def start(self, launch: Launch) -> None:
+        self.launch = launch
+        try:
+            account = pwd.getpwnam(launch.user)
+        except KeyError:
+            raise LaunchError(f"There is no UNIX user {launch.user} on this machine.") from None
+        ids: dict[str, Any] = {}
+        if account.pw_uid != os.geteuid():
+            if os.geteuid() != 0:
+                raise LaunchError(f"Cannot start a kernel as {launch.user} without root.")
+            ids = {"user": account.pw_uid, "group": account.pw_gid,
+                   "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}  # fmt: skip
+        env = command_env(launch.host, launch.user)  # never the server's environment
+        home = account.pw_dir if Path(account.pw_dir).is_dir() else "/"  # noqa: ASYNC240
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "sh", "-c", shell_command(launch.python), env=env, cwd=home,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, **ids,
+            )  # fmt: skip
+        except (OSError, ValueError) as error:
+            raise LaunchError(f"Cannot start a kernel on {launch.host.name}: {error}") from None
+        self.process = process
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(self._stdin(launch).encode())
+        output = _Output()
+        self._reader = asyncio.ensure_future(self._read(process.stdout, output))
+        await self._await_ready(output, lambda: process.returncode)
+
+    async def _read(self, stream: asyncio.StreamReader, output: _Output) -> None:
+        while line := await stream.readline():
+            output.line(line.decode(errors="replace").rstrip("\n"))
+        output.ended()
+
+    def exit_status(self) -> int | None:
+        return 0 if self.process is None else self.process.returncode
+
+    async def signal(self, signum: int) -> None:
+        if self.pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signum)
+
+    async def end(self) -> None:
+        if self.process is not None and self.process.returncode is not None:
+            self.process = None
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def close(self) -> None:
+        await self.end()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
