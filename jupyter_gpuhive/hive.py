@@ -20,6 +20,8 @@ from .bookings.service import Bookings
 from .hosts.pool import HostPool, SshSettings
 from .integrations import Integrations, IntegrationSettings
 from .jobs.service import Jobs
+from .kernels.endpolicy import EndSettings
+from .kernels.lifecycle import Lifecycle, extender
 from .kernels.registry import KernelRegistry
 from .model import HostDecl, utcnow
 from .monitor.accounting import Meter
@@ -51,6 +53,7 @@ class HiveSettings:
     privacy: Privacy = field(default_factory=Privacy)
     integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
     fairshare: FairShareSettings = field(default_factory=FairShareSettings)
+    kernel_end: EndSettings = field(default_factory=EndSettings)
 
 
 class Hive:
@@ -96,6 +99,11 @@ class Hive:
             self.store, self.pool, self.run, identity_of=identity_of,
             unix_user=self.protection.unix_user, zone=s.policy.zone,
         )  # fmt: skip
+        self.kernel_life = Lifecycle(
+            s.kernel_end, self.kernels, self.store, self.run, level=s.protection.level,
+            extend=extender(self.bookings, identity_of, self.run),
+        )  # fmt: skip
+        self.kernels.subscribe(lambda event: self.kernel_life.kick())
         self.integrations.ongoing = self.protection.ongoing
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
@@ -113,6 +121,7 @@ class Hive:
     async def start(self) -> None:
         """Start leader election; the leader runs the background loops (monitoring)."""
         self.leadership.start()
+        self.kernel_life.start()  # every server: its own kernels
 
     async def _lead(self) -> None:
         self.integrations.start()  # reminders: one server sends them
@@ -136,6 +145,7 @@ class Hive:
     async def stop(self) -> None:
         """Stop the background loops and close host connections."""
         await self.leadership.stop()
+        await self.kernel_life.stop()
         await self.integrations.stop()
         await self.protection.stop()
         await self.monitor.stop()

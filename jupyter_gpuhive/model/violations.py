@@ -17,8 +17,9 @@ UNRESERVED = "unreserved"  # on a GPU nobody reserved (level 2)
 GHOST = "ghost"  # memory or utilization with no process listed
 IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside them)
 NO_SHOW = "no-show"  # a reservation its holder never used after it began (a notice, too)
-KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW)
-HOLDER_KINDS = frozenset({IDLE, NO_SHOW})  # notices addressed to the holder, not an offender
+KERNEL_END = "kernel-end"  # what a kernel's end policy did at its reservation's end (a notice)
+KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END)
+HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END})  # notices addressed to the holder, not an offender
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from ..hosts.file import HostsFileWatcher, default_hosts_file, read_hosts
 from ..hosts.ssh import SshSettings, ensure_client_key
 from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
 from ..integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
+from ..kernels.endpolicy import EndSettings
+from ..kernels.events import KERNEL_SCHEMA, KERNEL_SCHEMA_ID
 from ..model import parse_duration
 from ..model.limits import parse_table
 from ..privacy import Privacy
@@ -141,7 +143,16 @@ class GpuHiveSettings(GpuHiveConfig):
             score_window=span(self.usage_score_window, "usage_score_window"),
             max_gap=seconds(self.accounting_max_gap, "accounting_max_gap"),
         )
+        kernel_end = EndSettings(
+            default=self.kernel_end_policy,
+            allowed=tuple(self.kernel_end_policies),
+            fallback=self.kernel_end_fallback,
+            warn_before=timedelta(minutes=self.kernel_warning_minutes),
+            extend_by=span(self.kernel_extend_by, "kernel_extend_by"),
+            tick=min(5.0, max(0.2, self.poll_interval)),
+        )
         return HiveSettings(
+            kernel_end=kernel_end,
             fairshare=fairshare,
             integrations=integrations,
             protection=protection,
@@ -203,6 +214,12 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
                 logger.emit(schema_id=AVAILABILITY_SCHEMA_ID, data=data)
 
             self.hive.integrations.publish_lab = publish_availability
+            logger.register_event_schema(KERNEL_SCHEMA)
+
+            def publish_kernel(data: dict[str, Any]) -> None:
+                logger.emit(schema_id=KERNEL_SCHEMA_ID, data=data)
+
+            self.hive.kernel_life.publish = publish_kernel
         self.settings["gpuhive"] = self.hive
         from .kernelspecs import attach
 

@@ -7,6 +7,7 @@ from typing import Any
 from . import fairshare as f
 from . import handlers as h
 from . import integrations as i
+from . import kernels as k
 from .base import HiveHandler, HiveLogic
 from .openapi import generate
 from .operations import PATH_PARAMETERS, implemented, operation_of
@@ -56,6 +57,9 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/subscriptions/{id}", i.SubscriptionHandler),
     ("/subscriptions/{id}/book", i.SubscriptionBookHandler),
     ("/digest", i.DigestHandler),
+    ("/kernels", k.KernelsHandler),
+    ("/kernels/{kernel}", k.KernelHandler),
+    ("/kernels/{kernel}/policy", k.KernelPolicyHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 

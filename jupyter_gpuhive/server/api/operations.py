@@ -31,6 +31,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 PATH_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "id": ("([^/]+)", {"type": "integer", "minimum": 0, "maximum": ID_MAX}),
     "token": ("([^/]*)", {"type": "string", "pattern": "^[^/.]+$"}),
+    "kernel": ("([^/]+)", {"type": "string", "pattern": "^[^/]+$"}),  # a Jupyter kernel id
 }
 
 
