@@ -89,6 +89,7 @@ class Hive:
             reflag=self.bookings.reservations.reflag, unix_user=self.protection.unix_user,
         )  # fmt: skip
         self.bookings.reservations.limits = self.fairshare.limits  # checked in each booking
+        self.monitor.reflag = self.bookings.reservations.reflag  # after a MIG re-partition
         unix_names = {unix: name for name, unix in s.protection.user_map.items()}
         self.meter = Meter(
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,

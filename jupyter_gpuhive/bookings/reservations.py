@@ -21,6 +21,20 @@ TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
 
 
+def unknown_unit(name: str) -> str:
+    """The 422 message for a name that is no GPU or slice of the inventory."""
+    if "/" in name:
+        return (
+            f"Unknown MIG slice '{name}'. Name slices as 'host:index/migGI' (e.g. 'gpu1:0/mig5') "
+            "or by MIG UUID; GET hosts lists each GPU's slices (a re-partition may have "
+            "removed this one)."
+        )
+    return (
+        f"Unknown GPU '{name}'. Name GPUs as 'host:index' (e.g. 'gpu1:0') "
+        "or by UUID; GET hosts lists them."
+    )
+
+
 @dataclass(frozen=True)
 class Policy:
     """Site limits on bookings (all configurable)."""
@@ -51,19 +65,24 @@ class ReservationService:
     # --- helpers -------------------------------------------------------------------
 
     def resolve_gpus(self, names: Sequence[str]) -> list[Gpu]:
-        """GPUs named as 'host:index' or UUID; unknown names are refused with the name."""
+        """GPUs ('host:index' or UUID) and MIG slices ('host:index/migGI' or MIG UUID);
+        unknown names, and a GPU named with one of its own slices, are refused."""
         if not names:
             raise Invalid('\'gpus\' must be a non-empty list such as ["gpu1:0", "gpu1:1"].')
         found: dict[int, Gpu] = {}
         for item in names:
             gpu = self.store.inventory.gpu(item.strip())
             if gpu is None:
-                raise Invalid(
-                    f"Unknown GPU '{item}'. Name GPUs as 'host:index' (e.g. 'gpu1:0') "
-                    "or by UUID; GET hosts lists them."
-                )
+                raise Invalid(unknown_unit(item))
             found[gpu.id] = gpu
-        return list(found.values())
+        units = list(found.values())
+        for part in units:
+            if part.is_slice and part.parent_id in found:
+                raise Invalid(
+                    f"{part.ref} is a slice of {part.parent_ref}, which is also requested: "
+                    "booking the whole GPU already holds all of its slices."
+                )
+        return units
 
     def _check_span(self, start: datetime, end: datetime, now: datetime, new_start: bool) -> None:
         p = self.policy
@@ -205,7 +224,8 @@ class ReservationService:
         return self.store.reservations.modify(reservation_id, decide)
 
     def reflag(self) -> dict[int, str | None]:
-        """Flag future reservations no rule allows any more; clear flags that became fine."""
+        """Flag future reservations no rule allows any more, or on MIG slices a re-partition
+        removed; clear flags that became fine."""
         now = self.now()
         rules = self.store.rules.all()
         live = self.store.reservations.window(now, now + self.policy.horizon * 2)
@@ -222,6 +242,13 @@ class ReservationService:
             if problems:
                 refs = ", ".join(g.ref for g, _ in problems)
                 reason = f"The access rules no longer allow {res.owner} to use {refs} then."
+            gone = [g for g in res.gpus if self.store.inventory.removed(g)]
+            if gone:
+                refs = ", ".join(f"{g.ref} ({g.profile})" for g in gone)
+                reason = (
+                    f"The MIG slice {refs} no longer exists: an admin re-partitioned "
+                    f"{gone[0].parent_ref}. Book another slice or the whole GPU."
+                )
             reason = reason or over.get(res.id)
             if reason != res.flag_reason or bool(reason) != res.flagged:
                 changes[res.id] = reason

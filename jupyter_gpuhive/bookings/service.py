@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import Forbidden, Invalid
-from ..model import Gpu, Identity, Reservation
+from ..model import Gpu, Identity, Reservation, units_conflict
 from ..model.requests import Booking, BookingChange
 from ..privacy import Privacy, sees_all_of
 from ..store import Store
@@ -81,7 +81,14 @@ class Bookings:
             raise Invalid("The end of the window must be after its start.")
         if not 0 < limit <= MAX_LIST:
             raise Invalid(f"'limit' must be between 1 and {MAX_LIST}.")
-        gpu_ids = [g.id for g in self.gpus_matching(host, gpu)] if (host or gpu) else None
+        gpu_ids = None
+        if host or gpu:  # a GPU's reservations include those of its MIG slices, and the reverse
+            chosen = self.gpus_matching(host, gpu)
+            devices = {g.device_id for g in chosen}
+            related = [u for u in self.store.inventory.units() if u.device_id in devices]
+            gpu_ids = [u.id for u in chosen] + [
+                u.id for u in related if any(units_conflict(u, c) for c in chosen)
+            ]
         found: list[Reservation] = await self.run(
             self.store.reservations.window,
             start,

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from .nvsmi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
+    GpuListing,
     GpuMetrics,
+    MigDevice,
     NvsmiParseError,
+    NvsmiReport,
     check_driver,
     parse_compute_apps,
     parse_gpu_list,
     parse_query_gpu,
+    parse_query_xml,
 )
 
 MARK = "@@gpuhive:"
@@ -31,9 +35,11 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # nvidia-smi is asked twice in parallel (metrics, processes), each answering into a FIFO (no
 # file is written: on a real disk that is journal work on every sweep). Both FIFOs are opened
 # for reading at once: a writer's open blocks until then, and nvidia-smi only starts after it
-# (opened one after the other, the second call would wait for the first). `-L` (MIG slice UUIDs)
-# only runs when a GPU reports MIG mode enabled. Everything else is shell builtins (read loops,
-# case, printf, eval), so a plain host starts nvidia-smi twice per probe and nothing more:
+# (opened one after the other, the second call would wait for the first). `-L` (MIG slice UUIDs
+# and profiles) and `-q -x` (each slice's GPU/compute instance and memory, and which slice each
+# process runs on) only run when a GPU reports MIG mode enabled. Everything else is shell builtins
+# (read loops, case, printf, eval), so a plain host starts nvidia-smi twice per probe and nothing
+# more:
 # owners come from `ps`, run only for GPU processes this loop has not seen before - a process
 # is known by its PID and start time (/proc/PID/stat, read by the shell), and the loop keeps
 # the `ps` line of each until the process leaves the GPUs. (A process that changes its user or
@@ -58,6 +64,9 @@ done <&4
 exec 4<&-; wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
 if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
+if [ -n "$mig" ]; then
+  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\n' "@M@xml $ls" "$out"
+fi
 printf '%s\n' "@M@ps 0"; new=; keys=
 for p in $pids; do
   case $p in *[!0-9]*) continue ;; esac
@@ -126,11 +135,12 @@ class ProcessInfo:
     """A GPU compute process with its owner (a UNIX user) and command line."""
 
     pid: int
-    gpu_uuid: str | None
+    gpu_uuid: str | None  # the physical GPU's (nvidia-smi reports the parent of a MIG slice)
     user: str | None
     command: str
     used_memory_mib: int | None
     pgid: int | None = None  # process group: tells a gpuhive job's processes apart
+    mig_uuid: str | None = None  # the MIG slice it runs on, where MIG is on
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,8 @@ class HostSample:
     gpus: tuple[GpuMetrics, ...] = ()
     processes: tuple[ProcessInfo, ...] = ()
     mig_uuids: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # physical GPU UUID -> its MIG slices (uuid, profile, GI/CI, memory), from -L and -q -x
+    slices: dict[str, tuple[MigDevice, ...]] = field(default_factory=dict)
     gpu_error: str | None = None
     cpu_jiffies: tuple[int, int] | None = None  # (busy, total) since boot
     cpu_count: int | None = None
@@ -197,6 +209,35 @@ def _meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def _slices(
+    listings: list[GpuListing], report: NvsmiReport, processes: list[ProcessInfo]
+) -> tuple[dict[str, tuple[MigDevice, ...]], list[ProcessInfo]]:
+    """Join -L (UUID, profile by MIG device index) with -q -x (GI, CI, memory by the same
+    index) per GPU, and put each process on its slice by (GPU, GI, CI)."""
+    xml = {gpu.uuid: {m.index: m for m in gpu.mig} for gpu in report.gpus}
+    slices: dict[str, tuple[MigDevice, ...]] = {}
+    where: dict[tuple[str, int | None, int | None], str] = {}
+    for listing in listings:
+        found = []
+        for listed in listing.mig:
+            seen = xml.get(listing.uuid, {}).get(listed.index)
+            if seen is None or listed.uuid is None:
+                continue
+            device = replace(seen, uuid=listed.uuid, profile=listed.profile)
+            found.append(device)
+            where[(listing.uuid, seen.gpu_instance_id, seen.compute_instance_id)] = listed.uuid
+        if found:
+            slices[listing.uuid] = tuple(found)
+    on_slice = {
+        p.pid: where.get((p.gpu_uuid or "", p.gpu_instance_id, p.compute_instance_id))
+        for p in report.processes
+    }
+    placed = [
+        replace(p, mig_uuid=on_slice.get(p.pid)) if p.gpu_uuid in slices else p for p in processes
+    ]
+    return slices, placed
+
+
 def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     """Turn the probe's answer into a HostSample; GPU trouble is reported, not raised."""
     sections = split_sections(text)
@@ -206,6 +247,7 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     gpus: list[GpuMetrics] = []
     processes: list[ProcessInfo] = []
     mig: dict[str, tuple[str, ...]] = {}
+    slices: dict[str, tuple[MigDevice, ...]] = {}
     try:
         status, body = sections["gpus"]
         check_driver(body, status)
@@ -222,13 +264,16 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
                 ProcessInfo(proc.pid, proc.gpu_uuid, user, command, proc.used_memory_mib, pgid)
             )
         status, body = sections.get("list", (1, ""))
-        if status == 0:
-            for listing in parse_gpu_list(body):
-                if listing.mig:
-                    mig[listing.uuid] = tuple(m.uuid for m in listing.mig if m.uuid)
+        listings = parse_gpu_list(body) if status == 0 else []
+        for listing in listings:
+            if listing.mig:
+                mig[listing.uuid] = tuple(m.uuid for m in listing.mig if m.uuid)
+        status, body = sections.get("xml", (1, ""))
+        if status == 0 and listings:
+            slices, processes = _slices(listings, parse_query_xml(body), processes)
     except NvsmiParseError as error:
         gpu_error = str(error)
-        gpus, processes = [], []
+        gpus, processes, slices = [], [], {}
     memory = _meminfo(sections.get("mem", (0, ""))[1])
     ncpu = sections.get("ncpu", (0, ""))[1].strip()
     return HostSample(
@@ -237,6 +282,7 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         gpus=tuple(gpus),
         processes=tuple(processes),
         mig_uuids=mig,
+        slices=slices,
         gpu_error=gpu_error,
         cpu_jiffies=_cpu(sections.get("stat", (0, ""))[1]),
         cpu_count=int(ncpu) if ncpu.isdigit() and int(ncpu) > 0 else None,

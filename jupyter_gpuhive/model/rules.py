@@ -74,10 +74,11 @@ class Rule:
         return EVERYONE in self.users or who.name in self.users or bool(self.groups & who.groups)
 
     def covers_gpu(self, gpu: Gpu) -> bool:
-        """Whether the rule's resources include this GPU."""
+        """Whether the rule's resources include this GPU (a rule on a GPU covers its slices)."""
         if not self.hosts and not self.gpus:
             return True
-        return gpu.host in self.hosts or gpu.ref in self.gpus or gpu.uuid in self.gpus
+        named = self.gpus
+        return gpu.host in self.hosts or bool({gpu.ref, gpu.uuid, gpu.parent_ref} & named)
 
     def spans(self, start: datetime, end: datetime, zone: tzinfo) -> list[Span]:
         """The UTC spans within [start, end) that this rule allows (unmerged)."""

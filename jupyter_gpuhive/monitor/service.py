@@ -20,6 +20,7 @@ from ..store.usage import GpuReading
 from . import worker
 from .metrics import GPU_FIELDS, HOST_FIELDS
 from .sampler import Listener, Sampler, Sweep
+from .slices import NOT_REPORTED, discovered_slices, process_json, slice_decls, slice_views
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,6 +63,9 @@ class Monitor:
         self._telling: asyncio.Task[None] | None = None
         self._stopping = False
         self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
+        # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
+        # re-partition removed MIG slices.
+        self.reflag: Callable[[], Any] = lambda: None
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the inventory and usage are recorded."""
@@ -164,21 +168,34 @@ class Monitor:
         for name, sample in sweep.samples.items():
             if sample.gpu_error or not sample.gpus:
                 continue
-            found = tuple(
-                GpuDecl(g.index, g.uuid, g.name, g.mem_total_mib)
-                for g in sorted(sample.gpus, key=lambda g: g.index)
-            )
             host = inventory.host(name)
             known = (
-                tuple(GpuDecl(g.index, g.uuid, g.model, g.memory_mib) for g in host.gpus)
+                tuple(
+                    GpuDecl(g.index, g.uuid, g.model, g.memory_mib, slice_decls(inventory, g))
+                    for g in host.gpus
+                )
                 if host
                 else ()
             )
+            held = {g.uuid: g.slices for g in known}
+            found = tuple(
+                GpuDecl(
+                    g.index, g.uuid, g.name, g.mem_total_mib,
+                    discovered_slices(sample, g.uuid, g.mig_enabled, held.get(g.uuid)),
+                )
+                for g in sorted(sample.gpus, key=lambda g: g.index)
+            )  # fmt: skip
             if found != known:
                 log.info("gpuhive: inventory of %s updated from discovery", name)
                 changed[name] = found
         if changed:
-            await self.run_blocking(inventory.record_discoveries, changed)
+            gone = await self.run_blocking(inventory.record_discoveries, changed)
+            if gone:
+                log.warning(
+                    "gpuhive: MIG slices removed by a re-partition: %s",
+                    ", ".join(g.ref for g in gone),
+                )
+                await self.run_blocking(self.reflag)
 
     async def _record_usage(self, sweep: Sweep) -> None:
         inventory = self.store.inventory
@@ -236,6 +253,14 @@ class Monitor:
                     **gpu,
                     "reservation": _brief(holder.get(gpu["id"])),
                     "next_reservation": _brief(following.get(gpu["id"])),
+                    "slices": [
+                        {
+                            **part,
+                            "reservation": _brief(holder.get(part["id"])),
+                            "next_reservation": _brief(following.get(part["id"])),
+                        }
+                        for part in gpu.get("slices", ())
+                    ],
                 }
                 for gpu in host["gpus"]
             ]
@@ -265,25 +290,26 @@ class Monitor:
             sample = live.sample if live else None
             status = statuses.get(host.name)
             metrics = {g.uuid: g for g in sample.gpus} if sample else {}
+            slice_refs = {part.uuid: part.ref for part in host.slices}
             procs: dict[str, list[dict[str, Any]]] = {}
             for p in sample.processes if sample else ():
-                procs.setdefault(p.gpu_uuid or "", []).append(
-                    {"pid": p.pid, "user": p.user, "command": p.command,
-                     "used_memory_mib": p.used_memory_mib}
-                )  # fmt: skip
+                procs.setdefault(p.gpu_uuid or "", []).append(process_json(p, slice_refs))
             gpus = []
             for gpu in host.gpus:
                 m = metrics.get(gpu.uuid)
+                parts = [part for part in host.slices if part.parent_id == gpu.id]
                 gpus.append(
                     {
                         **gpu.to_json(),
                         "util": m.util_gpu if m else None,
+                        "util_label": NOT_REPORTED if m and m.util_gpu is None else None,
                         "mem_used_mib": m.mem_used_mib if m else None,
                         "mem_total_mib": m.mem_total_mib if m else gpu.memory_mib,
                         "temperature_c": m.temperature_c if m else None,
                         "power_w": m.power_w if m else None,
                         "mig": list(sample.mig_uuids.get(gpu.uuid, ())) if sample else [],
                         "processes": procs.get(gpu.uuid, []),
+                        "slices": slice_views(sample, gpu, parts, slice_refs),
                     }
                 )
             mem_used = None

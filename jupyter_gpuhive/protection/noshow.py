@@ -56,7 +56,8 @@ def attended(
             return None
         parent = {mig: gpu for gpu, migs in sample.mig_uuids.items() for mig in migs}
         for proc in sample.processes:
-            if parent.get(proc.gpu_uuid or "", proc.gpu_uuid) not in uuids:
+            gpu = parent.get(proc.gpu_uuid or "", proc.gpu_uuid)
+            if gpu not in uuids and proc.mig_uuid not in uuids:  # on the GPU or my MIG slice
                 continue
             if proc.user in (unix_user, res.owner) or job_owners.get((host, proc.pid)) == res.owner:
                 return True

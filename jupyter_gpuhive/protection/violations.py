@@ -1,7 +1,9 @@
 """Violation detection: a pure function of one sweep, the active reservations and running jobs.
 
 Protection levels: 0 off; 1 a process on a reserved GPU whose owner is not the holder; 2 also
-any process on a GPU nobody reserved. The holder's own processes and the processes of the
+any process on a GPU nobody reserved. With MIG, each slice is judged on its own: a process on
+my slice (or on any slice of a GPU I reserved whole) is mine to defend; one on a neighbouring
+slice that someone else holds is not. The holder's own processes and the processes of the
 holder's own gpuhive jobs never count, nor do allow-listed users and commands. "Ghost"
 occupancy (memory or utilization on a GPU that lists no process) is flagged at level 1 on
 reserved GPUs and at level 2 on every GPU.
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..hosts.nvsmi import GpuMetrics
 from ..hosts.probe import HostSample, ProcessInfo
-from ..model import Reservation
+from ..model import Reservation, slice_name
 from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
 
 __all__ = [
@@ -85,19 +87,27 @@ class DetectionPolicy:
 
 @dataclass(frozen=True)
 class GpuView:
-    """One GPU as a sweep saw it: its metrics and the processes on it."""
+    """One GPU (or MIG slice) as a sweep saw it: its metrics and the processes on it.
+
+    A slice's view has `parent` (the physical GPU's UUID) and `name` ('migGI' or 'migGI.CI');
+    its metrics carry the slice's memory and no utilisation (nvidia-smi reports none).
+    """
 
     host: str
     metrics: GpuMetrics
     processes: tuple[ProcessInfo, ...]
+    parent: str | None = None
+    name: str | None = None
 
     @property
     def ref(self) -> str:
-        return f"{self.host}:{self.metrics.index}"
+        base = f"{self.host}:{self.metrics.index}"
+        return base if self.name is None else f"{base}/{self.name}"
 
 
 def gpu_views(samples: Iterable[HostSample]) -> dict[str, GpuView]:
-    """Every GPU of the healthy samples by UUID, processes on MIG slices under their GPU."""
+    """Every GPU of the healthy samples by UUID with all its processes (those on its MIG slices
+    too), and every MIG slice by its MIG UUID with the processes on that slice."""
     views: dict[str, GpuView] = {}
     for sample in samples:
         if sample.gpu_error:
@@ -107,8 +117,20 @@ def gpu_views(samples: Iterable[HostSample]) -> dict[str, GpuView]:
         for proc in sample.processes:
             if proc.gpu_uuid:
                 procs.setdefault(parent.get(proc.gpu_uuid, proc.gpu_uuid), []).append(proc)
+            if proc.mig_uuid:
+                procs.setdefault(proc.mig_uuid, []).append(proc)
         for gpu in sample.gpus:
             views[gpu.uuid] = GpuView(sample.host, gpu, tuple(procs.get(gpu.uuid, ())))
+            for mig in sample.slices.get(gpu.uuid, ()):
+                if mig.uuid is None:
+                    continue
+                metrics = replace(
+                    gpu, uuid=mig.uuid, util_gpu=None, util_mem=None,
+                    mem_used_mib=mig.mem_used_mib, mem_total_mib=mig.mem_total_mib, mig=(),
+                )  # fmt: skip
+                name = slice_name(mig.gpu_instance_id, mig.compute_instance_id)
+                found = tuple(procs.get(mig.uuid, ()))
+                views[mig.uuid] = GpuView(sample.host, metrics, found, gpu.uuid, name)
     return views
 
 
@@ -137,8 +159,12 @@ def detect(
     held = holders(active, at)
     jobs = job_owners or {}
     found: list[Violation] = []
-    for uuid, view in gpu_views(samples).items():
-        res = held.get(uuid)
+    views = gpu_views(samples)
+    split = {view.parent for view in views.values() if view.parent is not None}
+    for uuid, view in views.items():
+        # A slice is held by its own reservation or by one of its whole GPU; processes on a
+        # split GPU are judged on their slice (a neighbouring slice's holder is not the GPU's).
+        res = held.get(uuid) or (held.get(view.parent) if view.parent else None)
         if res is None and policy.level < 2:
             continue
         holder, rid = (res.owner, res.id) if res else (None, None)
@@ -147,6 +173,8 @@ def detect(
         for proc in view.processes:
             if proc.user is None:
                 continue  # gone before `ps` saw it: nobody to tell or stop
+            if uuid in split and proc.mig_uuid is not None:
+                continue  # judged on its slice's view
             if res is not None and proc.user in (holder_unix, res.owner):
                 continue
             job_owner = jobs.get((view.host, proc.pid))
@@ -161,7 +189,7 @@ def detect(
             commands = tuple(p.command for p in sorted(procs, key=lambda p: p.pid))
             found.append(Violation(kind, view.host, view.ref, uuid, user, holder, rid,
                                    policy.level, pids, commands, None, at))  # fmt: skip
-        ghost = _ghost(view, policy)
+        ghost = _ghost(view, policy) if view.parent is None else None
         if ghost:
             found.append(Violation(GHOST, view.host, view.ref, uuid, None, holder, rid,
                                    policy.level, (), (), ghost, at))  # fmt: skip

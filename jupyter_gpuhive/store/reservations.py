@@ -18,6 +18,8 @@ from .inventory import Inventory
 from .reservationrows import COLUMNS, build, build_joined, gpu_order
 from .schema import reservation_gpus, reservation_stats, reservations
 
+DEVICE_LOCKS = 0x67707568  # 'gpuh': the advisory lock space of physical GPUs (PostgreSQL)
+
 
 @dataclass(frozen=True)
 class Changes:
@@ -133,6 +135,7 @@ class Reservations:
         created = utcnow()
 
         def work(conn: Connection) -> int:
+            self._lock_devices(conn, gpu_ids)
             if guard is not None:
                 guard(conn, Booking(owner, start, end, tuple(gpu_ids)))
             found = self.clashes(conn, gpu_ids, start, end)
@@ -190,6 +193,7 @@ class Reservations:
             gpu_ids = change.gpu_ids or tuple(g.id for g in old.gpus)
             cancelled = change.cancelled_at is not None
             if not cancelled:
+                self._lock_devices(conn, [*gpu_ids, *(g.id for g in old.gpus)])
                 if guard is not None:
                     guard(conn, Booking(old.owner, start, end, tuple(gpu_ids), old))
                 found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id)
@@ -255,6 +259,19 @@ class Reservations:
                 )
 
         self.db.write(work)
+
+    def _lock_devices(self, conn: Connection, gpu_ids: Iterable[int]) -> None:
+        """PostgreSQL: take the physical GPUs' transaction locks, in order, before writing.
+
+        Bookings of one GPU then queue instead of deadlocking in the exclusion constraint (a
+        whole GPU's row and its slices' rows, written in different orders by two transactions,
+        each wait for the other). The constraint still decides; SQLite serializes every write.
+        """
+        if self.db.dialect != "postgresql":
+            return
+        devices = sorted({self.inventory.gpu_by_id(g).device_id for g in gpu_ids})
+        for device in devices:
+            conn.execute(select(func.pg_advisory_xact_lock(DEVICE_LOCKS, device)))
 
     def count(self) -> int:
         with self.db.read() as conn:
