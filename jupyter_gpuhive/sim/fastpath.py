@@ -46,6 +46,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "hang": False,
     "junk": False,
     "driver_failure": False,
+    "topology": None,  # only `topo -m` reads it (the full path)
 }
 
 

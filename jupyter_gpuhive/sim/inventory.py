@@ -80,6 +80,7 @@ class SimHostConfig:
     hang: bool = False
     junk: bool | str = False
     driver_failure: bool = False
+    topology: str | dict[str, Any] | None = None  # nvidia-smi topo -m: see sim/topology.py
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form of this config."""

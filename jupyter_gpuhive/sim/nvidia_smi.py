@@ -42,6 +42,7 @@ HELP = """NVIDIA System Management Interface (jupyter-gpuhive simulation)
     nvidia-smi -q -x [-i ID]
     nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i ID]
     nvidia-smi --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]
+    nvidia-smi topo -m         (the layout is the config's "topology")
 
 The simulated host is read from $GPUHIVE_SIM_CONFIG on every call.
 """
@@ -55,6 +56,7 @@ MODULES = (
     "snapshot.py",
     "formats.py",
     "table.py",
+    "topology.py",
 )
 
 
@@ -108,6 +110,9 @@ def parse_args(argv: Sequence[str]) -> Request:
             xml = True
         elif arg in ("-qx", "-xq"):
             query = xml = True
+        elif arg == "topo" and args[:1] in (["-m"], ["--matrix"]):
+            args.pop(0)
+            _set_mode(req, "topo")
         elif arg in ("-L", "--list-gpus"):
             _set_mode(req, "list")
         elif arg in ("-h", "--help"):
@@ -240,6 +245,15 @@ def _full_path(req: Request, path: str, env: Mapping[str, str], stdout: TextIO) 
         return formats.DRIVER_FAILURE_EXIT
     if config.junk:
         stdout.write(config.junk if isinstance(config.junk, str) else JUNK)
+        return 0
+    if req.mode == "topo":
+        from .topology import TopologyConfigError, topo_matrix
+
+        try:
+            stdout.write(topo_matrix(len(config.gpus), getattr(config, "topology", None)))
+        except TopologyConfigError as exc:
+            sys.stderr.write(f"nvidia-smi (gpuhive sim): {exc}\n")
+            return 1
         return 0
     try:
         text = render(req, snapshot(config, scan(config)))
