@@ -197,9 +197,10 @@ class KernelProcess:
         raise LaunchError(describe_failure(str(fields.get("code")), self.launch, output.text()))
 
     def _stdin(self, launch: Launch) -> str:
-        inherit = launch.host.transport != "local"
+        # The base is the environment the launch command got: the host's login environment
+        # over SSH, command_env (a fixed base and the host's env) on `local`.
         data = {"key": launch.key, "signature_scheme": launch.signature_scheme, "env": launch.env,
-                "inherit": inherit, "dir": self.dir, "source": SCRIPT}  # fmt: skip
+                "inherit": True, "dir": self.dir, "source": SCRIPT}  # fmt: skip
         return json.dumps(data) + "\n"
 
 
