@@ -17,9 +17,11 @@ and directory. Failures print a marked line with a code: gpuhive turns it into a
 
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
+import time
 
 MARK = "GPUHIVE-KERNEL"
 SOCKET_NAME = "k"  # sockets are DIR/k-1 … DIR/k-5 (ZMQ ipc names them IP-PORT)
@@ -51,6 +53,32 @@ def private_dir(wanted):
     return tempfile.mkdtemp(prefix="gpuhive-kernel-")  # mode 0700, a name nobody guesses
 
 
+def sweep():
+    """Remove our socket directories whose kernel died without cleaning up (a dropped
+    connection ends a kernel with os._exit); a directory touched in the last minute is left
+    alone (a restart may be on its way)."""
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("gpuhive-kernel-")]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+            if info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
+                continue
+            if time.time() - info.st_mtime < 60:
+                continue
+            with open(os.path.join(path, "pid")) as found:
+                pid = int(found.read())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError):
+            continue
+
+
 def boot():
     try:
         config = json.loads(sys.stdin.readline())
@@ -64,6 +92,7 @@ def boot():
         found = False
     if not found:
         fail("no-ipykernel")
+    sweep()
     folder = private_dir(config.get("dir"))
     connection = {"transport": "ipc", "ip": os.path.join(folder, SOCKET_NAME), **PORTS,
                   "key": config["key"], "signature_scheme": config["signature_scheme"],
@@ -93,7 +122,10 @@ def run(path):
     out = os.dup(1)  # ipykernel takes over fd 1 (its output goes to iopub from now on)
     app = IPKernelApp.instance()
     app.initialize(["-f", path])  # binds the sockets (Unix sockets in the private directory)
-    say("READY", out, pid=os.getpid(), pgid=os.getpgid(0), dir=os.path.dirname(path))
+    folder = os.path.dirname(path)
+    with open(os.path.join(folder, "pid"), "w") as note:  # for `sweep` after an abrupt end
+        note.write(str(os.getpid()))
+    say("READY", out, pid=os.getpid(), pgid=os.getpgid(0), dir=folder)
     os.close(out)
     app.start()
 

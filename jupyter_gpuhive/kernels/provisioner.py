@@ -72,6 +72,15 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                    help="Which host of a reservation on several (default: most GPUs).")  # fmt: skip
     launch_timeout = Float(60.0, config=True, help="Seconds a kernel may take to start.")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Team mode (#15): in a client-mode server the team's service runs the kernel.
+        if cls is GpuHiveProvisioner:
+            from .team import TeamProvisioner, find_link
+
+            if find_link(kwargs.get("parent")) is not None:
+                cls = TeamProvisioner
+        return super().__new__(cls, *args, **kwargs)
+
     _kernel: KernelProcess | None = None
     _record: KernelRecord | None = None
     _running = False
@@ -109,6 +118,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     registry.check(record.kernel_id, who, "restart")
                 registry.check_time(await registry.reservation(record.reservation_id))
             except HiveError as error:  # the old process is gone by now: so is the kernel
+                self._no_restarts(f"not restarted: {error}")
                 registry.ended(record.kernel_id, DEAD, f"not restarted: {error}")
                 raise
             registry.restarting(record.kernel_id)
@@ -150,6 +160,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             if registry.get(record.kernel_id) is None:
                 self._record = None  # a first launch: the next try places it afresh
             else:
+                self._no_restarts(f"the restart failed: {error}")
                 registry.ended(record.kernel_id, DEAD, f"the restart failed: {error}")
             raise
         self._running, self._dead_reason = True, None
@@ -180,16 +191,21 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def _declare_dead(self, reason: str) -> None:
         """The connection is gone: no auto-restart; the registry and the model say why."""
         self._dead_reason = reason
-        km = self.parent
-        restarter = getattr(km, "_restarter", None)
-        if restarter is not None:
-            restarter.restart_limit = 0  # the restarter's next poll reports it dead
-        if km is not None:
-            km.reason = f"Kernel dead: {reason}."
+        self._no_restarts(reason)
         if self._record is not None:
             find_registry(self).ended(self._record.kernel_id, DEAD, reason)
         if self._kernel is not None:
             await self._kernel.close()
+
+    def _no_restarts(self, reason: str) -> None:
+        """The auto-restarter's next poll declares the kernel dead (no retries); its model
+        says why until the server forgets it."""
+        km = self.parent
+        restarter = getattr(km, "_restarter", None)
+        if restarter is not None:
+            restarter.restart_limit = 0
+        if km is not None:
+            km.reason = f"Kernel dead: {reason}."
 
     async def wait(self) -> int | None:
         while (code := await self.poll()) is None:  # noqa: ASYNC110 - polled, as LocalProvisioner

@@ -142,6 +142,9 @@ async def test_kernel_runs_as_owner_on_reserved_gpus_and_only_the_owner_controls
     assert seen["pid"] == record.pid
     leaked = {k for k, v in seen["env"].items() if SERVER_TOKEN in v or ENV_SECRET in v}
     assert not leaked and "JUPYTER_TOKEN" not in seen["env"], leaked
+    # Only the owner's own kernel token goes along (gpuhive's API as them, nothing else).
+    assert seen["env"]["GPUHIVE_TOKEN"].startswith("gpuhive-kernel-")
+    assert seen["env"]["GPUHIVE_KERNEL_RESERVATION"] == str(rid)
 
     # The nvidia-smi stand-in puts the kernel's process, owned by the owner, on that GPU.
     smi = cluster.ssh(HOST, "root", "nvidia-smi --query-compute-apps=pid,gpu_uuid "
