@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from datetime import time as clock_time
@@ -14,19 +15,31 @@ UTC = timezone.utc
 
 
 def parse_gpu_args(items: Sequence[str]) -> tuple[list[str], int | None]:
-    """'gpu1:0,1 gpu2:0' → explicit GPUs; a single number → a count."""
+    """'gpu1:0,1 gpu2:0' → explicit GPUs ('gpu1:0/mig5' or a MIG UUID: a MIG slice);
+    a single number → a count."""
     if len(items) == 1 and items[0].isdigit():
         return [], int(items[0])
     gpus: list[str] = []
     for item in items:
+        if item.startswith(("GPU-", "MIG-")):
+            gpus.append(item)
+            continue
         host, sep, indices = item.partition(":")
         if not sep or not indices:
             raise UsageError(f"'{item}' is not a GPU list: write host:0,1 (or a count like 2).")
         for index in indices.split(","):
-            if not index.strip().isdigit():
+            number, slash, part = index.strip().partition("/")
+            if not number.isdigit():
                 raise UsageError(f"'{item}': GPU indices must be numbers.")
+            if slash and not _SLICE.fullmatch(part):
+                raise UsageError(
+                    f"'{item}': name a MIG slice as host:index/migGI, e.g. gpu1:0/mig5."
+                )
             gpus.append(f"{host}:{index.strip()}")
     return gpus, None
+
+
+_SLICE = re.compile(r"mig\d+(\.\d+)?")
 
 
 def parse_when(text: str, now: datetime) -> datetime:

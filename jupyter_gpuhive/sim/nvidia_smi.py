@@ -12,6 +12,19 @@ and any config the fast path declines, takes the full path through the dataclass
 carries its own copy of these modules and runs on an interpreter every user may execute, so the
 stand-in works for any UNIX user, whatever the permissions of this checkout or virtualenv.
 Standard library only.
+
+MIG (a GPU with ``mig`` slices in the config), and where each format comes from:
+- taken from real output (the samples of drivers 470-575 the project keeps): the ``-L`` lines
+  (``  MIG 3g.40gb     Device  0: (UUID: MIG-…)`` under their GPU); ``--query-gpu`` listing only
+  physical GPUs, with ``[N/A]`` utilisation on a GPU in MIG mode; ``--query-compute-apps`` giving
+  a process on a slice its parent GPU's UUID; ``-q -x`` with ``<mig_mode>`` and
+  ``<mig_devices>`` (index, GPU and compute instance ids, multiprocessor count, memory).
+- inferred (from NVIDIA's documentation, not from a captured sample): the ``<gpu_instance_id>``
+  and ``<compute_instance_id>`` values of a process on a slice in ``-q -x`` (the samples show
+  them only as N/A); a slice's used memory as the sum of its processes' (no base usage); the
+  fields real drivers add to ``<mig_device>`` (ECC, BAR1), left out; the summary table's MIG
+  section (approximate). A process's slice is the one its ``CUDA_VISIBLE_DEVICES`` names by
+  MIG UUID (see ``processes``); a re-partition is a new config file (read on every call).
 """
 
 from __future__ import annotations
