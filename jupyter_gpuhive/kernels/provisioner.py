@@ -171,10 +171,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             record.launched_at = utcnow()
         record.control = _Control(self)
         registry.launched(record)
-        self.connection_info = {
-            "transport": "ipc", "ip": kernel.address, **PORTS, "key": key,
-            "signature_scheme": scheme,
-        }  # fmt: skip
+        info: dict[str, Any] = {"transport": "ipc", "ip": kernel.address, **PORTS, "key": key,
+                                "signature_scheme": scheme}  # fmt: skip
+        self.connection_info = info  # type: ignore[assignment]  # a KernelConnectionInfo
         return self.connection_info
 
     # --- the process --------------------------------------------------------------------

@@ -38,7 +38,7 @@ import logging
 import signal as signals
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
@@ -147,13 +147,13 @@ class KernelRegistry:
         *,
         identity_of: Callable[[str], Identity],
         unix_user: Callable[[str], str] = lambda name: name,
-        zone: ZoneInfo | None = None,
+        zone: tzinfo | None = None,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store, self.pool, self.run = store, pool, run
         self.identity_of = identity_of
         self.unix_user = unix_user
-        self.zone = zone or ZoneInfo("UTC")
+        self.zone: tzinfo = zone or ZoneInfo("UTC")
         self.now = now
         self.requester: Callable[[], Identity | None] = lambda: None
         self.manager: Any = None  # the server's kernel manager, once wired
