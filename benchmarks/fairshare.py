@@ -9,8 +9,11 @@ the reservation benchmark (10k reservations with --quick, else 100k, over 256 GP
 - 50 clients of ONE user, across two server processes, racing to book against that user's
   limits (10 GPU-hours in any 7 days; 3 GPUs at once): what is stored above a limit counts
   as an overrun (target 0);
-- (SQLite) one year of hourly usage of 256 GPUs by 50 users (hourly and monthly charges,
-  ~1 reservation per GPU per day): GET reports/accounting for the 12 months.
+- (SQLite) one year of hourly usage of 256 GPUs by 50 users (hourly and monthly charges and
+  their roll-ups per payer and per host, as the sweeps write them; ~1 reservation per GPU
+  per day): GET reports/accounting for the 12 months. The first request also sums each ended
+  month's reservations once and keeps them (`report_year_first_ms`); the figure is the
+  median of the next five.
 The last line printed is one JSON object with the figures.
 """
 
@@ -161,6 +164,8 @@ def seed_year(url: str, year: int) -> int:
     hours = [start + timedelta(hours=h) for h in range(days * 24)]
     stamps = [stamp(h) for h in hours]
     months = [stamp(h.replace(day=1, hour=0)) for h in hours]
+    with store.db.read() as conn:
+        host_of = dict(conn.execute(text("SELECT id, host_id FROM gpus")).all())
     hourly: list[tuple[Any, ...]] = []
     monthly: dict[tuple[Any, ...], list[float]] = {}
     booked: list[tuple[Any, ...]] = []
@@ -181,7 +186,7 @@ def seed_year(url: str, year: int) -> int:
             next_id += 1
             a, b = hours[day * 24 + first], hours[day * 24 + first] + timedelta(hours=8)
             booked.append((next_id, owner, "year", "", stamp(a), stamp(b), stamp(a), False))
-            links.append((next_id, gid, stamp(a), stamp(b), False))
+            links.append((next_id, gid, gid, stamp(a), stamp(b), False))
             for h in range(day * 24, day * 24 + 24):
                 if first <= h - day * 24 < first + 8:
                     payer, kind, used = owner, "reserved", 1800.0 + (h * 7919 % 1800)
@@ -199,10 +204,21 @@ def seed_year(url: str, year: int) -> int:
         _bulk(conn, "gpu_charges_hourly", keys, hourly)
         _bulk(conn, "gpu_charges_monthly", ("gpu_id", "month", "payer", "kind", *FIGURES),
               [(*k, *v) for k, v in monthly.items()])  # fmt: skip
+        for table, column, key in (
+            ("payer_charges_monthly", "payer", lambda k: k[2]),
+            ("host_charges_monthly", "host_id", lambda k: host_of[k[0]]),
+        ):
+            rolled: dict[tuple[Any, ...], list[float]] = {}
+            for k, v in monthly.items():
+                into = rolled.setdefault((k[1], key(k), k[3]), [0.0] * 5)
+                for j, value in enumerate(v):
+                    into[j] += value
+            _bulk(conn, table, ("month", column, "kind", *FIGURES),
+                  [(*k, *v) for k, v in rolled.items()])  # fmt: skip
         _bulk(conn, "reservations", ("id", "owner", "title", "description", "start_at",
                                      "end_at", "created_at", "flagged"), booked)  # fmt: skip
-        _bulk(conn, "reservation_gpus", ("reservation_id", "gpu_id", "start_at", "end_at",
-                                         "cancelled"), links)  # fmt: skip
+        _bulk(conn, "reservation_gpus", ("reservation_id", "gpu_id", "device_id", "start_at",
+                                         "end_at", "cancelled"), links)  # fmt: skip
         transaction.commit()
     store.close()
     return written
@@ -235,12 +251,13 @@ def run_backend(name: str, url: str, count: int, n: int, year: bool) -> dict[str
             admin = Client(port, "tok-admin")
             query = f"reports/accounting?month={NOW.year - 1}-01&until={NOW.year - 1}-12"
             times = []
-            for _ in range(5):
+            for _ in range(6):
                 status, body, elapsed = admin.call("GET", query)
                 assert status == 200, body
                 assert body["check"]["users_add_up"], body["check"]
                 times.append(elapsed)
-            figures["report_year_ms"] = summary_ms(times)
+            figures["report_year_first_ms"] = round(times[0] * 1000, 2)
+            figures["report_year_ms"] = summary_ms(times[1:])
             figures["report_rows"] = len(body["rows"])
             print(f"[{name}] report of a year: {json.dumps(figures['report_year_ms'])}",
                   flush=True)  # fmt: skip
@@ -281,6 +298,7 @@ def main() -> None:
         "limit_overruns_sqlite": s["race"]["overruns"],
         "limit_overruns_postgresql": p["race"]["overruns"],
         "report_year_ms": s["report_year_ms"]["p50"],
+        "report_year_first_ms": s["report_year_first_ms"],
         "report_year_hourly_rows": s["hourly_charges"],
         "pg_report_year_ms": p.get("report_year_ms", {}).get("p50"),
         "quick": args.quick,

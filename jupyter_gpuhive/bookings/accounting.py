@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..store.accounting import QUEUED, RESERVED, Booked
-from ..store.reports import Summed
+from ..store.reports import Reserved, Summed
 
 NOBODY = "(nobody)"
 COLUMNS = ("reserved_gpu_hours", "used_gpu_hours", "queued_gpu_hours", "energy_kwh",
@@ -125,12 +125,12 @@ def report(
     zone: tzinfo,
     by_payer: Iterable[Summed],
     by_host: Iterable[Summed],
-    reserved: Mapping[str, Mapping[tuple[str, str], float]],
+    reserved: Mapping[str, Reserved],
     groups_of: Callable[[str], Iterable[str]],
 ) -> dict[str, Any]:
     """The report of `months` (labels '2026-11') from the charges summed per payer and per
-    host, and the GPU-hours reserved per month, owner and host: per month × (site, user,
-    group, host), and the cross-check."""
+    host, and the GPU-hours reserved per month, per owner and per host: per month × (site,
+    user, group, host), and the cross-check."""
     labels = [m.strftime("%Y-%m") for m in months]
     index = {month_start(m, zone).timestamp(): m.strftime("%Y-%m") for m in months}
     table: dict[tuple[str, str, str], dict[str, float]] = {}
@@ -158,14 +158,9 @@ def report(
         if month is not None:
             add(month, "host", str(row.who), _figures(row))
     for month, booked in reserved.items():
-        per_owner: dict[str, float] = {}
-        per_host: dict[str, float] = {}
-        for (owner, host), hours in booked.items():
-            per_owner[owner] = per_owner.get(owner, 0.0) + hours
-            per_host[host] = per_host.get(host, 0.0) + hours
-        for owner, hours in per_owner.items():
+        for owner, hours in booked.by_owner.items():
             to_user(month, owner, {"reserved_gpu_hours": hours})
-        for host, hours in per_host.items():
+        for host, hours in booked.by_host.items():
             add(month, "host", host, {"reserved_gpu_hours": hours})
     return {
         "months": labels,
@@ -187,15 +182,18 @@ def cross_check(
     table: Mapping[tuple[str, str, str], Mapping[str, float]], months: Sequence[str]
 ) -> dict[str, Any]:
     """Whether each month's users, and its hosts, add up to the site (and by how much not)."""
+    sums: dict[tuple[str, str], dict[str, float]] = {}  # (month, scope) -> column totals
+    for (month, scope, _), figures in table.items():
+        into = sums.setdefault((month, scope), _blank())
+        for column in COLUMNS:
+            into[column] += figures[column]
     worst = {"users": 0.0, "hosts": 0.0}
     for month in months:
         site = table.get((month, "site", ""), _blank())
         for scope, key in (("user", "users"), ("host", "hosts")):
+            total = sums.get((month, scope), _blank())
             for column in COLUMNS:
-                total = sum(
-                    f[column] for (m, s, _), f in table.items() if m == month and s == scope
-                )
-                worst[key] = max(worst[key], abs(total - site[column]))
+                worst[key] = max(worst[key], abs(total[column] - site[column]))
     return {
         "users_add_up": worst["users"] <= _TOLERANCE * max(1.0, _scale(table)),
         "hosts_add_up": worst["hosts"] <= _TOLERANCE * max(1.0, _scale(table)),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
+from itertools import pairwise
 from typing import Any
 
 from ..errors import Forbidden
@@ -134,23 +134,13 @@ class FairShare:
         """The report of `months` for everyone (see `accounting.report`)."""
         first = accounting.month_start(months[0], self.zone)
         last = accounting.month_start(months[-1], self.zone)
-        reads, inventory = self.store.reports, self.store.inventory
-        hosts: dict[int, str] = {}
-
-        def host_of(gpu_id: Any) -> str:
-            if gpu_id not in hosts:
-                hosts[gpu_id] = inventory.gpu_by_id(gpu_id).host
-            return hosts[gpu_id]
-
-        by_payer, by_gpu = reads.charges(first, last)
-        by_host = [dataclasses.replace(row, who=host_of(row.who)) for row in by_gpu]
-        reserved = {
-            m.strftime("%Y-%m"): reads.reserved(
-                accounting.month_start(m, self.zone),
-                accounting.month_start(accounting.next_month(m), self.zone),
-            )
-            for m in months
-        }
+        reads = self.store.reports
+        by_payer, by_host = reads.charges(first, last)
+        ends = [*months, accounting.next_month(months[-1])]  # consecutive months
+        edges = [accounting.month_start(m, self.zone) for m in ends]
+        spans = list(pairwise(edges))
+        booked = reads.reserved(spans, self.now())
+        reserved = {m.strftime("%Y-%m"): b for m, b in zip(months, booked, strict=True)}
 
         def groups_of(user: str) -> frozenset[str]:
             return self.identity_of(user).groups

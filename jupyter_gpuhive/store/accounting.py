@@ -18,8 +18,11 @@ from .schema import (
     charge_totals,
     gpu_charges_hourly,
     gpu_charges_monthly,
+    gpus,
+    host_charges_monthly,
     job_tasks,
     jobs,
+    payer_charges_monthly,
     reservation_gpus,
     reservation_stats,
     reservations,
@@ -97,27 +100,50 @@ class Accounting:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._host_of: dict[int, int] = {}  # GPU id -> host id (a GPU never moves)
 
     def record(self, charges: Sequence[Charge]) -> None:
-        """Add one sweep's charges to the hourly, monthly and per-subject totals."""
+        """Add one sweep's charges to the hourly, monthly and per-subject totals, and to the
+        report's roll-ups per month and payer and per month and host."""
         if not charges:
             return
         hourly = _merge(((c.gpu_id, c.hour, c.payer, c.kind), c.figures()) for c in charges)
         monthly = _merge(((c.gpu_id, c.month, c.payer, c.kind), c.figures()) for c in charges)
+        by_payer = _merge(((c.month, c.payer, c.kind), c.figures()) for c in charges)
         totals = _merge((s, c.figures()) for c in charges for s in c.subjects)
 
         keys = ("gpu_id", "hour", "payer", "kind")
         month_keys = ("gpu_id", "month", "payer", "kind")
+        payer_keys = ("month", "payer", "kind")
         hourly_rows = [dict(zip(keys, k, strict=True)) | v for k, v in hourly.items()]
         monthly_rows = [dict(zip(month_keys, k, strict=True)) | v for k, v in monthly.items()]
+        payer_rows = [dict(zip(payer_keys, k, strict=True)) | v for k, v in by_payer.items()]
         total_rows = [{"subject": k[0], "subject_id": k[1]} | v for k, v in totals.items()]
 
         def work(conn: Connection) -> None:
             _add(conn, gpu_charges_hourly, keys, hourly_rows)
             _add(conn, gpu_charges_monthly, month_keys, monthly_rows)
+            _add(conn, payer_charges_monthly, payer_keys, payer_rows)
+            host_of = self._hosts(conn, {c.gpu_id for c in charges})
+            by_host = _merge(
+                ((c.month, host_of[c.gpu_id], c.kind), c.figures())
+                for c in charges
+                if c.gpu_id in host_of
+            )
+            host_keys = ("month", "host_id", "kind")
+            host_rows = [dict(zip(host_keys, k, strict=True)) | v for k, v in by_host.items()]
+            _add(conn, host_charges_monthly, host_keys, host_rows)
             _add(conn, charge_totals, ("subject", "subject_id"), total_rows)
 
         self.db.write(work)
+
+    def _hosts(self, conn: Connection, gpu_ids: set[int]) -> dict[int, int]:
+        """The host of each GPU (read once per GPU; ids the inventory lacks are left out)."""
+        missing = gpu_ids - self._host_of.keys()
+        if missing:
+            query = select(gpus.c.id, gpus.c.host_id).where(gpus.c.id.in_(sorted(missing)))
+            self._host_of.update({gid: hid for gid, hid in conn.execute(query).all()})
+        return self._host_of
 
     # --- reading ------------------------------------------------------------------------
 

@@ -1,20 +1,31 @@
-"""The reads of the accounting report, summed by the database: charges per month and payer
-and per month and GPU (the caller knows each GPU's host; the join would cost more than the
-rows it saves); reserved GPU-hours of a month per owner and host."""
+"""The reads of the accounting report, from its roll-ups: charges per month and payer and per
+month and host (added to by every sweep), and GPU-hours booked per month, owner and host (kept
+for ended months, see schema/rollups.py; the month in progress and later ones are summed live).
+A year's report reads a few rows per user and host, not one per GPU or reservation."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, text
 
 from .accounting import FIGURES
 from .database import Database
-from .schema import gpu_charges_monthly, gpus, hosts, reservation_gpus, reservation_stats
+from .schema import (
+    gpus,
+    host_charges_monthly,
+    hosts,
+    payer_charges_monthly,
+    reservation_gpus,
+    reservation_stats,
+    reserved_monthly,
+)
 from .schema import reservations as _r
+
+SeparateSums = tuple[dict[str, float], dict[int, float]]  # seconds per owner, per host id
 
 
 @dataclass(frozen=True)
@@ -22,9 +33,17 @@ class Summed:
     """Charges of one month summed for one payer (or host) and kind."""
 
     month: datetime
-    who: str | int  # a payer ('' for nobody), or a GPU id
+    who: str  # a payer ('' for nobody), or a host's name
     kind: str
     figures: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """GPU-hours booked (not cancelled) within one span, per owner and per host name."""
+
+    by_owner: dict[str, float] = field(default_factory=dict)
+    by_host: dict[str, float] = field(default_factory=dict)
 
 
 def _seconds(dialect: str, start: Any, end: Any) -> ColumnElement[Any]:
@@ -34,67 +53,149 @@ def _seconds(dialect: str, start: Any, end: Any) -> ColumnElement[Any]:
     return func.extract("epoch", end - start)
 
 
+def _summed(rows: Sequence[Any], names: dict[int, str] | None = None) -> list[Summed]:
+    out = []
+    for row in rows:
+        who = names.get(row[1], str(row[1])) if names is not None else row[1]
+        out.append(Summed(row[0], who, row[2], {n: float(row[3 + i] or 0)
+                                                for i, n in enumerate(FIGURES)}))  # fmt: skip
+    return out
+
+
+def booked_seconds(conn: Connection, start: datetime, end: datetime) -> SeparateSums:
+    """Seconds of [start, end) booked (not cancelled), per owner and per host id, summed
+    from the reservations: those within the span by the database, those across its start or
+    end clipped here."""
+    rg = reservation_gpus
+    pairs: dict[tuple[str, int], float] = {}
+    joined = _r.join(rg, rg.c.reservation_id == _r.c.id).join(gpus, gpus.c.id == rg.c.gpu_id)
+    seconds = _seconds(conn.dialect.name, rg.c.start_at, rg.c.end_at)
+    longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
+    host = gpus.c.host_id
+    inside = (
+        select(_r.c.owner, host, func.sum(seconds))
+        .select_from(joined)
+        .where(_r.c.cancelled_at.is_(None), _r.c.start_at >= start, _r.c.end_at <= end)
+        .group_by(_r.c.owner, host)
+    )
+    for owner, host_id, total in conn.execute(inside).all():
+        pairs[(owner, host_id)] = float(total or 0)
+    reach = timedelta(seconds=longest + 1)
+    r_start, r_end = _r.c.start_at, _r.c.end_at
+    across = (
+        select(_r.c.owner, host, r_start, r_end)
+        .select_from(joined)
+        .where(_r.c.cancelled_at.is_(None))
+        .where(or_(*(and_(r_start >= e - reach, r_start < e, r_end > e) for e in (start, end))))
+    )
+    for owner, host_id, a, b in conn.execute(across).all():
+        clipped = (min(b, end) - max(a, start)).total_seconds()
+        pairs[(owner, host_id)] = pairs.get((owner, host_id), 0.0) + clipped
+    by_owner: dict[str, float] = {}
+    by_host: dict[int, float] = {}
+    for (owner, host_id), value in pairs.items():
+        by_owner[owner] = by_owner.get(owner, 0.0) + value
+        by_host[host_id] = by_host.get(host_id, 0.0) + value
+    return by_owner, by_host
+
+
 class ReportReads:
-    """What the accounting report reads, aggregated where the rows are."""
+    """What the accounting report reads: roll-ups, and live sums for months not ended."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
     def charges(self, first: datetime, last: datetime) -> tuple[list[Summed], list[Summed]]:
         """Monthly charges with month in [first, last], per (month, payer, kind) and per
-        (month, GPU, kind)."""
-        m = gpu_charges_monthly
-        sums = [func.sum(m.c[name]).label(name) for name in FIGURES]
-        span = and_(m.c.month >= first, m.c.month <= last)
-        by_payer = select(m.c.month, m.c.payer, m.c.kind, *sums).where(span)
-        by_payer = by_payer.group_by(m.c.month, m.c.payer, m.c.kind)
-        by_gpu = select(m.c.month, m.c.gpu_id, m.c.kind, *sums).where(span)
-        by_gpu = by_gpu.group_by(m.c.month, m.c.gpu_id, m.c.kind)
+        (month, host name, kind)."""
+        p, h = payer_charges_monthly, host_charges_monthly
+        by_payer = select(p.c.month, p.c.payer, p.c.kind, *(p.c[n] for n in FIGURES))
+        by_host = select(h.c.month, h.c.host_id, h.c.kind, *(h.c[n] for n in FIGURES))
         with self.db.read() as conn:
-            payers = conn.execute(by_payer).all()
-            per_gpu = conn.execute(by_gpu).all()
+            payers = conn.execute(by_payer.where(p.c.month >= first, p.c.month <= last)).all()
+            per_host = conn.execute(by_host.where(h.c.month >= first, h.c.month <= last)).all()
+            names = dict(conn.execute(select(hosts.c.id, hosts.c.name)).all())
+        return _summed(payers), _summed(per_host, names)
 
-        def summed(rows: Sequence[Any]) -> list[Summed]:
-            return [
-                Summed(r[0], r[1], r[2], {n: float(r[3 + i] or 0) for i, n in enumerate(FIGURES)})
-                for r in rows
-            ]
-
-        return summed(payers), summed(per_gpu)
-
-    def reserved(self, start: datetime, end: datetime) -> dict[tuple[str, str], float]:
-        """GPU-hours of [start, end) booked (not cancelled), per (owner, host): those within
-        it summed by the database, those across its start or end clipped here."""
-        rg, host = reservation_gpus, hosts.c.name
-        out: dict[tuple[str, str], float] = {}
-        # Joined with the hosts, the plan starts from the reservations by start (fast).
-        joined = (
-            _r.join(rg, rg.c.reservation_id == _r.c.id)
-            .join(gpus, gpus.c.id == rg.c.gpu_id)
-            .join(hosts, hosts.c.id == gpus.c.host_id)
-        )
+    def reserved(self, spans: Sequence[tuple[datetime, datetime]], now: datetime) -> list[Reserved]:
+        """GPU-hours booked within each span: ended spans from the roll-up (summed and kept
+        there on first use), others live."""
+        if not spans:
+            return []
+        m = reserved_monthly.c
+        wanted = set(spans)
+        kept: dict[tuple[datetime, datetime], SeparateSums] = {}
         with self.db.read() as conn:
-            seconds = _seconds(conn.dialect.name, rg.c.start_at, rg.c.end_at)
-            longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-            inside = (
-                select(_r.c.owner, host, func.sum(seconds))
-                .select_from(joined)
-                .where(_r.c.cancelled_at.is_(None), _r.c.start_at >= start, _r.c.end_at <= end)
-                .group_by(_r.c.owner, host)
+            rows = conn.execute(
+                select(m.start_at, m.end_at, m.owner, m.host_id, m.seconds).where(
+                    m.start_at >= min(a for a, _ in spans), m.start_at <= max(a for a, _ in spans)
+                )
+            ).all()
+            names = dict(conn.execute(select(hosts.c.id, hosts.c.name)).all())
+        cached = _by_span(rows, wanted)
+        for span in spans:
+            if span in cached:
+                kept[span] = cached[span]
+            elif span[1] <= now:
+                kept[span] = self._keep(*span)
+            else:
+                with self.db.read() as conn:
+                    kept[span] = booked_seconds(conn, *span)
+        return [_hours(*kept[span], names) for span in spans]
+
+    def _keep(self, start: datetime, end: datetime) -> SeparateSums:
+        """Sum an ended span and store it, in one write transaction (so that no change to
+        a reservation falls between the sum and the store: the triggers would miss it)."""
+        m = reserved_monthly.c
+
+        def work(conn: Connection) -> SeparateSums:
+            if conn.dialect.name == "postgresql":  # the triggers' deletes wait for the commit
+                conn.execute(text("LOCK TABLE reserved_monthly IN SHARE ROW EXCLUSIVE MODE"))
+            rows = conn.execute(
+                select(m.start_at, m.end_at, m.owner, m.host_id, m.seconds).where(
+                    m.start_at == start, m.end_at == end
+                )
+            ).all()
+            found = _by_span(rows, {(start, end)})
+            if (start, end) in found:  # another server kept it meanwhile
+                return found[(start, end)]
+            by_owner, by_host = booked_seconds(conn, start, end)
+            span = {"start_at": start, "end_at": end}
+            conn.execute(
+                insert(reserved_monthly),
+                [span | {"owner": "", "host_id": 0, "seconds": 0.0}]
+                + [span | {"owner": o, "host_id": 0, "seconds": s} for o, s in by_owner.items()]
+                + [span | {"owner": "", "host_id": h, "seconds": s} for h, s in by_host.items()],
             )
-            for owner, name, total in conn.execute(inside).all():
-                out[(owner, name)] = float(total or 0) / 3600
-            reach = timedelta(seconds=longest + 1)
-            r_start, r_end = _r.c.start_at, _r.c.end_at
-            across = (
-                select(_r.c.owner, host, r_start, r_end)
-                .select_from(joined)
-                .where(_r.c.cancelled_at.is_(None))
-                .where(or_(*(and_(r_start >= e - reach, r_start < e, r_end > e)
-                             for e in (start, end))))
-            )  # fmt: skip
-            rows = conn.execute(across).all()
-        for owner, name, a, b in rows:
-            hours = (min(b, end) - max(a, start)).total_seconds() / 3600
-            out[(owner, name)] = out.get((owner, name), 0.0) + hours
-        return out
+            return by_owner, by_host
+
+        return self.db.write(work)
+
+
+def _by_span(
+    rows: Sequence[Any], wanted: set[tuple[datetime, datetime]]
+) -> dict[tuple[datetime, datetime], SeparateSums]:
+    """Stored roll-up rows of the wanted spans that are complete (have their marker row)."""
+    found: dict[tuple[datetime, datetime], SeparateSums] = {}
+    complete = set()
+    for start, end, owner, host_id, seconds in rows:
+        span = (start, end)
+        if span not in wanted:
+            continue
+        by_owner, by_host = found.setdefault(span, ({}, {}))
+        if owner:
+            by_owner[owner] = seconds
+        elif host_id:
+            by_host[host_id] = seconds
+        else:
+            complete.add(span)
+    return {span: sums for span, sums in found.items() if span in complete}
+
+
+def _hours(
+    by_owner: dict[str, float], by_host: dict[int, float], names: dict[int, str]
+) -> Reserved:
+    return Reserved(
+        {owner: s / 3600 for owner, s in by_owner.items()},
+        {names.get(h, str(h)): s / 3600 for h, s in by_host.items()},
+    )

@@ -25,7 +25,9 @@ from .integrations import (
     webhooks,
 )
 from .jobs import job_tasks, jobs
+from .rollups import host_charges_monthly, payer_charges_monthly, reserved_monthly
 from .violations import violation_actions, violations
+from .webhook_log import log_attempts, log_deliveries, log_metadata
 
 __all__ = [
     "ID_MAX",
@@ -40,14 +42,20 @@ __all__ = [
     "gpu_charges_monthly",
     "gpu_usage_hourly",
     "gpus",
+    "host_charges_monthly",
     "hosts",
     "job_tasks",
     "jobs",
+    "log_attempts",
+    "log_deliveries",
+    "log_metadata",
     "metadata",
+    "payer_charges_monthly",
     "reservation_gpus",
     "reservation_stats",
     "reservation_usage",
     "reservations",
+    "reserved_monthly",
     "rules",
     "user_groups",
     "users",
