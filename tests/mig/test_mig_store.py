@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 
 from jupyter_gpuhive.errors import Conflict
+from jupyter_gpuhive.jobs.queue_inputs import booked
 from jupyter_gpuhive.model import UTC, Gpu, SliceDecl, units_conflict
 from jupyter_gpuhive.store import Changes, Store
 from jupyter_gpuhive.store.schema import UTCDateTime
@@ -135,3 +136,15 @@ def test_a_repartition_removes_and_adds_slices(store: Store) -> None:
     back = unit(store, "mig1:0/mig5")
     assert back.id == gone[0].id and back.uuid == "MIG-new-2g"
     assert not store.inventory.removed(back)
+
+
+def test_the_queue_sees_a_slice_booking_on_its_gpu_and_the_reverse(store: Store) -> None:
+    book(store, ["mig1:0/mig5"])
+    book(store, ["mig1:1"])
+    claims = {(uuid, low) for uuid, low, _ in booked(store, BASE, BASE + HOUR)}
+    gpu0 = unit(store, "mig1:0").uuid
+    assert claims == {(SLICES[1].uuid, BASE), (gpu0, BASE), (unit(store, "mig1:1").uuid, BASE)}
+    later = BASE + 5 * HOUR
+    book(store, ["mig1:0"], later)
+    claims = {uuid for uuid, _, _ in booked(store, later, later + HOUR)}
+    assert claims == {gpu0, *(s.uuid for s in SLICES)}
