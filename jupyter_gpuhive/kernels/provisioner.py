@@ -152,6 +152,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             self._kernel = (LocalKernel(launch) if decl.transport == "local"
                             else SshKernel(launch, registry.pool))  # fmt: skip
         kernel = self._kernel
+        kernel.on_lost = self._lost
         try:
             await kernel.start(launch)
         except BaseException as error:
@@ -186,6 +187,11 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         if code is not None and kernel.lost and self._dead_reason is None:
             await self._declare_dead(kernel.lost)
         return code
+
+    async def _lost(self, reason: str) -> None:
+        """The connection broke: the registry knows at once (the restarter within 3 s)."""
+        if self._running and self._dead_reason is None:
+            await self._declare_dead(reason)
 
     async def _declare_dead(self, reason: str) -> None:
         """The connection is gone: no auto-restart; the registry and the model say why."""

@@ -29,6 +29,7 @@ import shutil
 import signal as signals
 import tempfile
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,7 @@ class KernelProcess:
         self.pgid: int | None = None
         self.dir: str | None = None  # the kernel's socket directory on its host
         self.lost: str | None = None  # why the connection to the kernel is gone
+        self.on_lost: Callable[[str], Awaitable[None]] | None = None  # told at once
 
     @property
     def address(self) -> str:
@@ -247,6 +249,8 @@ class SshKernel(KernelProcess):
                 "was lost: sshd stopped, the host went down or the network dropped it"
             )
             log.warning("gpuhive: kernel on %s: %s", self.launch.host.name, self.lost)
+            if self.on_lost is not None:
+                await self.on_lost(self.lost)
 
     async def start(self, launch: Launch) -> None:
         self.launch = launch

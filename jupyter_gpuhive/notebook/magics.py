@@ -17,6 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..model import describe_duration, parse_duration
 from .args import parse_gpu_args, parse_when
 from .client import HiveClient, HiveClientError
+from .earliest import earliest, expected_wait
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
 
@@ -107,9 +108,16 @@ class GpuHiveMagics(Magics):
     @argument("--notify", action="store_true", help="If not free now, tell me when they are")
     @argument(
         "--before",
-        help="With --notify: any slot that ends by then (HH:MM or ISO 8601); without it, "
-        "GPUs free from now on, watched for 24 hours",
+        help="With --notify or --earliest: any slot that ends by then (HH:MM or ISO 8601); "
+        "without it, --notify watches GPUs free from now on for 24 hours",
     )
+    @argument("--earliest", action="store_true", help="Show the earliest slots that fit")
+    @argument("--book", action="store_true", help="With --earliest: book the best slot")
+    @argument("--nvlink", action="store_true", help="With --earliest: all pairs NVLink-connected")
+    @argument("--same-host", action="store_true", help="With --earliest: all on one host")
+    @argument("--numa", action="store_true", help="With --earliest: all on one NUMA node")
+    @argument("--slices", action="store_true", help="With --earliest: count MIG slices")
+    @argument("--profile", help="With --earliest: MIG slices of this profile, e.g. 1g.10gb")
     @argument("-o", "--output", metavar="NAME", help="Also bind the result to NAME")
     @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
@@ -135,6 +143,8 @@ class GpuHiveMagics(Magics):
             return self._give(ReservationResult(done, headline), args.output)
         if args.notify:
             return self._give(reserve_or_notify(self, args), args.output)
+        if args.earliest or args.book:
+            return self._give(earliest(self, args), args.output)
         return self._give(self._reserve(args), args.output)
 
     @staticmethod
@@ -202,6 +212,8 @@ class GpuHiveMagics(Magics):
             except HiveClientError as error:
                 if not args.wait or error.status not in (0, 409) or time.monotonic() > deadline:
                     raise UsageError(error.message) from None
+                if attempt == 1 and (expected := expected_wait(self, args)):
+                    print(expected)
                 print(f"\rWaiting for GPUs (try {attempt}): {error.message}"[:200], end="")
                 time.sleep(2)
                 length = end - start

@@ -34,10 +34,23 @@ async def kernels_api(
     jp_fetch: Any, token: str, method: str, *path: str, body: Any = None
 ) -> Reply:
     """Jupyter's own kernel REST API (api/kernels/…) as the user of `token`."""
+    return await _jupyter_api(jp_fetch, token, method, "kernels", *path, body=body)
+
+
+async def sessions_api(
+    jp_fetch: Any, token: str, method: str, *path: str, body: Any = None
+) -> Reply:
+    """Jupyter's session REST API (api/sessions/…) as the user of `token`."""
+    return await _jupyter_api(jp_fetch, token, method, "sessions", *path, body=body)
+
+
+async def _jupyter_api(
+    jp_fetch: Any, token: str, method: str, *path: str, body: Any = None
+) -> Reply:
     payload = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
     try:
         response = await jp_fetch(
-            "api", "kernels", *path, method=method, body=payload,
+            "api", *path, method=method, body=payload,
             headers={"Authorization": f"token {token}"}, allow_nonstandard_methods=True,
         )  # fmt: skip
     except HTTPClientError as error:

@@ -25,7 +25,14 @@ from tornado.httpclient import HTTPClientError
 from benchmarks.fixtures.kernel_python import kernel_python
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import USERS, book, soon
-from tests.kernels.remote_helpers import REPORT, Notebook, kernels_api, report, write_spec
+from tests.kernels.remote_helpers import (
+    REPORT,
+    Notebook,
+    kernels_api,
+    report,
+    sessions_api,
+    write_spec,
+)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="runs kernels as real users (needs root)"),
@@ -171,6 +178,12 @@ async def test_kernel_runs_as_owner_on_reserved_gpus_and_only_the_owner_controls
     with pytest.raises(HTTPClientError) as attach:
         await Notebook.open(jp_ws_fetch, kid, TOKENS[OTHER])
     assert attach.value.code == 403
+    # A session on it does not help: deleting that session would shut the kernel down.
+    body = {"kernel": {"id": kid}, "path": "theirs.ipynb", "type": "notebook", "name": ""}
+    session = await sessions_api(jp_fetch, TOKENS[OTHER], "POST", body=body)
+    assert session.status == 201, session
+    refused = await sessions_api(jp_fetch, TOKENS[OTHER], "DELETE", session.body["id"])
+    assert refused.status == 403 and f"belongs to {OWNER}" in refused.body["message"], refused
     assert registry.get(kid).state == "running" and registry.get(kid).restarts == 0
 
     # Interrupt stops a long cell with KeyboardInterrupt (a signal to its process group).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import fairshare as f
+from . import finder as fi
 from . import handlers as h
 from . import integrations as i
 from . import kernels as k
@@ -29,6 +30,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/reports/accounting.csv", f.ReportCsvHandler),
     ("/violations", h.ViolationsHandler),
     ("/reservations", h.ReservationsHandler),
+    ("/reservations/search", fi.SlotSearchHandler),
     ("/reservations/{id}", h.ReservationHandler),
     ("/reservations/{id}/usage", h.ReservationUsageHandler),
     ("/overview", h.OverviewHandler),
