@@ -52,9 +52,9 @@ def sync_slices(
     if gone:
         conn.execute(update(gpus).where(gpus.c.id.in_(gone)).values(removed_at=now))
     for key, decl in decls.items():
-        row = matched.get(key)
+        held = matched.get(key)
         fields = {"uuid": decl.uuid, "memory_mib": decl.memory_mib}
-        if row is None:
+        if held is None:
             conn.execute(
                 insert(gpus).values(
                     host_id=host_id,
@@ -66,10 +66,10 @@ def sync_slices(
                     **fields,
                 )
             )
-        elif (row.uuid, row.memory_mib, row.removed_at) != (
+        elif (held.uuid, held.memory_mib, held.removed_at) != (
             decl.uuid,
             decl.memory_mib,
             None,
         ):
-            conn.execute(update(gpus).where(gpus.c.id == row.id).values(removed_at=None, **fields))
+            conn.execute(update(gpus).where(gpus.c.id == held.id).values(removed_at=None, **fields))
     return gone
