@@ -8,10 +8,12 @@ from typing import Any
 
 from ..errors import Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, units_conflict
+from ..model.finder import Slot, Want
 from ..model.requests import Booking, BookingChange
 from ..privacy import Privacy, sees_all_of
 from ..store import Store
 from . import access
+from .finder import SlotSearch
 from .overview import occupancy
 from .reservations import Policy, ReservationService
 from .usage import usage_report
@@ -47,6 +49,7 @@ class Bookings:
         self._changed = changed  # (kind, reservation): 'created', 'changed' or 'cancelled'
         self._unix_user = unix_user
         self._violations = violations
+        self.slots = SlotSearch(store, policy, lambda: self.reservations.limits)
 
     # --- reservations ------------------------------------------------------------------
 
@@ -98,6 +101,11 @@ class Bookings:
             include_cancelled=include_cancelled,
             limit=limit,
         )
+        return found
+
+    async def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:
+        """The earliest slots that fit `want` for `who` (bookings.finder)."""
+        found: tuple[Want, list[Slot]] = await self.run(self.slots.search, who, want)
         return found
 
     async def get(self, reservation_id: int) -> Reservation:

@@ -21,6 +21,7 @@ from . import worker
 from .metrics import GPU_FIELDS, HOST_FIELDS
 from .sampler import Listener, Sampler, Sweep
 from .slices import NOT_REPORTED, discovered_slices, process_json, slice_decls, slice_views
+from .topology import TopologyReader
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,6 +57,7 @@ class Monitor:
         self._public_key = public_key  # for the advice on hosts that refuse gpuhive's login
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.on_sweep(self._after_sweep)
+        self.topology = TopologyReader(store, pool, self.run_blocking)  # nvidia-smi topo -m
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._statuses: dict[str, HostStatus] = {}
@@ -196,6 +198,8 @@ class Monitor:
                     ", ".join(g.ref for g in gone),
                 )
                 await self.run_blocking(self.reflag)
+        answered = [n for n, s in sweep.samples.items() if s.gpus and not s.gpu_error]
+        await self.topology.after_sweep(answered, changed)
 
     async def _record_usage(self, sweep: Sweep) -> None:
         inventory = self.store.inventory
@@ -246,6 +250,7 @@ class Monitor:
                 elif gpu.ref not in following:
                     following[gpu.ref] = res
         statuses = self._statuses if self._process is not None else self.pool.statuses()
+        topology = await self.run_blocking(self.store.topology.all)
         out = []
         for host in self._live_hosts(statuses):
             gpus = [
@@ -264,7 +269,8 @@ class Monitor:
                 }
                 for gpu in host["gpus"]
             ]
-            out.append({**host, "gpus": gpus})
+            known = topology.get(host["name"])
+            out.append({**host, "gpus": gpus, "topology": known.to_json() if known else None})
         return out
 
     def _live_hosts(self, statuses: dict[str, HostStatus]) -> list[dict[str, Any]]:

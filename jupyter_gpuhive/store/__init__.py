@@ -5,12 +5,14 @@ from __future__ import annotations
 from .accounting import Accounting
 from .clashes import Clash
 from .database import Database
+from .finder import FinderReads
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
 from .reports import ReportReads
 from .reservations import Changes, Reservations
 from .rules import Rules
+from .topology import TopologyStore
 from .usage import Usage
 from .users import Users
 from .violations import Violations
@@ -31,6 +33,8 @@ class Store:
         self.limits = LimitStore(self.db)
         self.accounting = Accounting(self.db)
         self.reports = ReportReads(self.db)
+        self.finder = FinderReads(self.db)  # the earliest-slot search's bulk reads
+        self.topology = TopologyStore(self.db)  # nvidia-smi topo -m per host
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -9,6 +9,7 @@ import bqplot as bq
 import ipywidgets as w
 
 from . import palette
+from .calendar_candidates import CandidatesPanel
 from .calendar_model import Box, CalendarModel, Span
 from .display import Shown
 
@@ -117,6 +118,7 @@ class CalendarView(Shown):
         )  # fmt: skip
         m.listeners.append(self.render)
         self.render()
+        self.candidates = CandidatesPanel(self)  # the finder: highlight, click to book
 
     # --- drawing -------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from .integrations import (
 )
 from .jobs import job_tasks, jobs
 from .rollups import host_charges_monthly, payer_charges_monthly, reserved_monthly
+from .topology import host_topology
 from .violations import violation_actions, violations
 from .webhook_log import log_attempts, log_deliveries, log_metadata
 
@@ -43,6 +44,7 @@ __all__ = [
     "gpu_usage_hourly",
     "gpus",
     "host_charges_monthly",
+    "host_topology",
     "hosts",
     "job_tasks",
     "jobs",

@@ -1,0 +1,165 @@
+"""Earliest-slot finder benchmark (issue #17).
+
+Run: `.venv/bin/python benchmarks/finder.py [--quick]`.
+
+- `search_ms`: a store (SQLite) with 1,000 GPUs on 125 hosts of 8 (A100 80 GB; NVSwitch, NVLink
+  pairs and PCIe-only hosts, a third each), 200 of them split into 7 MIG slices each (1,400
+  slices), 50,000 reservations over the next 30 days (whole GPUs on the unsplit ones, slices on
+  the split ones, 2-16 h each), weekly access rules (everyone on weekdays 07:00-22:00, the
+  requester's group always on half the hosts) and a fair-share limit on the requester; the
+  request: 4 NVLink-connected GPUs for 8 h within 30 days. The search runs as the API runs
+  it (`SlotSearch.search`: its bulk read, the rules, the limits, the sweep); the figure is
+  the median of 7 runs after one warm-up (`--quick`: 5).
+- `brute_force_mismatches`: 1,000 random cases (with and without slices, random topology,
+  bookings, allowed spans and requests; benchmarks/fixtures/finder_cases.py) where the finder's
+  first answer differs from an exhaustive search on a 15-minute grid.
+- `slice_double_bookings`: whole-GPU and slice bookings racing on SQLite and PostgreSQL
+  (benchmarks/fixtures/mig_race.py), double bookings found afterwards.
+
+The last line printed is one JSON object with exactly these three figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from datetime import time as clock
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import insert, update
+
+from benchmarks.fixtures.finder_cases import brute_force, random_case
+from benchmarks.fixtures.mig_race import slice_double_bookings
+from jupyter_gpuhive.bookings.finder import SlotSearch
+from jupyter_gpuhive.bookings.quotas import LimitService
+from jupyter_gpuhive.bookings.reservations import Policy
+from jupyter_gpuhive.hosts.topology import parse_topology
+from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, SliceDecl
+from jupyter_gpuhive.model.finder import Want, find
+from jupyter_gpuhive.model.limits import Limits, LimitTable
+from jupyter_gpuhive.model.rules import Rule, Window
+from jupyter_gpuhive.sim.topology import layout, topo_matrix
+from jupyter_gpuhive.store import Store
+from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
+
+HOSTS, PER_HOST, SPLIT_HOSTS, SLICES = 125, 8, 25, 7  # 25 x 8 = 200 GPUs split into 7 slices
+RESERVATIONS = 50_000
+ZONE = ZoneInfo("Europe/Warsaw")
+LAYOUTS = ("nvswitch", "nvlink-pairs", "pcie-2numa")
+USER = Identity("alice", frozenset({"lab"}))
+
+
+def build(url: str, rng: random.Random, now: datetime) -> Store:
+    """The store of the search case (reservations written in bulk, as rows)."""
+    store = Store(url).open()
+    decls = []
+    for h in range(HOSTS):
+        gpus = []
+        for i in range(PER_HOST):
+            parts = None
+            if h < SPLIT_HOSTS:
+                parts = tuple(SliceDecl(gi, 0, "1g.10gb", f"MIG-{h}-{i}-{gi}", 9728)
+                              for gi in range(1, SLICES + 1))  # fmt: skip
+            gpus.append(GpuDecl(i, f"GPU-{h:03d}-{i}", "NVIDIA A100-SXM4-80GB", 81920,
+                                slices=parts))  # fmt: skip
+        decls.append(HostDecl(f"node{h:03d}", transport="local", gpus=tuple(gpus)))
+    store.inventory.sync(decls)
+    for h in range(HOSTS):
+        layout(PER_HOST, LAYOUTS[h % 3])  # checks the preset
+        store.topology.put(f"node{h:03d}", parse_topology(topo_matrix(PER_HOST, LAYOUTS[h % 3])))
+    units = [u for u in store.inventory.units() if u.is_slice or u.host >= f"node{SPLIT_HOSTS:03d}"]
+    per_unit = RESERVATIONS // len(units) + 1
+    rows, links = [], []
+    rid = 0
+    start0 = now - timedelta(hours=12)
+    for unit in units:
+        cursor = start0 + timedelta(minutes=15 * rng.randrange(0, 48))
+        for _ in range(per_unit):
+            if rid >= RESERVATIONS:
+                break
+            length = timedelta(hours=rng.randint(2, 16))
+            rid += 1
+            rows.append({"id": rid, "owner": f"user{rid % 50}", "title": "bench", "description": "",
+                         "start_at": cursor, "end_at": cursor + length, "created_at": now,
+                         "flagged": False})  # fmt: skip
+            links.append({"reservation_id": rid, "gpu_id": unit.id, "device_id": unit.device_id,
+                          "start_at": cursor, "end_at": cursor + length, "cancelled": False})  # fmt: skip
+            cursor += length + timedelta(minutes=15 * rng.randrange(1, 96))
+
+    def work(conn):
+        conn.execute(insert(reservations), rows)
+        conn.execute(insert(reservation_gpus), links)
+        conn.execute(update(reservation_stats).values(longest_seconds=16 * 3600 + 1))
+
+    store.db.write(work)
+    weekdays = Window(frozenset(range(5)), clock(7), clock(22))
+    store.rules.add(Rule(None, "weekdays", users=frozenset({"*"}), windows=(weekdays,)), "admin")
+    half = frozenset(f"node{h:03d}" for h in range(0, HOSTS, 2))
+    store.rules.add(Rule(None, "lab", groups=frozenset({"lab"}), hosts=half), "admin")
+    return store
+
+
+def search_ms(quick: bool) -> tuple[float, dict]:
+    """Median milliseconds of the search case, and its first answer."""
+    rng = random.Random(17)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = build(f"sqlite:///{Path(tmp) / 'finder.sqlite'}", rng, now)
+        try:
+            policy = Policy(ZONE, max_length=timedelta(days=7), horizon=timedelta(days=90))
+            limits = LimitService(store, ZONE, LimitTable(default=Limits(gpus=16,
+                                  gpu_hours_week=400)), lambda n: Identity(n))  # fmt: skip
+            search = SlotSearch(store, policy, lambda: limits, clock=lambda: now)
+            want = Want(4, 8 * 3600, int(now.timestamp()),
+                        int((now + timedelta(days=30)).timestamp()), nvlink=True)  # fmt: skip
+            search.search(USER, want)  # warm-up: inventory and topology in memory
+            times, answer = [], None
+            for _ in range(5 if quick else 7):
+                began = time.perf_counter()
+                _, slots = search.search(USER, want)
+                times.append((time.perf_counter() - began) * 1000)
+                answer = slots[0] if slots else None
+            first = {"start": answer.start, "gpus": [u.ref for u in answer.units]} if answer else {}
+            return statistics.median(times), first
+        finally:
+            store.close()
+
+
+def mismatches(cases: int = 1000) -> int:
+    """Random cases where the finder's first answer is not the brute force's."""
+    bad = 0
+    for seed in range(cases):
+        want, inputs = random_case(random.Random(seed))
+        found = find(want, inputs)
+        expected = brute_force(want, inputs)
+        got = (found[0].start, [u.id for u in found[0].units]) if found else None
+        ref = (expected.start, [u.id for u in expected.units]) if expected else None
+        bad += got != ref
+    return bad
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs, a shorter race")
+    args = parser.parse_args()
+    ms, first = search_ms(args.quick)
+    print(f"search: {ms:.1f} ms (median); first answer {first}", flush=True)
+    bad = mismatches()
+    print(f"brute force: {bad} mismatches in 1000 random cases", flush=True)
+    doubles = slice_double_bookings(quick=args.quick)
+    print(f"race: {doubles} double bookings", flush=True)
+    print(json.dumps({"search_ms": round(ms, 1), "brute_force_mismatches": bad,
+                      "slice_double_bookings": doubles}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""REST handler of the earliest-slot search (bookings.finder)."""
+
+from __future__ import annotations
+
+from tornado import web
+
+from ...bookings.finder import instant, slot_json
+from .base import HiveLogic
+from .operations import operation
+from .schemas import finder as fs
+
+
+class SlotSearchHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "The earliest slots that fit a request (a count of GPUs or MIG slices, a duration, "
+        "same host / NVLink / NUMA node / model / memory / indices), between not_before and "
+        "deadline: earliest first, then least fragmentation. They respect reservations, the "
+        "requester's access rules and fair-share limits, and running queued jobs; book one "
+        "with POST reservations",
+        body=fs.SlotSearchBody,
+        reply=fs.SlotSearchReply,
+    )
+    async def post(self) -> None:
+        want = self.body(fs.SlotSearchBody).value()
+        checked, slots = await self.hive.bookings.search(self.who, want)
+        self.reply(
+            {
+                "slots": [slot_json(s) for s in slots],
+                "not_before": instant(checked.not_before).isoformat(),
+                "deadline": instant(checked.deadline).isoformat(),
+            }
+        )
