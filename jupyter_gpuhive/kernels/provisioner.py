@@ -73,12 +73,12 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     launch_timeout = Float(60.0, config=True, help="Seconds a kernel may take to start.")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # Team mode (#15): in a client-mode server the team's service runs the kernel.
-        if cls is GpuHiveProvisioner:
-            from .team import TeamProvisioner, find_link
-
-            if find_link(kwargs.get("parent")) is not None:
-                cls = TeamProvisioner
+        # Team mode: a client-mode server's kernel manager names the subclass that has the
+        # team's service run the kernel (kernels/team.py, set by server/service_link.py).
+        node = kwargs.get("parent")
+        while cls is GpuHiveProvisioner and node is not None:
+            cls = getattr(node, "gpuhive_provisioner", None) or cls
+            node = getattr(node, "parent", None)
         return super().__new__(cls, *args, **kwargs)
 
     _kernel: KernelProcess | None = None

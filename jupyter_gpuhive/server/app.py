@@ -277,6 +277,10 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
             await self.hive.start()
             if self._watcher is not None:
                 self._watcher.start()
+        elif self.service_url:  # team mode: reservation kernels through the service
+            from .service_link import install as link_service
+
+            link_service(serverapp, self.service_url)
 
     async def stop_extension(self) -> None:
         if self._watcher is not None:

@@ -298,6 +298,13 @@ class GpuHiveConfig(LoggingConfigurable):
         "reservation of the user (launcher and kernel picker); its kernel runs on the "
         "reservation's host and GPUs.",
     ).tag(config=True)
+    kernel_socket_dir = Unicode(
+        "",
+        help="Team-mode service: the directory under which it makes each brokered kernel's "
+        "private socket directory (mode 0700, owned by the kernel's user). It must belong to "
+        "the service's user and be writable by it alone. Empty: "
+        "$TMPDIR/gpuhive-kernels-<uid>.",
+    ).tag(config=True)
     kernel_warning_minutes = Float(
         10.0,
         help="Minutes before a reservation ends when its kernels' notebooks are warned (a Lab "

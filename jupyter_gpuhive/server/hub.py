@@ -27,6 +27,7 @@ from traitlets.config import Application
 
 from ..errors import Forbidden, HiveError, Unauthorized
 from ..hive import Hive
+from ..kernels.broker import KernelBroker
 from ..model import Identity
 from .api import routes
 from .api.base import HiveLogic
@@ -131,15 +132,19 @@ class GpuHiveService(Application):
             self.load_config_file(self.config_file)
 
     def make_app(self) -> tuple[web.Application, Hive, str]:
-        settings = GpuHiveSettings(config=self.config).settings_for_hive()
+        configured = GpuHiveSettings(config=self.config)
+        settings = configured.settings_for_hive()
         # The service has no Jupyter event bus: 'event' violation handlers log instead.
         hive = Hive(settings, publish=_log_event).open()
+        # Users' servers (client mode) get their reservation kernels through the service.
+        broker = KernelBroker(hive.kernels, configured.kernel_socket_dir)
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
         auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
         api = routes(HubHandler, prefix=prefix.rstrip("/") + "/api")
         app = web.Application(
             [*api, (prefix.rstrip("/") + "/health", HealthHandler)],
             gpuhive=hive,
+            gpuhive_broker=broker,
             hub_auth=auth,
         )
         for _, handler in api:
@@ -163,6 +168,7 @@ class GpuHiveService(Application):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         server.stop()
+        await app.settings["gpuhive_broker"].close()
         await hive.stop()
         hive.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import brokered as b
 from . import fairshare as f
 from . import finder as fi
 from . import handlers as h
@@ -62,6 +63,10 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/kernels", k.KernelsHandler),
     ("/kernels/{kernel}", k.KernelHandler),
     ("/kernels/{kernel}/policy", k.KernelPolicyHandler),
+    ("/kernels/{kernel}/launch", b.LaunchHandler),
+    ("/kernels/{kernel}/process", b.ProcessHandler),
+    ("/kernels/{kernel}/signal", b.SignalHandler),
+    ("/kernels/{kernel}/cleanup", b.CleanupHandler),
     ("/openapi.json", h.OpenAPIHandler),
 ]
 

@@ -1,0 +1,238 @@
+"""Team mode: a Hub user's notebook kernel on their reservation, brokered by the service.
+
+Everything is real: JupyterHub with configurable-http-proxy, the gpuhive service (the only
+holder of the SSH key) on PostgreSQL, alice's and bob's single-user servers in client mode,
+an sshd GPU host with the nvidia-smi stand-in, real UNIX users, real ipykernel. alice starts a
+kernel through her server's kernel REST API; the service launches it over SSH as her UNIX
+user on her reserved GPUs and relays its channels to Unix sockets in a 0700 directory of
+hers; her kernel manager connects there. bob can neither start, see, signal nor connect to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from benchmarks.fixtures.kernel_python import kernel_python
+from benchmarks.fixtures.postgres import PostgresCluster
+from benchmarks.fixtures.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
+from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
+from tests.hub.conftest import Team
+from tests.kernels.remote_helpers import REPORT, Notebook, report
+
+pytestmark = [
+    pytest.mark.hub,
+    pytest.mark.skipif(os.geteuid() != 0, reason="runs kernels as real users (needs root)"),
+    pytest.mark.skipif(
+        shutil.which("sshd", path="/usr/sbin:/usr/bin:/sbin:/bin") is None,
+        reason="needs OpenSSH sshd",
+    ),
+]
+
+HOST = "tkgpu"
+UNIX = {"alice": "gh-alice", "bob": "gh-bob"}  # Hub user -> UNIX user (c.GpuHiveApp.unix_users)
+RUN = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SshdCluster]:
+    for name in UNIX.values():
+        ensure_user(name)
+    with SshdCluster([HOST]) as running:
+        for name in UNIX.values():
+            running.add_user(name)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def sockets() -> Iterator[Path]:
+    path = Path(tempfile.gettempdir()) / f"gpuhive-team-kernels-{RUN}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Iterator[Team]:
+    """alice and bob on a Hub whose service has one sshd GPU host (and the only SSH key)."""
+    host = cluster[HOST]
+    gpus = [{"index": g.index, "uuid": g.uuid} for g in cluster.host_config(HOST).gpus]
+    settings = {
+        "hosts": [{"name": HOST, "address": host.address, "port": host.port, "user": "root",
+                   "gpus": gpus, "kernel_python": kernel_python()}],
+        "ssh_key": str(cluster.client_key), "known_hosts": [str(cluster.known_hosts)],
+        "unix_users": UNIX, "site_timezone": "UTC", "kernel_socket_dir": str(sockets),
+    }  # fmt: skip
+    users = {"alice": ["phd"], "bob": ["phd"]}
+    try:
+        hub = TeamHub(postgres.new_database(), users, service_settings=settings)
+    except HubSetupError as error:
+        pytest.fail(f"{error} (then `make test`; or `make sysdeps venv` first)", pytrace=False)
+    hub.start()
+    try:
+        hub.spawn(users)
+        tokens = {u: hub.token_for(u, [f"access:servers!user={u}"]) for u in users}
+        service_tokens = {u: hub.token_for(u, ["access:services!service=gpuhive"]) for u in users}
+        yield Team(hub, tokens, service_tokens, replica=None, replica_port=0)  # type: ignore[arg-type]
+    except Exception:
+        print(hub.log_tail())
+        raise
+    finally:
+        hub.cleanup()
+
+
+def write_spec(team: Team, user: str, reservation_id: int) -> str:
+    """A 'Python on my reservation' kernelspec in `user`'s own Jupyter data dir."""
+    name = f"gpuhive-r{reservation_id}"
+    folder = team.hub.home(user) / ".local" / "share" / "jupyter" / "kernels" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python on my reservation {reservation_id}",
+        "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "gpuhive",
+                                            "config": {"reservation_id": reservation_id}}},
+    }  # fmt: skip
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return name
+
+
+def kernels(team: Team, user: str, method: str, path: str = "", body: Any = None,
+            as_user: str | None = None) -> Reply:  # fmt: skip
+    """Jupyter's kernel REST API of `user`'s own server, called with `as_user`'s token."""
+    url = team.hub.server_url(user) + "api/kernels" + (f"/{path}" if path else "")
+    return call(method, url, team.tokens[as_user or user], body, timeout=90)
+
+
+async def _cells(team: Team, user: str, kernel_id: str, codes: list[str],
+                 interrupt_after: float | None = None) -> list[Any]:  # fmt: skip
+    url = (
+        team.hub.server_url(user).replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
+    )
+    ws = await websocket_connect(
+        HTTPRequest(url, headers={"Authorization": f"token {team.tokens[user]}"})
+    )
+    nb = Notebook(ws)
+    try:
+        results = []
+        for code in codes:
+            msg_id = nb.send(code)
+            if interrupt_after is not None and "sleep" in code:
+                await asyncio.sleep(interrupt_after)
+                done = await asyncio.to_thread(kernels, team, user, "POST",
+                                               f"{kernel_id}/interrupt")  # fmt: skip
+                assert done.status == 204, done
+            results.append(await nb.result(msg_id, timeout=60))
+        return results
+    finally:
+        nb.close()
+
+
+def cells(team: Team, user: str, kernel_id: str, *codes: str, **kw: Any) -> list[Any]:
+    return asyncio.run(_cells(team, user, kernel_id, list(codes), **kw))
+
+
+def as_unix_user(user: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Run Python `code` as a UNIX user (the way another account on the machine would)."""
+    return subprocess.run(["/usr/bin/python3", "-c", code], user=user, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=30,
+                          check=False)  # fmt: skip
+
+
+CONNECT = "import socket; socket.socket(socket.AF_UNIX).connect({path!r}); print('connected')"
+
+
+def test_a_hub_users_notebook_runs_on_her_reserved_gpus_and_only_she_controls_it(
+    kteam: Team, cluster: SshdCluster, sockets: Path
+) -> None:
+    team = kteam
+    gpus = cluster.host_config(HOST).gpus
+    made = team.own("alice", "POST", "reservations",
+                    {"title": "notebook", "gpus": [f"{HOST}:1", f"{HOST}:2"], "duration": "1h"})  # fmt: skip
+    assert made.status == 201, made
+    rid = made.body["id"]
+    spec = write_spec(team, "alice", rid)
+
+    # bob cannot start a kernel on alice's reservation from his own server (the same spec).
+    assert write_spec(team, "bob", rid) == spec
+    refused = kernels(team, "bob", "POST", body={"name": spec})
+    assert refused.status == 403, refused
+    assert "alice" in refused.message
+
+    # alice opens a notebook on her reservation: a kernel from her server's kernel REST API.
+    started = kernels(team, "alice", "POST", body={"name": spec})
+    assert started.status == 201, started
+    kid = started.body["id"]
+    (seen, slept) = cells(team, "alice", kid, REPORT, "import time; time.sleep(60)",
+                          interrupt_after=1.5)  # fmt: skip
+    who = report(seen)
+    assert who["user"] == UNIX["alice"]  # getpass.getuser(): her own UNIX account
+    assert who["cuda"] == f"{gpus[1].uuid},{gpus[2].uuid}"  # her reserved GPUs, by UUID
+    assert who["order"] == "PCI_BUS_ID"
+    assert who["sim_host"] == HOST  # it runs on the GPU host, over the service's SSH
+    service_env = next(iter(service_processes(team.hub.service_config).values()))
+    secret = service_env["JUPYTERHUB_API_TOKEN"]  # the service's own Hub token
+    assert not [k for k, v in who["env"].items() if secret in v]
+    assert slept.error == "KeyboardInterrupt", slept  # interrupt: through the service
+
+    # Her kernel's sockets: a 0700 directory of her UNIX account under the socket root,
+    # sockets she may open; nobody else (bob's account) can even reach them.
+    (folder,) = [p for p in sockets.iterdir() if p.is_dir()]
+    info = folder.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (cluster_uid(UNIX["alice"]), 0o700)
+    assert stat.S_IMODE(sockets.stat().st_mode) == 0o711  # passable, not listable
+    shell = str(folder / "k-1")
+    assert stat.S_ISSOCK(os.lstat(shell).st_mode)
+    mine = as_unix_user(UNIX["alice"], CONNECT.format(path=shell))
+    assert mine.stdout.strip() == "connected", mine.stderr
+    theirs = as_unix_user(UNIX["bob"], CONNECT.format(path=shell))
+    assert theirs.returncode != 0 and "PermissionError" in theirs.stderr, theirs
+    listing = as_unix_user(UNIX["bob"], f"import os; os.listdir({str(sockets)!r})")
+    assert "PermissionError" in listing.stderr, listing
+
+    # bob: not through alice's server (the Hub), not through his own, not at the service.
+    assert kernels(team, "alice", "GET", kid, as_user="bob").status == 403
+    assert kernels(team, "alice", "POST", f"{kid}/interrupt", as_user="bob").status == 403
+    assert kernels(team, "bob", "GET", kid).status == 404  # his server has no such kernel
+    bob = team.service_tokens["bob"]
+    attempts = {
+        "launch (connection info and key)":
+            team.service(bob, "POST", f"kernels/{kid}/launch", {"reservation_id": rid}),
+        "poll": team.service(bob, "GET", f"kernels/{kid}/process"),
+        "interrupt": team.service(bob, "POST", f"kernels/{kid}/signal", {"signal": "SIGINT"}),
+        "kill": team.service(bob, "POST", f"kernels/{kid}/signal", {"signal": "SIGKILL"}),
+        "shut down": team.service(bob, "POST", f"kernels/{kid}/cleanup", {"restart": False}),
+        "through his server": team.own("bob", "POST", f"kernels/{kid}/signal",
+                                       {"signal": "SIGTERM"}),
+        "a new kernel on her reservation":
+            team.service(bob, "POST", f"kernels/{uuid.uuid4()}/launch", {"reservation_id": rid}),
+    }  # fmt: skip
+    assert {k: r.status for k, r in attempts.items()} == dict.fromkeys(attempts, 403), attempts
+    assert all("alice" in r.message for r in attempts.values()), attempts
+    assert "key" not in json.dumps([r.body for r in attempts.values()])
+
+    # Still hers, still running; she shuts it down and its sockets go.
+    (again,) = cells(team, "alice", kid, "print(6 * 7)")
+    assert again.text.strip() == "42", again
+    assert kernels(team, "alice", "DELETE", kid).status == 204
+    assert not folder.exists()
+    gone = team.service(team.service_tokens["alice"], "GET", f"kernels/{kid}/process")
+    assert gone.status == 404, gone
+
+
+def cluster_uid(name: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(name).pw_uid
