@@ -2,12 +2,12 @@
 
 A user's server in team mode holds no SSH key and no hosts. This provisioner (what
 `GpuHiveProvisioner` becomes in a client-mode server: server/service_link.py) asks the
-gpuhive service, with the user's own Hub token, to launch the kernel (`kernels/broker.py`): the service
-decides the owner (the Hub user), checks the reservation, starts the kernel and answers with
-Unix socket paths in a 0700 directory of the user's UNIX account and the kernel's HMAC key.
-The kernel manager connects to those sockets (transport "ipc"). Polls, signals (interrupt,
-kill) and clean-ups go to the service as well. The sockets exist only on the service's
-machine: a server elsewhere gets a clear refusal (see docs/how-to/kernels.md, Team mode).
+gpuhive service, with the user's own Hub token, to launch the kernel (`kernels/broker.py`):
+the service decides the owner (the Hub user), checks the reservation, starts the kernel and
+answers with Unix socket paths in a 0700 directory of the user's UNIX account and the
+kernel's HMAC key. The kernel manager connects to those sockets (transport "ipc"). Polls,
+signals (interrupt, kill) and clean-ups go to the service as well. The sockets exist only on
+the service's machine: a server elsewhere gets a clear refusal (docs/how-to/kernels.md).
 """
 
 from __future__ import annotations
