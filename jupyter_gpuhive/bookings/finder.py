@@ -207,10 +207,15 @@ class _Allowed(Mapping[int, list[Span]]):
         found = self._cache.get(key)
         if found is None:
             applying = [r for r in self.rules if r.covers_gpu(unit)]
+            same = tuple(id(r) for r in applying)  # hosts under the same rules share spans
+            found = self._cache.get(same)
+            if found is not None:
+                self._cache[key] = found
+                return found
             found = [(int(a.timestamp()), int(b.timestamp()))
                      for a, b in access.allowed_spans(applying, self.who, unit, self.start,
                                                       self.end, self.zone)]  # fmt: skip
-            self._cache[key] = found
+            self._cache[key] = self._cache[same] = found
         return found
 
     def __iter__(self) -> Iterator[int]:

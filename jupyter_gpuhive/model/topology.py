@@ -115,6 +115,15 @@ def groups_for(
         return [every]
     if topology is None:
         return None
+    key = f"groups {nvlink} {same_numa} {sorted(every)}"
+    if key not in topology._memo:
+        topology._memo[key] = _groups(topology, every, nvlink, same_numa)
+    return topology._memo[key]
+
+
+def _groups(
+    topology: Topology, every: frozenset[int], nvlink: bool, same_numa: bool
+) -> list[frozenset[int]]:
     groups = [every]
     if nvlink:
         groups = [g & c for g in groups for c in topology.nvlink_cliques()]
