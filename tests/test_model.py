@@ -114,7 +114,12 @@ def test_identity_and_gpu_json() -> None:
         "uuid": "GPU-x",
         "model": "A100",
         "memory_mib": 40960,
+        "kind": "gpu",
     }
+    part = Gpu(9, "gpu2", 3, "MIG-y", "A100", 9728, 7, "1g.10gb", 13, 0)
+    assert part.ref == "gpu2:3/mig13" and part.is_slice and part.device_id == 7
+    assert part.to_json()["parent"] == "gpu2:3" and part.to_json()["kind"] == "slice"
+    assert Gpu(10, "gpu2", 3, "MIG-z", None, None, 7, "1g.10gb", 13, 1).ref == "gpu2:3/mig13.1"
 
 
 def test_reservation_status_and_json() -> None:
