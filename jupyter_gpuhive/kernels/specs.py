@@ -13,13 +13,13 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from ..model import Reservation, utcnow
+from ..model.kernel import SPEC_PREFIX
 
-PREFIX = "gpuhive-r"
+PREFIX = SPEC_PREFIX
 PROVISIONER = "gpuhive"
 NAME = re.compile(rf"{PREFIX}(\d{{1,18}})")
 MAX_SPECS = 20  # the launcher gets crowded beyond this; the soonest come first
@@ -36,7 +36,7 @@ def reservation_of(kernel_name: str) -> int | None:
     return int(found[1]) if found else None
 
 
-def _clock(when: datetime, now: datetime, zone: ZoneInfo) -> str:
+def _clock(when: datetime, now: datetime, zone: tzinfo) -> str:
     """'17:00' today, 'Tue 17:00' this week, '2026-12-01 17:00' later (site time)."""
     local, today = when.astimezone(zone), now.astimezone(zone)
     if local.date() == today.date():
@@ -46,7 +46,7 @@ def _clock(when: datetime, now: datetime, zone: ZoneInfo) -> str:
     return local.strftime("%Y-%m-%d %H:%M")
 
 
-def display_name(res: Reservation, now: datetime, zone: ZoneInfo) -> str:
+def display_name(res: Reservation, now: datetime, zone: tzinfo) -> str:
     """'Python on my reservation: gpu1:0,1 until 17:00' (upcoming ones: 'from … until …')."""
     gpus = _gpu_list(res)
     if res.start > now:
@@ -102,7 +102,7 @@ class SpecSource:
     """Where the specs come from: a user's reservations, the site zone, who is asking."""
 
     reservations: Callable[[str, datetime, datetime], Awaitable[list[Reservation]]]
-    zone: ZoneInfo
+    zone: tzinfo
     requester: Callable[[Any], str | None]  # a jupyter_server handler -> gpuhive user name
     ahead: timedelta = timedelta(days=31)  # how far ahead upcoming reservations are offered
 
@@ -144,7 +144,7 @@ class ReservationSpecs:
         return self._gpuhive_titles
 
     def _title(self, res: Reservation) -> str:
-        zone = self.gpuhive_source.zone if self.gpuhive_source else ZoneInfo("UTC")
+        zone = self.gpuhive_source.zone if self.gpuhive_source else timezone.utc
         title = display_name(res, utcnow(), zone)
         self._titles()[res.id] = title
         return title

@@ -7,3 +7,8 @@ them; both import the names from here.
 ENV_URL = "GPUHIVE_URL"  # the gpuhive server's base URL
 # A kernel token: gpuhive's API as the user who started the kernel.
 ENV_TOKEN = "GPUHIVE_TOKEN"  # noqa: S105 - the variable's name, not a secret
+
+# Kernelspecs of kernels on reservations are named gpuhive-r<reservation id> (kernels.specs);
+# %gpureserve --kernel asks the labextension to switch to one over this comm target.
+SPEC_PREFIX = "gpuhive-r"
+SWITCH_TARGET = "gpuhive.kernel"

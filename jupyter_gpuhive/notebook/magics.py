@@ -18,6 +18,8 @@ from ..model import describe_duration, parse_duration
 from .args import parse_gpu_args, parse_when
 from .client import HiveClient, HiveClientError
 from .earliest import earliest, expected_wait
+from .kernelswitch import HELP as KERNEL_HELP
+from .kernelswitch import switch_to
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
 
@@ -105,6 +107,7 @@ class GpuHiveMagics(Magics):
     @argument("--cancel", type=int, metavar="ID", help="Cancel (or end now) reservation ID")
     @argument("--extend", type=int, metavar="ID", help="Extend reservation ID by --for")
     @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
+    @argument("--kernel", action="store_true", help=KERNEL_HELP)
     @argument("--notify", action="store_true", help="If not free now, tell me when they are")
     @argument(
         "--before",
@@ -225,6 +228,8 @@ class GpuHiveMagics(Magics):
             f"Reserved {', '.join(done['gpus'])} from {self._local(done['start'])} to "
             f"{self._local(done['end'])} (reservation {done['id']})."
         )
+        if args.kernel:  # the notebook moves to a kernel on the GPUs' host: no pin here
+            return ReservationResult(done, headline, [switch_to(done)])
         notes = [] if args.no_pin else [self._pin(done)]
         return ReservationResult(done, headline, notes)
 
