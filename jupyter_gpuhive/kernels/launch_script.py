@@ -1,9 +1,9 @@
 """The kernel's side of a launch: run on the GPU host by the kernel's interpreter (stdlib only).
 
 gpuhive runs this file's source as ``PYTHON -c SOURCE boot`` (as the reservation's owner,
-over SSH or locally) and writes one JSON line to its stdin:
-``{"key", "signature_scheme", "env", "inherit", "dir", "cwd"}``. Nothing secret is on a
-command line: the HMAC key comes on stdin and goes into a 0600 connection file.
+over SSH or locally) and writes one JSON line to its stdin: ``{"key", "signature_scheme",
+"env", "inherit", "dir", "cwd", "source", "orphan_timeout"}``. Nothing secret is on a command
+line: the HMAC key comes on stdin and goes into a 0600 connection file.
 
 ``boot`` checks that ipykernel can be imported, makes (or, on a restart, re-checks) a private
 0700 directory for the kernel's Unix sockets, writes the connection file (transport ``ipc``,
@@ -12,15 +12,19 @@ fixed socket names), builds the kernel's whole environment (the login environmen
 this one: the kernel exits about a second after that process is gone, e.g. when the SSH
 connection drops) and replaces itself (``execve``, same pid) with ``run``. ``run`` starts
 ipykernel, and once its sockets are bound prints one marked line with its pid, process group
-and directory. Failures print a marked line with a code: gpuhive turns it into a sentence.
+and directory; then it exits if its stdin stays silent for ``orphan_timeout`` seconds
+(gpuhive writes a line every second), which also ends a kernel whose connection died without
+a word. Failures print a marked line with a code: gpuhive turns it into a sentence.
 """
 
 import json
 import os
+import select
 import shutil
 import stat
 import sys
 import tempfile
+import threading
 import time
 
 MARK = "GPUHIVE-KERNEL"
@@ -111,21 +115,38 @@ def boot():
     except OSError:
         os.chdir("/")
     source = config["source"]
-    os.execve(sys.executable, [sys.executable, "-c", source, "run", path], env)  # noqa: S606
+    limit = str(float(config.get("orphan_timeout") or 0))
+    argv = [sys.executable, "-c", source, "run", path, limit]
+    os.execve(sys.executable, argv, env)  # noqa: S606
 
 
-def run(path):
+def watch(fd, limit):
+    """Exit when `fd` (our stdin) brings nothing for `limit` seconds (gpuhive writes a line
+    every second) or ends: the connection to the server is gone, even one that died silently."""
+    while True:
+        ready, _, _ = select.select([fd], [], [], limit)
+        if not ready or not os.read(fd, 4096):
+            os._exit(4)
+
+
+def run(path, limit):
     if sys.path and sys.path[0] in ("", "."):
         del sys.path[0]  # as ipykernel_launcher: the working directory is not a module path
     from ipykernel.kernelapp import IPKernelApp
 
     out = os.dup(1)  # ipykernel takes over fd 1 (its output goes to iopub from now on)
+    pings = os.dup(0)  # not inherited: the cells' subprocesses get /dev/null, not our pings
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     app = IPKernelApp.instance()
     app.initialize(["-f", path])  # binds the sockets (Unix sockets in the private directory)
     folder = os.path.dirname(path)
     with open(os.path.join(folder, "pid"), "w") as note:  # for `sweep` after an abrupt end
         note.write(str(os.getpid()))
     say("READY", out, pid=os.getpid(), pgid=os.getpgid(0), dir=folder)
+    if limit > 0:
+        threading.Thread(target=watch, args=(pings, limit), daemon=True).start()
     os.close(out)
     app.start()
 
@@ -134,6 +155,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["boot"]:
         boot()
     elif sys.argv[1:2] == ["run"]:
-        run(sys.argv[2])
+        run(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)
     else:
         fail("bad-input")

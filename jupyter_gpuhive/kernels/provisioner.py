@@ -71,6 +71,11 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     host = Unicode(None, allow_none=True, config=True,
                    help="Which host of a reservation on several (default: most GPUs).")  # fmt: skip
     launch_timeout = Float(60.0, config=True, help="Seconds a kernel may take to start.")
+    orphan_timeout = Float(
+        20.0, config=True,
+        help="Seconds a kernel lives on without a word from this server (a connection that "
+        "died silently); 0: only until its SSH session ends.",
+    )  # fmt: skip
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # Team mode: a client-mode server's kernel manager names the subclass that has the
@@ -147,7 +152,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         key = km.session.key if km is not None else b""
         scheme = km.session.signature_scheme if km is not None else "hmac-sha256"
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
-                        key.decode(), scheme, self.launch_timeout)  # fmt: skip
+                        key.decode(), scheme, self.launch_timeout, self.orphan_timeout)  # fmt: skip
         if self._kernel is None or self._kernel.lost:
             self._kernel = (LocalKernel(launch) if decl.transport == "local"
                             else SshKernel(launch, registry.pool))  # fmt: skip

@@ -50,6 +50,7 @@ MARK = launch_script.MARK
 PORTS = launch_script.PORTS
 KEEPALIVE = 1.0  # seconds between SSH keepalives of a kernel's connection
 KEEPALIVE_MISSES = 3
+PING = 1.0  # seconds between the lines on a kernel's stdin (see launch_script.watch)
 
 
 class LaunchError(HiveError):
@@ -69,6 +70,7 @@ class Launch:
     key: str
     signature_scheme: str
     timeout: float = 60.0
+    orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
 
 
 def python_command(python: str) -> str:
@@ -177,6 +179,27 @@ class KernelProcess:
     async def close(self) -> None:
         """Everything of this kernel goes: process, forwards, directories, connection."""
 
+    def _write(self, data: str) -> None:
+        """Write to the kernel's stdin (the keep-alive line)."""
+        raise NotImplementedError
+
+    async def _ping(self) -> None:
+        """A line a second on the kernel's stdin: its watchdog's sign that we are here."""
+        with contextlib.suppress(Exception):
+            while True:
+                await asyncio.sleep(PING)
+                self._write("\n")
+
+    def _start_ping(self) -> None:
+        self._stop_ping()
+        if self.launch.orphan_timeout > 0:
+            self._pinger = asyncio.ensure_future(self._ping())
+
+    def _stop_ping(self) -> None:
+        pinger, self._pinger = getattr(self, "_pinger", None), None
+        if pinger is not None:
+            pinger.cancel()
+
     async def _await_ready(self, output: _Output, exited: Any) -> None:
         try:
             async with asyncio.timeout(self.launch.timeout):
@@ -202,7 +225,8 @@ class KernelProcess:
         # The base is the environment the launch command got: the host's login environment
         # over SSH, command_env (a fixed base and the host's env) on `local`.
         data = {"key": launch.key, "signature_scheme": launch.signature_scheme, "env": launch.env,
-                "inherit": True, "dir": self.dir, "source": SCRIPT}  # fmt: skip
+                "inherit": True, "dir": self.dir, "source": SCRIPT,
+                "orphan_timeout": launch.orphan_timeout}  # fmt: skip
         return json.dumps(data) + "\n"
 
 
@@ -267,6 +291,11 @@ class SshKernel(KernelProcess):
         self._reader = asyncio.ensure_future(self._read(process, output))
         await self._await_ready(output, lambda: process.returncode)
         await self._forward(conn)
+        self._start_ping()
+
+    def _write(self, data: str) -> None:
+        if self.process is not None:
+            self.process.stdin.write(data)
 
     async def _read(self, process: asyncssh.SSHClientProcess[str], output: _Output) -> None:
         try:
@@ -314,6 +343,7 @@ class SshKernel(KernelProcess):
                      self.launch.host.name, error)  # fmt: skip
 
     async def end(self) -> None:
+        self._stop_ping()
         await self._unforward()
         if self.process is not None:
             self.process.close()
@@ -375,6 +405,11 @@ class LocalKernel(KernelProcess):
         output = _Output()
         self._reader = asyncio.ensure_future(self._read(process.stdout, output))
         await self._await_ready(output, lambda: process.returncode)
+        self._start_ping()
+
+    def _write(self, data: str) -> None:
+        if self.process is not None and self.process.stdin is not None:
+            self.process.stdin.write(data.encode())
 
     async def _read(self, stream: asyncio.StreamReader, output: _Output) -> None:
         while line := await stream.readline():
@@ -390,6 +425,7 @@ class LocalKernel(KernelProcess):
                 os.killpg(self.pgid, signum)
 
     async def end(self) -> None:
+        self._stop_ping()
         if self.process is not None and self.process.returncode is not None:
             self.process = None
         if self._reader is not None:

@@ -25,6 +25,7 @@ from tornado.httpclient import HTTPClientError
 from benchmarks.fixtures.kernel_python import kernel_python
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import USERS, book, soon
+from tests.hosts.test_blackhole import blackhole  # noqa: F401 - the fixture
 from tests.kernels.remote_helpers import (
     REPORT,
     Notebook,
@@ -350,3 +351,33 @@ async def gone_local(pid: int | None, within: float) -> bool:
     while pid is not None and time.monotonic() < deadline and _alive(pid):
         await asyncio.sleep(0.2)
     return pid is not None and not _alive(pid)
+
+
+async def test_a_silent_host_marks_the_kernel_dead_and_the_kernel_ends_itself(
+    started: Any, api: Any, jp_fetch: Any, jp_data_dir: Path, cluster: SshdCluster,
+    blackhole: Any,  # noqa: F811 - the imported fixture
+) -> None:  # fmt: skip
+    """Packets dropped both ways (no RST, no FIN): the SSH keepalive notices, and the kernel,
+    whose SSH session lives on, exits once our keep-alive lines stop."""
+    drop, restore = blackhole
+    rid = await reserve(api, f"{HOST}:2")
+    spec = write_spec(jp_data_dir, "silent", {"reservation_id": rid, "orphan_timeout": 4})
+    made = await kernels_api(jp_fetch, TOKENS[OWNER], "POST", body={"name": spec})
+    assert made.status == 201, made
+    registry = started.web_app.settings["gpuhive"].kernels
+    record = registry.get(made.body["id"])
+    began = time.monotonic()
+    drop(cluster[HOST].port)
+    try:
+        while time.monotonic() - began < 15 and record.state != "dead":
+            await asyncio.sleep(0.1)
+        noticed = time.monotonic() - began
+        assert record.state == "dead" and noticed <= 10, (noticed, record)
+        assert await gone_local(record.pid, 4 + 6)  # orphan_timeout, and some slack
+        while time.monotonic() - began < 15:
+            if (await kernels_api(jp_fetch, TOKENS[OWNER], "GET", record.kernel_id)).status == 404:
+                break
+            await asyncio.sleep(0.2)
+        assert time.monotonic() - began <= 15  # the server has let go of it too
+    finally:
+        restore()
