@@ -26,11 +26,17 @@ export interface IGpu {
   index: number;
   model?: string | null;
   util?: number | null;
+  /** Why `util` is null when the driver reports none (MIG): "not reported". */
+  util_label?: string | null;
   mem_used_mib?: number | null;
   mem_total_mib?: number | null;
   processes?: IProcess[];
   reservation?: IBrief | null;
   next_reservation?: IBrief | null;
+  /** A MIG slice ('host:index/migGI') is listed under its GPU and booked like one. */
+  kind?: 'gpu' | 'slice';
+  profile?: string | null;
+  slices?: IGpu[];
 }
 
 /** One step of guidance: a sentence and the command (or line) to copy. */
@@ -178,11 +184,18 @@ export function formatUsage(gpu: IGpu): string {
   const parts: string[] = [];
   if (gpu.util !== null && gpu.util !== undefined) {
     parts.push(`${Math.round(gpu.util)}%`);
+  } else if (gpu.util_label) {
+    parts.push(`utilization ${gpu.util_label}`);
   }
   if (gpu.mem_used_mib !== null && gpu.mem_used_mib !== undefined) {
     parts.push(`${formatMemory(gpu.mem_used_mib)}/${formatMemory(gpu.mem_total_mib)}`);
   }
   return parts.join(' · ');
+}
+
+/** A host's bookable units: each GPU followed by its MIG slices (with their profile). */
+export function bookableUnits(gpus: IGpu[]): IGpu[] {
+  return gpus.flatMap(gpu => [gpu, ...(gpu.slices ?? [])]);
 }
 
 /** The distinct users of a GPU's processes, in order of appearance. */

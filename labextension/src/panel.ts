@@ -19,6 +19,7 @@ import {
   IMe,
   IReservation,
   activeReservations,
+  bookableUnits,
   formatTime,
   formatUsage,
   gpuState,
@@ -38,6 +39,10 @@ export type CellInserter = (code: string) => Promise<void>;
 export interface IPanelOptions {
   api: HiveApi;
   insertCell: CellInserter;
+  /** More for each of my reservations (e.g. "Open a notebook here"). */
+  reservationExtras?: (r: IReservation, now: Date) => HTMLElement | null;
+  /** More sections after my reservations, refreshed and ticked with the panel. */
+  sections?: IExtraSection[];
   /** Poll interval in ms (the poll backs off on errors up to `maxInterval`). */
   interval?: number;
   maxInterval?: number;
@@ -51,6 +56,8 @@ export class GpuHivePanel extends Widget {
     this.title.caption = 'GPU hive: GPUs, reservations and jobs';
     this._api = options.api;
     this._insertCell = options.insertCell;
+    this._extras = options.reservationExtras ?? null;
+    this._sections = options.sections ?? [];
     this._build();
     this._poll = new Poll({
       factory: () => this._refresh(),
@@ -102,7 +109,8 @@ export class GpuHivePanel extends Widget {
         this._api.hostsReply(),
         this._api.reservations(me),
         this._api.jobs(me).catch(() => this._jobs), // keep the last jobs on a transient error
-        this._integrations.refresh(me) // the feed and GPU notifications (never throws)
+        this._integrations.refresh(me), // the feed and GPU notifications (never throws)
+        ...this._sections.map(x => x.refresh().catch(() => undefined))
       ]);
       this._hosts = reply.hosts;
       this._setup = reply.hosts.length ? null : (reply.setup ?? FALLBACK_SETUP);
@@ -178,6 +186,7 @@ export class GpuHivePanel extends Widget {
 
     this._reservationsNode = el('ul', { class: 'jp-gpuhive-reservations', 'aria-label': 'My reservations' });
     root.append(this._section('My reservations', 'jp-gpuhive-section-reservations', this._reservationsNode));
+    root.append(...this._sections.map(x => x.node));
 
     this._jobsNode = el('ul', { class: 'jp-gpuhive-jobs', 'aria-label': 'My jobs' });
     this._jobsSection = this._section('My jobs', 'jp-gpuhive-section-jobs', this._jobsNode);
@@ -230,7 +239,7 @@ export class GpuHivePanel extends Widget {
     this._hostsNode.replaceChildren(
       ...this._hosts.map(host => {
         const list = el('ul', { class: 'jp-gpuhive-gpus', 'aria-label': `GPUs of ${host.name}` });
-        for (const gpu of host.gpus) {
+        for (const gpu of bookableUnits(host.gpus)) {
           known.add(gpu.id);
           const state = gpuState(gpu, host.state, me, now);
           const box = el('input', { type: 'checkbox', class: 'jp-gpuhive-select', 'aria-label': `Select ${gpu.id} (${state.label})` });
@@ -248,8 +257,8 @@ export class GpuHivePanel extends Widget {
           list.append(
             el(
               'li',
-              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, title: state.detail },
-              el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.id)),
+              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, 'data-kind': gpu.kind ?? 'gpu', title: state.detail },
+              el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.profile ? `${gpu.id} (${gpu.profile})` : gpu.id)),
               el('span', { class: 'jp-gpuhive-badge' }, state.label),
               el('span', { class: 'jp-gpuhive-usage' }, usage),
               el('span', { class: 'jp-gpuhive-sr' }, state.detail)
@@ -302,7 +311,8 @@ export class GpuHivePanel extends Widget {
       el('div', { class: 'jp-gpuhive-res-gpus' }, r.gpus.join(', ')),
       el('div', { class: 'jp-gpuhive-res-time' }, `${formatTime(r.start, now)}–${formatTime(r.end, now)} · `, countdown),
       r.flagged ? el('div', { class: 'jp-gpuhive-flag' }, `⚠ ${r.flag_reason ?? 'no longer allowed by the access rules'}`) : '',
-      action
+      action,
+      this._extras?.(r, now) ?? ''
     );
   }
 
@@ -360,6 +370,9 @@ export class GpuHivePanel extends Widget {
     if (!this.isVisible) {
       return;
     }
+    for (const x of this._sections) {
+      x.tick(now);
+    }
     for (const node of this._reservationsNode.querySelectorAll<HTMLElement>('.jp-gpuhive-countdown')) {
       node.textContent = reservationCountdown(
         { id: 0, owner: '', title: '', start: node.dataset.start!, end: node.dataset.end! },
@@ -413,6 +426,8 @@ export class GpuHivePanel extends Widget {
 
   private _api: HiveApi;
   private _insertCell: CellInserter;
+  private _extras: ((r: IReservation, now: Date) => HTMLElement | null) | null;
+  private _sections: IExtraSection[];
   private _poll: Poll;
   private _tick: number;
   private _me: IMe | null = null;
