@@ -48,6 +48,13 @@ export interface IPanelOptions {
   maxInterval?: number;
 }
 
+/** A section another module adds (kernelsUi.ts: my kernels on reservations). */
+export interface IExtraSection {
+  node: HTMLElement;
+  refresh(): Promise<void>;
+  tick(now: Date): void;
+}
+
 export class GpuHivePanel extends Widget {
   constructor(options: IPanelOptions) {
     super();
