@@ -14,6 +14,7 @@ from ..notebook.client import HiveClientError
 from .dashboard_model import CHARTS, DashboardModel
 from .display import Shown
 from .poller import LiveSwitch, Poller
+from .topology_table import topology_table
 
 _LINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                  "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
@@ -122,6 +123,7 @@ class DashboardView(Shown):
         self.order.observe(lambda _c: self._arrange(), "value")
         self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(2, 1fr)"))
         self.table = w.HTML()
+        self.topology = w.HTML()  # nvidia-smi topo -m per host (widgets/topology_table.py)
         self.reservation = w.Dropdown(description="Usage of", layout=w.Layout(width="420px"))
         self.reservation.observe(self._watch, "value")
         self.usage = w.HTML()
@@ -134,6 +136,7 @@ class DashboardView(Shown):
             [self.notice, w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"),
              self.order,
              self.grid, w.HTML("<b>GPU processes</b>"), self.table,
+             w.HTML("<b>GPU topology</b>"), self.topology,
              w.HBox([self.reservation]), self.usage]
         )  # fmt: skip
         self._arrange()
@@ -151,6 +154,7 @@ class DashboardView(Shown):
         for title, chart in self.charts.items():
             chart.update(m.chart(title))
         self.table.value = process_table(m)
+        self.topology.value = topology_table(m.state, m.wants_host)
         self.notice.value = m.notice
         self.usage.value = usage_text(m.usage)
         options: list[tuple[str, int | None]] = [("—", None)]
