@@ -3,12 +3,15 @@
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { ServerConnection } from '@jupyterlab/services';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { Notification } from '@jupyterlab/apputils';
 
 import { Fetcher, HiveApi } from './api';
 import { IHiveEvent, eventToast } from './events';
+import { IKernelEvent, KERNEL_SCHEMA } from './kernels';
+import { KernelSection, KernelStatus, KernelStore, installSwitch, openNotebookButton, showKernelEvent } from './kernelsUi';
 import { GpuHivePanel } from './panel';
 
 const PLUGIN_ID = 'jupyter-gpuhive:panel';
@@ -54,8 +57,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU hive sidebar: which GPUs are free, what I hold, what is running.',
   autoStart: true,
-  optional: [ILayoutRestorer, INotebookTracker],
-  activate: (app: JupyterFrontEnd, restorer: ILayoutRestorer | null, tracker: INotebookTracker | null) => {
+  optional: [ILayoutRestorer, INotebookTracker, IStatusBar],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    tracker: INotebookTracker | null,
+    statusBar: IStatusBar | null
+  ) => {
     const settings = ServerConnection.makeSettings();
     const fetcher: Fetcher = (url, init) =>
       ServerConnection.makeRequest(
@@ -63,10 +71,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
         { method: init.method, body: init.body, headers: init.body ? { 'Content-Type': 'application/json' } : undefined },
         settings
       );
+    const api = new HiveApi(settings.baseUrl, fetcher);
+    // Kernels on reservations: the sidebar's section, the status bar's countdown, the switch.
+    const kernels = new KernelStore(api);
     const panel = new GpuHivePanel({
-      api: new HiveApi(settings.baseUrl, fetcher),
-      insertCell: code => insertCell(app, tracker, code)
+      api,
+      insertCell: code => insertCell(app, tracker, code),
+      reservationExtras: (r, now) => openNotebookButton(app, r, now),
+      sections: [new KernelSection(kernels, tracker)]
     });
+    if (statusBar) {
+      const status = new KernelStatus(kernels, tracker);
+      statusBar.registerStatusItem('jupyter-gpuhive:kernel-countdown', {
+        item: status,
+        align: 'left',
+        rank: 900,
+        isActive: () => true // the item hides itself unless the notebook runs on a reservation
+      });
+    }
+    if (tracker) {
+      installSwitch(app, tracker);
+    }
     panel.title.icon = gpuIcon;
     app.shell.add(panel, 'left', { rank: 900 });
     if (restorer) {
@@ -74,6 +99,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     // Someone on my GPUs (or my reservation idle): the server's event bus, filtered for me.
     app.serviceManager.events.stream.connect((_, emission) => {
+      if (emission.schema_id === KERNEL_SCHEMA) {
+        showKernelEvent(emission as unknown as IKernelEvent, panel.me, tracker, kernels);
+        return;
+      }
       const toast = eventToast(emission as unknown as IHiveEvent, panel.me);
       if (toast) {
         Notification.emit(toast.message, toast.level, { autoClose: toast.level === 'warning' ? false : 10000 });

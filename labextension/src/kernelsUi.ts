@@ -1,0 +1,287 @@
+/**
+ * Kernels on reservations in JupyterLab: the status-bar countdown of the current notebook's
+ * GPUs, the sidebar's "My kernels on reservations" section, "Open a notebook here", the
+ * switch `%gpureserve --kernel` asks for, and the server's warnings (a notification, and a
+ * line in the running cell). Decisions come from kernels.ts.
+ */
+
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
+import type { ICodeCellModel } from '@jupyterlab/cells';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Kernel } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+import { HiveApi } from './api';
+import { button, el, section } from './dom';
+import {
+  IKernelEvent,
+  IKernelInfo,
+  IKernelList,
+  POLICY_LABELS,
+  SWITCH_TARGET,
+  canOpenNotebook,
+  kernelCountdown,
+  kernelNotice,
+  notYetReason,
+  reservationOfSpec,
+  specName,
+  switchRequest
+} from './kernels';
+import { IReservation } from './model';
+
+/** My kernels on reservations, fetched from `GET kernels` (kept between fetches). */
+export class KernelStore {
+  constructor(private readonly api: HiveApi) {}
+
+  list: IKernelList | null = null;
+  private _listeners: (() => void)[] = [];
+
+  onChange(fn: () => void): void {
+    this._listeners.push(fn);
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this.list = await this.api.request<IKernelList>('GET', 'kernels');
+    } catch {
+      return; // an old server, or a transient error: keep the last list
+    }
+    for (const fn of this._listeners) {
+      fn();
+    }
+  }
+
+  info(kernelId: string | null | undefined): IKernelInfo | null {
+    return this.list?.kernels.find(k => k.id === kernelId) ?? null;
+  }
+
+  async choose(kernelId: string, policy: string, fallback?: string): Promise<void> {
+    await this.api.request('PUT', `kernels/${encodeURIComponent(kernelId)}/policy`, {
+      body: fallback ? { policy, fallback } : { policy }
+    });
+    await this.refresh();
+  }
+}
+
+/** The current notebook's kernel, when it runs on a reservation. */
+function currentKernel(tracker: INotebookTracker | null): Kernel.IKernelConnection | null {
+  const kernel = tracker?.currentWidget?.sessionContext.session?.kernel ?? null;
+  return kernel && reservationOfSpec(kernel.name) !== null ? kernel : null;
+}
+
+/** The status-bar item: "gpu1:0,1 · 1h 05m left" for the current notebook's GPUs. */
+export class KernelStatus extends Widget {
+  constructor(
+    private readonly store: KernelStore,
+    private readonly tracker: INotebookTracker | null
+  ) {
+    super();
+    this.addClass('jp-gpuhive-kernel-status');
+    this.node.setAttribute('role', 'timer');
+    this.node.setAttribute('aria-label', "How long this notebook's GPUs are its own");
+    this._timer = window.setInterval(() => this.update(), 1000);
+    store.onChange(() => this.update());
+    tracker?.currentChanged.connect(() => {
+      void this.store.refresh();
+      this.update();
+    });
+  }
+
+  /** Whether the status bar shows the item (a notebook on a reservation is current). */
+  get active(): boolean {
+    return currentKernel(this.tracker) !== null;
+  }
+
+  dispose(): void {
+    window.clearInterval(this._timer);
+    super.dispose();
+  }
+
+  protected onUpdateRequest(): void {
+    const kernel = currentKernel(this.tracker);
+    this.node.hidden = kernel === null;
+    if (!kernel) {
+      return;
+    }
+    const info = this.store.info(kernel.id);
+    const warn = this.store.list?.warning_minutes ?? 10;
+    const shown = kernelCountdown(info?.gpus ?? [], info?.end, new Date(), warn, info?.policy);
+    this.node.textContent = shown.text;
+    this.node.title = shown.title;
+    this.node.dataset.urgency = shown.urgency;
+    if (!info) {
+      void this._later();
+    }
+  }
+
+  private async _later(): Promise<void> {
+    // A kernel that just started is not listed yet: ask again (at most every 5 s).
+    const now = Date.now();
+    if (now - this._asked > 5000) {
+      this._asked = now;
+      await this.store.refresh();
+    }
+  }
+
+  private _timer: number;
+  private _asked = 0;
+}
+
+/** The sidebar's "My kernels on reservations" section, with each kernel's end policy. */
+export class KernelSection {
+  readonly node: HTMLElement;
+
+  constructor(
+    private readonly store: KernelStore,
+    private readonly tracker: INotebookTracker | null
+  ) {
+    this._list = el('ul', { class: 'jp-gpuhive-kernels', 'aria-label': 'My kernels on reservations' });
+    this.node = section('My kernels on reservations', 'jp-gpuhive-section-kernels', this._list);
+    store.onChange(() => this.render());
+  }
+
+  async refresh(): Promise<void> {
+    await this.store.refresh();
+  }
+
+  render(): void {
+    const list = this.store.list;
+    const kernels = list?.kernels ?? [];
+    this.node.hidden = list === null;
+    this._list.replaceChildren(
+      ...(kernels.length
+        ? kernels.map(k => this._item(k, list!))
+        : [el('li', { class: 'jp-gpuhive-empty' }, 'No kernels on reservations')])
+    );
+    this.tick(new Date());
+  }
+
+  tick(now: Date): void {
+    const warn = this.store.list?.warning_minutes ?? 10;
+    for (const node of this._list.querySelectorAll<HTMLElement>('.jp-gpuhive-kernel-countdown')) {
+      const shown = kernelCountdown([], node.dataset.end, now, warn);
+      node.textContent = shown.text.replace(/^GPUs · /, '');
+      node.dataset.urgency = shown.urgency;
+    }
+  }
+
+  private _item(k: IKernelInfo, list: IKernelList): HTMLElement {
+    const open = this._notebookOf(k.id);
+    const policy = el('select', { class: 'jp-gpuhive-kernel-policy', 'aria-label': `At the end of reservation ${k.reservation_id}` });
+    for (const p of list.policies) {
+      policy.append(el('option', { value: p }, POLICY_LABELS[p] ?? p));
+    }
+    policy.value = k.policy;
+    policy.addEventListener('change', () => void this._choose(k, policy.value));
+    return el(
+      'li',
+      { class: 'jp-gpuhive-kernel', 'data-kernel-id': k.id, 'data-reservation-id': String(k.reservation_id) },
+      el('div', { class: 'jp-gpuhive-kernel-where' }, `${k.host ?? ''} ${k.gpus.join(', ')}`.trim()),
+      el('div', { class: 'jp-gpuhive-kernel-notebook' }, open ?? `kernel ${k.id.slice(0, 8)}`),
+      el('div', { class: 'jp-gpuhive-row' }, el('span', { class: 'jp-gpuhive-kernel-countdown', 'data-end': k.end ?? '' }, ''),
+        el('label', {}, 'at the end: ', policy))
+    );
+  }
+
+  private _notebookOf(kernelId: string): string | null {
+    let found: string | null = null;
+    this.tracker?.forEach(panel => {
+      if (panel.sessionContext.session?.kernel?.id === kernelId) {
+        found = panel.context.path;
+      }
+    });
+    return found;
+  }
+
+  private async _choose(k: IKernelInfo, policy: string): Promise<void> {
+    try {
+      await this.store.choose(k.id, policy);
+      Notification.info(`At the end of reservation ${k.reservation_id} this kernel will: ${POLICY_LABELS[policy] ?? policy}.`, { autoClose: 4000 });
+    } catch (error) {
+      Notification.error(`Could not change the end policy: ${(error as Error).message}`);
+      this.render();
+    }
+  }
+
+  private _list: HTMLElement;
+}
+
+/** "Open a notebook here" on one of my reservations (disabled until it runs). */
+export function openNotebookButton(app: JupyterFrontEnd, r: IReservation, now: Date): HTMLElement {
+  const why = notYetReason(r, now);
+  const b = button('Open a notebook here', why ?? `Open a notebook whose kernel runs on ${r.gpus.join(', ')}`, () => void openNotebookOn(app, r.id), 'jp-gpuhive-open-notebook');
+  b.disabled = !canOpenNotebook(r, now);
+  return b;
+}
+
+/** A new notebook whose kernel runs on reservation `id`. */
+export async function openNotebookOn(app: JupyterFrontEnd, id: number): Promise<void> {
+  try {
+    await app.serviceManager.kernelspecs.refreshSpecs();
+    await app.commands.execute('notebook:create-new', { kernelName: specName(id) });
+  } catch (error) {
+    Notification.error(`Could not open a notebook on reservation ${id}: ${(error as Error).message}`);
+  }
+}
+
+/** Listen on every notebook's kernel for `%gpureserve --kernel`'s switch request. */
+export function installSwitch(app: JupyterFrontEnd, tracker: INotebookTracker): void {
+  const register = (panel: NotebookPanel) => {
+    const hook = () => {
+      const kernel = panel.sessionContext.session?.kernel;
+      kernel?.registerCommTarget(SWITCH_TARGET, async (comm, msg) => {
+        const wanted = switchRequest(msg.content.data);
+        comm.close();
+        if (!wanted) {
+          return;
+        }
+        await app.serviceManager.kernelspecs.refreshSpecs();
+        const ok = await panel.sessionContext.changeKernel({ name: wanted.kernel_name });
+        Notification.info(`This notebook now runs on reservation ${wanted.reservation_id}${ok ? '' : ' (starting)'}.`, { autoClose: 6000 });
+      });
+    };
+    panel.sessionContext.kernelChanged.connect(hook);
+    void panel.sessionContext.ready.then(hook);
+  };
+  tracker.widgetAdded.connect((_, panel) => register(panel));
+  tracker.forEach(register);
+}
+
+/** A kernel event from the server's bus: a notification, and a line in the running cell. */
+export function showKernelEvent(event: IKernelEvent, me: string | null, tracker: INotebookTracker | null, store: KernelStore): void {
+  const open = new Set<string>();
+  tracker?.forEach(panel => {
+    const id = panel.sessionContext.session?.kernel?.id;
+    if (id) {
+      open.add(id);
+    }
+  });
+  const notice = kernelNotice(event, me, open);
+  if (!notice) {
+    return;
+  }
+  Notification.emit(notice.message, notice.level, { autoClose: notice.level === 'info' ? 8000 : false });
+  void store.refresh();
+  if (notice.line) {
+    tracker?.forEach(panel => {
+      const kernel = panel.sessionContext.session?.kernel;
+      if (kernel && kernel.id === event.kernel_id && kernel.status === 'busy') {
+        writeToRunningCell(panel, notice.line!);
+      }
+    });
+  }
+}
+
+/** Append a stderr line to the output of the notebook's running cell(s). */
+export function writeToRunningCell(panel: NotebookPanel, line: string): boolean {
+  let wrote = false;
+  for (const cell of panel.content.widgets) {
+    const model = cell.model as ICodeCellModel;
+    if (model.type === 'code' && model.executionState === 'running') {
+      model.outputs.add({ output_type: 'stream', name: 'stderr', text: `${line}\n` });
+      wrote = true;
+    }
+  }
+  return wrote;
+}
