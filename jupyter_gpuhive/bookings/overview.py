@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import Invalid
-from ..model import Gpu, Identity, Reservation, isoformat
+from ..model import Gpu, Identity, Reservation, isoformat, units_conflict
 
 MAX_SLOTS = 20_000
 FREE, MINE, OTHERS = "f", "m", "o"
@@ -31,7 +31,11 @@ def occupancy(
             f"That is {count} slots per GPU; at most {MAX_SLOTS} fit in one overview. "
             "Use a larger 'slot' or a shorter window."
         )
-    row_of = {gpu.id: i for i, gpu in enumerate(gpus)}
+    # A booking fills the rows of every unit it keeps out: its own, and with MIG its whole
+    # GPU's or each of its slices' (model.units_conflict).
+    by_device: dict[int, list[tuple[Gpu, int]]] = {}
+    for i, gpu in enumerate(gpus):
+        by_device.setdefault(gpu.device_id, []).append((gpu, i))
     cells: list[list[int | None]] = [[None] * count for _ in gpus]
     states: list[list[str]] = [[FREE] * count for _ in gpus]
     shown: dict[int, dict[str, Any]] = {}
@@ -42,14 +46,16 @@ def occupancy(
             continue
         mark = MINE if res.owner == me.name else OTHERS
         for gpu in res.gpus:
-            row = row_of.get(gpu.id)
-            if row is None:
+            rows = [row for unit, row in by_device.get(gpu.device_id, ())
+                    if units_conflict(unit, gpu)]  # fmt: skip
+            if not rows:
                 continue
-            line, state = cells[row], states[row]
-            for i in range(first, last):
-                if line[i] is None:
-                    line[i] = res.id
-                    state[i] = mark
+            for row in rows:
+                line, state = cells[row], states[row]
+                for i in range(first, last):
+                    if line[i] is None:
+                        line[i] = res.id
+                        state[i] = mark
             shown.setdefault(
                 res.id,
                 {

@@ -143,13 +143,16 @@ class Bookings:
         host: str | None = None,
         gpu: str | None = None,
     ) -> dict[str, Any]:
-        """Per GPU and slot of [start, end): free, booked (by whom), or not allowed."""
-        gpus = self.gpus_matching(host, gpu)
+        """Per GPU (and MIG slice) and slot of [start, end): free, booked (by whom)."""
+        inventory = self.store.inventory
+        chosen = self.gpus_matching(host, gpu)
+        gpus = [u for g in chosen for u in (g, *([] if g.is_slice else inventory.slices_of(g)))]
         if end <= start:
             raise Invalid("The end of the window must be after its start.")
-        found = await self.run(
-            self.store.reservations.window, start, end, gpu_ids=[g.id for g in gpus]
-        )
+        devices = {g.device_id for g in gpus}
+        related = [u.id for u in inventory.units() if u.device_id in devices]
+        ids = {g.id for g in gpus} | set(related) | devices
+        found = await self.run(self.store.reservations.window, start, end, gpu_ids=sorted(ids))
         return occupancy(found, gpus, start, end, slot, who)
 
     # --- access rules ------------------------------------------------------------------

@@ -123,3 +123,23 @@ async def test_hosts_list_slices_and_a_repartition_flags_their_reservations(
     assert [p["id"] for p in mig["gpus"][0]["slices"]] == ["mig1:0/mig1"]
     reply = await alice("POST", "reservations", booking(["mig1:0/mig5"], t, t + timedelta(hours=1)))
     refused(reply, 422, "Unknown MIG slice", "re-partition")
+
+
+async def test_the_overview_has_a_row_per_slice_and_blocks_what_clashes(
+    api: Any, hive: Any
+) -> None:
+    alice, bob = api("alice"), api("bob")
+    t = soon(15)
+    await book(alice, "slice", ["mig1:0/mig5"], t, "1h")
+    await book(bob, "whole", ["mig1:0"], t + timedelta(hours=2), "1h")
+    window = {"start": t.isoformat(), "end": (t + timedelta(hours=4)).isoformat(), "slot": "1h"}
+    grid = await alice("GET", "overview", params={**window, "host": "mig1"})
+    assert grid.status == 200, grid
+    rows = {row["id"]: row["states"] for row in grid.body["gpus"]}
+    assert rows == {
+        "mig1:0": "mfof",  # a slice of it is mine, then bob has it whole
+        "mig1:0/mig1": "ffof",
+        "mig1:0/mig5": "mfof",
+        "mig1:0/mig13": "ffof",
+        "mig1:1": "ffff",
+    }
