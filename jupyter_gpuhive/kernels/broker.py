@@ -4,12 +4,13 @@ A user's server in client mode has no SSH key and no hosts. It asks the gpuhive 
 (`POST kernels/{id}/launch`, with the user's own Hub token) to start the kernel; the service
 fixes the owner to the Hub user it authenticated, checks the reservation and starts the kernel
 with the `gpuhive` provisioner's own machinery (as the owner, on the reserved GPUs, over the
-service's SSH pool). It then relays the kernel's five ZMQ channels to Unix sockets in a fresh
-directory of mode 0700 owned by the owner's UNIX user (the account the kernel runs as, and
-the one a local JupyterHub spawner runs their server as), and hands back those socket paths
-and the kernel's HMAC key. The user's kernel manager connects with transport "ipc". Signals,
-polls and clean-ups come back here and are refused for anyone but the owner or an admin; a
-launch (which returns the key) only for the owner.
+service's SSH pool). It then relays the kernel's five ZMQ channels to Unix sockets that only
+the owner's UNIX user may open (the account the kernel runs as, and the one a local
+JupyterHub spawner runs their server as): sockets of that user, mode 0600, in a directory of
+the service's that nobody else can change (mode 0710, group: the user's primary group). It
+hands back those socket paths and the kernel's HMAC key; the user's kernel manager connects
+with transport "ipc". Signals, polls and clean-ups come back here and are refused for anyone
+but the owner or an admin; a launch (which returns the key) only for the owner.
 
 No TCP port is opened anywhere: the kernel's own sockets are the provisioner's (a private
 directory on its host, reached over SSH), and the relay's are filesystem sockets that only
@@ -78,13 +79,21 @@ class _Brokered:
 
 
 class Relay:
-    """Five Unix sockets in a directory only `uid` may enter, each piped to a kernel socket."""
+    """Five Unix sockets only `uid` may open, each piped to the kernel's socket of its channel.
+
+    The directory stays the service's own (mode 0710, group: the user's primary group), so
+    the user can reach the sockets but never add, remove or swap anything in it: everything
+    made there is made where only the service writes. The sockets are the user's (0600).
+    """
 
     def __init__(self, root: Path, uid: int, gid: int) -> None:
         self.uid, self.gid = uid, gid
-        self.dir = tempfile.mkdtemp(prefix="k-", dir=root)  # 0700, the service's user for now
+        self.dir = tempfile.mkdtemp(prefix="k-", dir=root)  # 0700, the service's user
+        if uid != os.geteuid():
+            os.chown(self.dir, -1, gid)
+            os.chmod(self.dir, 0o710)  # noqa: S103 - the user's group may enter, not write
         self.target = ""  # the kernel's ipc prefix (PREFIX-1 … PREFIX-5)
-        self.servers: list[asyncio.AbstractServer] = []
+        self.servers: dict[int, asyncio.AbstractServer] = {}
         self.pipes: set[asyncio.StreamWriter] = set()
 
     @property
@@ -92,20 +101,21 @@ class Relay:
         return os.path.join(self.dir, SOCKET_NAME)
 
     async def open(self) -> None:
-        """Listen on the five sockets; only then give the directory to its user."""
+        """Listen on each channel's socket; again where one is gone (a kernel manager removes
+        its ipc files when the kernel restarts)."""
         for port in PORTS.values():
             path = f"{self.address}-{port}"
-            server = await asyncio.start_unix_server(
+            if port in self.servers and os.path.lexists(path):  # noqa: ASYNC240 - one lstat
+                continue
+            old = self.servers.pop(port, None)
+            if old is not None:
+                old.close()
+            self.servers[port] = await asyncio.start_unix_server(
                 lambda r, w, port=port: self._pipe(r, w, port), path=path
             )
-            self.servers.append(server)
             os.chmod(path, 0o600)
             if self.uid != os.geteuid():
                 os.chown(path, self.uid, self.gid, follow_symlinks=False)
-        # Last: from now on the user may change the directory's contents, and we never
-        # create, chmod or chown anything in it again (rmtree at the end is symlink-safe).
-        if self.uid != os.geteuid():
-            os.chown(self.dir, self.uid, self.gid, follow_symlinks=False)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     port: int) -> None:  # fmt: skip
@@ -128,7 +138,7 @@ class Relay:
         self.pipes.clear()
 
     async def close(self) -> None:
-        for server in self.servers:
+        for server in self.servers.values():
             server.close()
         self.cut()
         self.servers.clear()
@@ -195,14 +205,15 @@ class KernelBroker:
         try:
             kwargs = await entry.provisioner.pre_launch(env=dict(env))
             info = await entry.provisioner.launch_kernel(kwargs.pop("cmd"), **kwargs)
+            entry.relay.cut()
+            entry.relay.target = str(info["ip"])
+            await entry.relay.open()
         except BaseException:
             if first:
-                await self._drop(kernel_id)
+                await self._end(kernel_id, "its launch failed")
             raise
         finally:
             _WHO.reset(token)
-        entry.relay.cut()
-        entry.relay.target = str(info["ip"])
         self._start_reaper()
         return self._answer(entry)
 
@@ -270,11 +281,6 @@ class KernelBroker:
         provisioner = GpuHiveProvisioner(kernel_id=kernel_id, kernel_spec=spec, parent=side,
                                          reservation_id=reservation_id, host=host)  # fmt: skip
         relay = Relay(socket_root(self.socket_dir), account.pw_uid, account.pw_gid)
-        try:
-            await relay.open()
-        except BaseException:
-            await relay.close()
-            raise
         entry = _Brokered(kernel_id, who.name, provisioner, relay, key)
         self._kernels[kernel_id] = entry
         return entry

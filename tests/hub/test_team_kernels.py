@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from benchmarks.fixtures.kernel_python import kernel_python
 from benchmarks.fixtures.postgres import PostgresCluster
 from benchmarks.fixtures.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
+from tests.conftest import iso
 from tests.hub.conftest import Team
 from tests.kernels.remote_helpers import REPORT, Notebook, report
 
@@ -145,10 +148,13 @@ def cells(team: Team, user: str, kernel_id: str, *codes: str, **kw: Any) -> list
 
 
 def as_unix_user(user: str, code: str) -> subprocess.CompletedProcess[str]:
-    """Run Python `code` as a UNIX user (the way another account on the machine would)."""
-    return subprocess.run(["/usr/bin/python3", "-c", code], user=user, capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=30,
-                          check=False)  # fmt: skip
+    """Run Python `code` as a UNIX user with its groups (as a login of that account would)."""
+    account = pwd.getpwnam(user)
+    return subprocess.run(
+        ["/usr/bin/python3", "-c", code], user=account.pw_uid, group=account.pw_gid,
+        extra_groups=os.getgrouplist(user, account.pw_gid), capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=30, check=False,
+    )  # fmt: skip
 
 
 CONNECT = "import socket; socket.socket(socket.AF_UNIX).connect({path!r}); print('connected')"
@@ -187,14 +193,17 @@ def test_a_hub_users_notebook_runs_on_her_reserved_gpus_and_only_she_controls_it
     assert not [k for k, v in who["env"].items() if secret in v]
     assert slept.error == "KeyboardInterrupt", slept  # interrupt: through the service
 
-    # Her kernel's sockets: a 0700 directory of her UNIX account under the socket root,
-    # sockets she may open; nobody else (bob's account) can even reach them.
+    # Her kernel's sockets: hers (0600) in a directory she may enter but not change (the
+    # service's, 0710, her group), under a root nobody may list; nobody else gets in.
     (folder,) = [p for p in sockets.iterdir() if p.is_dir()]
+    owner = pwd.getpwnam(UNIX["alice"])
     info = folder.stat()
-    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (cluster_uid(UNIX["alice"]), 0o700)
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, owner.pw_gid, 0o710)
     assert stat.S_IMODE(sockets.stat().st_mode) == 0o711  # passable, not listable
     shell = str(folder / "k-1")
-    assert stat.S_ISSOCK(os.lstat(shell).st_mode)
+    sock = os.lstat(shell)
+    assert stat.S_ISSOCK(sock.st_mode)
+    assert (sock.st_uid, stat.S_IMODE(sock.st_mode)) == (owner.pw_uid, 0o600)
     mine = as_unix_user(UNIX["alice"], CONNECT.format(path=shell))
     assert mine.stdout.strip() == "connected", mine.stderr
     theirs = as_unix_user(UNIX["bob"], CONNECT.format(path=shell))
@@ -223,16 +232,51 @@ def test_a_hub_users_notebook_runs_on_her_reserved_gpus_and_only_she_controls_it
     assert all("alice" in r.message for r in attempts.values()), attempts
     assert "key" not in json.dumps([r.body for r in attempts.values()])
 
-    # Still hers, still running; she shuts it down and its sockets go.
-    (again,) = cells(team, "alice", kid, "print(6 * 7)")
-    assert again.text.strip() == "42", again
+    # Still hers, still running. She restarts it (through the service): a fresh process on
+    # the same GPUs behind the same sockets. Then she shuts it down and its sockets go.
+    assert kernels(team, "alice", "POST", f"{kid}/restart", as_user="bob").status == 403
+    restarted = kernels(team, "alice", "POST", f"{kid}/restart")
+    assert restarted.status == 200, restarted
+    (again,) = cells(team, "alice", kid, REPORT)
+    fresh = report(again)
+    assert fresh["pid"] != who["pid"]
+    assert (fresh["user"], fresh["cuda"]) == (who["user"], who["cuda"])
+    assert [p for p in sockets.iterdir() if p.is_dir()] == [folder]
     assert kernels(team, "alice", "DELETE", kid).status == 204
     assert not folder.exists()
     gone = team.service(team.service_tokens["alice"], "GET", f"kernels/{kid}/process")
     assert gone.status == 404, gone
 
 
-def cluster_uid(name: str) -> int:
-    import pwd
+def test_the_service_refuses_bad_kernel_requests_with_reasons(kteam: Team) -> None:
+    team = kteam
+    alice = team.service_tokens["alice"]
+    later = iso(datetime.now(timezone.utc) + timedelta(days=3))
+    made = team.own("alice", "POST", "reservations",
+                    {"title": "later", "gpus": [f"{HOST}:0"], "start": later, "duration": "1h"})  # fmt: skip
+    assert made.status == 201, made
+    kid = str(uuid.uuid4())
 
-    return pwd.getpwnam(name).pw_uid
+    def launch(body: Any, kernel: str = kid) -> Reply:
+        return team.service(alice, "POST", f"kernels/{kernel}/launch", body)
+
+    cases = {
+        "not yet started": (launch({"reservation_id": made.body["id"]}), 409, "has not started"),
+        "no such reservation": (launch({"reservation_id": 999999}), 404, "999999"),
+        "id not a number": (launch({"reservation_id": "7"}), 400, "whole number"),
+        "no reservation": (launch({}), 422, "reservation_id"),
+        "unknown field": (launch({"reservation_id": 1, "owner": "bob"}), 400, "owner"),
+        "bad env": (launch({"reservation_id": 1, "env": {"A": 1}}), 400, "string values"),
+        "bad kernel id": (launch({"reservation_id": 1}, kernel="..%2f"), 404, "kernel id"),
+        "unknown kernel": (team.service(alice, "GET", f"kernels/{kid}/process"), 404, kid),
+        "unknown signal": (
+            team.service(alice, "POST", f"kernels/{kid}/signal", {"signal": "SIGFOO"}),
+            422,
+            "SIGINT",
+        ),
+        "no token": (team.service(None, "GET", f"kernels/{kid}/process"), 401, "token"),
+    }
+    for name, (reply, status, words) in cases.items():
+        assert (reply.status, words in reply.message) == (status, True), (name, reply)
+    # Nothing was left behind by the refused launches.
+    assert team.service(alice, "GET", f"kernels/{kid}/process").status == 404
