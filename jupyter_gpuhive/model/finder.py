@@ -183,7 +183,6 @@ def find(want: Want, inputs: Inputs) -> list[Slot]:
     cands = sorted((u for u in inputs.units if matches(u, want)), key=unit_key)
     if len(cands) < want.count:
         return []
-    eff = effective_busy(inputs.units, inputs.busy, inputs.removed, cands)
     # Positions: each host's candidates get consecutive bits of that host's mask.
     hosts: list[str] = []
     members: dict[str, list[int]] = {}
@@ -205,7 +204,11 @@ def find(want: Want, inputs: Inputs) -> list[Slot]:
             nvlink=want.nvlink,
             same_numa=want.same_numa,
         )
-        masks[host] = [sum(bit[p] for p in positions if cands[p].index in g) for g in groups or ()]
+        found = [sum(bit[p] for p in positions if cands[p].index in g) for g in groups or ()]
+        masks[host] = [m for m in found if m.bit_count() >= want.count]  # hosts too small: none
+    # Only hosts with a group big enough matter (all their candidates count in the ranking).
+    live = [unit for pos, unit in enumerate(cands) if masks[host_of[pos]]]
+    eff = effective_busy(inputs.units, inputs.busy, inputs.removed, live)
     events: list[tuple[int, int, int]] = []
     whole = [(low, high)]
     for pos, unit in enumerate(cands):
