@@ -273,6 +273,7 @@ class Integrations:
         if self._toucher is not None:
             await asyncio.gather(self._toucher, return_exceptions=True)
         await self.webhooks.stop()
+        self.rows.close_log()  # the delivery log's own file (SQLite)
 
 
 def mail_settings(options: dict[str, Any]) -> MailSettings:

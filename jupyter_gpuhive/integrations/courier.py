@@ -181,7 +181,8 @@ async def serve(reader: asyncio.StreamReader, replies: IO[bytes]) -> None:
     """Deliver what the server hands over until it says stop or goes away."""
     _, db_url, settings = await read_frame(reader)
     database = Database(db_url)
-    deliveries = Deliveries(Integrations(database), settings, utcnow)
+    rows = Integrations(database)
+    deliveries = Deliveries(rows, settings, utcnow)
     acks: set[asyncio.Task[None]] = set()
 
     def reply(message: tuple[Any, ...]) -> None:
@@ -214,6 +215,7 @@ async def serve(reader: asyncio.StreamReader, replies: IO[bytes]) -> None:
     finally:
         await deliveries.shutdown()
         await asyncio.gather(*acks, return_exceptions=True)
+        rows.close_log()
         database.dispose()
 
 

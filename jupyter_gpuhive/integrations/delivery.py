@@ -5,8 +5,10 @@ endpoint has its own queue, worker and HTTP client, and every attempt has a time
 endpoint that hangs or fails delays only its own deliveries. A failed attempt is retried after
 an exponential backoff with jitter; after `max_attempts` failures the delivery is dead (a dead
 letter, kept in the log). The log (one row per delivery, one per attempt) is written in
-batches, off the delivery path. Each endpoint's client connects only to addresses its
-PinnedResolver checked (addresses.py: users' own endpoints only to public ones).
+batches, off the delivery path; on SQLite to a file of its own (store/webhooks.py), so that
+its writes never hold the lock the server's bookings take. Each endpoint's client connects
+only to addresses its PinnedResolver checked (addresses.py: users' own endpoints only to
+public ones).
 
 Signature (docs/integrations.md): `X-Gpuhive-Signature: v1=HEX`, HEX the HMAC-SHA256 with the
 endpoint's secret over `TIMESTAMP + "." + body`, TIMESTAMP the Unix seconds in
