@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from .database import Database, inserted_id
 from .schema import log_metadata, webhook_attempts, webhook_deliveries, webhooks
 
-LOG_SUFFIX = ".webhook-log"  # hive.sqlite -> hive.sqlite.webhook-log
+LOG_SUFFIX = "-webhook-log"  # hive.sqlite -> hive-webhook-log.sqlite
 _COPY_CHUNK = 5000
 
 
@@ -32,7 +32,7 @@ def log_path(db: Database) -> Path | None:
     if db.dialect != "sqlite":
         return None
     main = Path(str(make_url(db.url).database)).expanduser()
-    return main.with_name(main.name + LOG_SUFFIX)
+    return main.with_name(main.stem + LOG_SUFFIX + (main.suffix or ".sqlite"))
 
 
 def log_database(db: Database) -> Database:

@@ -68,7 +68,7 @@ def test_log_writes_never_wait_for_the_main_write_lock(store: Store, tmp_path: P
     assert log[0].log == [{"at": NOW.isoformat(), "status": 200, "error": None, "ms": 3.5}]
     assert count(store, webhook_deliveries) == 0  # nothing in the main file
     path = log_path(store.db)
-    assert path is not None and path.exists() and path.name == "hive.sqlite.webhook-log"
+    assert path is not None and path.exists() and path.name == "hive-webhook-log.sqlite"
     rows.close_log()
 
 
