@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import pwd
@@ -111,13 +112,13 @@ class Relay:
             if old is not None:
                 old.close()
             self.servers[port] = await asyncio.start_unix_server(
-                lambda r, w, port=port: self._pipe(r, w, port), path=path
+                functools.partial(self._pipe, port=port), path=path
             )
             os.chmod(path, 0o600)
             if self.uid != os.geteuid():
                 os.chown(path, self.uid, self.gid, follow_symlinks=False)
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                     port: int) -> None:  # fmt: skip
         self.pipes.add(writer)
         try:

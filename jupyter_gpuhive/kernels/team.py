@@ -91,7 +91,7 @@ class TeamProvisioner(GpuHiveProvisioner):
             )
         conn["key"] = str(conn["key"]).encode()
         self._running, self._dead_reason = True, None
-        self.connection_info = conn
+        self.connection_info = conn  # type: ignore[assignment]  # a KernelConnectionInfo
         return self.connection_info
 
     async def _forget(self) -> None:
