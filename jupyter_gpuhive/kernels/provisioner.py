@@ -27,6 +27,7 @@ import asyncio
 import logging
 import signal as signals
 import sys
+from queue import Empty
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 PASSED_ON = ("GPUHIVE_URL", "GPUHIVE_TOKEN", "JPY_SESSION_NAME")  # of the launch environment
 RESERVATION_ENV = "GPUHIVE_RESERVATION_ID"  # a reservation chosen at start time (env=…)
+SETTLE_TRIES = 20  # kernel_info requests (0.25 s each) a restarted kernel gets to answer
+RECONNECTED = 0.3  # seconds for the notebooks' iopub sockets to be back after a restart
 
 
 def find_registry(provisioner: Any) -> KernelRegistry:
@@ -181,6 +184,28 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                 "signature_scheme": scheme}  # fmt: skip
         self.connection_info = info  # type: ignore[assignment]  # a KernelConnectionInfo
         return self.connection_info
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        """After a restart, wait until the new kernel answers on iopub through the forwards
+        (the notebooks' iopub subscriptions reconnect meanwhile; NOTES: else the first
+        messages after a restart can be lost)."""
+        record, km = self._record, self.parent
+        if record is None or km is None or record.restarts == 0:
+            return
+        client = km.client()
+        channels = {"shell": True, "iopub": True, "stdin": False, "hb": False, "control": False}
+        client.start_channels(**channels)
+        try:
+            for _ in range(SETTLE_TRIES):
+                client.kernel_info()
+                try:
+                    await client.get_iopub_msg(timeout=0.25)
+                    break
+                except Empty:
+                    continue
+        finally:
+            client.stop_channels()
+        await asyncio.sleep(RECONNECTED)  # the other subscribers retry every 0.1 s (ZMQ)
 
     # --- the process --------------------------------------------------------------------
 
