@@ -120,6 +120,18 @@ def test_demo_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
         wait_for(loaded, 90, "the demo's load in GET hosts", interval=0.5, ignore=(OSError,))
         check_seeded_state(port, token)
+
+        def topologies() -> bool:  # each host's nvidia-smi topo -m, read by the monitor
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/gpuhive/api/hosts",
+                headers={"Authorization": f"token {token}"},
+            )
+            with urllib.request.urlopen(request, timeout=5) as response:
+                hosts = json.loads(response.read())["hosts"]
+            groups = {h["name"]: (h.get("topology") or {}).get("nvlink_groups") for h in hosts}
+            return groups == {"gpu1": [[0, 1, 2, 3]], "gpu2": [[0, 1], [2, 3]], "gpu3": []}
+
+        wait_for(topologies, 30, "the demo hosts' topology in GET hosts", interval=0.5)
         started = children(demo.pid)
         assert len(started) == 4  # JupyterLab, the two loads and the stray process
         demo.send_signal(signal.SIGTERM)

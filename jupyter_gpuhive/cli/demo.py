@@ -22,15 +22,23 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 
 from ..sim.cluster import LocalSimHost
+from ..sim.inventory import preset
 from .demoseed import SPOILER, sidebar_note
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 HOST_NAMES = ("gpu1", "gpu2", "gpu3")
+LAYOUTS = ("nvswitch", "nvlink-pairs", "pcie-2numa")  # what each host's `topo -m` prints
 
 
 def demo_hosts(root: Path) -> list[LocalSimHost]:
-    """Simulated hosts with 4 A100 each, their stand-in installed under `root`."""
-    return [LocalSimHost(name, root / "sim" / name) for name in HOST_NAMES]
+    """Simulated hosts with 4 A100 each (NVSwitch, NVLink pairs, PCIe over two NUMA nodes),
+    their stand-in installed under `root`."""
+    hosts = []
+    for name, layout in zip(HOST_NAMES, LAYOUTS, strict=True):
+        config = preset("a100x4", name)
+        config.topology = layout
+        hosts.append(LocalSimHost(name, root / "sim" / name, config))
+    return hosts
 
 
 def host_config(host: LocalSimHost) -> dict[str, Any]:
