@@ -158,6 +158,7 @@ class KernelProcess:
         self.dir: str | None = None  # the kernel's socket directory on its host
         self.lost: str | None = None  # why the connection to the kernel is gone
         self.on_lost: Callable[[str], Awaitable[None]] | None = None  # told at once
+        self._pinger: asyncio.Future[None] | None = None
 
     @property
     def address(self) -> str:
@@ -196,7 +197,7 @@ class KernelProcess:
             self._pinger = asyncio.ensure_future(self._ping())
 
     def _stop_ping(self) -> None:
-        pinger, self._pinger = getattr(self, "_pinger", None), None
+        pinger, self._pinger = self._pinger, None
         if pinger is not None:
             pinger.cancel()
 
