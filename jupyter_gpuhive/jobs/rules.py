@@ -10,7 +10,7 @@ from typing import Any
 
 from ..bookings import access
 from ..errors import Conflict, Forbidden, Invalid, NotFound
-from ..model import Gpu, Identity, utcnow
+from ..model import Gpu, Identity, units_conflict, utcnow
 from ..model.requests import JobRequest
 from ..store import Store
 from ..store.schema import ID_MAX
@@ -190,8 +190,10 @@ class JobRules:
         now = self.now()
         until = now + (walltime or DEFAULT_WALLTIME)
         wanted = set(uuids)
-        gpus = [g for g in self.store.inventory.gpus() if g.uuid in wanted]
-        ids = [g.id for g in gpus]
+        every = self.store.inventory.units()  # GPUs and MIG slices
+        gpus = [g for g in every if g.uuid in wanted]
+        # A whole GPU is held by a booking of any of its slices, a slice by one of its GPU.
+        ids = [u.id for u in every if any(units_conflict(u, g) for g in gpus)]
         for res in self.store.reservations.window(
             now, now + timedelta(microseconds=1), gpu_ids=ids
         ):
@@ -205,7 +207,7 @@ class JobRules:
         owner = self.identity_of(owner_name)
         mine = self.store.reservations.window(now, until, gpu_ids=ids, owner=owner_name)
         held_by_owner = {g.id for r in mine if r.start <= now for g in r.gpus}
-        unheld = [g for g in gpus if g.id not in held_by_owner]
+        unheld = [g for g in gpus if not {g.id, g.device_id} & held_by_owner]
         problems = access.uncovered(self.store.rules.all(), owner, unheld, now, until, self.zone)
         if problems:
             refs = ", ".join(g.ref for g, _ in problems)

@@ -143,3 +143,15 @@ async def test_the_overview_has_a_row_per_slice_and_blocks_what_clashes(
         "mig1:0/mig13": "ffof",
         "mig1:1": "ffff",
     }
+
+
+async def test_a_job_may_not_start_on_a_slice_or_gpu_someone_else_holds(
+    api: Any, hive: Any
+) -> None:
+    alice, bob = api("alice"), api("bob")
+    await book(bob, "mine now", ["mig1:0/mig5"], hive.now(), "1h")
+    job = {"name": "j", "template": "plain", "command": "true", "start": True}
+    for gpus in (["mig1:0/mig5"], ["mig1:0"], [SLICES[1].uuid]):
+        reply = await alice("POST", "jobs", {**job, "gpus": gpus})
+        refused(reply, 409, "mig1:0/mig5 is reserved by bob")
+    assert (await alice("GET", "jobs")).body["jobs"] == []
