@@ -9,6 +9,7 @@ owner and the reservation's times at launch.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,8 @@ from typing import Any
 
 from ..model import Reservation, utcnow
 from ..model.kernel import SPEC_PREFIX
+
+log = logging.getLogger(__name__)
 
 PREFIX = SPEC_PREFIX
 PROVISIONER = "gpuhive"
@@ -161,7 +164,11 @@ class ReservationSpecs:
         if user is None:
             return []
         now = utcnow()
-        found = await source.reservations(user, now, now + source.ahead)
+        try:
+            found = await source.reservations(user, now, now + source.ahead)
+        except Exception:  # the store is down: the configured kernels are still offered
+            log.exception("gpuhive: could not list %s's reservations for kernelspecs", user)
+            return []
         mine = sorted((r for r in found if usable(r, now)), key=lambda r: (r.start, r.id))
         return mine[:MAX_SPECS]
 
