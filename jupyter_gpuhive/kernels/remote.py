@@ -74,14 +74,16 @@ class Launch:
 
 
 def python_command(python: str) -> str:
-    """Shell lines that set $PY to the interpreter (a path, or a conda env's name)."""
+    """Shell lines that set $PY to the interpreter: a path; else a conda environment's name;
+    else a command on the login PATH."""
     if "/" in python:
         return f"PY={shlex.quote(python)}"
     name = shlex.quote(python)
     return (
         f'PY=; base=$(conda info --base 2>/dev/null); for p in "$base/envs/"{name}"/bin/python" '
         f'"$HOME/.conda/envs/"{name}"/bin/python"; do [ -x "$p" ] && {{ PY=$p; break; }}; done; '
-        f'[ {name} = base ] && [ -n "$base" ] && PY="$base/bin/python"; [ -n "$PY" ] || PY={name}'
+        f'[ {name} = base ] && [ -n "$base" ] && PY="$base/bin/python"; '
+        f'[ -n "$PY" ] || PY=$(command -v {name} 2>/dev/null) || PY={name}'
     )
 
 
@@ -94,18 +96,24 @@ def shell_command(python: str) -> str:
     )
 
 
-def describe_failure(code: str, launch: Launch, output: str) -> str:
-    """A marked failure as a sentence naming the host and the fix."""
+def describe_failure(code: str, launch: Launch, output: str, found: str | None = None) -> str:
+    """A marked failure as a sentence naming the host and the fix (`found`: the interpreter
+    the name led to)."""
     where, py = launch.host.name, launch.python
-    conda = "/" not in py
+    conda = "/" not in py and (found is None or f"/envs/{py}/" in found or py == "base")
     if code == "no-python":
-        what = f"the conda environment {py!r}" if conda else f"the interpreter {py}"
-        return (
-            f"Cannot start a kernel on {where}: {what} does not exist there for user "
-            f"{launch.user}. Set the host's kernel_python to a Python with ipykernel."
+        what = (
+            f"user {launch.user} has no conda environment or command {py!r} there"
+            if conda
+            else f"the interpreter {py} does not exist there for user {launch.user}"
         )
+        return (
+            f"Cannot start a kernel on {where}: {what}. Set the host's kernel_python to a "
+            "Python with ipykernel."
+        )  # fmt: skip
     if code == "no-ipykernel":
-        fix = f"conda install -n {py} ipykernel" if conda else f"{py} -m pip install ipykernel"
+        pip = found if "/" not in py and found else py
+        fix = f"conda install -n {py} ipykernel" if conda else f"{pip} -m pip install ipykernel"
         return (
             f"Cannot start a kernel on {where}: ipykernel is not installed for {py}. "
             f"Install it there with `{fix}` (or set the host's kernel_python to a Python "
@@ -220,7 +228,9 @@ class KernelProcess:
                 f"The kernel on {self.launch.host.name} exited at once (status {code}): "
                 f"{output.text()[-400:] or 'no output'}"
             )
-        raise LaunchError(describe_failure(str(fields.get("code")), self.launch, output.text()))
+        found = fields.get("python")
+        raise LaunchError(describe_failure(str(fields.get("code")), self.launch, output.text(),
+                                           found if isinstance(found, str) else None))  # fmt: skip
 
     def _stdin(self, launch: Launch) -> str:
         # The base is the environment the launch command got: the host's login environment

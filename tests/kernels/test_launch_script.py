@@ -61,6 +61,7 @@ def test_kernel_python_is_a_path_or_a_conda_environment(tmp_path: Path) -> None:
     assert _resolve("base", *where) == f"{base}/bin/python"
     assert _resolve("mine", *where) == f"{home}/.conda/envs/mine/bin/python"
     assert _resolve("nope", *where) == "nope"  # then `[ -x "$PY" ]` fails: no-python
+    assert _resolve("conda", *where) == str(conda)  # no such env: a command on PATH
     assert _resolve("it's; rm -rf x", *where) == "it's; rm -rf x"  # quoted, never run
 
 
@@ -69,6 +70,9 @@ def test_failures_name_the_host_and_the_fix() -> None:
     conda = remote.Launch(host, "alice", "ml", {}, "k", "hmac-sha256")
     said = remote.describe_failure("no-ipykernel", conda, "")
     assert "on gpu7" in said and "`conda install -n ml ipykernel`" in said, said
+    command = remote.Launch(host, "alice", "python3", {}, "k", "hmac-sha256")
+    said = remote.describe_failure("no-ipykernel", command, "", "/usr/bin/python3")
+    assert "`/usr/bin/python3 -m pip install ipykernel`" in said, said
     path = remote.Launch(host, "alice", "/opt/py/bin/python", {}, "k", "hmac-sha256")
     said = remote.describe_failure("no-python", path, "")
     assert "gpu7" in said and "/opt/py/bin/python does not exist there" in said, said
