@@ -17,12 +17,19 @@ import contextlib
 import logging
 import os
 import signal as signals
+from queue import Empty
 from typing import Any, Protocol
 
 from jupyter_client.connect import KernelConnectionInfo
 
 from ..errors import HiveError, Invalid, NotFound, Unavailable
-from .provisioner import PASSED_ON, RESERVATION_ENV, GpuHiveProvisioner
+from .provisioner import (
+    PASSED_ON,
+    RECONNECTED,
+    RESERVATION_ENV,
+    SETTLE_TRIES,
+    GpuHiveProvisioner,
+)
 
 log = logging.getLogger(__name__)
 LIVE_STATES = ("starting", "running", "restarting")
@@ -50,6 +57,7 @@ class TeamProvisioner(GpuHiveProvisioner):
 
     _env: dict[str, str] | None = None
     _rid: int | None = None
+    _launches = 0
 
     @property
     def link(self) -> ServiceLink:
@@ -93,6 +101,28 @@ class TeamProvisioner(GpuHiveProvisioner):
         self._running, self._dead_reason = True, None
         self.connection_info = conn  # type: ignore[assignment]  # a KernelConnectionInfo
         return self.connection_info
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        """After a restart, wait until the new kernel answers on iopub (as the provisioner
+        that runs kernels itself does: else a notebook can miss a restart's first output)."""
+        self._launches += 1
+        km = self.parent
+        if self._launches < 2 or km is None:
+            return
+        client = km.client()
+        channels = {"shell": True, "iopub": True, "stdin": False, "hb": False, "control": False}
+        client.start_channels(**channels)
+        try:
+            for _ in range(SETTLE_TRIES):
+                client.kernel_info()
+                try:
+                    await client.get_iopub_msg(timeout=0.25)
+                    break
+                except Empty:
+                    continue
+        finally:
+            client.stop_channels()
+        await asyncio.sleep(RECONNECTED)
 
     async def _forget(self) -> None:
         try:

@@ -305,6 +305,12 @@ class GpuHiveConfig(LoggingConfigurable):
         "the service's user and be writable by it alone. Empty: "
         "$TMPDIR/gpuhive-kernels-<uid>.",
     ).tag(config=True)
+    kernel_lease = Float(
+        90.0,
+        help="Team-mode service: seconds a brokered kernel lives on without its user's server "
+        "asking about it (a server polls every few seconds while it runs); then the service "
+        "shuts it down, as after a crash of that server.",
+    ).tag(config=True)
     kernel_warning_minutes = Float(
         10.0,
         help="Minutes before a reservation ends when its kernels' notebooks are warned (a Lab "

@@ -137,7 +137,7 @@ class GpuHiveService(Application):
         # The service has no Jupyter event bus: 'event' violation handlers log instead.
         hive = Hive(settings, publish=_log_event).open()
         # Users' servers (client mode) get their reservation kernels through the service.
-        broker = KernelBroker(hive.kernels, configured.kernel_socket_dir)
+        broker = KernelBroker(hive.kernels, configured.kernel_socket_dir, configured.kernel_lease)
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
         auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
         api = routes(HubHandler, prefix=prefix.rstrip("/") + "/api")

@@ -15,9 +15,11 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -48,6 +50,7 @@ pytestmark = [
 HOST = "tkgpu"
 UNIX = {"alice": "gh-alice", "bob": "gh-bob"}  # Hub user -> UNIX user (c.GpuHiveApp.unix_users)
 RUN = uuid.uuid4().hex[:8]
+LEASE = 8.0  # seconds the service keeps a kernel whose server stopped asking (default 90)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,7 @@ def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Ite
                    "gpus": gpus, "kernel_python": kernel_python()}],
         "ssh_key": str(cluster.client_key), "known_hosts": [str(cluster.known_hosts)],
         "unix_users": UNIX, "site_timezone": "UTC", "kernel_socket_dir": str(sockets),
+        "kernel_lease": LEASE,
     }  # fmt: skip
     users = {"alice": ["phd"], "bob": ["phd"]}
     try:
@@ -280,3 +284,51 @@ def test_the_service_refuses_bad_kernel_requests_with_reasons(kteam: Team) -> No
         assert (reply.status, words in reply.message) == (status, True), (name, reply)
     # Nothing was left behind by the refused launches.
     assert team.service(alice, "GET", f"kernels/{kid}/process").status == 404
+
+
+def server_pid(user: str) -> int:
+    """The process of `user`'s single-user server (spawned by the Hub on this machine)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"jupyterhub.singleuser" in argv and f"JUPYTERHUB_USER={user}".encode() in env:
+            return int(entry.name)
+    raise AssertionError(f"no single-user server of {user}")
+
+
+def test_a_kernel_whose_server_crashed_is_shut_down_after_its_lease(
+    kteam: Team, cluster: SshdCluster, sockets: Path
+) -> None:
+    """Runs last: it kills alice's server. The service notices that nobody asks about her
+    kernel any more and ends it (process on the host, sockets) within the lease."""
+    team = kteam
+    made = team.own("alice", "POST", "reservations",
+                    {"title": "crash", "gpus": [f"{HOST}:3"], "duration": "1h"})  # fmt: skip
+    assert made.status == 201, made
+    before = {p for p in sockets.iterdir() if p.is_dir()}
+    started = kernels(
+        team, "alice", "POST", body={"name": write_spec(team, "alice", made.body["id"])}
+    )
+    assert started.status == 201, started
+    kid = started.body["id"]
+    (folder,) = {p for p in sockets.iterdir() if p.is_dir()} - before
+    pid = report(cells(team, "alice", kid, REPORT)[0])["pid"]
+    time.sleep(LEASE + 1)  # her server keeps it alive meanwhile (it polls every 3 s)
+    assert folder.exists()
+    alice = team.service_tokens["alice"]
+    assert team.service(alice, "GET", f"kernels/{kid}/process").body["running"] is True
+
+    os.kill(server_pid("alice"), signal.SIGKILL)
+    killed = time.monotonic()
+    deadline = killed + LEASE + LEASE / 3 + 10  # the lease, one reaper pass, slack
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    took = time.monotonic() - killed
+    assert not folder.exists(), "the service kept the kernel of a crashed server"
+    print(f"kernel of a crashed server ended after {took:.1f} s (lease {LEASE:.0f} s)")
+    assert team.service(alice, "GET", f"kernels/{kid}/process").status == 404
+    ps = cluster.ssh(HOST, "root", ["ps", "-o", "user=", "-p", str(pid)])
+    assert ps.stdout.strip() == "", ps  # gone from the host too
