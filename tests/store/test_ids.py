@@ -223,9 +223,10 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
                 triggers = conn.execute(
                     text("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
                 ).scalars()
-                assert list(triggers) == [
+                # the overlap rule survived every rebuild (0011 adds roll-up triggers besides)
+                assert {
                     "reservation_gpus_no_overlap_insert",
                     "reservation_gpus_no_overlap_update",
-                ]
+                } <= set(triggers)
         finally:
             engine.dispose()
