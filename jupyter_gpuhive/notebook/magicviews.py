@@ -186,7 +186,8 @@ def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
 
 
 class GpuStatus(Rich):
-    """%gpustatus: one row per GPU (mine first), then what to do about hosts that are down."""
+    """%gpustatus: one row per GPU and MIG slice (mine first), then what to do about hosts
+    that are down. Utilisation the driver does not report reads 'not reported'."""
 
     HEADER = ("GPU", "STATE", "UTIL", "MEMORY", "PROCESSES", "NEXT")
 
@@ -197,9 +198,10 @@ class GpuStatus(Rich):
         for h in hosts:
             if h.get("state") == "down" and not h.get("gpus"):
                 rows.append(("down", (h["name"], "down", "", "", "", "")))
-            for g in h.get("gpus", []):
+            # each GPU, then its MIG slices ('host:index/migGI', booked like GPUs)
+            for g in (u for gpu in h.get("gpus", []) for u in (gpu, *gpu.get("slices", ()))):
                 kind, label = gpu_state(g, h.get("state", ""), me)
-                util = "" if g.get("util") is None else f"{g['util']}%"
+                util = (g.get("util_label") or "") if g.get("util") is None else f"{g['util']}%"
                 mem = ""
                 if g.get("mem_used_mib") is not None:
                     mem = f"{g['mem_used_mib']}/{g.get('mem_total_mib') or '?'} MiB"
