@@ -37,8 +37,9 @@ from traitlets import Float, Integer, Unicode
 from ..errors import HiveError, Invalid, Unavailable
 from ..model import utcnow
 from . import registry as registries
+from .launch import PORTS, Launch
 from .registry import DEAD, ENDED, KernelRecord, KernelRegistry
-from .remote import PORTS, KernelProcess, Launch, LocalKernel, SshKernel
+from .remote import KernelProcess, LocalKernel, SshKernel
 
 log = logging.getLogger(__name__)
 

@@ -28,132 +28,25 @@ import shlex
 import shutil
 import signal as signals
 import tempfile
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from ..errors import HiveError, Unavailable
+from ..errors import Unavailable
 from ..hosts.environment import command_env
 from ..hosts.pool import HostPool
 from ..hosts.ssh import address, connect, explain
-from ..model import HostDecl
 from . import launch_script
+from .launch import PORTS, SCRIPT, Launch, LaunchError, Output, describe_failure, shell_command
 
 log = logging.getLogger(__name__)
 
-SCRIPT = Path(launch_script.__file__).read_text(encoding="utf-8")
-MARK = launch_script.MARK
-PORTS = launch_script.PORTS
 KEEPALIVE = 1.0  # seconds between SSH keepalives of a kernel's connection
 KEEPALIVE_MISSES = 3
 PING = 1.0  # seconds between the lines on a kernel's stdin (see launch_script.watch)
-
-
-class LaunchError(HiveError):
-    """The kernel could not start on its host; the message says why and what to do."""
-
-    status = 503
-
-
-@dataclass
-class Launch:
-    """What a launch needs: where, as whom, with which interpreter, environment and key."""
-
-    host: HostDecl
-    user: str
-    python: str  # an interpreter's path, or a conda environment's name
-    env: dict[str, str]
-    key: str
-    signature_scheme: str
-    timeout: float = 60.0
-    orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
-
-
-def python_command(python: str) -> str:
-    """Shell lines that set $PY to the interpreter: a path; else a conda environment's name;
-    else a command on the login PATH."""
-    if "/" in python:
-        return f"PY={shlex.quote(python)}"
-    name = shlex.quote(python)
-    return (
-        f'PY=; base=$(conda info --base 2>/dev/null); for p in "$base/envs/"{name}"/bin/python" '
-        f'"$HOME/.conda/envs/"{name}"/bin/python"; do [ -x "$p" ] && {{ PY=$p; break; }}; done; '
-        f'[ {name} = base ] && [ -n "$base" ] && PY="$base/bin/python"; '
-        f'[ -n "$PY" ] || PY=$(command -v {name} 2>/dev/null) || PY={name}'
-    )
-
-
-def shell_command(python: str) -> str:
-    """The host command: find the interpreter, then become the kernel (exec, same pid)."""
-    missing = f'echo; echo {MARK}-ERROR \'{{"code": "no-python"}}\'; exit 127'
-    return (
-        f'{python_command(python)}; [ -x "$PY" ] || {{ {missing}; }}; '
-        f'exec "$PY" -c {shlex.quote(SCRIPT)} boot'
-    )
-
-
-def describe_failure(code: str, launch: Launch, output: str, found: str | None = None) -> str:
-    """A marked failure as a sentence naming the host and the fix (`found`: the interpreter
-    the name led to)."""
-    where, py = launch.host.name, launch.python
-    conda = "/" not in py and (found is None or f"/envs/{py}/" in found or py == "base")
-    if code == "no-python":
-        what = (
-            f"user {launch.user} has no conda environment or command {py!r} there"
-            if conda
-            else f"the interpreter {py} does not exist there for user {launch.user}"
-        )
-        return (
-            f"Cannot start a kernel on {where}: {what}. Set the host's kernel_python to a "
-            "Python with ipykernel."
-        )  # fmt: skip
-    if code == "no-ipykernel":
-        pip = found if "/" not in py and found else py
-        fix = f"conda install -n {py} ipykernel" if conda else f"{pip} -m pip install ipykernel"
-        return (
-            f"Cannot start a kernel on {where}: ipykernel is not installed for {py}. "
-            f"Install it there with `{fix}` (or set the host's kernel_python to a Python "
-            "that has it)."
-        )
-    if code == "bad-dir":
-        return f"Cannot start a kernel on {where}: its socket directory is not private."
-    tail = output.strip()[-400:] or "no output"
-    return f"The kernel on {where} did not start ({code}): {tail}"
-
-
-class _Output:
-    """Reads a kernel's stdout+stderr: keeps the tail, finds the marked lines."""
-
-    def __init__(self) -> None:
-        self.tail: deque[str] = deque(maxlen=40)
-        self.marked: asyncio.Future[tuple[str, dict[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
-
-    def line(self, text: str) -> None:
-        if text.startswith(MARK + "-"):
-            kind, _, rest = text[len(MARK) + 1 :].partition(" ")
-            try:
-                fields = json.loads(rest) if rest else {}
-            except ValueError:
-                fields = {}
-            if not self.marked.done():
-                self.marked.set_result((kind, fields))
-            return
-        if text:
-            self.tail.append(text)
-            log.debug("gpuhive kernel: %s", text)
-
-    def ended(self) -> None:
-        if not self.marked.done():
-            self.marked.set_result(("EXITED", {}))
-
-    def text(self) -> str:
-        return "\n".join(self.tail)
 
 
 class KernelProcess:
@@ -209,7 +102,7 @@ class KernelProcess:
         if pinger is not None:
             pinger.cancel()
 
-    async def _await_ready(self, output: _Output, exited: Any) -> None:
+    async def _await_ready(self, output: Output, exited: Any) -> None:
         try:
             async with asyncio.timeout(self.launch.timeout):
                 kind, fields = await output.marked
@@ -290,7 +183,7 @@ class SshKernel(KernelProcess):
     async def start(self, launch: Launch) -> None:
         self.launch = launch
         conn = await self._connect()
-        output = _Output()
+        output = Output()
         try:
             process = await conn.create_process(
                 shell_command(launch.python), stderr=asyncssh.STDOUT, encoding="utf-8"
@@ -308,7 +201,7 @@ class SshKernel(KernelProcess):
         if self.process is not None:
             self.process.stdin.write(data)
 
-    async def _read(self, process: asyncssh.SSHClientProcess[str], output: _Output) -> None:
+    async def _read(self, process: asyncssh.SSHClientProcess[str], output: Output) -> None:
         try:
             async for line in process.stdout:
                 output.line(line.rstrip("\n"))
@@ -413,7 +306,7 @@ class LocalKernel(KernelProcess):
         assert process.stdin is not None
         assert process.stdout is not None
         process.stdin.write(self._stdin(launch).encode())
-        output = _Output()
+        output = Output()
         self._reader = asyncio.ensure_future(self._read(process.stdout, output))
         await self._await_ready(output, lambda: process.returncode)
         self._start_ping()
@@ -422,7 +315,7 @@ class LocalKernel(KernelProcess):
         if self.process is not None and self.process.stdin is not None:
             self.process.stdin.write(data.encode())
 
-    async def _read(self, stream: asyncio.StreamReader, output: _Output) -> None:
+    async def _read(self, stream: asyncio.StreamReader, output: Output) -> None:
         while line := await stream.readline():
             output.line(line.decode(errors="replace").rstrip("\n"))
         output.ended()

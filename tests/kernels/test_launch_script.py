@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_gpuhive.kernels import launch_script, remote
+from jupyter_gpuhive.kernels import launch, launch_script
 from jupyter_gpuhive.model import HostDecl
 
 
@@ -37,7 +37,7 @@ def test_sweep_removes_only_old_directories_of_dead_kernels() -> None:
 
 def _resolve(python: str, path: str, home: str) -> str:
     """$PY as the launch command sets it, in a shell with PATH `path` and HOME `home`."""
-    script = f'{remote.python_command(python)}; printf %s "$PY"'
+    script = f'{launch.python_command(python)}; printf %s "$PY"'
     env = {"PATH": f"{path}:/usr/bin:/bin", "HOME": home}
     return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
                           check=True).stdout  # fmt: skip
@@ -67,12 +67,12 @@ def test_kernel_python_is_a_path_or_a_conda_environment(tmp_path: Path) -> None:
 
 def test_failures_name_the_host_and_the_fix() -> None:
     host = HostDecl("gpu7", transport="local")
-    conda = remote.Launch(host, "alice", "ml", {}, "k", "hmac-sha256")
-    said = remote.describe_failure("no-ipykernel", conda, "")
+    conda = launch.Launch(host, "alice", "ml", {}, "k", "hmac-sha256")
+    said = launch.describe_failure("no-ipykernel", conda, "")
     assert "on gpu7" in said and "`conda install -n ml ipykernel`" in said, said
-    command = remote.Launch(host, "alice", "python3", {}, "k", "hmac-sha256")
-    said = remote.describe_failure("no-ipykernel", command, "", "/usr/bin/python3")
+    command = launch.Launch(host, "alice", "python3", {}, "k", "hmac-sha256")
+    said = launch.describe_failure("no-ipykernel", command, "", "/usr/bin/python3")
     assert "`/usr/bin/python3 -m pip install ipykernel`" in said, said
-    path = remote.Launch(host, "alice", "/opt/py/bin/python", {}, "k", "hmac-sha256")
-    said = remote.describe_failure("no-python", path, "")
+    path = launch.Launch(host, "alice", "/opt/py/bin/python", {}, "k", "hmac-sha256")
+    said = launch.describe_failure("no-python", path, "")
     assert "gpu7" in said and "/opt/py/bin/python does not exist there" in said, said
