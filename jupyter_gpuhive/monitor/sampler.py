@@ -100,6 +100,8 @@ class Sampler:
                 t,
                 (gpu.util_gpu, gpu.mem_used_mib, gpu.temperature_c, gpu.power_w),
             )
+            for part in sample.slices.get(gpu.uuid, ()):  # MIG: memory only, util not reported
+                self.metrics.add(f"gpu:{part.uuid}", t, (None, part.mem_used_mib, None, None))
 
     async def sweep(self) -> Sweep:
         """Probe every host once, then tell the listeners."""

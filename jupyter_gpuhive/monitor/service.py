@@ -350,7 +350,7 @@ class Monitor:
             hosts = [h for h in hosts if h.name == host]
             if not hosts:
                 raise Invalid(f"Unknown host '{host}'.")
-        gpus = [g for h in hosts for g in h.gpus]
+        gpus = [g for h in hosts for g in h.units()]  # MIG slices too (util: null)
         if gpu is not None:
             found = inventory.gpu(gpu)
             if found is None:

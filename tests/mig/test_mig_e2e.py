@@ -105,6 +105,13 @@ async def test_a_job_on_a_slice_and_protection_per_slice(
 
     [job_proc] = await until(on_slice, timeout=20)
     assert job_proc["slice"] == "mig1:0/mig5"
+    # the slice's time series: its memory, and no utilisation (null, not 0)
+    metrics = await owner("GET", "metrics", params={"gpu": "mig1:0/mig5"})
+    assert metrics.status == 200, metrics
+    series = metrics.body["gpus"]["mig1:0/mig5"]
+    assert series["uuid"] == migs[1].uuid and series["points"]
+    assert all(p[1] is None for p in series["points"])
+    assert max(p[2] or 0 for p in series["points"]) > 0
 
     # carol on her own (neighbouring) slice, bob on the owner's slice.
     neighbour = sim_host.start_process([migs[2].uuid], user="gh-carol", mem_mib=500, util=20)

@@ -31,9 +31,9 @@ async def test_sweep_fills_live_state_and_metrics(hive_cluster, make_pool) -> No
     assert live.cpu_percent is None  # needs two samples
     uuids = {name: [g.uuid for g in hive_cluster.host_config(name).gpus] for name in (G1, MIG)}
     assert [g.uuid for g in live.sample.gpus] == uuids[G1]
-    expected_keys = {f"host:{G1}", f"host:{MIG}"} | {
-        f"gpu:{u}" for name in uuids for u in uuids[name]
-    }
+    slices = {f"gpu:{m.uuid}" for g in hive_cluster.host_config(MIG).gpus for m in g.mig}
+    gpus = {f"gpu:{u}" for name in uuids for u in uuids[name]}
+    expected_keys = {f"host:{G1}", f"host:{MIG}"} | slices | gpus
     assert set(sampler.metrics.keys()) == expected_keys
     ((t1, cpu, used, total),) = sampler.metrics.since(f"host:{G1}")
     assert t1 == live.sample.taken_at.timestamp()
