@@ -10,6 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { HiveApi, LENGTHS, buildReservationRequest } from './api';
 import { button, el, section, sendForm } from './dom';
+import { EarliestSection } from './earliest';
 import { IntegrationSections } from './integrationsPanel';
 import {
   FALLBACK_SETUP,
@@ -211,6 +212,8 @@ export class GpuHivePanel extends Widget {
     // The calendar feed and "notify me when GPUs free up" (integrationsPanel.ts).
     this._integrations = new IntegrationSections(this._api, () => void this.refresh());
     root.append(...this._integrations.nodes);
+    // The earliest slot that fits, from the server's finder (earliest.ts).
+    root.append(new EarliestSection(this._api, () => void this.refresh()).node);
   }
 
   private _section(title: string, cls: string, body: HTMLElement): HTMLElement {
