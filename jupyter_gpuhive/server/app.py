@@ -183,7 +183,7 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
         super()._link_jupyter_server_extension(serverapp)
-        if self.kernel_specs and not self.service_url:  # before the server builds its managers
+        if self.kernel_specs:  # before the server builds its managers
             from .kernelspecs import mix
 
             mix(serverapp)
@@ -278,9 +278,11 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
             if self._watcher is not None:
                 self._watcher.start()
         elif self.service_url:  # team mode: reservation kernels through the service
+            from .client_specs import attach as list_specs
             from .service_link import install as link_service
 
-            link_service(serverapp, self.service_url)
+            link = link_service(serverapp, self.service_url)
+            list_specs(serverapp, link, ZoneInfo(self.site_timezone))
 
     async def stop_extension(self) -> None:
         if self._watcher is not None:

@@ -100,20 +100,21 @@ def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Ite
         hub.cleanup()
 
 
-def write_spec(team: Team, user: str, reservation_id: int) -> str:
-    """A 'Python on my reservation' kernelspec in `user`'s own Jupyter data dir."""
+def listed_spec(team: Team, user: str, reservation_id: int) -> tuple[str, str]:
+    """The 'Python on my reservation …' kernelspec of a reservation that `user`'s own server
+    lists (its launcher and kernel picker): (name, display name)."""
+    url = team.hub.server_url(user) + "api/kernelspecs"
+    found = call("GET", url, team.tokens[user])
+    assert found.status == 200, found
     name = f"gpuhive-r{reservation_id}"
-    folder = team.hub.home(user) / ".local" / "share" / "jupyter" / "kernels" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python on my reservation {reservation_id}",
-        "language": "python",
-        "metadata": {"kernel_provisioner": {"provisioner_name": "gpuhive",
-                                            "config": {"reservation_id": reservation_id}}},
-    }  # fmt: skip
-    (folder / "kernel.json").write_text(json.dumps(spec))
-    return name
+    assert name in found.body["kernelspecs"], sorted(found.body["kernelspecs"])
+    spec = found.body["kernelspecs"][name]["spec"]
+    provisioner = spec["metadata"]["kernel_provisioner"]
+    assert provisioner == {
+        "provisioner_name": "gpuhive",
+        "config": {"reservation_id": reservation_id},
+    }
+    return name, spec["display_name"]
 
 
 def kernels(team: Team, user: str, method: str, path: str = "", body: Any = None,
@@ -173,10 +174,13 @@ def test_a_hub_users_notebook_runs_on_her_reserved_gpus_and_only_she_controls_it
                     {"title": "notebook", "gpus": [f"{HOST}:1", f"{HOST}:2"], "duration": "1h"})  # fmt: skip
     assert made.status == 201, made
     rid = made.body["id"]
-    spec = write_spec(team, "alice", rid)
+    # Her server's launcher offers the reservation (bob's does not: it is not his).
+    spec, title = listed_spec(team, "alice", rid)
+    assert title.startswith(f"Python on my reservation: {HOST}:1,2 until "), title
+    bobs = call("GET", team.hub.server_url("bob") + "api/kernelspecs", team.tokens["bob"])
+    assert spec not in bobs.body["kernelspecs"], bobs
 
-    # bob cannot start a kernel on alice's reservation from his own server (the same spec).
-    assert write_spec(team, "bob", rid) == spec
+    # bob cannot start a kernel on alice's reservation from his own server (by its name).
     refused = kernels(team, "bob", "POST", body={"name": spec})
     assert refused.status == 403, refused
     assert "alice" in refused.message
@@ -310,7 +314,7 @@ def test_a_kernel_whose_server_crashed_is_shut_down_after_its_lease(
     assert made.status == 201, made
     before = {p for p in sockets.iterdir() if p.is_dir()}
     started = kernels(
-        team, "alice", "POST", body={"name": write_spec(team, "alice", made.body["id"])}
+        team, "alice", "POST", body={"name": listed_spec(team, "alice", made.body["id"])[0]}
     )
     assert started.status == 201, started
     kid = started.body["id"]
