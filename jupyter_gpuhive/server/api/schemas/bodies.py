@@ -76,7 +76,14 @@ def _gpu_refs(value: Any) -> tuple[str, ...]:
 
 GPU_REFS = Check(
     _gpu_refs,
-    {"type": "array", "items": {"type": "string"}, "minItems": 1, "examples": [["gpu1:0"]]},
+    {
+        "type": "array",
+        "items": {"type": "string"},
+        "minItems": 1,
+        "examples": [["gpu1:0"], ["gpu1:0/mig5", "gpu1:1"]],
+        "description": "GPUs ('host:index' or UUID) and MIG slices ('host:index/migGI' or "
+        "MIG UUID); a whole GPU holds all of its slices",
+    },
 )
 TITLE = text(TITLE_MAX, required=True)
 DESCRIPTION = text(DESCRIPTION_MAX)

@@ -88,7 +88,9 @@ class Window(Query):
 
 class GpuWindow(Window):
     host: Text = Field(None, description="Only GPUs of this host")
-    gpu: Text = Field(None, description="Only this GPU ('host:index' or UUID)")
+    gpu: Text = Field(
+        None, description="Only this GPU ('host:index' or UUID, with its MIG slices) or slice"
+    )
 
 
 class MetricsQuery(Query):

@@ -45,7 +45,9 @@ class ReservationReply(Reply):
     )
     start: datetime
     end: datetime
-    gpus: list[str] = Field(description="'host:index' of each GPU")
+    gpus: list[str] = Field(
+        description="'host:index' of each GPU, 'host:index/migGI' of each MIG slice"
+    )
     gpu_uuids: list[str]
     created_at: datetime
     cancelled_at: datetime | None
