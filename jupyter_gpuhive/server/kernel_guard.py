@@ -49,8 +49,8 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
         return None if user is None else identity(user, handler)
 
     def check(kernel_id: str | None, action: str) -> None:
-        if kernel_id is None or is_internal():
-            return
+        if kernel_id is None or is_internal() or registry.get(kernel_id) is None:
+            return  # not a reservation kernel: nothing to check (and no identity to look up)
         who = requester()
         if who is None:
             return
