@@ -18,6 +18,7 @@ import {
   IKernelEvent,
   IKernelInfo,
   IKernelList,
+  ISwitchRequest,
   POLICY_LABELS,
   SWITCH_TARGET,
   canOpenNotebook,
@@ -110,15 +111,14 @@ export class KernelStatus extends Widget {
     this.node.textContent = shown.text;
     this.node.title = shown.title;
     this.node.dataset.urgency = shown.urgency;
-    if (!info) {
-      void this._later();
-    }
+    void this._later(info ? 30_000 : 5000);
   }
 
-  private async _later(): Promise<void> {
-    // A kernel that just started is not listed yet: ask again (at most every 5 s).
+  private async _later(wait: number): Promise<void> {
+    // A kernel that just started is not listed yet (ask again every 5 s); a listed one's end
+    // may move (extended, ended early): every 30 s, even while the sidebar is hidden.
     const now = Date.now();
-    if (now - this._asked > 5000) {
+    if (now - this._asked > wait) {
       this._asked = now;
       await this.store.refresh();
     }
@@ -230,15 +230,14 @@ export function installSwitch(app: JupyterFrontEnd, tracker: INotebookTracker): 
   const register = (panel: NotebookPanel) => {
     const hook = () => {
       const kernel = panel.sessionContext.session?.kernel;
-      kernel?.registerCommTarget(SWITCH_TARGET, async (comm, msg) => {
+      kernel?.registerCommTarget(SWITCH_TARGET, (comm, msg) => {
         const wanted = switchRequest(msg.content.data);
         comm.close();
-        if (!wanted) {
-          return;
+        if (wanted) {
+          // Not awaited: the kernel's messages wait for this handler, and the switch waits
+          // until the cell that asked is done (its output arrives first).
+          void switchOnceIdle(app, panel, kernel, wanted);
         }
-        await app.serviceManager.kernelspecs.refreshSpecs();
-        const ok = await panel.sessionContext.changeKernel({ name: wanted.kernel_name });
-        Notification.info(`This notebook now runs on reservation ${wanted.reservation_id}${ok ? '' : ' (starting)'}.`, { autoClose: 6000 });
       });
     };
     panel.sessionContext.kernelChanged.connect(hook);
@@ -246,6 +245,39 @@ export function installSwitch(app: JupyterFrontEnd, tracker: INotebookTracker): 
   };
   tracker.widgetAdded.connect((_, panel) => register(panel));
   tracker.forEach(register);
+}
+
+async function switchOnceIdle(
+  app: JupyterFrontEnd,
+  panel: NotebookPanel,
+  kernel: Kernel.IKernelConnection,
+  wanted: ISwitchRequest
+): Promise<void> {
+  await idle(kernel);
+  try {
+    await app.serviceManager.kernelspecs.refreshSpecs();
+    await panel.sessionContext.changeKernel({ name: wanted.kernel_name });
+    Notification.info(`This notebook now runs on reservation ${wanted.reservation_id}.`, { autoClose: 6000 });
+  } catch (error) {
+    Notification.error(`Could not switch to the kernel on reservation ${wanted.reservation_id}: ${(error as Error).message}`);
+  }
+}
+
+/** Resolves when `kernel` is idle (at once when it is). */
+function idle(kernel: Kernel.IKernelConnection): Promise<void> {
+  return new Promise(resolve => {
+    if (kernel.status === 'idle') {
+      resolve();
+      return;
+    }
+    const check = (_: unknown, status: Kernel.Status) => {
+      if (status === 'idle' || status === 'dead') {
+        kernel.statusChanged.disconnect(check);
+        resolve();
+      }
+    };
+    kernel.statusChanged.connect(check);
+  });
 }
 
 /** A kernel event from the server's bus: a notification, and a line in the running cell. */
