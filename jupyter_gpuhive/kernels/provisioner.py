@@ -86,7 +86,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         # team's service run the kernel (kernels/team.py, set by server/service_link.py).
         node = kwargs.get("parent")
         while cls is GpuHiveProvisioner and node is not None:
-            cls = getattr(node, "gpuhive_provisioner", None) or cls
+            other = getattr(node, "gpuhive_provisioner", None)
+            if other is not None:
+                return other(*args, **kwargs)  # not one of ours: __init__ is not run again
             node = getattr(node, "parent", None)
         return super().__new__(cls, *args, **kwargs)
 

@@ -21,15 +21,11 @@ from queue import Empty
 from typing import Any, Protocol
 
 from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Integer, Unicode
 
 from ..errors import HiveError, Invalid, NotFound, Unavailable
-from .provisioner import (
-    PASSED_ON,
-    RECONNECTED,
-    RESERVATION_ENV,
-    SETTLE_TRIES,
-    GpuHiveProvisioner,
-)
+from .provisioner import PASSED_ON, RECONNECTED, RESERVATION_ENV, SETTLE_TRIES
 
 log = logging.getLogger(__name__)
 LIVE_STATES = ("starting", "running", "restarting")
@@ -52,12 +48,30 @@ def find_link(provisioner: Any) -> ServiceLink | None:
     return None
 
 
-class TeamProvisioner(GpuHiveProvisioner):
-    """Starts the kernel through the team's gpuhive service; connects to private sockets."""
+class TeamProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+    """Starts the kernel through the team's gpuhive service; connects to private sockets.
+
+    Not a subclass of GpuHiveProvisioner (which builds it in a client-mode server): it
+    shares its kernelspec config, and nothing of how a kernel is started.
+    """
+
+    reservation_id = Integer(None, allow_none=True, help="The reservation of the kernel.")
+    host = Unicode(None, allow_none=True, help="Which host of a reservation on several.")
 
     _env: dict[str, str] | None = None
     _rid: int | None = None
     _launches = 0
+    _running = False
+    _dead_reason: str | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        # The service's settings decide timeouts: other config of the spec is not ours.
+        known = {"kernel_id", "kernel_spec", "parent", "config", "log", "reservation_id", "host"}
+        super().__init__(**{k: v for k, v in kwargs.items() if k in known})
+
+    @property
+    def has_process(self) -> bool:
+        return self._running
 
     @property
     def link(self) -> ServiceLink:
@@ -169,7 +183,16 @@ class TeamProvisioner(GpuHiveProvisioner):
         with contextlib.suppress(NotFound):
             await self.link.call("POST", self._path("cleanup"), {"restart": restart})
 
+    async def kill(self, restart: bool = False) -> None:
+        await self.send_signal(signals.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self.send_signal(signals.SIGTERM)
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        return max(recommended, 2.0)
+
     async def get_provisioner_info(self) -> dict[str, Any]:
-        info = await super(GpuHiveProvisioner, self).get_provisioner_info()
+        info = await super().get_provisioner_info()
         info.update(reservation_id=self._rid, host=self.host, brokered=True)
         return info
