@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Invalid
 from ..model import Gpu, Identity, describe_duration, utcnow
-from ..model.finder import Inputs, Slot, Span, Want, find
+from ..model.finder import Inputs, Slot, Span, Want, devices_needed, find
 from ..model.rules import Rule
 from ..store import Store
 from . import access
@@ -99,9 +99,10 @@ class SlotSearch:
         accept, wake = self._limits(who, want, now)
         rules = self.store.rules.all()
         window = max(FIRST_WINDOW, 4 * timedelta(seconds=want.duration))
+        devices = devices_needed(want, units, topology)  # read only their bookings
         while True:
             high = min(want.deadline, want.not_before + int(window.total_seconds()))
-            busy, removed = self._busy(units, want.not_before, high, now)
+            busy, removed = self._busy(units, want.not_before, high, now, devices)
             allowed = self._allowed(rules, who, units, want.not_before, high)
             inputs = Inputs(units, busy, allowed, topology, accept, wake, removed)
             found = find(replace(want, deadline=high), inputs)
@@ -118,12 +119,15 @@ class SlotSearch:
         return self._units[1]
 
     def _busy(
-        self, units: list[Gpu], low: int, high: int, now: int
+        self, units: list[Gpu], low: int, high: int, now: int, devices: set[int]
     ) -> tuple[dict[int, list[Span]], dict[int, list[Span]]]:
         known = {u.id for u in units}
         busy: dict[int, list[Span]] = {}
         removed: dict[int, list[Span]] = {}
-        for unit, device, start, end in self.store.finder.spans(instant(low), instant(high)):
+        every = sum(1 for u in units if not u.is_slice)
+        chosen = devices if len(devices) < every else None  # all: no list to send
+        spans = self.store.finder.spans(instant(low), instant(high), chosen)
+        for unit, device, start, end in spans:
             if unit in known:
                 busy.setdefault(unit, []).append((start, end))
             else:  # a slice a re-partition removed: it keeps its whole GPU busy

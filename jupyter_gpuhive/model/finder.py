@@ -175,15 +175,26 @@ def windows(free: Sequence[Span], duration: int) -> list[Span]:
     return [(a, b - duration) for a, b in free if b - a >= duration]
 
 
-def find(want: Want, inputs: Inputs) -> list[Slot]:
-    """The best `want.limit` slots, earliest first, then cheapest (see the module's text)."""
-    d, low, high = want.duration, want.not_before, want.deadline
-    if high - low < d or want.count < 1:
-        return []
-    cands = sorted((u for u in inputs.units if matches(u, want)), key=unit_key)
-    if len(cands) < want.count:
-        return []
-    # Positions: each host's candidates get consecutive bits of that host's mask.
+@dataclass
+class _Layout:
+    """The candidates of a request placed on bit masks: per host (or one pseudo-host when the
+    units may span hosts) a bit per candidate, and the groups big enough for the count."""
+
+    cands: list[Gpu]
+    hosts: list[str]
+    members: dict[str, list[int]]
+    bit: list[int]
+    host_of: list[str]
+    masks: dict[str, list[int]]
+
+    @property
+    def live(self) -> list[Gpu]:
+        """The candidates on hosts with a group big enough (all of them count in the ranking)."""
+        return [u for pos, u in enumerate(self.cands) if self.masks[self.host_of[pos]]]
+
+
+def _layout(want: Want, units: Sequence[Gpu], topology: Mapping[str, Topology]) -> _Layout:
+    cands = sorted((u for u in units if matches(u, want)), key=unit_key)
     hosts: list[str] = []
     members: dict[str, list[int]] = {}
     for pos, unit in enumerate(cands):
@@ -199,16 +210,33 @@ def find(want: Want, inputs: Inputs) -> list[Slot]:
         for n, pos in enumerate(positions):
             bit[pos], host_of[pos] = 1 << n, host
         groups = groups_for(
-            inputs.topology.get(host),
+            topology.get(host),
             (cands[p].index for p in positions),
             nvlink=want.nvlink,
             same_numa=want.same_numa,
         )
         found = [sum(bit[p] for p in positions if cands[p].index in g) for g in groups or ()]
         masks[host] = [m for m in found if m.bit_count() >= want.count]  # hosts too small: none
-    # Only hosts with a group big enough matter (all their candidates count in the ranking).
-    live = [unit for pos, unit in enumerate(cands) if masks[host_of[pos]]]
-    eff = effective_busy(inputs.units, inputs.busy, inputs.removed, live)
+    return _Layout(cands, hosts, members, bit, host_of, masks)
+
+
+def devices_needed(want: Want, units: Sequence[Gpu], topology: Mapping[str, Topology]) -> set[int]:
+    """The physical GPUs (ids) whose bookings can matter to `want`: a reader may skip the rest."""
+    return {u.device_id for u in _layout(want, units, topology).live}
+
+
+def find(want: Want, inputs: Inputs) -> list[Slot]:
+    """The best `want.limit` slots, earliest first, then cheapest (see the module's text)."""
+    d, low, high = want.duration, want.not_before, want.deadline
+    if high - low < d or want.count < 1:
+        return []
+    lay = _layout(want, inputs.units, inputs.topology)
+    cands, hosts, members, bit, host_of, masks = (
+        lay.cands, lay.hosts, lay.members, lay.bit, lay.host_of, lay.masks
+    )  # fmt: skip
+    if len(cands) < want.count:
+        return []
+    eff = effective_busy(inputs.units, inputs.busy, inputs.removed, lay.live)
     events: list[tuple[int, int, int]] = []
     whole = [(low, high)]
     for pos, unit in enumerate(cands):

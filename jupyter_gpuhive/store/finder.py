@@ -4,6 +4,7 @@ and the GPUs that running queued jobs hold."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,7 +53,9 @@ class FinderReads:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def spans(self, since: datetime, until: datetime) -> list[Row]:
+    def spans(
+        self, since: datetime, until: datetime, devices: Collection[int] | None = None
+    ) -> list[Row]:
         """(unit id, GPU id, start, end) of every live booked unit overlapping [since, until);
         instants rounded outwards to whole seconds."""
         with self.db.read() as conn:
@@ -60,11 +63,19 @@ class FinderReads:
             earliest = since - timedelta(seconds=longest + 1)  # bounds the index range
             cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
+                query = _SPANS[conn.dialect.name]
+                chosen = sorted(devices) if devices is not None else None
                 if conn.dialect.name == "sqlite":
                     args: Any = tuple(map(_sqlite_instant, (until, earliest, since)))
+                    if chosen is not None:  # only the GPUs that matter (an IN list of ids)
+                        query += f" AND device_id IN ({','.join('?' * len(chosen)) or 'NULL'})"
+                        args += tuple(chosen)
                 else:
                     args = {"since": since, "until": until, "earliest": earliest}
-                cursor.execute(_SPANS[conn.dialect.name], args)
+                    if chosen is not None:
+                        query += " AND device_id = ANY(%(devices)s)"
+                        args["devices"] = chosen
+                cursor.execute(query, args)
                 rows = cursor.fetchall()
             finally:
                 cursor.close()
