@@ -49,11 +49,13 @@ Placement:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .plan import (
+    EPS,
     FOREVER,
     AccessCheck,
     Candidate,
@@ -146,13 +148,17 @@ def admit(
             slot = previous.get(job.job_id)
             if slot is not None:
                 plan.load(job, slot)
+    later = {job.job_id: job for job in jobs}  # the jobs this pass has not reached yet
     failed: dict[tuple[str, bool], dict[int, float]] = {}  # (owner key, one host) -> n -> end
     ahead: int | None = None
+    floor = now  # a new slot starts no earlier than the slots of the jobs ahead of it
+    wide: Candidate | None = None  # the waiting wide job with the shortest walltime so far
     for job in jobs:
+        del later[job.job_id]
         if ahead is not None:
             result.waiting[job.job_id] = f"behind queued job {ahead} (first come, first served)"
             continue
-        check = access if access is not None and access.restricted(job.owner) else None
+        check = _check(access, job)
         had = plan.slots.get(job.job_id)
         ready = job.not_before <= now
         deep = len(result.waiting) >= depth  # only the first `depth` waiting jobs hold slots
@@ -162,6 +168,9 @@ def admit(
             chosen, reason = plan.count_now(job, check, None if had else failed)
         else:
             chosen, reason = plan.named_now(job, check)
+        held = wide is not None and _length(job, now) > _length(wide, now) + EPS
+        if chosen is not None and held and wide is not None:
+            chosen, reason = None, _behind(wide, now)
         slot = had
         if deep and had is not None:
             plan.release(job.job_id)
@@ -169,11 +178,16 @@ def admit(
             slot = had = None
         if chosen is None and not fifo:
             if had is not None:  # only an earlier slot replaces it: never a later one
-                slot = plan.search(job, check, before=had.start) or had
+                slot = plan.search(job, check, before=had.start, after=floor) or had
             elif not deep:
-                slot = plan.search(job, check)
+                slot = plan.search(job, check, after=floor)
             if slot is not None and ready and slot.start <= now:
                 chosen = plan.free_now(job, slot.gpus, check)
+            elif ready and not deep and not held:
+                chosen = _overtake(plan, job, check, later, access)
+                if chosen is not None:
+                    failed.clear()
+                    slot = had = None  # released by `_overtake`
         if had is not None and slot is not had:
             plan.release(job.job_id)
             failed.clear()  # its old slot is free again for the jobs after it
@@ -190,7 +204,81 @@ def admit(
             if slot is not had:
                 plan.keep(job.job_id, slot)
             result.planned[job.job_id] = slot
+            floor = max(floor, slot.start)
+            shorter = wide is None or _length(job, now) < _length(wide, now)
+            if ready and slot.start > now and _needs(job) > plan.largest and shorter:
+                wide = job
     return result
+
+
+def _needs(job: Candidate) -> int:
+    return job.count or len(job.gpus)
+
+
+def _length(job: Candidate, now: float) -> float:
+    """A job's walltime (seconds) as the pass sees it."""
+    return job.end - max(now, job.not_before)
+
+
+def _behind(wide: Candidate, now: float) -> str:
+    """Why a job longer than a waiting wide job does not start before it."""
+    minutes = round(_length(wide, now) / 60)
+    span = f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+    return (
+        f"queued job {wide.job_id} waits for {_needs(wide)} GPUs; until it starts, only "
+        f"jobs with a walltime up to its own ({span}) may start before it"
+    )
+
+
+def _check(access: AccessCheck | None, job: Candidate) -> AccessCheck | None:
+    """The access rules for this job's owner, or None when none apply."""
+    return access if access is not None and access.restricted(job.owner) else None
+
+
+def _overtake(
+    plan: Plan,
+    job: Candidate,
+    check: AccessCheck | None,
+    later: Mapping[int, Candidate],
+    access: AccessCheck | None,
+) -> list[GpuState] | None:
+    """GPUs free now for `job` through the slots of jobs behind it in the queue, when each
+    of those gets a new slot that starts no later than its old one (kept in the plan; the
+    job's own slot is released); None, the plan unchanged, when there are no such GPUs."""
+    behind = [j for j in plan.slots if j in later]
+    if not behind:
+        return None
+    found = plan.search(job, check, before=math.nextafter(plan.now, FOREVER), passing=behind)
+    if found is None:
+        return None
+    moved = sorted(plan.holders(found, job.job_id), key=lambda j: (later[j].created, j))
+    own = plan.release(job.job_id)
+    old = {j: plan.release(j) for j in moved}
+    plan.keep(job.job_id, found)
+    placed: list[int] = []
+    chosen: list[GpuState] | None = None
+    for j in moved:
+        other, was = later[j], old[j]
+        assert was is not None
+        limit = math.nextafter(was.start, FOREVER)
+        again = plan.search(other, _check(access, other), before=limit)
+        if again is None:
+            break
+        plan.keep(j, again)
+        placed.append(j)
+    else:
+        plan.release(job.job_id)
+        chosen = plan.free_now(job, found.gpus, check)
+        if chosen is not None:
+            return chosen
+    for k in (*placed, job.job_id):  # put the plan back as it was
+        plan.release(k)
+    for j, was in old.items():
+        if was is not None:
+            plan.keep(j, was)
+    if own is not None:
+        plan.keep(job.job_id, own)
+    return None
 
 
 __all__ = [

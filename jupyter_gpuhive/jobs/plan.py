@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -174,6 +174,14 @@ class Plan:
                 self._sort(host)
         return slot
 
+    def holders(self, slot: Slot, job_id: int) -> set[int]:
+        """The other queued jobs whose kept spans overlap `slot` on its GPUs."""
+        found: set[int] = set()
+        for uuid in slot.gpus:
+            found |= self.line(uuid).owners_in(slot.start, slot.end)
+        found.discard(job_id)
+        return found
+
     def claim(self, job: Candidate, chosen: Sequence[GpuState]) -> None:
         """The job starts now on these GPUs: busy until its end."""
         for gpu in chosen:
@@ -300,11 +308,14 @@ class Plan:
         job: Candidate,
         access: AccessCheck | None,
         before: float = FOREVER,
+        after: float = 0.0,
+        passing: Collection[int] = (),
     ) -> Slot | None:
-        """The earliest slot for a job that cannot start now, starting before `before`
-        (None: none is known)."""
+        """The earliest slot for a job that cannot start now, starting in [`after`, `before`)
+        (None: none is known); the slots kept for the jobs in `passing` do not count."""
         start = max(self.now, job.not_before)
         length = job.end - start
+        start = max(start, after)
         limit = min(self.horizon - length, before)
         if job.count:
             policy = placement(job.count, job.same_host, self.largest)
@@ -317,7 +328,7 @@ class Plan:
             lines = [self.line(u) for u in job.gpus]
         for _ in range(8):  # each round drops the GPUs the access rules refuse
             search = earliest_on_one_host if one else earliest
-            found = search(lines, need, start, length, limit, job.job_id)
+            found = search(lines, need, start, length, limit, {job.job_id, *passing})
             if found is None:
                 return None
             at, fitting = found
@@ -338,4 +349,14 @@ class Plan:
         return None
 
 
-__all__ = ["FOREVER", "AccessCheck", "Candidate", "GpuState", "Plan", "Slot", "placement", "when"]
+__all__ = [
+    "EPS",
+    "FOREVER",
+    "AccessCheck",
+    "Candidate",
+    "GpuState",
+    "Plan",
+    "Slot",
+    "placement",
+    "when",
+]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 FOREVER = math.inf
 EPS = 1e-6  # seconds of overlap that do not count (float noise in start + length)
@@ -57,9 +57,9 @@ class Line:
             self.highs.append(high)
             self.owners.append(None)
 
-    def fit(self, t: float, length: float, ignore: int | None = None) -> float:
+    def fit(self, t: float, length: float, ignore: Collection[int] = ()) -> float:
         """The earliest s ≥ t with [s, s + length) free (infinity: never known to be);
-        the spans kept for job `ignore` do not count."""
+        the spans kept for the jobs in `ignore` do not count."""
         if self._raw is not None:
             self._load()
         s = t if t > self.avail else self.avail
@@ -67,14 +67,14 @@ class Line:
             return FOREVER
         lows, highs = self.lows, self.highs
         i = bisect_right(highs, s + EPS)
-        if ignore is None:
+        if not ignore:
             while i < len(lows) and lows[i] < s + length - EPS:
                 s = highs[i]
                 i += 1
             return s
         owners = self.owners
         while i < len(lows) and lows[i] < s + length - EPS:
-            if owners[i] != ignore:
+            if owners[i] not in ignore:
                 s = highs[i]
             i += 1
         return s
@@ -98,6 +98,19 @@ class Line:
             self._load()
         i = bisect_right(self.highs, t + EPS) - 1
         return max(self.avail, self.highs[i]) if i >= 0 else self.avail
+
+    def owners_in(self, low: float, high: float) -> set[int]:
+        """The queued jobs whose kept spans overlap [low, high)."""
+        if self._raw is not None:
+            self._load()
+        i = bisect_right(self.highs, low + EPS)
+        found = set()
+        while i < len(self.lows) and self.lows[i] < high - EPS:
+            owner = self.owners[i]
+            if owner is not None:
+                found.add(owner)
+            i += 1
+        return found
 
     def keep(self, low: float, high: float, owner: int) -> None:
         """Keep [low, high) for a queued job (the caller checked that it is free)."""
@@ -123,11 +136,11 @@ def earliest(
     start: float,
     length: float,
     limit: float,
-    ignore: int | None = None,
+    ignore: Collection[int] = (),
 ) -> tuple[float, list[Line]] | None:
     """The first t in [start, limit) at which `need` lines are free for `length`, and the
     lines free then (at least `need`); None when there is no such t. The spans kept for
-    job `ignore` do not count."""
+    the jobs in `ignore` do not count."""
     if need < 1 or len(lines) < need:
         return None
     lines = [line for line in lines if line.avail < limit]
@@ -144,7 +157,7 @@ def _earliest(
     t: float,
     length: float,
     limit: float,
-    ignore: int | None,
+    ignore: Collection[int],
 ) -> tuple[float, list[Line]] | None:
     """`earliest` from `t`, with each line's first fit from `t` already in `fits`."""
     while True:
@@ -165,7 +178,7 @@ def earliest_on_one_host(
     start: float,
     length: float,
     limit: float,
-    ignore: int | None = None,
+    ignore: Collection[int] = (),
 ) -> tuple[float, list[Line]] | None:
     """Like `earliest`, with every line on one host: the host that can start first (ties:
     the first in name order)."""

@@ -248,3 +248,69 @@ def test_with_no_new_submissions_every_job_starts_no_later_than_estimated() -> N
             gpus = sim.placed[job_id]
             if len(gpus) <= 4 and sim.asked[job_id] is None:  # required: never split
                 assert len(hosts_of(gpus)) == 1, (trial, job_id, gpus)
+
+
+# --- the largest jobs wait no longer than under FIFO ---------------------------------------------
+
+
+def early_end(fifo: bool, arrivals: list[tuple[float, int, int, float, float]],
+              busy: dict[str, tuple[float, float]]) -> Sim:  # fmt: skip
+    """Two 4-GPU hosts; `busy`: GPU -> (walltime end, real end) of the work running now;
+    the jobs in `arrivals` come at once (as in `Sim.run_until`)."""
+    sim = Sim(2, 4, fifo=fifo)
+    for k, (uuid, (wall, real)) in enumerate(busy.items()):
+        sim.running[900 + k] = ((uuid,), wall, real)
+    for _, job_id, n, wall, run in arrivals:
+        sim.submit(job_id, n, wall, run)
+    sim.step()
+    sim.run_until(NOW + 100 * H, [])
+    return sim
+
+
+def test_a_later_job_keeps_no_slot_in_front_of_a_wide_one() -> None:
+    # The work on h0 may run 4 h, on h1 10 h; both end after 1 h. Job 1 wants all eight
+    # GPUs for 5 h (its slot: at 10 h); job 2, later, four for 3 h. Before: job 2's slot
+    # sat in the hole on h0 (4-7 h), so job 1 could not use the GPUs freed at 1 h, job 2
+    # started then and job 1 only at 4 h. Now job 2's slot comes after job 1's.
+    busy = {f"h{h}-{i}": (NOW + (4 if h == 0 else 10) * H, NOW + H) for h in (0, 1)
+            for i in range(4)}  # fmt: skip
+    jobs = [(NOW, 1, 8, 5 * H, 5 * H), (NOW, 2, 4, 3 * H, 3 * H)]
+    first = admit([count_job(1, 8, 5), count_job(2, 4, 3)], cluster(4, 4, busy={
+        u: wall for u, (wall, _) in busy.items()}), NOW)  # fmt: skip
+    assert first.planned[1].start == NOW + 10 * H
+    assert first.planned[2].start >= first.planned[1].start
+    fair, fifo = early_end(False, jobs, busy), early_end(True, jobs, busy)
+    assert fair.started[1] == fifo.started[1] == NOW + H
+    assert fair.started[2] <= fair.first_estimate[2]  # type: ignore[operator]
+
+
+def test_a_long_job_does_not_pass_a_waiting_wide_one() -> None:
+    # One GPU runs work that may take 10 h and ends after 1 h. Job 1 wants all eight GPUs
+    # for 2 h; job 2, later, one GPU for 6 h: it would end before job 1's slot (10 h), and
+    # before it started then and held job 1 back until 6 h. Now it runs after job 1.
+    busy = {"h0-0": (NOW + 10 * H, NOW + H)}
+    jobs = [(NOW, 1, 8, 2 * H, 2 * H), (NOW, 2, 1, 6 * H, 6 * H)]
+    fair, fifo = early_end(False, jobs, busy), early_end(True, jobs, busy)
+    assert fair.started[1] == fifo.started[1] == NOW + H
+    assert fair.started[2] == NOW + 3 * H
+    # A short one (1 h, ending before job 1 could start at the earliest) still passes it.
+    short = early_end(False, [*jobs[:1], (NOW, 2, 1, 0.5 * H, 0.5 * H)], busy)
+    assert short.started[2] == NOW and short.started[1] == NOW + H
+
+
+def test_a_waiting_job_takes_free_gpus_kept_for_a_later_one_that_can_move_up() -> None:
+    # Jobs 1 and 2 want a host each for 3 h: job 1's slot is h0 from 1 h, job 2's h1 from
+    # 2 h. h1 frees early, at 30 min: job 1 takes it now and job 2 moves to h0 from 1 h,
+    # earlier than its slot. Before, job 2 passed job 1 on h1 and job 1 waited until 1 h.
+    gpus = cluster(4, 4, busy={**{f"h0-{i}": NOW + H for i in range(4)},
+                               **{f"h1-{i}": NOW + 2 * H for i in range(4)}})  # fmt: skip
+    jobs = [count_job(1, 4, 3), count_job(2, 4, 3)]
+    first = admit(jobs, gpus, NOW)
+    assert hosts_of(first.planned[1].gpus) == {"h0"} and first.planned[1].start == NOW + H
+    assert hosts_of(first.planned[2].gpus) == {"h1"} and first.planned[2].start == NOW + 2 * H
+    later = NOW + 0.5 * H
+    freed = cluster(4, 4, busy={f"h0-{i}": NOW + H for i in range(4)})
+    moved = [count_job(1, 4, 3, now=later), count_job(2, 4, 3, now=later)]
+    again = admit(moved, freed, later, previous=first.planned)
+    assert [(a.job_id, hosts_of(a.gpus)) for a in again.admitted] == [(1, {"h1"})]
+    assert again.planned[2] == Slot(NOW + H, NOW + 4 * H, tuple(f"h0-{i}" for i in range(4)))

@@ -381,3 +381,31 @@ async def test_a_job_past_its_walltime_is_stopped_gracefully_and_the_next_one_st
     assert report.retried == []  # stopped at its walltime is not a failure to retry
     assert report.admitted == [after.id]
     assert bed.job(made.id).status == "stopped"
+
+
+async def test_a_wide_job_starts_as_soon_as_every_gpu_is_free_as_under_fifo(bed: Bed) -> None:
+    # jq1:0 runs a job that may take 20 minutes and ends within seconds. The wide job wants
+    # all eight GPUs (two hosts) for a minute: its slot is at the 20 minutes. A later job for
+    # one GPU and 15 minutes would end before that slot, so the old pass started it at once
+    # and the wide job then waited for it. Now only jobs no longer than the wide one pass it.
+    first = await bed.create(queued("sleep 2", walltime=timedelta(minutes=20)),
+                             bed.slots("jq1", 0))  # fmt: skip
+    assert (await bed.tick()).admitted == [first.id]
+    wide = await bed.create(probe_job(walltime=timedelta(minutes=1), options={"gpu_count": 8}))
+    long = await bed.create(probe_job(walltime=timedelta(minutes=15)), bed.slots("jq2", 0))
+    report = await bed.tick()
+    assert report.admitted == [], report
+    assert report.waiting[long.id] == (
+        f"queued job {wide.id} waits for 8 GPUs; until it starts, only jobs with a walltime "
+        "up to its own (1m) may start before it"
+    )
+    estimate = (await bed.scheduler.estimates())[wide.id]
+    assert estimate is not None and estimate > datetime.now(UTC) + timedelta(minutes=19)
+    async with asyncio.timeout(20):
+        while wide.id not in report.admitted:
+            assert long.id not in report.admitted
+            await asyncio.sleep(0.3)
+            report = await bed.tick()
+    assert bed.job(first.id).status == "succeeded"
+    assert {t.host for t in bed.job(wide.id).tasks} == {"jq1", "jq2"}
+    assert bed.job(long.id).status == "pending"
