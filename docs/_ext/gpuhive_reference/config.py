@@ -9,10 +9,12 @@ from .text import fence, one_line, prose
 
 def configurables() -> list[tuple[type[HasTraits], type[HasTraits], str]]:
     """(class, the Jupyter base it extends, where its settings go) for every configurable."""
+    from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
     from jupyter_server.auth.identity import IdentityProvider
     from jupyter_server.extension.application import ExtensionApp
     from traitlets.config import Application
 
+    from jupyter_gpuhive.kernels.provisioner import GpuHiveProvisioner
     from jupyter_gpuhive.server.app import GpuHiveApp
     from jupyter_gpuhive.server.auth import TokenUsersIdentityProvider
     from jupyter_gpuhive.server.hub import GpuHiveService
@@ -37,6 +39,13 @@ def configurables() -> list[tuple[type[HasTraits], type[HasTraits], str]]:
             "An identity provider that gives several people a token each on one Jupyter "
             "server: `c.ServerApp.identity_provider_class = "
             '"jupyter_gpuhive.auth.TokenUsersIdentityProvider"`.',
+        ),
+        (
+            GpuHiveProvisioner,
+            KernelProvisionerBase,
+            "The kernel provisioner of reservation kernels (`provisioner_name: gpuhive`). Set "
+            "per kernelspec, in its `metadata.kernel_provisioner.config` (`kernel.json`); the "
+            "kernelspecs gpuhive offers fill in `reservation_id` themselves.",
         ),
     ]
 
