@@ -165,6 +165,38 @@ def slice_name(gpu_instance_id: int | None, compute_instance_id: int | None) -> 
     return f"mig{gpu_instance_id}" if ci == 0 else f"mig{gpu_instance_id}.{ci}"
 
 
+@dataclass(frozen=True)
+class UnitRef:
+    """The parts of a unit's ref: 'host:index' (a GPU) or 'host:index/migGI[.CI]' (a slice)."""
+
+    host: str
+    index: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def is_slice(self) -> bool:
+        """Whether the ref names a MIG slice."""
+        return self.gpu_instance_id is not None
+
+
+_UNIT_REF = re.compile(r"(?P<host>[^:/\s]+):(?P<index>\d+)(?:/mig(?P<gi>\d+)(?:\.(?P<ci>\d+))?)?")
+
+
+def parse_ref(text: str) -> UnitRef | None:
+    """The parts of 'host:index' or 'host:index/migGI[.CI]'; None for anything else (a UUID)."""
+    found = _UNIT_REF.fullmatch(text.strip())
+    if found is None:
+        return None
+    gi, ci = found["gi"], found["ci"]
+    return UnitRef(
+        found["host"],
+        int(found["index"]),
+        int(gi) if gi is not None else None,
+        (int(ci) if ci is not None else 0) if gi is not None else None,
+    )
+
+
 def units_conflict(a: Gpu, b: Gpu) -> bool:
     """Whether two bookable units cannot be booked at the same time.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..model import describe_duration
+from ..model import describe_duration, parse_ref
 from .args import parse_gpu_args, parse_when
 from .client import HiveClientError
 from .magicviews import ReservationResult, Rows, local
@@ -27,11 +27,18 @@ def search_body(magics: Magics, args: Any, limit: int = 5) -> dict[str, Any]:
     if args.start:
         body["not_before"] = start.isoformat()
     if gpus:
-        hosts = {g.split(":")[0] for g in gpus}
+        refs = [parse_ref(g) for g in gpus]
+        whole = [r for r in refs if r is not None and not r.is_slice]
+        if len(whole) != len(refs):
+            raise UsageError(
+                "--earliest names whole GPUs as host:index (gpu1:0,1), not MIG slices or UUIDs; "
+                "for slices give a count with --slices or --profile, e.g. 1 --slices --host gpu1."
+            )
+        hosts = {r.host for r in whole}
         if len(hosts) != 1:
             raise UsageError("--earliest with named GPUs needs GPUs of one host (gpu1:0,1).")
         body["host"] = hosts.pop()
-        body["indices"] = [int(g.split(":")[1]) for g in gpus]
+        body["indices"] = [r.index for r in whole]
     else:
         body["count"] = count
     if args.host:

@@ -89,3 +89,22 @@ def test_wait_says_when_it_will_probably_end(shell: Any, server: JupyterServer) 
     assert "m1:3" in out.stdout
     ben.call("DELETE", f"reservations/{held['id']}")
     time.sleep(0.1)
+
+
+def test_earliest_with_slices_or_uuids_says_how_to_ask(shell: Any) -> None:
+    # Before: int("0/mig5") raised ValueError (and a MIG UUID an IndexError), also under --wait.
+    for named in ("m1:0/mig5", "m1:0/mig5.1", "MIG-4f7c1f9e-0000-0000-0000-000000000000",
+                  "m1:0 m1:1/mig3"):  # fmt: skip
+        with pytest.raises(UsageError, match=r"--slices or --profile"):
+            shell.run_line_magic("gpureserve", f"{named} --for 1h --earliest")
+
+
+def test_parse_ref() -> None:
+    from jupyter_gpuhive.model import UnitRef, parse_ref
+
+    assert parse_ref("gpu1:0") == UnitRef("gpu1", 0)
+    assert parse_ref("gpu1:3/mig5") == UnitRef("gpu1", 3, 5, 0)
+    assert parse_ref("gpu1:3/mig5.1") == UnitRef("gpu1", 3, 5, 1)
+    assert parse_ref("gpu1:3/mig5").is_slice and not parse_ref("gpu1:3").is_slice  # type: ignore[union-attr]
+    for other in ("MIG-abc", "GPU-abc", "gpu1", "gpu1:x", "gpu1:0/gi5", ":0"):
+        assert parse_ref(other) is None
