@@ -112,9 +112,10 @@ def _blank() -> dict[str, float]:
 def _figures(summed: Summed) -> dict[str, float]:
     """One summed charge row as the report's columns (all but reserved)."""
     f = summed.figures
+    queued = f.get("queued_seconds", f["used_seconds"] if summed.kind == QUEUED else 0.0)
     return {
         "used_gpu_hours": f["used_seconds"] / 3600,
-        "queued_gpu_hours": f["used_seconds"] / 3600 if summed.kind == QUEUED else 0.0,
+        "queued_gpu_hours": queued / 3600,
         "energy_kwh": f["energy_j"] / 3.6e6,
         "measured_gpu_hours": f["seconds"] / 3600,
     }

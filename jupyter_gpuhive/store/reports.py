@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, text
+from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, or_, select, text
 
-from .accounting import FIGURES
+from .accounting import FIGURES, QUEUED
 from .database import Database
 from .schema import (
     gpus,
@@ -30,7 +30,8 @@ SeparateSums = tuple[dict[str, float], dict[int, float]]  # seconds per owner, p
 
 @dataclass(frozen=True)
 class Summed:
-    """Charges of one month summed for one payer (or host) and kind."""
+    """Charges of one month summed for one payer (or host) and kind ('*': all kinds, with
+    the used seconds of queued jobs as 'queued_seconds')."""
 
     month: datetime
     who: str  # a payer ('' for nobody), or a host's name
@@ -57,8 +58,9 @@ def _summed(rows: Sequence[Any], names: dict[int, str] | None = None) -> list[Su
     out = []
     for row in rows:
         who = names.get(row[1], str(row[1])) if names is not None else row[1]
-        out.append(Summed(row[0], who, row[2], {n: float(row[3 + i] or 0)
-                                                for i, n in enumerate(FIGURES)}))  # fmt: skip
+        figures = {n: float(row[2 + i] or 0) for i, n in enumerate(FIGURES)}
+        figures["queued_seconds"] = float(row[2 + len(FIGURES)] or 0)
+        out.append(Summed(row[0], who, "*", figures))
     return out
 
 
@@ -106,14 +108,23 @@ class ReportReads:
         self.db = db
 
     def charges(self, first: datetime, last: datetime) -> tuple[list[Summed], list[Summed]]:
-        """Monthly charges with month in [first, last], per (month, payer, kind) and per
-        (month, host name, kind)."""
+        """Monthly charges with month in [first, last], per (month, payer) and per (month,
+        host name), summed over kinds (kind '*'), with the used seconds of queued jobs apart
+        ('queued_seconds')."""
         p, h = payer_charges_monthly, host_charges_monthly
-        by_payer = select(p.c.month, p.c.payer, p.c.kind, *(p.c[n] for n in FIGURES))
-        by_host = select(h.c.month, h.c.host_id, h.c.kind, *(h.c[n] for n in FIGURES))
+
+        def summed_over_kinds(table: Any, who: Any) -> Any:
+            queued = case((table.c.kind == QUEUED, table.c.used_seconds), else_=0.0)
+            return (
+                select(table.c.month, who, *(func.sum(table.c[n]) for n in FIGURES),
+                       func.sum(queued))
+                .where(table.c.month >= first, table.c.month <= last)
+                .group_by(table.c.month, who)
+            )  # fmt: skip
+
         with self.db.read() as conn:
-            payers = conn.execute(by_payer.where(p.c.month >= first, p.c.month <= last)).all()
-            per_host = conn.execute(by_host.where(h.c.month >= first, h.c.month <= last)).all()
+            payers = conn.execute(summed_over_kinds(p, p.c.payer)).all()
+            per_host = conn.execute(summed_over_kinds(h, h.c.host_id)).all()
             names = dict(conn.execute(select(hosts.c.id, hosts.c.name)).all())
         return _summed(payers), _summed(per_host, names)
 
