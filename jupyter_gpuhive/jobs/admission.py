@@ -8,15 +8,24 @@ then id). Each job starts now if GPUs for it are free now until its end (start +
 free of running work, of bookings and planned runs, and of every slot the plan keeps for
 other queued jobs. A job that cannot start now gets a *slot*: the earliest time at which
 GPUs for it are free for its whole walltime, given the running jobs' walltimes (their
-expected release), bookings and the slots of the jobs before it, and keeps those GPUs from
-then on. Later jobs start now only where they end before every kept slot begins (backfill),
-so they never delay a job that holds a slot. The first `depth` waiting jobs (in queue order)
-hold slots; the rest may only backfill until they move up. A slot's start is the job's
-projected start.
+expected release), bookings and the slots of the jobs before it, and no earlier than the
+slots of the jobs ahead of it (a later job keeps no slot in a gap in front of an earlier
+one), and keeps those GPUs from then on. Later jobs start now only where they end before
+every kept slot begins (backfill), so they never delay a job that holds a slot. The first
+`depth` waiting jobs (in queue order) hold slots; the rest may only backfill until they
+move up. A slot's start is the job's projected start.
 
 Slots persist: the Scheduler hands the last pass's slots back in (`previous`). Each one is
 kept while it still fits, and a job's new slot is searched with the others' slots in place,
-so it is never later than its old one (conservative backfill with compression).
+so it is never later than its old one (conservative backfill with compression). A waiting
+job may also start now on GPUs kept for jobs behind it, when each of those gets a new slot
+that starts no later than its old one.
+
+Wide jobs (more GPUs than the largest host has) need many GPUs to come free at once, and
+their slots, computed from walltimes that overstate runtimes, lie far ahead. While one
+waits with a slot, a job behind it may start before it only if its walltime is no longer
+than that of every such wide job ahead of it: whatever passes a wide job holds the GPUs no
+longer than the wide job itself would.
 
 The guarantee: a job that holds a slot starts no later than that slot's start; its projected
 start only moves earlier, whatever is submitted after it. This holds while the inputs keep
@@ -30,9 +39,8 @@ starves, count-only or gang.
 Not promised: that no job waits longer than under strict FIFO. Walltimes overstate runtimes
 (by 1-3x in the replay benchmark), so a job may pass a waiting one on the strength of its
 walltime and still hold GPUs when running work ends early and the waiting one could have
-started before its slot. `benchmarks/queue_replay.py` measures the effect: mean waits far
-below FIFO, the largest jobs' worst wait within about 20 % of FIFO's (the old greedy pass,
-no slots: their mean wait twice FIFO's under overload).
+started before its slot. `benchmarks/queue_replay.py` measures it: mean waits far below
+FIFO's, and the largest jobs' worst wait (see its docstring for the figures).
 
 Placement:
 - Gang semantics: a job gets every GPU it needs at once, or none.
