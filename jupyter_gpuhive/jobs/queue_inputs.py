@@ -164,18 +164,20 @@ def gpu_states(
     if sweep is not None:
         for host, sample in sweep.samples.items():
             for proc in sample.processes:
-                on = proc.gpu_uuid
-                if on is None or on in foreign:
-                    continue
-                pgid = getattr(proc, "pgid", None)
-                if pgid is not None:
-                    owner = group_of.get((host, pgid))
-                else:
-                    owner = owner_on.get((host, proc.user or "", on))
-                held = holder.get(on)
-                if held is None or owner != held.id:
-                    whose = f"job {owner}" if owner is not None else proc.user or "an unknown user"
-                    foreign[on] = f"process {proc.pid} of {whose}"
+                # A process on a MIG slice keeps its slice busy as well as its GPU.
+                for on in (proc.gpu_uuid, getattr(proc, "mig_uuid", None)):
+                    if on is None or on in foreign:
+                        continue
+                    pgid = getattr(proc, "pgid", None)
+                    if pgid is not None:
+                        owner = group_of.get((host, pgid))
+                    else:
+                        owner = owner_on.get((host, proc.user or "", on))
+                    held = holder.get(on)
+                    if held is None or owner != held.id:
+                        who = proc.user or "an unknown user"
+                        whose = f"job {owner}" if owner is not None else who
+                        foreign[on] = f"process {proc.pid} of {whose}"
     out: dict[str, GpuState] = {}
     for gpu in gpus:
         spans = reserved.get(gpu.uuid, ())
