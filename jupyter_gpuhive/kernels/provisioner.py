@@ -44,7 +44,6 @@ from .remote import KernelProcess, LocalKernel, SshKernel
 log = logging.getLogger(__name__)
 
 PASSED_ON = ("GPUHIVE_URL", "GPUHIVE_TOKEN", "JPY_SESSION_NAME")  # of the launch environment
-RESERVATION_ENV = "GPUHIVE_RESERVATION_ID"  # a reservation chosen at start time (env=…)
 SETTLE_TRIES = 20  # kernel_info requests (0.25 s each) a restarted kernel gets to answer
 RECONNECTED = 0.3  # seconds for the notebooks' iopub sockets to be back after a restart
 
@@ -109,9 +108,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         env_in: dict[str, str] = dict(kwargs.pop("env", None) or {})
         kwargs.pop("extra_arguments", None)
         if self._record is None:
-            rid = self.reservation_id
-            if rid is None and env_in.get(RESERVATION_ENV, "").isdigit():
-                rid = int(env_in[RESERVATION_ENV])
+            rid = self.reservation_id  # the spec's only: a start's env is the server's own
             if rid is None:
                 raise Invalid("This kernelspec names no reservation (config.reservation_id).")
             place = await registry.place(rid, who, self.host)

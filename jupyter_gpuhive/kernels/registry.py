@@ -42,7 +42,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from ..errors import Conflict, Forbidden, NotFound, Unavailable
+from ..errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from ..hosts.pool import HostPool
 from ..model import Gpu, HostDecl, Identity, Reservation, utcnow
 from ..store import Store
@@ -159,6 +159,7 @@ class KernelRegistry:
         self.manager: Any = None  # the server's kernel manager, once wired
         self._records: dict[str, KernelRecord] = {}
         self._listeners: list[Listener] = []
+        self._why: dict[str, str] = {}  # why shutdown() is ending a kernel
 
     def activate(self) -> KernelRegistry:
         """Make this the registry provisioners find outside a Jupyter server."""
@@ -211,10 +212,12 @@ class KernelRegistry:
             )
         self.check_time(res)
         hosts = list(dict.fromkeys(g.host for g in res.gpus))
-        chosen = host or max(hosts, key=lambda h: sum(g.host == h for g in res.gpus))
+        most = max(hosts, key=lambda h: sum(g.host == h for g in res.gpus))
+        chosen = host or most
         if chosen not in hosts:
-            raise Conflict(
-                f"Reservation {res.id} has no GPU on {chosen} (it has {', '.join(hosts)})."
+            raise Invalid(
+                f"The kernelspec asks for host {chosen!r}, but reservation {res.id} has no GPU "
+                f"there: name one of {', '.join(hosts)} (or leave 'host' out for {most})."
             )
         decl = self.pool.hosts.get(chosen)
         if decl is None:
@@ -259,6 +262,7 @@ class KernelRegistry:
         record = self._records.get(kernel_id)
         if record is None or not record.live:
             return
+        reason = self._why.pop(kernel_id, None) or reason  # shutdown()'s reason comes first
         record.state, record.reason, record.ended_at = state, reason, self.now()
         record.control = None
         self._emit(KernelEvent("ended", record))
@@ -276,18 +280,32 @@ class KernelRegistry:
                 await control.signal(signum)
 
     async def shutdown(self, kernel_id: str, reason: str | None = None) -> None:
-        """Shut the kernel down (through the server's kernel manager when there is one)."""
+        """Shut the kernel down (through the server's kernel manager when there is one).
+
+        Without a `reason`, one past its reservation's end says that it ended (the end policy).
+        """
         record = self._live(kernel_id)
-        with internal():
-            if self.manager is not None and kernel_id in self.manager:
-                done = self.manager.shutdown_kernel(kernel_id)
-                if inspect.isawaitable(done):
-                    await done
-            elif record.control is not None:
-                await record.control.stop()
+        if not reason:
+            try:
+                res = await self.reservation(record.reservation_id)
+            except NotFound:
+                res = None
+            if res is not None and self.now() >= res.end:
+                at = res.end.astimezone(self.zone).strftime("%Y-%m-%d %H:%M %Z")
+                reason = f"shut down: its reservation {res.id} ended at {at}"
         if reason:
-            record.reason = reason
-        self.ended(kernel_id, ENDED, reason)
+            self._why[kernel_id] = reason
+        try:
+            with internal():
+                if self.manager is not None and kernel_id in self.manager:
+                    done = self.manager.shutdown_kernel(kernel_id)
+                    if inspect.isawaitable(done):
+                        await done
+                elif record.control is not None:
+                    await record.control.stop()
+            self.ended(kernel_id, ENDED, reason or "shut down")
+        finally:
+            self._why.pop(kernel_id, None)
 
     def _live(self, kernel_id: str) -> KernelRecord:
         record = self._records.get(kernel_id)

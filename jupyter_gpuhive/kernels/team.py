@@ -25,7 +25,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Integer, Unicode
 
 from ..errors import HiveError, Invalid, NotFound, Unavailable
-from .provisioner import PASSED_ON, RECONNECTED, RESERVATION_ENV, SETTLE_TRIES
+from .provisioner import PASSED_ON, RECONNECTED, SETTLE_TRIES
 
 log = logging.getLogger(__name__)
 LIVE_STATES = ("starting", "running", "restarting")
@@ -87,9 +87,7 @@ class TeamProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         env_in: dict[str, str] = dict(kwargs.pop("env", None) or {})
         kwargs.pop("extra_arguments", None)
         if self._rid is None:
-            rid = self.reservation_id
-            if rid is None and env_in.get(RESERVATION_ENV, "").isdigit():
-                rid = int(env_in[RESERVATION_ENV])
+            rid = self.reservation_id  # the spec's only: a start's env is the server's own
             if rid is None:
                 raise Invalid("This kernelspec names no reservation (config.reservation_id).")
             self._rid = rid

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +74,7 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
                 result = original(*args, **kwargs)
                 return await result if inspect.isawaitable(result) else result
             except HiveError as error:
+                _answer_session(error)
                 raise HTTPError(error.status, str(error)) from None
 
         setattr(manager, name, wrapper)
@@ -102,3 +104,13 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
         return is_authorized(handler, user, action, resource)
 
     authorizer.is_authorized = authorize
+
+
+def _answer_session(error: HiveError) -> None:
+    """POST api/sessions (how JupyterLab opens a notebook) turns every error of a kernel
+    start into a 500: answer the refusal with its own status and message first."""
+    handler = CallContext.get(CallContext.JUPYTER_HANDLER)
+    if type(handler).__name__ == "SessionRootHandler" and not handler._finished:
+        handler.set_status(error.status)
+        handler.set_header("Content-Type", "application/json")
+        handler.finish(json.dumps({"message": str(error), "reason": None}))
