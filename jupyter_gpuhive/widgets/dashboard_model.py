@@ -154,12 +154,16 @@ class DashboardModel:
                 if not self.wants_gpu(g["id"]):
                     continue
                 holder = (g.get("reservation") or {}).get("owner")
+                held = {s["id"]: (s.get("reservation") or {}).get("owner")
+                        for s in g.get("slices", [])}  # fmt: skip
                 for p in g.get("processes", []):
                     user = p.get("user") or "?"
-                    bad = holder is not None and user != self.unix_user(holder)
+                    on = p.get("slice")  # the MIG slice it runs on: that slice's holder counts
+                    who = (held.get(on) or holder) if on else holder
+                    bad = who is not None and user != self.unix_user(who)
                     rows.append(
-                        ProcessRow(h["name"], g["id"], int(p["pid"]), user,
-                                   p.get("command") or "", p.get("used_memory_mib"), holder, bad)
+                        ProcessRow(h["name"], on or g["id"], int(p["pid"]), user,
+                                   p.get("command") or "", p.get("used_memory_mib"), who, bad)
                     )  # fmt: skip
         return rows
 

@@ -13,6 +13,7 @@ import numpy as np
 from ..notebook.client import HiveClientError
 from .dashboard_model import CHARTS, DashboardModel
 from .display import Shown
+from .gpu_table import gpu_table
 from .poller import LiveSwitch, Poller
 from .topology_table import topology_table
 
@@ -122,6 +123,7 @@ class DashboardView(Shown):
         )
         self.order.observe(lambda _c: self._arrange(), "value")
         self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(2, 1fr)"))
+        self.gpus = w.HTML()  # a row per GPU, its MIG slices under it (widgets/gpu_table.py)
         self.table = w.HTML()
         self.topology = w.HTML()  # nvidia-smi topo -m per host (widgets/topology_table.py)
         self.reservation = w.Dropdown(description="Usage of", layout=w.Layout(width="420px"))
@@ -135,7 +137,8 @@ class DashboardView(Shown):
         self.widget = w.VBox(
             [self.notice, w.HBox([toggle, self.status]), w.HTML("Charts (drag to re-order):"),
              self.order,
-             self.grid, w.HTML("<b>GPU processes</b>"), self.table,
+             self.grid, w.HTML("<b>GPUs</b>"), self.gpus,
+             w.HTML("<b>GPU processes</b>"), self.table,
              w.HTML("<b>GPU topology</b>"), self.topology,
              w.HBox([self.reservation]), self.usage]
         )  # fmt: skip
@@ -153,6 +156,7 @@ class DashboardView(Shown):
         m = self.model
         for title, chart in self.charts.items():
             chart.update(m.chart(title))
+        self.gpus.value = gpu_table(m.state, m.wants_gpu)
         self.table.value = process_table(m)
         self.topology.value = topology_table(m.state, m.wants_host)
         self.notice.value = m.notice
