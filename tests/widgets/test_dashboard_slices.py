@@ -39,7 +39,8 @@ def mig_sim() -> Iterator[tuple[str, LocalSimHost]]:
 
 
 def test_dashboard_rows_per_slice_and_processes_on_slices(
-    mig_sim: tuple[str, LocalSimHost], gpu_processes: list[Any]
+    mig_sim: tuple[str, LocalSimHost],
+    gpu_processes: list[Any],  # noqa: F811 (the shared fixture)
 ) -> None:
     url, sim = mig_sim
     for user in ("gh-alice", "gh-bob"):
