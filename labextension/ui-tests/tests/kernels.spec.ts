@@ -23,17 +23,38 @@ const notebook = () => page.locator('.jp-NotebookPanel:not(.lm-mod-hidden)');
 const status = () => page.locator('.jp-gpuhive-kernel-status');
 
 /** Type `code` into the notebook's last cell, run it, and return its output area. */
-async function run(code: string) {
+async function run(code: string, wait = true) {
   // The kernel is connected and idle first (a cell sent while it starts may never run).
   await expect(notebook().locator('.jp-Notebook-ExecutionIndicator')).toHaveAttribute('data-status', 'idle', { timeout: 60_000 });
   const cells = notebook().locator('.jp-CodeCell');
-  const cell = cells.nth((await cells.count()) - 1); // Shift+Enter adds a cell below this one
-  await cell.locator('.jp-InputArea-editor').click();
-  await page.keyboard.type(code);
-  await page.keyboard.press('Shift+Enter');
-  const out = cell.locator('.jp-OutputArea-output');
-  await expect(out.first()).toBeVisible({ timeout: 60_000 });
-  return out;
+  // A notebook that has just opened may still replace its first cell as its file loads, and
+  // take the code with it: then the code is written again (at most 3 times).
+  for (let attempt = 1; ; attempt++) {
+    const index = (await cells.count()) - 1; // Shift+Enter adds a cell below this one
+    const cell = cells.nth(index);
+    const editor = cell.locator('.jp-InputArea-editor .cm-content');
+    const ran = await (async () => {
+      await editor.fill(code, { timeout: 10_000 });
+      await expect(editor).toHaveText(code, { timeout: 5_000 });
+      await editor.press('Shift+Enter', { timeout: 10_000 });
+      await expect(cell.locator('.jp-InputPrompt')).toHaveText(/\[(\d+|\*)\]/, { timeout: 10_000 });
+      await expect(cell.locator('.jp-InputArea-editor .cm-content')).toHaveText(code, { timeout: 5_000 });
+      if (wait) {
+        await expect(cell.locator('.jp-OutputArea-output').first()).toBeVisible({ timeout: 30_000 });
+      }
+    })().then(
+      () => true,
+      error => {
+        console.log(`run: attempt ${attempt} of '${code}' did not run: ${String(error).split('\n')[0]}`);
+        return false;
+      }
+    );
+    if (ran) {
+      return cell.locator('.jp-OutputArea-output');
+    }
+    expect(attempt, `the cell never ran: ${code}`).toBeLessThan(4);
+    await page.waitForTimeout(1000);
+  }
 }
 
 /** The kernel this notebook runs on, from the server's sessions. */
@@ -100,6 +121,7 @@ test('the sidebar opens a notebook on a reservation and sets its kernels\' end p
   const item = panel().locator(`li.jp-gpuhive-reservation[data-reservation-id="${booked.id}"]`);
   await item.getByRole('button', { name: /Open a notebook whose kernel runs on gpu2:1/ }).click();
   await expect(notebook().locator('.jp-KernelName, .jp-Toolbar-kernelName').first()).toContainText('Python on my reservation', { timeout: 60_000 });
+  await page.waitForTimeout(3000); // a notebook just made may still reload its first cell
   const out = await run('import os, socket; print("on", socket.gethostname(), os.environ["CUDA_VISIBLE_DEVICES"])');
   await expect(out.first()).toContainText(`on ${os.hostname()} ${booked.gpu_uuids[0]}`, { timeout: 60_000 });
   await expect(status()).toContainText('gpu2:1 ·');
@@ -117,18 +139,36 @@ test('the sidebar opens a notebook on a reservation and sets its kernels\' end p
 });
 
 test('%gpureserve --kernel books GPUs and switches the notebook to a kernel on them', async ({ request }) => {
-  await page.locator('.jp-mod-current .lm-TabBar-addButton, .lm-TabBar-addButton').first().click(); // a new launcher
+  await page.locator('.lm-TabBar-addButton:not(.lm-mod-hidden)').first().click(); // a new launcher
   await page.locator('.jp-LauncherCard[data-category="Notebook"]', { hasText: 'Python 3' }).last().click();
   await expect(notebook().locator('.jp-KernelName, .jp-Toolbar-kernelName').first()).toContainText(/Python 3/, { timeout: 60_000 });
-  const out = await run('%load_ext jupyter_gpuhive\n%gpureserve gpu2:0 --for 30m --title "ui switch" --kernel');
+  await run('%load_ext jupyter_gpuhive', false);
+  const out = await run('%gpureserve gpu2:0 --for 30m --title ui-switch --kernel');
   await expect(out.first()).toContainText('switches to a kernel on gpu2:0', { timeout: 60_000 });
   await expect(notebook().locator('.jp-KernelName, .jp-Toolbar-kernelName').first()).toContainText('Python on my reservation', { timeout: 60_000 });
   const me = (await api(request, 'GET', 'me')).body.name;
   const mine = (await api(request, 'GET', `reservations?user=${me}`)).body.reservations;
-  const made = mine.find((r: { title: string }) => r.title === 'ui switch');
+  const made = mine.find((r: { title: string }) => r.title === 'ui-switch');
   expect(made.gpus).toEqual(['gpu2:0']);
   await notebook().locator('.jp-CodeCell').last().waitFor();
   const where = await run('import os; print("now", os.environ["CUDA_VISIBLE_DEVICES"])');
   await expect(where.last()).toContainText(`now ${made.gpu_uuids[0]}`, { timeout: 60_000 });
   await expect(status()).toContainText('gpu2:0 ·');
+});
+
+test('the warning before the end reaches the notebook and its running cell', async ({ request }) => {
+  const me = (await api(request, 'GET', 'me')).body.name;
+  const mine = (await api(request, 'GET', `reservations?user=${me}`)).body.reservations;
+  const made = mine.find((r: { title: string }) => r.title === 'ui-switch');
+  await run('import time; [time.sleep(1) for i in range(60)]', false);
+  const cells = notebook().locator('.jp-CodeCell');
+  const running = cells.nth((await cells.count()) - 2);
+  await expect(running.locator('.jp-InputPrompt')).toContainText('*');
+  // The reservation now ends in the warning's lead (10 minutes) and a few seconds.
+  const end = new Date(Date.now() + 10 * 60_000 + 8_000).toISOString();
+  expect((await api(request, 'PATCH', `reservations/${made.id}`, TOKEN, { end })).status).toBe(200);
+  await expect(page.locator('.Toastify__toast', { hasText: `reservation ${made.id} on gpu2:0 ends at` })).toBeVisible({ timeout: 30_000 });
+  await expect(running.locator('.jp-OutputArea-output')).toContainText(`⚠ gpuhive: reservation ${made.id} on gpu2:0 ends at`);
+  await expect(status()).toHaveAttribute('data-urgency', 'soon');
+  await page.screenshot({ path: path.join(SHOTS, '22-kernel-warning.png') });
 });
