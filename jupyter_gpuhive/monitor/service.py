@@ -207,21 +207,20 @@ class Monitor:
         for sample in sweep.samples.values():
             owners: dict[str, set[str]] = {}
             for proc in sample.processes:
-                if proc.gpu_uuid and proc.user:
-                    owners.setdefault(proc.gpu_uuid, set()).add(proc.user)
-            for gpu in sample.gpus:
-                known = inventory.gpu(gpu.uuid)
+                for on in (proc.gpu_uuid, proc.mig_uuid):  # a slice's process: its GPU's too
+                    if on and proc.user:
+                        owners.setdefault(on, set()).add(proc.user)
+            units = [(g.uuid, g.util_gpu, g.mem_used_mib, True) for g in sample.gpus]
+            # MIG slices, for their reservations (the hourly table counts physical GPUs, which
+            # their processes also occupy): memory per slice, no utilisation (NULL, never 0)
+            units += [(m.uuid, None, m.mem_used_mib, False) for ms in sample.slices.values()
+                      for m in ms if m.uuid]  # fmt: skip
+            for uuid, util, mem, hourly in units:
+                known = inventory.gpu(uuid)
                 if known is None:
                     continue
-                readings.append(
-                    GpuReading(
-                        known.id,
-                        sweep.interval,
-                        gpu.util_gpu,
-                        gpu.mem_used_mib,
-                        frozenset(owners.get(gpu.uuid, ())),
-                    )
-                )
+                who = frozenset(owners.get(uuid, ()))
+                readings.append(GpuReading(known.id, sweep.interval, util, mem, who, hourly))
         if not readings:
             return
         active = await self.run_blocking(

@@ -14,6 +14,8 @@ from ..model import Reservation
 from .database import Database
 from .schema import gpu_usage_hourly, reservation_usage
 
+NOT_REPORTED = "not reported"  # the label of a utilisation the driver does not report
+
 
 @dataclass(frozen=True)
 class GpuReading:
@@ -24,6 +26,7 @@ class GpuReading:
     util: float | None
     mem_used_mib: float | None
     owners: frozenset[str]
+    hourly: bool = True  # False for a MIG slice: the hourly table counts physical GPUs only
 
     @property
     def busy(self) -> bool:
@@ -31,8 +34,9 @@ class GpuReading:
 
 
 def _values(r: GpuReading, **key: Any) -> dict[str, Any]:
-    """One reading as the aggregate columns of a first sample."""
-    util = float(r.util or 0)
+    """One reading as the aggregate columns of a first sample (utilisation NULL where the
+    driver reports none, as for MIG slices: never 0)."""
+    util = None if r.util is None else float(r.util)
     return {
         **key,
         "samples": 1,
@@ -40,6 +44,7 @@ def _values(r: GpuReading, **key: Any) -> dict[str, Any]:
         "busy_seconds": r.seconds if r.busy else 0.0,
         "util_sum": util,
         "util_max": util,
+        "util_samples": 0 if util is None else 1,
         "mem_sum_mib": float(r.mem_used_mib or 0),
     }
 
@@ -54,14 +59,19 @@ def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict
     stmt = insert_(table)
     new, old = stmt.excluded, table.c
     larger = func.greatest if dialect == "postgresql" else func.max
-    summed = ("samples", "seconds", "busy_seconds", "util_sum", "mem_sum_mib", "foreign_seconds")
+    summed = ("samples", "seconds", "busy_seconds", "util_samples", "mem_sum_mib",
+              "foreign_seconds")  # fmt: skip
     update: dict[str, Any] = {c: old[c] + new[c] for c in summed if c in table.c}
-    update["util_max"] = larger(old.util_max, new.util_max)
+    # NULL (not reported) + x = x; NULL only while no sample had a utilisation
+    update["util_sum"] = func.coalesce(old.util_sum + new.util_sum, old.util_sum, new.util_sum)
+    update["util_max"] = larger(
+        func.coalesce(old.util_max, new.util_max), func.coalesce(new.util_max, old.util_max)
+    )
     update.update(
         {
             c: new[c]
             for c in (col.name for col in table.columns)
-            if c not in (*keys, *summed, "util_max", *keep)
+            if c not in (*keys, *summed, "util_sum", "util_max", *keep)
         }
     )
     conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), rows)
@@ -69,14 +79,21 @@ def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict
 
 def _summary(row: Any) -> dict[str, Any]:
     samples = row.samples or 0
+    rated = row.util_samples or 0
     return {
         "samples": samples,
         "observed_hours": round((row.seconds or 0) / 3600, 4),
         "used_gpu_hours": round((row.busy_seconds or 0) / 3600, 4),
-        "mean_util": round(row.util_sum / samples, 1) if samples else None,
-        "max_util": row.util_max if samples else None,
+        "mean_util": round(row.util_sum / rated, 1) if rated else None,
+        "max_util": row.util_max if rated else None,
+        **_label(samples, rated),
         "mean_mem_mib": round(row.mem_sum_mib / samples, 1) if samples else None,
     }
+
+
+def _label(samples: int, rated: int) -> dict[str, Any]:
+    """`util_label: "not reported"` where samples came but none had a utilisation."""
+    return {"util_label": NOT_REPORTED} if samples and not rated else {}
 
 
 class Usage:
@@ -95,6 +112,7 @@ class Usage:
         hourly = [
             _values(r, gpu_id=r.gpu_id, hour=hour, user_name=owner)
             for r in readings
+            if r.hourly
             for owner in (sorted(r.owners) or [""])
         ]
         per_reservation = []
@@ -138,12 +156,15 @@ class Usage:
                 entry.update({"samples": 0, "used_gpu_hours": 0.0, "mean_util": None})
             gpus.append(entry)
         samples = sum(r.samples for r in rows)
+        rated = sum(r.util_samples for r in rows)
+        util_sum = sum(r.util_sum for r in rows if r.util_sum is not None)
         return {
             "reservation": reservation.id,
             "reserved_gpu_hours": round(reserved_h * len(reservation.gpus), 4),
             "used_gpu_hours": round(sum(r.busy_seconds for r in rows) / 3600, 4),
-            "mean_util": round(sum(r.util_sum for r in rows) / samples, 1) if samples else None,
-            "max_util": max((r.util_max for r in rows), default=None),
+            "mean_util": round(util_sum / rated, 1) if rated else None,
+            "max_util": max((r.util_max for r in rows if r.util_max is not None), default=None),
+            **_label(samples, rated),
             "gpus": gpus,
         }
 
@@ -157,6 +178,7 @@ class Usage:
             func.sum(h.c.util_sum).label("util_sum"),
             func.max(h.c.util_max).label("util_max"),
             func.sum(h.c.mem_sum_mib).label("mem_sum_mib"),
+            func.sum(h.c.util_samples).label("util_samples"),
         )
         span = and_(h.c.hour >= start.replace(minute=0, second=0, microsecond=0), h.c.hour < end)
         with self.db.read() as conn:
@@ -181,6 +203,7 @@ class Usage:
             func.sum(ru.c.util_sum).label("util_sum"),
             func.max(ru.c.util_max).label("util_max"),
             func.sum(ru.c.mem_sum_mib).label("mem_sum_mib"),
+            func.sum(ru.c.util_samples).label("util_samples"),
         )
         out: dict[int, dict[str, Any]] = {}
         with self.db.read() as conn:

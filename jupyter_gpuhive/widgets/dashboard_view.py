@@ -96,16 +96,23 @@ def usage_text(usage: dict[str, Any] | None) -> str:
         return f"<b>Reservation {usage['reservation']}</b>: {html.escape(usage['message'])}"
     parts = [
         f"<b>Reservation {usage['reservation']}</b>: used {usage['used_gpu_hours']:.2f} of "
-        f"{usage['reserved_gpu_hours']:.2f} GPU-hours; mean utilization "
-        f"{usage['mean_util'] if usage['mean_util'] is not None else '—'}%, max "
-        f"{usage['max_util'] if usage['max_util'] is not None else '—'}%"
+        f"{usage['reserved_gpu_hours']:.2f} GPU-hours; {_utilization(usage)}"
     ]
     for g in usage.get("gpus", []):
         parts.append(
             f"{html.escape(g['gpu'])}: {g.get('used_gpu_hours', 0):.2f} h used, "
-            f"{g.get('samples', 0)} samples"
+            f"{g.get('samples', 0)} samples, {_utilization(g)}"
         )
     return "<br>".join(parts)
+
+
+def _utilization(usage: dict[str, Any]) -> str:
+    """'mean utilization 40%, max 80%', or 'utilization not reported' (MIG slices), never 0 %."""
+    if usage.get("util_label"):
+        return f"utilization {html.escape(usage['util_label'])}"
+    mean, most = usage.get("mean_util"), usage.get("max_util")
+    return (f"mean utilization {mean if mean is not None else '—'}%, "
+            f"max {most if most is not None else '—'}%")  # fmt: skip
 
 
 class DashboardView(Shown):

@@ -17,7 +17,7 @@ from benchmarks.fixtures.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
-from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table
+from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table, usage_text
 from tests.conftest import TOKENS, USERS
 from tests.sim.conftest import gpu_processes  # noqa: F401
 
@@ -54,7 +54,7 @@ def test_dashboard_rows_per_slice_and_processes_on_slices(
         return any(g.get("slices") for h in model.state for g in h["gpus"])
 
     wait_for(sliced, timeout=20)
-    alice.reserve(title="slice", gpus=["wdmig1:0/mig5"], start=datetime.now(UTC).isoformat(),
+    held = alice.reserve(title="slice", gpus=["wdmig1:0/mig5"], start=datetime.now(UTC).isoformat(),
                   duration="1h")  # fmt: skip
     intruder = sim.start_process([migs[1].uuid], user="gh-bob", mem_mib=700, util=30)
     gpu_processes.append(intruder)
@@ -78,3 +78,13 @@ def test_dashboard_rows_per_slice_and_processes_on_slices(
     assert "not reported" in slice_row and "0 %" not in slice_row
     assert " / 19968 MiB" in slice_row and "alice" in slice_row
     assert "<td style='padding:2px 8px'>wdmig1:1</td>" in table  # whole GPUs keep their rows
+
+    # The slice reservation's usage: recorded (memory), utilisation 'not reported', not 0 %.
+    def measured() -> Any:
+        got = model.watch_usage(held["id"])
+        return got if got and got["gpus"][0]["samples"] else None
+
+    usage = wait_for(measured, timeout=20)
+    assert usage["gpus"][0]["mean_mem_mib"] > 0
+    text = usage_text(usage)
+    assert "utilization not reported" in text and "%" not in text

@@ -1,5 +1,5 @@
 """Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
-0010)."""
+0010, 0013)."""
 
 from __future__ import annotations
 
@@ -157,8 +157,9 @@ reservation_usage = Table(
     Column("samples", Integer, nullable=False),
     Column("seconds", Float, nullable=False),
     Column("busy_seconds", Float, nullable=False),
-    Column("util_sum", Float, nullable=False),
-    Column("util_max", Float, nullable=False),
+    Column("util_sum", Float),  # NULL: the driver reported no utilisation (0013)
+    Column("util_max", Float),
+    Column("util_samples", Integer, nullable=False, server_default="0"),  # those that had one
     Column("mem_sum_mib", Float, nullable=False),
     Column("foreign_seconds", Float, nullable=False),
     Column("first_at", UTCDateTime, nullable=False),
@@ -176,8 +177,9 @@ gpu_usage_hourly = Table(
     Column("samples", Integer, nullable=False),
     Column("seconds", Float, nullable=False),
     Column("busy_seconds", Float, nullable=False),
-    Column("util_sum", Float, nullable=False),
-    Column("util_max", Float, nullable=False),
+    Column("util_sum", Float),  # NULL: the driver reported no utilisation (0013)
+    Column("util_max", Float),
+    Column("util_samples", Integer, nullable=False, server_default="0"),  # those that had one
     Column("mem_sum_mib", Float, nullable=False),
     PrimaryKeyConstraint("gpu_id", "hour", "user_name"),
     Index(None, "hour"),
