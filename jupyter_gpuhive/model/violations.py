@@ -19,7 +19,7 @@ IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside
 NO_SHOW = "no-show"  # a reservation its holder never used after it began (a notice, too)
 KERNEL_END = "kernel-end"  # what a kernel's end policy did at its reservation's end (a notice)
 KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END)
-HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END})  # notices addressed to the holder, not an offender
+HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END})  # notices to the holder, not an offender
 
 
 @dataclass(frozen=True)
