@@ -60,11 +60,16 @@ async def test_a_cancelled_reservation_starts_no_kernel(
     made = await book(api("alice"), "cancelled", [f"{MOST}:2"], soon(2), "1h")
     rid = made.body["id"]
     assert (await api("alice")("DELETE", f"reservations/{rid}")).status == 200
-    refused = await start(jp_fetch, spec(jp_data_dir, "cancelled", {"reservation_id": rid}))
+    name = spec(jp_data_dir, "cancelled", {"reservation_id": rid})
+    refused = await start(jp_fetch, name)
     assert refused.status == 409, refused
-    assert refused.body["message"] == (
-        f"Reservation {rid} was cancelled: no kernel can start on it."
-    )  # not 'has not started yet': it never will
+    message = f"Reservation {rid} was cancelled: no kernel can start on it."
+    assert refused.body["message"] == message  # not 'has not started yet': it never will
+    # The same through a session (how JupyterLab opens a notebook), not a 500.
+    body = {"kernel": {"name": name}, "path": "c.ipynb", "type": "notebook", "name": "c.ipynb"}
+    session = await sessions_api(jp_fetch, TOKENS["alice"], "POST", body=body)
+    assert (session.status, session.body["message"]) == (409, message), session
+    assert (await sessions_api(jp_fetch, TOKENS["alice"], "GET")).body == []
     assert (await kernels_api(jp_fetch, TOKENS["alice"], "GET")).body == []
 
 
