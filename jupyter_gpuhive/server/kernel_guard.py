@@ -74,7 +74,7 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
                 result = original(*args, **kwargs)
                 return await result if inspect.isawaitable(result) else result
             except HiveError as error:
-                _answer_session(error)
+                answer_session(error)
                 raise HTTPError(error.status, str(error)) from None
 
         setattr(manager, name, wrapper)
@@ -106,7 +106,7 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
     authorizer.is_authorized = authorize
 
 
-def _answer_session(error: HiveError) -> None:
+def answer_session(error: HiveError) -> None:
     """POST api/sessions (how JupyterLab opens a notebook) turns every error of a kernel
     start into a 500: answer the refusal with its own status and message first."""
     handler = CallContext.get(CallContext.JUPYTER_HANDLER)

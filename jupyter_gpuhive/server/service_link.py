@@ -20,6 +20,7 @@ from tornado.web import HTTPError
 
 from ..errors import HiveError, NotFound, Unavailable
 from ..kernels.team import TeamProvisioner
+from .kernel_guard import answer_session
 
 
 class ServiceError(HiveError):
@@ -81,6 +82,7 @@ def install(serverapp: Any, service_url: str) -> ServiceLink:
                 result = original(*args, **kwargs)
                 return await result if inspect.isawaitable(result) else result
             except HiveError as error:
+                answer_session(error)
                 raise HTTPError(error.status, error.message) from None
 
         setattr(manager, name, wrapper)
