@@ -83,8 +83,9 @@ def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Ite
         "kernel_lease": LEASE,
     }  # fmt: skip
     users = {"alice": ["phd"], "bob": ["phd"]}
+    admin = {"carol": ["admins"]}  # a gpuhive admin (no server of her own: not spawned)
     try:
-        hub = TeamHub(postgres.new_database(), users, service_settings=settings)
+        hub = TeamHub(postgres.new_database(), {**users, **admin}, service_settings=settings)
     except HubSetupError as error:
         pytest.fail(f"{error} (then `make test`; or `make sysdeps venv` first)", pytrace=False)
     hub.start()
@@ -92,6 +93,10 @@ def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Ite
         hub.spawn(users)
         tokens = {u: hub.token_for(u, [f"access:servers!user={u}"]) for u in users}
         service_tokens = {u: hub.token_for(u, ["access:services!service=gpuhive"]) for u in users}
+        # Her admin scope (from her group, the example config) on a token of hers for the service.
+        service_tokens["carol"] = hub.token_for(
+            "carol", ["access:services!service=gpuhive", "custom:gpuhive:admin"]
+        )
         yield Team(hub, tokens, service_tokens, replica=None, replica_port=0)  # type: ignore[arg-type]
     except Exception:
         print(hub.log_tail())
@@ -239,6 +244,15 @@ def test_a_hub_users_notebook_runs_on_her_reserved_gpus_and_only_she_controls_it
     assert {k: r.status for k, r in attempts.items()} == dict.fromkeys(attempts, 403), attempts
     assert all("alice" in r.message for r in attempts.values()), attempts
     assert "key" not in json.dumps([r.body for r in attempts.values()])
+    # An admin (carol) may signal it through the service, but never launch as alice: not
+    # her kernel (its key), not a new kernel on her reservation.
+    carol = team.service_tokens["carol"]
+    signalled = team.service(carol, "POST", f"kernels/{kid}/signal", {"signal": "SIGINT"})
+    assert signalled.status == 200 and signalled.body["running"] is True, signalled
+    for kernel in (kid, str(uuid.uuid4())):
+        launch = team.service(carol, "POST", f"kernels/{kernel}/launch", {"reservation_id": rid})
+        assert launch.status == 403 and "only alice" in launch.message, launch
+        assert "key" not in json.dumps(launch.body)
 
     # Still hers, still running. She restarts it (through the service): a fresh process on
     # the same GPUs behind the same sockets. Then she shuts it down and its sockets go.
