@@ -17,7 +17,9 @@ const earliest = () => panel().locator('.jp-gpuhive-section-earliest');
 test.beforeAll(async ({ browser }) => {
   page = await browser.newPage();
   errors = watchErrors(page);
-  await page.goto(`/lab?token=${TOKEN}`);
+  // A workspace of its own: the default one keeps the panel open, and panel.spec.ts then
+  // closes it with the very click that should open it.
+  await page.goto(`/lab/workspaces/gpuhive-earliest?reset&token=${TOKEN}`);
   await page.locator('#jupyterlab-splash').waitFor({ state: 'detached', timeout: 90_000 });
   await page.locator('.jp-SideBar .lm-TabBar-tab[data-id="jupyter-gpuhive-panel"]').click();
   await expect(panel()).toBeVisible();

@@ -135,7 +135,8 @@ test('the quickstart notebook runs to the end in JupyterLab', async ({ request }
 
 test('the calendar draws one box per reservation, GPU and day', async ({ request }) => {
   await expect(calendarFigure()).toHaveCount(1);
-  await expect(calendarFigure().locator('svg.svg-figure g[clip-path]')).toHaveCount(6);
+  // Six marks of the calendar and two of the earliest-slot finder (highlights and their handles).
+  await expect(calendarFigure().locator('svg.svg-figure g[clip-path]')).toHaveCount(8);
   const expected = await expectedBoxes(request);
   // The four seeded reservations make five boxes (one crosses midnight); runs of the other
   // specs on the same server (ended quick bookings) add theirs.
