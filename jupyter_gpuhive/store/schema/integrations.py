@@ -10,6 +10,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Table,
     Text,
@@ -68,42 +69,50 @@ webhooks = Table(
     sqlite_autoincrement=True,
 )
 
-# One event for one endpoint; `event_id` is the idempotency key, the same on every attempt.
-webhook_deliveries = Table(
-    "webhook_deliveries",
-    metadata,
-    Column("id", Integer, primary_key=True),
-    Column("webhook_id", Integer, ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=False),
-    Column("event_id", String(64), nullable=False),
-    Column("event", String(64), nullable=False),
-    Column("body", Text, nullable=False),
-    Column("state", String(12), nullable=False),
-    Column("attempts", Integer, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("finished_at", UTCDateTime),
-    Index(None, "webhook_id", "event_id"),
-    Index(None, "state"),
-    sqlite_autoincrement=True,
-)
 
-# The delivery log: one row per attempt, with its outcome.
-webhook_attempts = Table(
-    "webhook_attempts",
-    metadata,
-    Column("id", Integer, primary_key=True),
-    Column(
-        "delivery_id",
-        Integer,
-        ForeignKey("webhook_deliveries.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column("at", UTCDateTime, nullable=False),
-    Column("status", Integer),
-    Column("error", Text),
-    Column("ms", Float, nullable=False),
-    Index(None, "delivery_id"),
-    sqlite_autoincrement=True,
-)
+def delivery_log_tables(owner: MetaData, *, with_endpoints: bool) -> tuple[Table, Table]:
+    """The delivery log's two tables in `owner`: in the main schema with the foreign key to
+    `webhooks`; in a log file of its own (schema/webhook_log.py) without it."""
+    endpoint = (ForeignKey("webhooks.id", ondelete="CASCADE"),) if with_endpoints else ()
+    # One event for one endpoint; `event_id` is the idempotency key, the same on every attempt.
+    deliveries = Table(
+        "webhook_deliveries",
+        owner,
+        Column("id", Integer, primary_key=True),
+        Column("webhook_id", Integer, *endpoint, nullable=False),
+        Column("event_id", String(64), nullable=False),
+        Column("event", String(64), nullable=False),
+        Column("body", Text, nullable=False),
+        Column("state", String(12), nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("created_at", UTCDateTime, nullable=False),
+        Column("finished_at", UTCDateTime),
+        Index(None, "webhook_id", "event_id"),
+        Index(None, "state"),
+        sqlite_autoincrement=True,
+    )
+    # The delivery log: one row per attempt, with its outcome.
+    attempts = Table(
+        "webhook_attempts",
+        owner,
+        Column("id", Integer, primary_key=True),
+        Column(
+            "delivery_id",
+            Integer,
+            ForeignKey("webhook_deliveries.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("at", UTCDateTime, nullable=False),
+        Column("status", Integer),
+        Column("error", Text),
+        Column("ms", Float, nullable=False),
+        Index(None, "delivery_id"),
+        sqlite_autoincrement=True,
+    )
+    return deliveries, attempts
+
+
+webhook_deliveries, webhook_attempts = delivery_log_tables(metadata, with_endpoints=True)
 
 # "Tell me when N GPUs (on a host, or of a model) are free for a while before a deadline."
 availability_subscriptions = Table(
