@@ -48,6 +48,25 @@ SETTLE_TRIES = 20  # kernel_info requests (0.25 s each) a restarted kernel gets 
 RECONNECTED = 0.3  # seconds for the notebooks' iopub sockets to be back after a restart
 
 
+async def settle_after_restart(km: Any) -> None:
+    """Send kernel_info until the restarted kernel answers on iopub, then give the notebooks'
+    iopub subscriptions time to reconnect (NOTES: else a restart's first output can be lost)."""
+    client = km.client()
+    channels = {"shell": True, "iopub": True, "stdin": False, "hb": False, "control": False}
+    client.start_channels(**channels)
+    try:
+        for _ in range(SETTLE_TRIES):
+            client.kernel_info()
+            try:
+                await client.get_iopub_msg(timeout=0.25)
+                break
+            except Empty:
+                continue
+    finally:
+        client.stop_channels()
+    await asyncio.sleep(RECONNECTED)  # the other subscribers retry every 0.1 s (ZMQ)
+
+
 def find_registry(provisioner: Any) -> KernelRegistry:
     """The registry of the server that runs this provisioner (its kernel manager carries it)."""
     node = provisioner
@@ -192,20 +211,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         record, km = self._record, self.parent
         if record is None or km is None or record.restarts == 0:
             return
-        client = km.client()
-        channels = {"shell": True, "iopub": True, "stdin": False, "hb": False, "control": False}
-        client.start_channels(**channels)
-        try:
-            for _ in range(SETTLE_TRIES):
-                client.kernel_info()
-                try:
-                    await client.get_iopub_msg(timeout=0.25)
-                    break
-                except Empty:
-                    continue
-        finally:
-            client.stop_channels()
-        await asyncio.sleep(RECONNECTED)  # the other subscribers retry every 0.1 s (ZMQ)
+        await settle_after_restart(km)
 
     # --- the process --------------------------------------------------------------------
 

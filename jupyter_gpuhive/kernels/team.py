@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import signal as signals
-from queue import Empty
 from typing import Any, Protocol
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -25,7 +24,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Integer, Unicode
 
 from ..errors import HiveError, Invalid, NotFound, Unavailable
-from .provisioner import PASSED_ON, RECONNECTED, SETTLE_TRIES
+from .provisioner import PASSED_ON, settle_after_restart
 
 log = logging.getLogger(__name__)
 LIVE_STATES = ("starting", "running", "restarting")
@@ -121,20 +120,7 @@ class TeamProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         km = self.parent
         if self._launches < 2 or km is None:
             return
-        client = km.client()
-        channels = {"shell": True, "iopub": True, "stdin": False, "hb": False, "control": False}
-        client.start_channels(**channels)
-        try:
-            for _ in range(SETTLE_TRIES):
-                client.kernel_info()
-                try:
-                    await client.get_iopub_msg(timeout=0.25)
-                    break
-                except Empty:
-                    continue
-        finally:
-            client.stop_channels()
-        await asyncio.sleep(RECONNECTED)
+        await settle_after_restart(km)
 
     async def _forget(self) -> None:
         try:

@@ -190,7 +190,8 @@ def test_the_rolled_up_report_equals_one_from_scratch(store: Store) -> None:
     assert kept_months(store) == {"2031-01", "2031-02"}
     before, after = from_report(first), from_report(second)
     assert after[("2031-02", "user", "ann")][0] == pytest.approx(
-        before[("2031-02", "user", "ann")][0] - 6, abs=2e-4  # the cancelled 3 h × 2 GPUs
+        before[("2031-02", "user", "ann")][0] - 6,
+        abs=2e-4,  # the cancelled 3 h × 2 GPUs
     )
     assert after[("2031-01", "user", "cyd")][2] == pytest.approx(
         before[("2031-01", "user", "cyd")][2] + 600 / 3600, abs=2e-4
