@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from traitlets import TraitError
 
+from jupyter_gpuhive.server import heap
 from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.server.config import GpuHiveConfig
 
@@ -79,3 +81,18 @@ def test_default_db_url_is_sqlite_in_the_data_dir() -> None:
     url = GpuHiveApp().resolved_db_url()
     assert url.startswith("sqlite:///")
     assert url.endswith("gpuhive/gpuhive.sqlite")
+
+
+def test_the_startup_heap_is_frozen_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What exists when the server is up leaves full collections, once per process."""
+    monkeypatch.setattr(heap, "_frozen", False)
+    before = gc.get_freeze_count()
+    try:
+        heap.freeze_startup_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > before
+        made_since = [[] for _ in range(1000)]
+        heap.freeze_startup_heap()  # a second server in the same process: nothing more
+        assert gc.get_freeze_count() == frozen and len(made_since) == 1000
+    finally:
+        gc.unfreeze()  # the rest of the test run keeps its usual collections

@@ -277,6 +277,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
             await self.hive.start()
             if self._watcher is not None:
                 self._watcher.start()
+            from .heap import freeze_startup_heap
+
+            freeze_startup_heap()
         elif self.service_url:  # team mode: reservation kernels through the service
             from .client_specs import attach as list_specs
             from .service_link import install as link_service

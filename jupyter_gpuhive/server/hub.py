@@ -32,6 +32,7 @@ from ..model import Identity
 from .api import routes
 from .api.base import HiveLogic
 from .app import GpuHiveApp, GpuHiveSettings
+from .heap import freeze_startup_heap
 
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
@@ -161,6 +162,7 @@ class GpuHiveService(Application):
         server = HTTPServer(app, xheaders=True)
         server.listen(where.port or 80, where.hostname or "127.0.0.1")
         await hive.start()
+        freeze_startup_heap()
         log.info("gpuhive service listening on %s", url)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
