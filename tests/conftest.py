@@ -158,3 +158,12 @@ def soon(hours: float = 1, *, days: int = 1) -> datetime:
     """A whole hour some days ahead (comfortably in the future)."""
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     return base + timedelta(days=days, hours=hours)
+
+
+@pytest.fixture
+def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
+    """The server's Hive with its background loops started (pytest-jupyter starts no extension)."""
+    hive = jp_serverapp.web_app.settings["gpuhive"]
+    jp_asyncio_loop.run_until_complete(hive.start())
+    yield hive
+    jp_asyncio_loop.run_until_complete(hive.stop())

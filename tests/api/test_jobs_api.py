@@ -41,14 +41,6 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-@pytest.fixture
-def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
-    hive = jp_serverapp.web_app.settings["gpuhive"]
-    jp_asyncio_loop.run_until_complete(hive.start())
-    yield hive
-    jp_asyncio_loop.run_until_complete(hive.stop())
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_job_runs_as_owner_logs_and_stops(api, running_hive, sim_host):
     owner, bob = api(OWNER), api("bob")

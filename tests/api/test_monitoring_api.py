@@ -42,14 +42,6 @@ def hive_config(sim_hosts: list[LocalSimHost]) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
-    hive = jp_serverapp.web_app.settings["gpuhive"]
-    jp_asyncio_loop.run_until_complete(hive.start())
-    yield hive
-    jp_asyncio_loop.run_until_complete(hive.stop())
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_hosts):
     ensure_user("gh-alice")

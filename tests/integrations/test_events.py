@@ -53,14 +53,6 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-@pytest.fixture
-def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
-    hive = jp_serverapp.web_app.settings["gpuhive"]
-    jp_asyncio_loop.run_until_complete(hive.start())
-    yield hive
-    jp_asyncio_loop.run_until_complete(hive.stop())
-
-
 async def discovered(call: Any) -> bool:
     hosts = (await call("GET", "hosts")).body["hosts"]
     return bool(hosts and len(hosts[0]["gpus"]) == 4)

@@ -48,14 +48,6 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-@pytest.fixture
-def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
-    hive = jp_serverapp.web_app.settings["gpuhive"]
-    jp_asyncio_loop.run_until_complete(hive.start())
-    yield hive
-    jp_asyncio_loop.run_until_complete(hive.stop())
-
-
 async def _slices(client: Any) -> Any:
     hosts = (await client("GET", "hosts")).body["hosts"]
     return hosts and hosts[0]["gpus"] and hosts[0]["gpus"][0]["slices"]
