@@ -166,7 +166,7 @@ class SlotSearch:
         limits = self.store.limits
         with self.store.db.read() as conn:
             held = limits.holdings(conn, who.name, moment - WEEK,
-                                   instant(want.deadline) + WEEK, moment)  # fmt: skip
+                                   instant(want.deadline) + WEEK, moment, merged=True)  # fmt: skip
             upcoming = limits.upcoming(conn, who.name, moment)
         zone = self.policy.zone
         try:  # the length and horizon limits refuse the search itself (422)

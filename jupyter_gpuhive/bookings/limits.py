@@ -293,6 +293,15 @@ def over_limits(
     checked against those before it that were kept; what breaks a limit is flagged, the
     rest is kept. Ended reservations and queued jobs are always kept.
     """
+    if _all_fit(effective, held, now):
+        return {}
+    return one_by_one(effective, held, now, zone)
+
+
+def one_by_one(
+    effective: Effective, held: Sequence[Held], now: datetime, zone: tzinfo
+) -> dict[int, str]:
+    """`over_limits` without its shortcut: each reservation checked in turn (quadratic)."""
     kept = [s for s in held if s.reservation is None or s.end <= now]
     flags: dict[int, str] = {}
     pending = sorted(
@@ -310,3 +319,42 @@ def over_limits(
             continue
         kept.append(span)
     return flags
+
+
+def _all_fit(effective: Effective, held: Sequence[Held], now: datetime) -> bool:
+    """Whether everything held at once fits every limit, so that nothing can be over them.
+
+    What `over_limits` checks one reservation at a time is a subset of all that is held,
+    and each figure (GPUs at once, GPU-hours in a window, upcoming reservations) only grows
+    with more held; so if the figures of all of it fit, no reservation is flagged. That is
+    O(n log n) and the common case; the one-by-one check is quadratic."""
+    lim = effective.limits
+    pending = [s for s in held if s.reservation is not None and s.end > now]
+    if lim.upcoming is not None and len(pending) > lim.upcoming:
+        return False
+    for s in pending:
+        try:
+            _duration(effective, "longest", s.end - s.start)
+            _duration(effective, "horizon", s.start - min(now, s.start))
+        except LimitInvalid:
+            return False
+    if not held:
+        return True
+    first, last = min(s.start for s in held), max(s.end for s in held)
+    if lim.gpus is not None and peak(held, first, last)[0] > lim.gpus:
+        return False
+    return lim.gpu_hours_week is None or busiest_week(held) <= lim.gpu_hours_week + _EPS
+
+
+def busiest_week(held: Iterable[Held]) -> float:
+    """The most GPU-hours the spans hold in any 7-day window."""
+    spans = list(held)
+    f = Cumulative(spans)
+    week = WEEK.total_seconds()
+    best = 0.0
+    # the window's GPU-hours are piecewise linear in its start t: the most is where t or
+    # t + 7 days meets a start or an end
+    for x in f.points:
+        for t in (x, x - week):
+            best = max(best, f.between(t, t + week))
+    return best

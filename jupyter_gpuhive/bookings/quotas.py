@@ -109,12 +109,14 @@ class LimitService:
             now = self.now()
             self.store.limits.lock_owner(conn, owner.name)  # before reading what they hold
             limits = self.store.limits
-            held = limits.holdings(conn, owner.name, booking.start - WEEK, booking.end + WEEK, now)
-            count = None
+            held = limits.holdings(
+                conn, owner.name, booking.start - WEEK, booking.end + WEEK, now,
+                merged=True, exclude=old.id if old else None,
+            )  # fmt: skip
+            count = 0
             if old is None and effective.limits.upcoming is not None:
                 count = limits.upcoming(conn, owner.name, now)
-            proposal = Proposal(booking.start, booking.end, len(booking.gpu_ids),
-                                old.id if old else None)  # fmt: skip
+            proposal = Proposal(booking.start, booking.end, len(booking.gpu_ids))
             check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
 
         return check_limits

@@ -129,17 +129,30 @@ class LimitStore:
 
     @staticmethod
     def holdings(
-        conn: Connection, owner: str, since: datetime, until: datetime, now: datetime
+        conn: Connection,
+        owner: str,
+        since: datetime,
+        until: datetime,
+        now: datetime,
+        *,
+        merged: bool = False,
+        exclude: int | None = None,
     ) -> list[Held]:
         """What `owner` holds overlapping [since, until): reservations, and queued jobs that
-        run or ran (from their start to their walltime's end, or to when they ended)."""
+        run or ran (from their start to their walltime's end, or to when they ended).
+
+        `merged`: reservations with the same span come as one `Held` with their GPUs summed
+        and no id (what a booking's check needs: a user's many bookings of one slot cost one
+        row, not one each); `exclude`: leave out that reservation (the one being edited)."""
         longest = conn.execute(_LONGEST).scalar() or 0
-        rows = conn.execute(
-            _HELD,
-            {"owner": owner, "since": since, "until": until,
-             "earliest": since - timedelta(seconds=longest + 1)},
-        ).all()  # fmt: skip
-        held = [Held(start, end, int(n), reservation=rid) for rid, start, end, n in rows]
+        values = {"owner": owner, "since": since, "until": until, "exclude": exclude or 0,
+                  "earliest": since - timedelta(seconds=longest + 1)}  # fmt: skip
+        if merged:
+            rows = conn.execute(_HELD_MERGED, values).all()
+            held = [Held(start, end, int(n)) for start, end, n in rows]
+        else:
+            rows = conn.execute(_HELD, values).all()
+            held = [Held(start, end, int(n), reservation=rid) for rid, start, end, n in rows]
         held.extend(_queued(conn, owner, since, until, now))
         return held
 
@@ -162,17 +175,25 @@ _ENTRIES_FOR = _ALL_ENTRIES.where(
 )
 _r, _rg = reservations, reservation_gpus
 _LONGEST = select(reservation_stats.c.longest_seconds)
+_HELD_WHERE = (
+    _r.c.owner == bindparam("owner"),
+    _r.c.cancelled_at.is_(None),
+    _r.c.start_at > bindparam("earliest"),
+    _r.c.start_at < bindparam("until"),
+    _r.c.end_at > bindparam("since"),
+    _r.c.id != bindparam("exclude"),
+)
 _HELD = (
     select(_r.c.id, _r.c.start_at, _r.c.end_at, func.count(_rg.c.gpu_id))
     .join(_rg, _rg.c.reservation_id == _r.c.id)
-    .where(
-        _r.c.owner == bindparam("owner"),
-        _r.c.cancelled_at.is_(None),
-        _r.c.start_at > bindparam("earliest"),
-        _r.c.start_at < bindparam("until"),
-        _r.c.end_at > bindparam("since"),
-    )
+    .where(*_HELD_WHERE)
     .group_by(_r.c.id, _r.c.start_at, _r.c.end_at)
+)
+_HELD_MERGED = (
+    select(_r.c.start_at, _r.c.end_at, func.count(_rg.c.gpu_id))
+    .join(_rg, _rg.c.reservation_id == _r.c.id)
+    .where(*_HELD_WHERE)
+    .group_by(_r.c.start_at, _r.c.end_at)
 )
 _UPCOMING = select(func.count()).where(
     _r.c.owner == bindparam("owner"),

@@ -6,13 +6,17 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jupyter_gpuhive.bookings.limits import (
     LimitExceeded,
     LimitInvalid,
     Proposal,
+    busiest_week,
     check,
     local_span,
+    one_by_one,
     over_limits,
     peak,
     worst_week,
@@ -156,3 +160,54 @@ def test_local_spans() -> None:
         local_span(start + timedelta(days=12), start + timedelta(days=19), ZONE) == "Nov 29–Dec 5"
     )
     assert local_span(start + 10 * H, start + 12 * H, ZONE) == "Nov 17 10:00–12:00"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spans=st.lists(
+        st.tuples(
+            st.integers(-48, 24 * 20),  # start, hours from NOW
+            st.integers(1, 72),  # length in hours
+            st.integers(1, 4),  # GPUs
+            st.booleans(),  # a queued job rather than a reservation
+        ),
+        max_size=25,
+    ),
+    gpus=st.none() | st.integers(0, 12),
+    hours=st.none() | st.integers(0, 400),
+    upcoming=st.none() | st.integers(0, 20),
+    longest=st.none() | st.integers(1, 80),
+)
+def test_the_shortcut_of_flags_agrees_with_checking_one_by_one(
+    spans: list[tuple[int, int, int, bool]],
+    gpus: int | None,
+    hours: int | None,
+    upcoming: int | None,
+    longest: int | None,
+) -> None:
+    """`over_limits` skips the quadratic check when all that is held fits; it must flag
+    exactly what checking each reservation in turn flags."""
+    held = [
+        Span(NOW + a * H, NOW + (a + n) * H, g, job=i if job else None,
+             reservation=None if job else i)
+        for i, (a, n, g, job) in enumerate(spans, start=1)
+    ]  # fmt: skip
+    values = {"gpus": gpus, "gpu_hours_week": hours, "upcoming": upcoming,
+              "longest": f"{longest}h" if longest else None}  # fmt: skip
+    effective = limits(**{k: v for k, v in values.items() if v is not None})
+    assert over_limits(effective, held, NOW, ZONE) == one_by_one(effective, held, NOW, ZONE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 24 * 30), st.integers(1, 100), st.integers(1, 3)),
+                max_size=15))  # fmt: skip
+def test_the_busiest_week_is_the_most_of_every_window(spans: list[tuple[int, int, int]]) -> None:
+    """Against a brute force over every window starting on the hour (spans are on hours)."""
+    held = [Span(NOW + a * H, NOW + (a + n) * H, g) for a, n, g in spans]
+
+    def window(t: int) -> float:
+        a, b = NOW + t * H, NOW + (t + 168) * H
+        return sum(s.gpus * max(0.0, (min(s.end, b) - max(s.start, a)) / H) for s in held)
+
+    brute = max((window(t) for t in range(-200, 24 * 31 + 100)), default=0.0)
+    assert busiest_week(held) == pytest.approx(brute)
