@@ -96,6 +96,12 @@ class Integrations:
         if self._toucher is None or self._toucher.done():
             self._toucher = asyncio.create_task(self._touch_batches())
 
+    async def feed(self, token: str) -> bytes:
+        """A calendar feed's text, with every edit so far recorded first (SEQUENCE)."""
+        await self.settle()
+        body: bytes = await self.run(self.feeds.render, token)
+        return body
+
     async def settle(self) -> None:
         """Wait until every edit so far is recorded for the calendar (tests, shutdown)."""
         while self._toucher is not None and not self._toucher.done():
@@ -111,8 +117,8 @@ class Integrations:
                 log.exception("gpuhive: could not record %d calendar edits", len(ids))
 
     async def _reservation_event(self, kind: str, res: Reservation) -> None:
-        if kind in ("created", "changed", "cancelled"):  # SEQUENCE counts every edit
-            self._touch(res.id)
+        if kind in ("changed", "cancelled"):  # SEQUENCE counts every edit
+            self._touch(res.id)  # (a new booking is recorded when a feed first shows it)
         what = {
             "created": f"{res.owner} booked {_gpus(res)}",
             "changed": f"{res.owner} changed their booking of {_gpus(res)}",

@@ -151,4 +151,4 @@ class Feeds:
                 found.append(self.store.reservations.get(rid))
             except NotFound:
                 continue
-        self.rows.calendar(found, ical.fingerprint, self.now())
+        self.rows.calendar(found, ical.fingerprint, self.now(), edited=True)

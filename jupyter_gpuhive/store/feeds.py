@@ -117,8 +117,11 @@ class FeedRows:
         found: Sequence[Reservation],
         fingerprint: Callable[[Reservation], str],
         now: datetime,
+        edited: bool = False,
     ) -> dict[int, CalendarEntry]:
-        """UID and SEQUENCE of each reservation; a new fingerprint bumps SEQUENCE."""
+        """UID and SEQUENCE of each reservation; a new fingerprint bumps SEQUENCE. Entries
+        made now start at SEQUENCE 0, or 1 when `edited` (edits of a reservation no feed
+        showed yet: a booking is not recorded until it is shown or edited)."""
         wanted = {r.id: fingerprint(r) for r in found}
         known = self._entries(list(wanted))
         stale = [
@@ -140,7 +143,7 @@ class FeedRows:
             current = self._entries(stale, conn)
             c = calendar_events.c
             new = [
-                {"reservation_id": rid, "uid": str(uuid.uuid4()), "sequence": 0,
+                {"reservation_id": rid, "uid": str(uuid.uuid4()), "sequence": int(edited),
                  "fingerprint": wanted[rid], "changed_at": now}
                 for rid in stale
                 if rid not in current

@@ -45,7 +45,7 @@ class CalendarHandler(HiveLogic):
         public=True,
     )
     async def get(self, token: str) -> None:
-        body = await self.hive.run(self.hive.integrations.feeds.render, token)
+        body = await self.hive.integrations.feed(token)
         self.set_header("Content-Type", "text/calendar; charset=utf-8")
         self.set_header("Cache-Control", "private, max-age=300")
         self.set_header("Referrer-Policy", "no-referrer")
