@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
 
+from benchmarks.fixtures.machine import Steal
 from benchmarks.fixtures.postgres import running_postgres
 from benchmarks.fixtures.server import Client, JupyterServer, summary_ms
 from benchmarks.reservations import CLIENTS, GPUS_PER_HOST, HOST_SPECS, HOSTS, USERS, seed
@@ -241,9 +242,14 @@ def run_backend(name: str, url: str, count: int, n: int, year: bool) -> dict[str
     figures: dict[str, Any] = {"existing_reservations": seeded, "hourly_charges": hourly}
     try:
         port = servers[0].port
-        figures["create_ms_no_limits"] = summary_ms(creates(port, n, NOW + timedelta(days=200)))
+        with Steal() as steal_alone:
+            figures["create_ms_no_limits"] = summary_ms(creates(port, n, NOW + timedelta(days=200)))
+        t0 = time.perf_counter()
         set_limits(port)
-        figures["create_ms"] = summary_ms(creates(port, n, NOW + timedelta(days=210)))
+        figures["set_limits_s"] = round(time.perf_counter() - t0, 2)
+        with Steal() as steal:
+            figures["create_ms"] = summary_ms(creates(port, n, NOW + timedelta(days=210)))
+        figures["cpu_steal_pct"] = {"no_limits": steal_alone.pct, "limits": steal.pct}
         print(f"[{name}] creates: {json.dumps(figures)}", flush=True)
         figures["race"] = race([s.port for s in servers], url)
         print(f"[{name}] race: {json.dumps(figures['race'])}", flush=True)
@@ -301,6 +307,9 @@ def main() -> None:
         "report_year_first_ms": s["report_year_first_ms"],
         "report_year_hourly_rows": s["hourly_charges"],
         "pg_report_year_ms": p.get("report_year_ms", {}).get("p50"),
+        # 52 PUTs of limits, each re-flagging every live reservation
+        "set_limits_s": s["set_limits_s"],
+        "cpu_steal_pct_creates": s["cpu_steal_pct"],
         "quick": args.quick,
     }
     print(json.dumps(final))

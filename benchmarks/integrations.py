@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.fixtures.machine import Steal
 from benchmarks.fixtures.server import Client, JupyterServer, percentile
 
 USERS = {
@@ -155,7 +156,8 @@ def paced_load(
 
 def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> dict[str, Any]:
     # the same load first without any endpoint: what the API costs at this pace anyway
-    _, alone, _ = paced_load(port, seconds, rate, base + timedelta(days=60))
+    with Steal() as steal_alone:
+        _, alone, _ = paced_load(port, seconds, rate, base + timedelta(days=60))
     ours, theirs = multiprocessing.Pipe()
     process = multiprocessing.get_context("fork").Process(target=receivers, args=(theirs,))
     process.start()
@@ -168,7 +170,8 @@ def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> d
         url = f"http://127.0.0.1:{target}/hook"
         status, made, _ = client.call("POST", "webhooks", {"url": url, **extra})
         assert status == 201, made
-    sent, api, elapsed = paced_load(port, seconds, rate, base + timedelta(days=120))
+    with Steal() as steal:
+        sent, api, elapsed = paced_load(port, seconds, rate, base + timedelta(days=120))
     time.sleep(max(2.0, 0.1 * seconds))  # the last deliveries arrive
     ours.send("done")
     arrived: dict[int, float] = ours.recv()
@@ -184,6 +187,10 @@ def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> d
         "api_p99_ms_same_pace_no_webhooks": ms(alone, 99),
         "api_p50_ms_during_webhooks": ms(api),
         "api_p99_ms_during_webhooks": ms(api, 99),
+        # the hypervisor's share of the CPU in each phase (fixtures/machine.py): the tails
+        # are only comparable between runs where it is near 0
+        "cpu_steal_pct_same_pace_no_webhooks": steal_alone.pct,
+        "cpu_steal_pct_during_webhooks": steal.pct,
     }
 
 
