@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import bindparam, create_engine, func, select, text
+from sqlalchemy import bindparam, create_engine, event, func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from jupyter_gpuhive.errors import Conflict, NotFound
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.model import UTC, Gpu, Identity
 from jupyter_gpuhive.store import Changes, Store
-from jupyter_gpuhive.store.database import MIGRATIONS
+from jupyter_gpuhive.store.database import MIGRATIONS, Database
 from jupyter_gpuhive.store.schema import UTCDateTime, metadata, reservation_gpus
 from tests.conftest import HOSTS
 
@@ -259,3 +263,41 @@ def test_migrations_match_the_schema(db_url: str) -> None:
                 ]
     finally:
         engine.dispose()
+
+
+def test_writers_of_one_process_take_turns_without_meeting_sqlites_lock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With SQLite's busy wait off, 8 threads writing at once still never find the database
+    locked: they queue on the Database's own lock (SQLite's busy handler would make them
+    sleep 1, 2, 5, 10... ms instead of waking them when the writer is done)."""
+    db = Database(f"sqlite:///{tmp_path / 'turns.sqlite'}")
+
+    @event.listens_for(db.writer, "connect")
+    def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute("PRAGMA busy_timeout=0")
+
+    db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE n (v INTEGER)"))
+    barrier = threading.Barrier(8)
+
+    def writer(k: int) -> None:
+        barrier.wait()
+        for i in range(20):
+
+            def work(conn: Any, v: int = k * 100 + i) -> None:
+                conn.exec_driver_sql(f"INSERT INTO n VALUES ({v})")
+                time.sleep(0.001)  # hold the write lock a while: the others must wait
+
+            db.write(work)
+
+    caplog.set_level(logging.DEBUG, logger="jupyter_gpuhive.store.database")
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with db.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(DISTINCT v) FROM n").scalar() == 160
+    assert not [r for r in caplog.records if "retrying write" in r.getMessage()]
+    db.reader.dispose()
+    db.writer.dispose()
