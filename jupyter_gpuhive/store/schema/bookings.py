@@ -1,5 +1,5 @@
 """Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
-0010, 0013)."""
+0010, 0013, 0014)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,15 @@ reservations = Table(
     Column("flag_reason", Text),
     Index(None, "start_at"),
     Index(None, "owner", "start_at"),
+    # a user's live reservations by end: the fair-share check counts those not ended
+    # (migration 0014) from the index alone
+    Index(
+        "ix_reservations_live_by_owner",
+        "owner",
+        "end_at",
+        sqlite_where=text("cancelled_at IS NULL"),
+        postgresql_where=text("cancelled_at IS NULL"),
+    ),
     sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )
 
