@@ -93,6 +93,7 @@ def test_the_startup_heap_is_frozen_once(monkeypatch: pytest.MonkeyPatch) -> Non
         assert frozen > before
         made_since = [[] for _ in range(1000)]
         heap.freeze_startup_heap()  # a second server in the same process: nothing more
-        assert gc.get_freeze_count() == frozen and len(made_since) == 1000
+        # frozen objects may still die meanwhile (other threads run): the count only falls
+        assert gc.get_freeze_count() <= frozen and len(made_since) == 1000
     finally:
         gc.unfreeze()  # the rest of the test run keeps its usual collections

@@ -21,7 +21,7 @@ from jupyter_gpuhive.errors import Conflict, NotFound
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.model import UTC, Gpu, Identity
 from jupyter_gpuhive.store import Changes, Store
-from jupyter_gpuhive.store.database import MIGRATIONS, Database
+from jupyter_gpuhive.store.database import MIGRATIONS, Checkpointer, Database
 from jupyter_gpuhive.store.schema import UTCDateTime, metadata, reservation_gpus
 from tests.conftest import HOSTS
 
@@ -301,3 +301,23 @@ def test_writers_of_one_process_take_turns_without_meeting_sqlites_lock(
     assert not [r for r in caplog.records if "retrying write" in r.getMessage()]
     db.reader.dispose()
     db.writer.dispose()
+
+
+def test_the_write_ahead_log_is_checkpointed_off_the_writers_path(tmp_path: Path) -> None:
+    """Writers never checkpoint (it would hold the writers' lock through two fsyncs); the
+    Checkpointer thread copies the log into the database after Checkpointer.EVERY commits."""
+    path = tmp_path / "log.sqlite"
+    db = Database(f"sqlite:///{path}")
+    db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE blobs (b BLOB)"))
+    with db.writer.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+    before = path.stat().st_size
+    for _ in range(Checkpointer.EVERY):
+        db.write(lambda conn: conn.exec_driver_sql("INSERT INTO blobs VALUES (randomblob(8000))"))
+    # 200 × 8 kB went to the log (under SQLite's own threshold of 1,000 pages); the thread
+    # copies it into the database file within a moment
+    deadline = time.monotonic() + 20
+    while path.stat().st_size < before + 1_000_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.stat().st_size >= before + 1_000_000
+    db.dispose()
