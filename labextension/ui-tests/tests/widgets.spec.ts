@@ -107,7 +107,9 @@ test.beforeAll(async ({ browser, request }) => {
   expect(theme.status()).toBe(204);
   page = await browser.newPage();
   errors = watchErrors(page);
-  await page.goto(`/lab/tree/quickstart.ipynb?token=${TOKEN}`);
+  // A workspace of its own: the default one may still hold the notebook panel.spec.ts opened,
+  // and two notebooks would then answer every locator below.
+  await page.goto(`/lab/workspaces/gpuhive-widgets/tree/quickstart.ipynb?token=${TOKEN}`);
   await page.locator('#jupyterlab-splash').waitFor({ state: 'detached', timeout: 90_000 });
 });
 
