@@ -71,6 +71,7 @@ class Integrations:
         self._ticker: asyncio.Task[None] | None = None
         self._touched: set[int] = set()  # reservations edited, for the calendar (batched)
         self._toucher: asyncio.Task[None] | None = None
+        self._writing: set[asyncio.Future[None]] = set()  # batches of edits being written
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
         self._violations: set[int] | None = None  # open violations seen (None: not yet)
         self.ongoing: Callable[[], list[dict[str, Any]]] = list  # the protection's, set by Hive
@@ -97,8 +98,14 @@ class Integrations:
             self._toucher = asyncio.create_task(self._touch_batches())
 
     async def feed(self, token: str) -> bytes:
-        """A calendar feed's text, with every edit so far recorded first (SEQUENCE)."""
-        await self.settle()
+        """A calendar feed's text, with every edit so far recorded first (SEQUENCE).
+
+        It waits for the edits made before it only (those being written, and those waiting
+        for their batch, written now): edits that keep coming never hold a feed back."""
+        writing = list(self._writing)
+        await self._write_touched()
+        if writing:
+            await asyncio.gather(*writing, return_exceptions=True)
         body: bytes = await self.run(self.feeds.render, token)
         return body
 
@@ -110,11 +117,21 @@ class Integrations:
     async def _touch_batches(self) -> None:
         while self._touched:
             await asyncio.sleep(TOUCH_INTERVAL)
-            ids, self._touched = sorted(self._touched), set()
-            try:
-                await self.run(self.feeds.touch, ids)
-            except Exception:
-                log.exception("gpuhive: could not record %d calendar edits", len(ids))
+            await self._write_touched()
+
+    async def _write_touched(self) -> None:
+        """Record the edits waiting for their batch, now."""
+        ids, self._touched = sorted(self._touched), set()
+        if not ids:
+            return
+        write = asyncio.ensure_future(self.run(self.feeds.touch, ids))
+        self._writing.add(write)
+        try:
+            await write
+        except Exception:
+            log.exception("gpuhive: could not record %d calendar edits", len(ids))
+        finally:
+            self._writing.discard(write)
 
     async def _reservation_event(self, kind: str, res: Reservation) -> None:
         if kind in ("changed", "cancelled"):  # SEQUENCE counts every edit

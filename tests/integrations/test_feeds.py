@@ -72,6 +72,36 @@ async def test_personal_feed_has_every_field_for_two_parsers(api: Any, jp_server
     assert "\r\n " in raw
 
 
+async def test_edits_that_keep_coming_never_hold_a_feed_back(
+    api: Any, jp_serverapp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feed read records the edits made before it, then answers: it does not wait for a
+    stream of later edits to end (here a new edit arrives while each batch is written, so
+    the batches never run dry until the stream stops)."""
+    alice, anonymous = api("alice"), api(None)
+    made = (await book(alice, "streamed", ["gpu3:0"], soon(days=3))).body
+    token = await new_feed(alice)
+    integrations = jp_serverapp.web_app.settings["gpuhive"].integrations
+    loop = asyncio.get_running_loop()
+    streaming = True
+    write = integrations.feeds.touch
+
+    def write_while_edits_arrive(ids: list[int]) -> None:
+        write(ids)
+        if streaming:  # (a thread of the pool) the next edit, recorded as the API records it
+            loop.call_soon_threadsafe(integrations._touch, made["id"])
+
+    monkeypatch.setattr(integrations.feeds, "touch", write_while_edits_arrive)
+    assert (await alice("PATCH", f"reservations/{made['id']}", {"title": "edited"})).status == 200
+    try:
+        reply = await asyncio.wait_for(fetch(anonymous, token), timeout=30)
+    finally:
+        streaming = False
+        await integrations.settle()
+    (event,) = parse_strictly(reply.body).values()
+    assert event["summary"].startswith("edited (") and event["sequence"] == 1
+
+
 async def test_sequence_grows_on_every_edit_and_uid_stays(api: Any) -> None:
     alice, anonymous = api("alice"), api(None)
     made = (await book(alice, "v1", ["gpu3:0"], soon(days=3))).body
