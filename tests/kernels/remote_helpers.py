@@ -15,6 +15,14 @@ from tornado.httpclient import HTTPClientError
 
 from tests.conftest import Reply
 
+UNIX = {"alice": "gh-alice", "bob": "gh-bob"}  # gpuhive user → the real UNIX user it runs as
+
+
+def local_host(name: str, gpu_count: int, python: str) -> dict[str, Any]:
+    """A host on this machine (no SSH) whose kernels run under `python`."""
+    return {"name": name, "address": "127.0.0.1", "transport": "local", "gpu_count": gpu_count,
+            "gpu_model": "Simulated A100", "kernel_python": python}  # fmt: skip
+
 
 def write_spec(data_dir: Path, name: str, config: dict[str, Any]) -> str:
     """A kernelspec `name` in the server's data dir that uses the gpuhive provisioner."""

@@ -27,32 +27,19 @@ from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from traitlets import Any as AnyTrait
 from traitlets.config import LoggingConfigurable
 
-from benchmarks.fixtures.kernel_python import kernel_python
 from jupyter_gpuhive.kernels.broker import KernelBroker
 from jupyter_gpuhive.kernels.team import TeamProvisioner
 from jupyter_gpuhive.server.service_link import ServiceLink
-from jupyter_gpuhive.sim.users import ensure_user, is_root
 from tests.conftest import TOKENS, UTC, book
-from tests.kernels.remote_helpers import write_spec
+from tests.kernels.remote_helpers import UNIX, local_host, write_spec
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-UNIX = {"alice": "gh-alice", "bob": "gh-bob"}
 LENGTH = 25  # seconds: the reservation (a local kernel starts in a few)
-
-
-@pytest.fixture(scope="module")
-def python() -> str:
-    if not is_root():
-        pytest.skip("kernels as other UNIX users need root")
-    for name in UNIX.values():
-        ensure_user(name)
-    return kernel_python()
 
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
-    host = {"name": "kbr", "address": "127.0.0.1", "transport": "local", "gpu_count": 2,
-            "gpu_model": "Simulated A100", "kernel_python": python}  # fmt: skip
+    host = local_host("kbr", 2, python)
     return {**hive_config, "hosts": [host], "unix_users": UNIX, "kernel_specs": False,
             "min_reservation": "10s", "monitor": False, "kernel_end_policy": "shutdown",
             "site_timezone": "UTC"}  # fmt: skip

@@ -16,31 +16,19 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from benchmarks.fixtures.kernel_python import kernel_python
 from jupyter_gpuhive.kernels.events import KERNEL_SCHEMA_ID
 from jupyter_gpuhive.kernels.specs import spec_name
-from jupyter_gpuhive.sim.users import ensure_user, is_root
 from tests.conftest import TOKENS, UTC, book, iso
+from tests.kernels.remote_helpers import UNIX, local_host
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-UNIX = {"alice": "gh-alice", "bob": "gh-bob"}
 LENGTH = 40  # seconds: each test reservation (kernels start in a few seconds on a loaded box)
 WARN_S = 20  # the warning comes this long before the end
 
 
-@pytest.fixture(scope="module")
-def python() -> str:
-    if not is_root():
-        pytest.skip("kernels as other UNIX users need root")
-    for name in UNIX.values():
-        ensure_user(name)
-    return kernel_python()
-
-
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
-    host = {"name": "kn1", "address": "127.0.0.1", "transport": "local", "gpu_count": 8,
-            "gpu_model": "Simulated A100", "kernel_python": python}  # fmt: skip
+    host = local_host("kn1", 8, python)
     return {
         **hive_config,
         "hosts": [host],

@@ -13,31 +13,25 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.kernel_python import kernel_python
-from jupyter_gpuhive.sim.users import ensure_user, is_root
 from tests.conftest import TOKENS, UTC, book, soon
-from tests.kernels.remote_helpers import REPORT, Notebook, kernels_api, report, sessions_api
+from tests.kernels.remote_helpers import (
+    REPORT,
+    UNIX,
+    Notebook,
+    kernels_api,
+    local_host,
+    report,
+    sessions_api,
+)
 from tests.kernels.remote_helpers import write_spec as spec
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-UNIX = {"alice": "gh-alice", "bob": "gh-bob"}
 MOST, FEWER, OTHER = "kpa", "kpb", "kpc"  # the reservation: 2 GPUs on kpa, 1 on kpb
-
-
-@pytest.fixture(scope="module")
-def python() -> str:
-    if not is_root():
-        pytest.skip("kernels as other UNIX users need root")
-    for name in UNIX.values():
-        ensure_user(name)
-    return kernel_python()
 
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
-    hosts = [{"name": name, "address": "127.0.0.1", "transport": "local", "gpu_count": 3,
-              "gpu_model": "Simulated A100", "kernel_python": python}
-             for name in (MOST, FEWER, OTHER)]  # fmt: skip
+    hosts = [local_host(name, 3, python) for name in (MOST, FEWER, OTHER)]
     return {**hive_config, "hosts": hosts, "unix_users": UNIX, "kernel_specs": False,
             "min_reservation": "10s", "monitor": False}  # fmt: skip
 
