@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from jupyter_gpuhive.model import GpuDecl, HostDecl, SliceDecl
+from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, SliceDecl
+from jupyter_gpuhive.store import Store
 
 A100 = "NVIDIA A100-SXM4-80GB"
 # GPU 0 of 'mig1' split as in the real sample (3g.40gb GI 1, 2g.20gb GI 5, 1g.10gb GI 13).
@@ -24,3 +25,10 @@ def mig_host(name: str = "mig1", slices: tuple[SliceDecl, ...] = SLICES) -> Host
             GpuDecl(1, f"GPU-{name}-0001-0000-0000-000000000000", A100, 81920, ()),
         ),
     )
+
+
+def unit(store: Store, ref: str) -> Gpu:
+    """A GPU or slice of the store's inventory by its reference ('mig1:0/mig1')."""
+    found = store.inventory.gpu(ref)
+    assert found is not None, ref
+    return found

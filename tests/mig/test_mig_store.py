@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,24 +13,10 @@ from jupyter_gpuhive.jobs.queue_inputs import booked
 from jupyter_gpuhive.model import UTC, Gpu, SliceDecl, units_conflict
 from jupyter_gpuhive.store import Changes, Store
 from jupyter_gpuhive.store.schema import UTCDateTime
-from tests.mig.helpers import SLICES, mig_host
+from tests.mig.helpers import SLICES, mig_host, unit
 
 BASE = datetime(2030, 2, 4, 10, tzinfo=UTC)  # far ahead: the store itself has no horizon
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = Store(db_url).open()
-    opened.inventory.sync([mig_host()])
-    yield opened
-    opened.close()
-
-
-def unit(store: Store, ref: str) -> Gpu:
-    found = store.inventory.gpu(ref)
-    assert found is not None, ref
-    return found
 
 
 def book(store: Store, refs: list[str], start: datetime = BASE, hours: int = 2) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,29 +11,15 @@ from sqlalchemy import bindparam, text
 
 from jupyter_gpuhive.hosts.nvsmi import GpuMetrics, MigDevice
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
-from jupyter_gpuhive.model import UTC, Gpu
+from jupyter_gpuhive.model import UTC
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import UTCDateTime
 from jupyter_gpuhive.store.usage import GpuReading
 from tests.conftest import HOSTS, book, soon
-from tests.mig.helpers import SLICES, mig_host
+from tests.mig.helpers import SLICES, mig_host, unit
 
 BASE = datetime(2030, 3, 4, 10, tzinfo=UTC)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = Store(db_url).open()
-    opened.inventory.sync([mig_host()])
-    yield opened
-    opened.close()
-
-
-def unit(store: Store, ref: str) -> Gpu:
-    found = store.inventory.gpu(ref)
-    assert found is not None, ref
-    return found
 
 
 def test_unreported_utilisation_is_null_and_means_skip_it(store: Store) -> None:
