@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
 
-from benchmarks.fixtures.machine import Steal
-from benchmarks.fixtures.postgres import running_postgres
-from benchmarks.fixtures.server import Client, JupyterServer, summary_ms
+from tests.support.machine import Steal
+from tests.support.postgres import running_postgres
+from tests.support.server import Client, JupyterServer, summary_ms
 from benchmarks.reservations import CLIENTS, GPUS_PER_HOST, HOST_SPECS, HOSTS, USERS, seed
 from jupyter_gpuhive.store import Store
 

@@ -13,10 +13,10 @@ Run: `.venv/bin/python benchmarks/finder.py [--quick]`.
   JSON also gives the median CPU time of the process and the load average: on a shared,
   busy machine the wall-clock time is mostly waiting for a core.
 - `brute_force_mismatches`: 1,000 random cases (with and without slices, random topology,
-  bookings, allowed spans and requests; benchmarks/fixtures/finder_cases.py) where the finder's
+  bookings, allowed spans and requests; tests/support/finder_cases.py) where the finder's
   first answer differs from an exhaustive search on a 15-minute grid.
 - `slice_double_bookings`: whole-GPU and slice bookings racing on SQLite and PostgreSQL
-  (benchmarks/fixtures/mig_race.py), double bookings found afterwards.
+  (tests/support/mig_race.py), double bookings found afterwards.
 
 The last line printed is one JSON object with exactly these three figures.
 """
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import insert, update
 
-from benchmarks.fixtures.finder_cases import brute_force, random_case
-from benchmarks.fixtures.mig_race import slice_double_bookings
+from tests.support.finder_cases import brute_force, random_case
+from tests.support.mig_race import slice_double_bookings
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.bookings.reservations import Policy

@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fixtures.machine import Steal
-from benchmarks.fixtures.server import Client, JupyterServer, percentile
+from tests.support.machine import Steal
+from tests.support.server import Client, JupyterServer, percentile
 
 USERS = {
     "tok-bench": {"name": "bench"},

@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/kernels.py [--quick]`` (as root: the remote k
 real test user, as it would for a reservation's owner; otherwise as the current user).
 
 Both kernels are started by jupyter_client's AsyncIOLoopKernelManager with the same interpreter
-(a venv every user can run, benchmarks/fixtures/kernel_python.py) and driven by an
+(a venv every user can run, tests/support/kernel_python.py) and driven by an
 AsyncKernelClient, on this machine: the local one by the default provisioner, the remote one by
 the `gpuhive` provisioner on a reservation of a real sshd host on loopback (its own SSH
 connection, Unix sockets forwarded over SSH). Measured the same way for both:
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec
 
-from benchmarks.fixtures.kernel_python import kernel_python
+from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.kernels.registry import KernelRegistry

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from benchmarks.fixtures.server import JupyterServer, percentile
+from tests.support.server import JupyterServer, percentile
 from jupyter_gpuhive.notebook.client import HiveClient
 
 

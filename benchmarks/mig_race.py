@@ -3,7 +3,7 @@
 Run: `.venv/bin/python benchmarks/mig_race.py [--quick]`. Eight threads, each with its own
 Store, book random mixes of whole GPUs, single slices and sets of slices on one host of two
 GPUs split into seven 1g.10gb slices each; half of them skip the clash pre-check, so only the
-database's rule can refuse them (see benchmarks/fixtures/mig_race.py). The last line is one
+database's rule can refuse them (see tests/support/mig_race.py). The last line is one
 JSON object; `slice_double_bookings` (target 0) is the figure benchmarks/finder.py also reports.
 """
 
@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.fixtures.mig_race import race
-from benchmarks.fixtures.postgres import running_postgres
+from tests.support.mig_race import race
+from tests.support.postgres import running_postgres
 
 
 def main() -> None:

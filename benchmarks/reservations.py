@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import create_engine, insert, text
 
-from benchmarks.fixtures.postgres import running_postgres
-from benchmarks.fixtures.server import Client, JupyterServer, summary_ms
+from tests.support.postgres import running_postgres
+from tests.support.server import Client, JupyterServer, summary_ms
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 from sweep_sshd import RealCluster, percentile  # noqa: E402
 
-from benchmarks.fixtures.server import JupyterServer  # noqa: E402
+from tests.support.server import JupyterServer  # noqa: E402
 
 USER_TOKEN = "tok-sweep-bench"
 RATE = 10.0  # requests per second, per endpoint

@@ -42,9 +42,9 @@ sys.path.insert(0, str(_HERE.parent))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from benchmarks.fixtures.postgres import running_postgres  # noqa: E402
-from benchmarks.fixtures.server import percentile  # noqa: E402
-from benchmarks.fixtures.team_hub import TeamHub  # noqa: E402
+from tests.support.postgres import running_postgres  # noqa: E402
+from tests.support.server import percentile  # noqa: E402
+from tests.support.team_hub import TeamHub  # noqa: E402
 
 UTC = timezone.utc
 HOSTS, GPUS_PER_HOST = 16, 4

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from benchmarks.fixtures.postgres import PostgresCluster, running_postgres
+from tests.support.postgres import PostgresCluster, running_postgres
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

@@ -259,3 +259,32 @@ def test_the_checks_see_a_back_edge_and_a_cycle(tmp_path: Path) -> None:
     assert allowed(f"{PACKAGE}.notebook.x", f"{PACKAGE}.hosts.guidance")
     [loop] = cycles(edges)
     assert {(edge.path.name, edge.line) for edge in loop} == {("a.py", 2), ("b.py", 1)}
+
+
+def _imported_top_levels(path: Path) -> set[str]:
+    """The top-level names a Python file imports (absolute imports only)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_tests_never_import_a_benchmark() -> None:
+    """Fixtures that tests and benchmarks share live in tests/support; a test never depends on
+    a benchmark (a benchmark's change must not break or silently weaken a test)."""
+    tests = Path(__file__).resolve().parent
+    offenders = sorted(
+        str(path.relative_to(tests))
+        for path in tests.rglob("*.py")
+        if "benchmarks" in _imported_top_levels(path)
+    )
+    assert offenders == [], f"tests importing benchmarks/: {offenders}"
+
+
+def test_the_benchmark_import_check_sees_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from benchmarks.queue_replay import main\n")
+    assert "benchmarks" in _imported_top_levels(probe)

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from benchmarks.fixtures.postgres import PostgresCluster
+from tests.support.postgres import PostgresCluster
 from tests.dates import SITE_ZONE, faked_env, instants, offset_changes, real_now
 
 UTC = timezone.utc

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.sim.ports import free_port
 
 

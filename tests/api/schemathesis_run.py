@@ -20,7 +20,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from benchmarks.fixtures.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer
 from tests.conftest import HOSTS, TOKENS, USERS, iso, soon
 
 SEED = 20261124

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from benchmarks.fixtures.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer
 
 USERS = {"tok-ann": {"name": "ann"}, "tok-ben": {"name": "ben"}}
 HOSTS = [{"name": "m1", "address": "127.0.0.1", "transport": "local", "gpu_count": 4,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.fixtures.finder_cases import GRID, _fits, _free, brute_force, random_case
+from tests.support.finder_cases import GRID, _fits, _free, brute_force, random_case
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy, ReservationService
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, SliceDecl

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.monitor.sampler import Sampler
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nftables rules need root")

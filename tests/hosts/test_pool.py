@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.hosts.pool import HostUnavailable, SshSettings
 from jupyter_gpuhive.hosts.ssh import ensure_client_key, fetch_host_key, known_hosts_line
 from jupyter_gpuhive.model import HostDecl

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
 from jupyter_gpuhive.hosts.probe import (
     PROBE_COMMAND,

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fixtures.team_hub import Reply, call
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.team_hub import Reply, call
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.sim.ports import free_port
 
 

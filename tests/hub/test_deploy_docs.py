@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from benchmarks.fixtures.postgres import PostgresCluster, _bin, running_postgres
-from benchmarks.fixtures.team_hub import EXAMPLE, REPO, TeamHub
+from tests.support.postgres import PostgresCluster, _bin, running_postgres
+from tests.support.team_hub import EXAMPLE, REPO, TeamHub
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.store import Store

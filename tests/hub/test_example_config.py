@@ -13,7 +13,7 @@ import pytest
 from jupyterhub.app import JupyterHub
 from jupyterhub.spawner import Spawner
 
-from benchmarks.fixtures.team_hub import EXAMPLE
+from tests.support.team_hub import EXAMPLE
 
 SITE = """\
 c = get_config()  # noqa: F821

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from benchmarks.fixtures.postgres import PostgresCluster
-from benchmarks.fixtures.team_hub import HOSTS
+from tests.support.postgres import PostgresCluster
+from tests.support.team_hub import HOSTS
 from jupyter_gpuhive.bookings.access import parse_rule
 from jupyter_gpuhive.cli.migrate import MigrationError, migrate
 from jupyter_gpuhive.errors import Conflict

@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from benchmarks.fixtures.team_hub import call, service_processes
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.team_hub import call, service_processes
+from tests.support.waiting import wait_for
 from tests.conftest import iso, soon
 from tests.hub.conftest import Team
 from tests.hub.own_server import OwnServer

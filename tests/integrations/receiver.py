@@ -16,7 +16,7 @@ from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 from tornado.web import Application, RequestHandler
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 
 
 @dataclass

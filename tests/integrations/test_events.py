@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, book, iso
 from tests.integrations.receiver import Receiver, receiving

@@ -14,8 +14,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from benchmarks.fixtures.server import Client, JupyterServer
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.server import Client, JupyterServer
+from tests.support.waiting import wait_for
 from tests.conftest import HOSTS, TOKENS, USERS
 
 

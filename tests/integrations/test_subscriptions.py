@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.integrations.subscriptions import AVAILABILITY_SCHEMA_ID
 from tests.conftest import UTC, book, iso
 from tests.integrations.receiver import Receiver, receiving

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.integrations.addresses import NotSent, PinnedResolver
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings, public_only
 from jupyter_gpuhive.store import Store

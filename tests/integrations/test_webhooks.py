@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.integrations.webhooks import sign, verify
 from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
 from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler

@@ -17,8 +17,8 @@ from typing import Any
 import asyncssh
 import pytest
 
-from benchmarks.fixtures.postgres import PostgresCluster
-from benchmarks.fixtures.waiting import until
+from tests.support.postgres import PostgresCluster
+from tests.support.waiting import until
 from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl

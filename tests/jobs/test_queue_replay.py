@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from benchmarks.queue_replay import (
+from tests.support.queue_trace import (
     PER_HOST,
     compare,
     make_trace,

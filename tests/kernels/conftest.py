@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.fixtures.kernel_python import kernel_python
+from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.sim.users import ensure_user, is_root
 from tests.kernels.remote_helpers import UNIX
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from benchmarks.fixtures.kernel_python import kernel_python
+from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import USERS, book, soon
 from tests.hosts.test_blackhole import blackhole  # noqa: F401 - the fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.fixtures.mig_race import race
+from tests.support.mig_race import race
 
 
 def test_whole_gpu_and_slice_bookings_race_without_overlap(db_url: str) -> None:

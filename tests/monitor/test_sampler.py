@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.metrics import GPU_FIELDS, HOST_FIELDS
 from jupyter_gpuhive.monitor.sampler import Sampler, Sweep

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.sim.cluster import SshdCluster, start_gpu_process
 from tests.hosts.helpers import host_decls, needs_sshd, settings_for

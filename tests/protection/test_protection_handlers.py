@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.waiting import until
+from tests.support.waiting import until
 from jupyter_gpuhive.protection.handlers import (
     EVENT_SCHEMA,
     EVENT_SCHEMA_ID,

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.hosts import nvsmi
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.processes import Placement, parse_visible_devices

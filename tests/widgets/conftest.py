@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.server import JupyterServer
+from tests.support.server import JupyterServer
 from jupyter_gpuhive.notebook.client import HiveClient
 from tests.conftest import TOKENS, USERS
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fixtures.server import JupyterServer
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel

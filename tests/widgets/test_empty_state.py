@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.fixtures.server import JupyterServer
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 from jupyter_gpuhive import widgets
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.notebook.client import HiveClient

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from benchmarks.fixtures.server import JupyterServer
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets import job_builder, jobs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.fixtures.waiting import wait_for
+from tests.support.waiting import wait_for
 from jupyter_gpuhive.widgets.poller import Poller
 
 

@@ -1,0 +1,253 @@
+"""The queue-replay model: a synthetic production-like trace and its replay through the real
+admission pass in simulated time (`benchmarks/queue_replay.py` prints it, `tests/jobs` checks it)."""
+
+from __future__ import annotations
+import heapq
+import json
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from jupyter_gpuhive.jobs.admission import (
+    RESERVATION_DEPTH,
+    Candidate,
+    GpuState,
+    Slot,
+    admit,
+    placement,
+)
+
+PER_HOST = 8
+SIZES = ((1, 0.52), (2, 0.12), (4, 0.12), (8, 0.16), (16, 0.035), (32, 0.022), (64, 0.015),
+         (128, 0.008))  # fmt: skip
+LARGEST_CLASS = (64, 128)
+LOADS = (("light", 0.50), ("busy", 0.85), ("overloaded", 1.15))
+POLICIES = ("backfill", "fifo", "greedy")
+MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: int
+    submit: float
+    gpus: int
+    runtime: float
+    walltime: float
+    same_host: str | None
+    group: int = 0  # the sweep it belongs to (copies share one submission)
+
+
+def make_trace(n: int, seed: int = 21) -> list[TraceJob]:
+    """The trace's jobs, without times yet (`submit` is the copy's place in its sweep)."""
+    rng = random.Random(seed)
+    sizes, weights = zip(*SIZES, strict=True)
+    out: list[TraceJob] = []
+    group = 0
+    while len(out) < n:
+        gpus = rng.choices(sizes, weights)[0]
+        median = 15 * MIN * (1 + math.log2(gpus))
+        runtime = min(5 * DAY, max(2 * MIN, rng.lognormvariate(math.log(median), 1.7)))
+        copies = rng.randint(4, 24) if rng.random() < 0.2 else 1
+        asked = None
+        if gpus <= PER_HOST:
+            roll = rng.random()
+            asked = "any" if roll < 0.10 else "preferred" if roll < 0.15 else None
+        walltime = min(7 * DAY, math.ceil(runtime * rng.uniform(1, 3) / 300) * 300)
+        for k in range(copies):  # a sweep: one walltime, runtimes that differ a little
+            run = runtime * (rng.uniform(0.8, 1) if copies > 1 else 1)
+            out.append(TraceJob(len(out) + 1, float(k), gpus, run, walltime, asked, group))
+        group += 1
+    return out[:n]
+
+
+def timed(trace: list[TraceJob], per_hour: float, seed: int = 21) -> list[TraceJob]:
+    """Submission times: one submission (a job, or a sweep's copies within two minutes) at
+    a time from a Poisson process of `per_hour` on average, modulated by a daily cycle and
+    by bursts (see the module doc)."""
+    rng = random.Random(seed + 1)
+    t, burst_until, next_burst = 0.0, -1.0, rng.expovariate(1 / (3 * HOUR))
+    at: dict[int, float] = {}
+    out = []
+    for job in trace:
+        if job.group not in at:
+            if t >= next_burst:
+                burst_until = t + rng.expovariate(1 / (20 * MIN))
+                next_burst = burst_until + rng.expovariate(1 / (3 * HOUR))
+            rate = per_hour / HOUR * (2 + math.sin(2 * math.pi * (t / DAY - 0.35))) / 2.4
+            t += rng.expovariate(rate * (6 if t < burst_until else 1))
+            at[job.group] = t
+        submit = at[job.group] + job.submit * rng.uniform(0, 5)  # copies within ~2 min
+        out.append(TraceJob(job.job_id, submit, job.gpus, job.runtime, job.walltime,
+                            job.same_host, job.group))  # fmt: skip
+    first = min(j.submit for j in out)
+    return sorted(
+        (TraceJob(j.job_id, j.submit - first, j.gpus, j.runtime, j.walltime, j.same_host,
+                  j.group) for j in out),
+        key=lambda j: (j.submit, j.job_id),
+    )  # fmt: skip
+
+
+def scaled(trace: list[TraceJob], gpus: int, load: float, seed: int = 21) -> list[TraceJob]:
+    """The trace at the submission rate at which the work offered within the submission
+    period (each job's runtime up to the period's end) / capacity = load."""
+
+    def offered(timed_trace: list[TraceJob]) -> float:
+        end = timed_trace[-1].submit
+        work = sum(j.gpus * min(j.runtime, end - j.submit) for j in timed_trace)
+        return work / (gpus * end)
+
+    low, high = 1e-2, 1e5  # submissions per hour; offered() grows with it: bisect (log scale)
+    for _ in range(40):
+        mid = math.sqrt(low * high)
+        low, high = (low, mid) if offered(timed(trace, mid, seed)) > load else (mid, high)
+    return timed(trace, math.sqrt(low * high), seed)
+
+
+@dataclass
+class Outcome:
+    waits: dict[int, float] = field(default_factory=dict)
+    hosts_used: dict[int, int] = field(default_factory=dict)
+    pass_ms: list[float] = field(default_factory=list)
+    late: int = 0  # started after the first projected start
+    busy_in_window: float = 0.0
+
+
+def gpu_states(
+    uuids: dict[str, tuple[str, int]], holder: dict[str, tuple[int, float]]
+) -> dict[str, GpuState]:
+    """The GPUs as the pass sees them: free, or running a job until its walltime."""
+    out = {}
+    for uuid, (host, index) in uuids.items():
+        ref = f"{host}:{index}"
+        if uuid in holder:
+            job, release = holder[uuid]
+            out[uuid] = GpuState(uuid, host, index, ref, f"{ref} runs job {job}", release=release)
+        else:
+            out[uuid] = GpuState(uuid, host, index, ref)
+    return out
+
+
+def replay(trace: list[TraceJob], hosts: int, policy: str) -> Outcome:
+    """Discrete-event replay: submissions and job ends, one admission pass after each."""
+    names = [f"node{h:03d}" for h in range(hosts)]
+    uuids = {f"GPU-{h:03d}-{i}": (names[h], i) for h in range(hosts) for i in range(PER_HOST)}
+    by_id = {j.job_id: j for j in trace}
+    window = (trace[0].submit, trace[-1].submit)
+    events: list[tuple[float, int, int]] = [(j.submit, 1, j.job_id) for j in trace]
+    heapq.heapify(events)
+    pending: dict[int, TraceJob] = {}
+    holder: dict[str, tuple[int, float]] = {}  # GPU -> (job, release at its walltime)
+    running: dict[int, tuple[str, ...]] = {}
+    first_estimate: dict[int, float] = {}
+    plan: dict[int, Slot] = {}
+    ticks: set[float] = set()
+    out = Outcome()
+    fifo, depth = policy == "fifo", 0 if policy == "greedy" else RESERVATION_DEPTH
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, job_id = heapq.heappop(events)
+            if kind == 1:
+                pending[job_id] = by_id[job_id]
+            elif kind == 0:
+                for uuid in running.pop(job_id):
+                    del holder[uuid]
+        if not pending:
+            continue
+        states = gpu_states(uuids, holder)
+        candidates = [
+            Candidate(
+                j.job_id, "u", j.submit, now + j.walltime, count=j.gpus, same_host=j.same_host
+            )
+            for j in pending.values()
+        ]
+        started = time.process_time()
+        result = admit(
+            candidates,
+            states,
+            now,
+            previous=plan,
+            depth=depth,
+            fifo=fifo,
+        )
+        out.pass_ms.append((time.process_time() - started) * 1000)
+        plan = result.planned
+        for job_id, slot in plan.items():
+            first_estimate.setdefault(job_id, slot.start)
+        due = min((slot.start for slot in plan.values() if slot.start > now), default=None)
+        if due is not None and due not in ticks:  # the Scheduler ticks every few seconds
+            ticks.add(due)
+            heapq.heappush(events, (due, 2, 0))
+        for admission in result.admitted:
+            job = pending.pop(admission.job_id)
+            for uuid in admission.gpus:
+                holder[uuid] = (job.job_id, now + job.walltime)
+            running[job.job_id] = admission.gpus
+            out.waits[job.job_id] = now - job.submit
+            out.hosts_used[job.job_id] = len({uuids[u][0] for u in admission.gpus})
+            if now > first_estimate.get(job.job_id, math.inf) + 1e-6:
+                out.late += 1
+            end = now + job.runtime
+            low, high = max(now, window[0]), min(end, window[1])
+            out.busy_in_window += max(0.0, high - low) * job.gpus
+            heapq.heappush(events, (end, 0, job.job_id))
+    return out
+
+
+def summary(trace: list[TraceJob], out: Outcome, gpus: int) -> dict[str, float]:
+    by_id = {j.job_id: j for j in trace}
+    big = [w for i, w in out.waits.items() if LARGEST_CLASS[0] <= by_id[i].gpus]
+    split = sum(
+        1 for i, n in out.hosts_used.items()
+        if n > 1 and placement(by_id[i].gpus, by_id[i].same_host, PER_HOST) == "required"
+    )  # fmt: skip
+    span = trace[-1].submit - trace[0].submit
+    passes = sorted(out.pass_ms)
+    return {
+        "mean_wait_h": statistics.fmean(out.waits.values()) / HOUR,
+        "largest_class_max_wait_h": max(big, default=0.0) / HOUR,
+        "largest_class_mean_wait_h": statistics.fmean(big) / HOUR if big else 0.0,
+        "largest_class_jobs": len(big),
+        "util": out.busy_in_window / (gpus * span),
+        "split_required_jobs": split,
+        "admit_p99_ms": passes[min(len(passes) - 1, int(0.99 * len(passes)))],
+        "passes": len(passes),
+        "late_vs_projection": out.late,
+    }
+
+
+def compare(
+    base: list[TraceJob], hosts: int, policies: tuple[str, ...] = POLICIES, seed: int = 21
+) -> dict[str, float]:
+    """Replay the trace at each load under each policy (printing a line each); the final
+    figures, each the worst over the loads."""
+    gpus = hosts * PER_HOST
+    ratios: dict[str, list[float]] = {"mean": [], "big": [], "util": []}
+    split, p99 = 0, 0.0
+    for name, load in LOADS:
+        trace = scaled(base, gpus, load, seed)
+        print(f"{name}: submissions over {trace[-1].submit / 3600:.1f} h", flush=True)
+        figures = {}
+        for policy in policies:
+            started = time.process_time()
+            figures[policy] = summary(trace, replay(trace, hosts, policy), gpus)
+            figures[policy]["cpu_s"] = time.process_time() - started
+            shown = {k: round(v, 3) for k, v in figures[policy].items()}
+            print(f"{name} ({load:.0%}) {policy}: {json.dumps(shown)}", flush=True)
+        bf, ff = figures["backfill"], figures["fifo"]
+        ratios["mean"].append(bf["mean_wait_h"] / ff["mean_wait_h"] if ff["mean_wait_h"] else 1)
+        big_fifo = ff["largest_class_max_wait_h"]
+        big = bf["largest_class_max_wait_h"]
+        ratios["big"].append(big / big_fifo if big_fifo else (1.0 if big == 0 else math.inf))
+        ratios["util"].append(bf["util"] / ff["util"])
+        split += int(bf["split_required_jobs"] + ff["split_required_jobs"])
+        p99 = max(p99, bf["admit_p99_ms"])
+    return {
+        "mean_wait_ratio_vs_fifo": round(max(ratios["mean"]), 3),
+        "max_wait_ratio_vs_fifo_largest_class": round(max(ratios["big"]), 3),
+        "util_ratio_vs_fifo": round(min(ratios["util"]), 3),
+        "split_required_jobs": split,
+        "admit_p99_ms": round(p99, 2),
+    }
