@@ -86,6 +86,13 @@ test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis
 test-dates: sysdeps $(STAMP)
 	$(BIN)/python -m tests.dates
 
+# `make test` of a clean clone (HEAD) on a brand-new Debian machine: a container from a
+# debootstrap root file system with nothing of this machine's state (tests/fresh/run.sh).
+# Too heavy for every CI run (about 40 min); run it before an issue is resolved.
+.PHONY: test-fresh
+test-fresh:
+	bash tests/fresh/run.sh
+
 # The OpenAPI document against the server: schemathesis (--checks all, fixed seed) as a user and
 # as an admin, on a real server with simulated hosts and SQLite (tests/api/schemathesis_run.py).
 .PHONY: test-schemathesis
