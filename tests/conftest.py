@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -33,6 +35,22 @@ HOSTS = [
      "gpu_model": "Simulated A100"}
     for h in (1, 2, 3)
 ]  # fmt: skip
+
+
+# Jupyter's and IPython's per-user folders, for this run only: a config, kernelspec, startup
+# file or database that an earlier run (or the machine's owner) left in ~/.jupyter,
+# ~/.local/share/jupyter or ~/.ipython never reaches a test. Fixtures that start servers set
+# their own folders on top of these.
+PER_RUN_DIRS = ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")
+_run_home = Path(tempfile.mkdtemp(prefix="gpuhive-test-run-"))
+for _name in PER_RUN_DIRS:
+    os.environ[_name] = str(_run_home / _name.lower())
+os.environ.pop("JUPYTER_PATH", None)
+os.environ.pop("JUPYTER_CONFIG_PATH", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_run_home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,6 @@ def test_a_pinned_probe_checks_the_version_too() -> None:
     argv_old = kernel_python.probe_argv(python, "pip==0.1")
     run = {"capture_output": True, "env": kernel_python.PROBE_ENV, "cwd": "/", "check": False}
     if os.geteuid() == 0:  # the project venv may sit under a 0700 home: ask as ourselves
-        argv_ok, argv_old = argv_ok[argv_ok.index(python):], argv_old[argv_old.index(python):]
+        argv_ok, argv_old = argv_ok[argv_ok.index(python) :], argv_old[argv_old.index(python) :]
     assert subprocess.run(argv_ok, **run).returncode == 0
     assert subprocess.run(argv_old, **run).returncode != 0

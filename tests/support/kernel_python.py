@@ -96,7 +96,18 @@ def _share(home: Path) -> None:
 
 
 def _install(python: Path, packages: list[str]) -> None:
-    passed = ("HOME", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
-    env = {**PROBE_ENV, **{k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in passed}}
+    passed = (
+        "HOME",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+    )
+    env = {
+        **PROBE_ENV,
+        **{k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in passed},
+    }
     subprocess.run([str(python), "-I", "-m", "pip", "install", "--quiet",
                     "--disable-pip-version-check", *packages], env=env, check=True)  # fmt: skip
