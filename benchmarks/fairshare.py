@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
 
+from benchmarks.reservations import CLIENTS, GPUS_PER_HOST, HOST_SPECS, HOSTS, USERS, seed
+from jupyter_gpuhive.store import Store
 from tests.support.machine import Steal
 from tests.support.postgres import running_postgres
 from tests.support.server import Client, JupyterServer, summary_ms
-from benchmarks.reservations import CLIENTS, GPUS_PER_HOST, HOST_SPECS, HOSTS, USERS, seed
-from jupyter_gpuhive.store import Store
 
 UTC = timezone.utc
 NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)

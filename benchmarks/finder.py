@@ -40,8 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import insert, update
 
-from tests.support.finder_cases import brute_force, random_case
-from tests.support.mig_race import slice_double_bookings
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.bookings.reservations import Policy
@@ -53,6 +51,8 @@ from jupyter_gpuhive.model.rules import Rule, Window
 from jupyter_gpuhive.sim.topology import layout, topo_matrix
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
+from tests.support.finder_cases import brute_force, random_case
+from tests.support.mig_race import slice_double_bookings
 
 HOSTS, PER_HOST, SPLIT_HOSTS, SLICES = 125, 8, 25, 7  # 25 x 8 = 200 GPUs split into 7 slices
 RESERVATIONS = 50_000

@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec
 
-from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.kernels.registry import KernelRegistry
@@ -47,6 +46,7 @@ from jupyter_gpuhive.model import Identity, utcnow
 from jupyter_gpuhive.sim.sshd import SshdCluster
 from jupyter_gpuhive.sim.users import current_user, ensure_user, is_root
 from jupyter_gpuhive.store import Store
+from tests.support.kernel_python import kernel_python
 
 HOST = "kbench1"
 USER = "gh-alice"  # a test user with a plain shell rc (root's may start pyenv: slow logins)

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tests.support.server import JupyterServer, percentile
 from jupyter_gpuhive.notebook.client import HiveClient
+from tests.support.server import JupyterServer, percentile
 
 
 def ms(values: list[float], pct: float | None = None) -> float:

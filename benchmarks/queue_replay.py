@@ -51,14 +51,8 @@ it waited at the head by jobs of a few hours that ended after FIFO would have st
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
-import math
-import random
-import statistics
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import create_engine, insert, text
 
-from tests.support.postgres import running_postgres
-from tests.support.server import Client, JupyterServer, summary_ms
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
+from tests.support.postgres import running_postgres
+from tests.support.server import Client, JupyterServer, summary_ms
 
 UTC = timezone.utc
 HOSTS, GPUS_PER_HOST = 64, 4

@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from tests.support.postgres import PostgresCluster
 from tests.dates import SITE_ZONE, faked_env, instants, offset_changes, real_now
+from tests.support.postgres import PostgresCluster
 
 UTC = timezone.utc
 WARSAW = ZoneInfo(SITE_ZONE)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.sim.ports import free_port
+from tests.support.waiting import wait_for
 
 
 def children(pid: int) -> list[int]:

@@ -16,9 +16,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.support.server import Client, JupyterServer
 from tests.support.waiting import wait_for
-from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as a real test user")
 

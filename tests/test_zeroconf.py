@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import Client, JupyterServer
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.hosts.config import local_gpu_host, local_host_name
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.sim.cluster import LocalSimHost
+from tests.support.server import Client, JupyterServer
+from tests.support.waiting import wait_for
 
 USERS = {"tok-me": {"name": "me"}}
 

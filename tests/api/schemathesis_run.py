@@ -20,8 +20,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from tests.support.server import Client, JupyterServer
 from tests.conftest import HOSTS, TOKENS, USERS, iso, soon
+from tests.support.server import Client, JupyterServer
 
 SEED = 20261124
 EXAMPLES = 6  # per operation, mode and phase

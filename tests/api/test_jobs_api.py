@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, book
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run jobs as a user")
 

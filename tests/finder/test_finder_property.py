@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.finder_cases import GRID, _fits, _free, brute_force, random_case
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy, ReservationService
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, SliceDecl
@@ -24,6 +23,7 @@ from jupyter_gpuhive.model.finder import Inputs, Want, find
 from jupyter_gpuhive.model.requests import Booking
 from jupyter_gpuhive.model.rules import Rule, Window
 from jupyter_gpuhive.store import Store
+from tests.support.finder_cases import GRID, _fits, _free, brute_force, random_case
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 

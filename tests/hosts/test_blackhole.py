@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.monitor.sampler import Sampler
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nftables rules need root")
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.hosts.pool import HostUnavailable, SshSettings
 from jupyter_gpuhive.hosts.ssh import ensure_client_key, fetch_host_key, known_hosts_line
 from jupyter_gpuhive.model import HostDecl
@@ -28,6 +27,7 @@ from tests.hosts.helpers import (
     local_decl,
     sim_processes,
 )
+from tests.support.waiting import until
 
 
 async def timed_sweep(sampler: Sampler):

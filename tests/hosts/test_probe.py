@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
 from jupyter_gpuhive.hosts.probe import (
     PROBE_COMMAND,
@@ -25,6 +24,7 @@ from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim.inventory import HOST_ENV, NA
 from jupyter_gpuhive.sim.users import start_gpu_process
 from tests.hosts.helpers import G1, G2, MIG, OLD, accepted_logins, local_decl
+from tests.support.waiting import until
 
 
 async def probe(pool, name: str) -> HostSample:

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpuhive.sim.ports import free_port
 from tests.support.postgres import PostgresCluster
 from tests.support.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
 from tests.support.waiting import wait_for
-from jupyter_gpuhive.sim.ports import free_port
 
 USERS = {"alice": ["phd"], "bob": ["phd"], "carol": ["admins"]}
 

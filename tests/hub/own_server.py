@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpuhive.sim.ports import free_port
 from tests.support.team_hub import Reply, call
 from tests.support.waiting import wait_for
-from jupyter_gpuhive.sim.ports import free_port
 
 
 class OwnServer:

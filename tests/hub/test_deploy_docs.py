@@ -20,11 +20,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.postgres import PostgresCluster, _bin, running_postgres
-from tests.support.team_hub import EXAMPLE, REPO, TeamHub
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.store import Store
+from tests.support.postgres import PostgresCluster, _bin, running_postgres
+from tests.support.team_hub import EXAMPLE, REPO, TeamHub
 
 DOC = REPO / "docs" / "team-mode.md"
 BLOCK = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.postgres import PostgresCluster
-from tests.support.team_hub import HOSTS
 from jupyter_gpuhive.bookings.access import parse_rule
 from jupyter_gpuhive.cli.migrate import MigrationError, migrate
 from jupyter_gpuhive.errors import Conflict
@@ -21,6 +19,8 @@ from jupyter_gpuhive.model import Identity
 from jupyter_gpuhive.model.requests import Booking
 from jupyter_gpuhive.server.app import GpuHiveApp
 from tests.conftest import soon
+from tests.support.postgres import PostgresCluster
+from tests.support.team_hub import HOSTS
 
 ALICE = Identity("alice", frozenset({"phd"}), False)
 BOSS = Identity("boss", frozenset({"admins"}), True)

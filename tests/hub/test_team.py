@@ -16,11 +16,11 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.support.team_hub import call, service_processes
-from tests.support.waiting import wait_for
 from tests.conftest import iso, soon
 from tests.hub.conftest import Team
 from tests.hub.own_server import OwnServer
+from tests.support.team_hub import call, service_processes
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.hub
 

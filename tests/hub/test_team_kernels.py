@@ -30,13 +30,13 @@ import pytest
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-from tests.support.kernel_python import kernel_python
-from tests.support.postgres import PostgresCluster
-from tests.support.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import iso
 from tests.hub.conftest import Team
 from tests.kernels.remote_helpers import REPORT, Notebook, report
+from tests.support.kernel_python import kernel_python
+from tests.support.postgres import PostgresCluster
+from tests.support.team_hub import HubSetupError, Reply, TeamHub, call, service_processes
 
 pytestmark = [
     pytest.mark.hub,

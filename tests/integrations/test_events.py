@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, book, iso
 from tests.integrations.receiver import Receiver, receiving
 from tests.integrations.test_webhooks import add_hook
+from tests.support.waiting import until
 
 OWNER = "hivejob1"  # a real UNIX user (as in tests/api/test_jobs_api.py)
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")

@@ -14,9 +14,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+from tests.conftest import HOSTS, TOKENS, USERS
 from tests.support.server import Client, JupyterServer
 from tests.support.waiting import wait_for
-from tests.conftest import HOSTS, TOKENS, USERS
 
 
 @pytest.fixture(scope="module")

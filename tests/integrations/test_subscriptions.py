@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.integrations.subscriptions import AVAILABILITY_SCHEMA_ID
 from tests.conftest import UTC, book, iso
 from tests.integrations.receiver import Receiver, receiving
 from tests.integrations.test_webhooks import add_hook
 from tests.protection.conftest import Mailbox
+from tests.support.waiting import until
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.integrations.addresses import NotSent, PinnedResolver
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings, public_only
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
 from tests.integrations.receiver import Receiver, receiving
+from tests.support.waiting import until
 
 INTERNAL = [
     "http://127.0.0.1:9/x",

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.integrations.webhooks import sign, verify
 from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
 from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler
 from tests.conftest import book, soon
 from tests.integrations.receiver import Receiver, receiving
+from tests.support.waiting import until
 
 
 @pytest.fixture

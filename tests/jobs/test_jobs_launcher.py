@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
@@ -29,6 +28,7 @@ from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.users import ensure_user, is_root
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import Jobs
+from tests.support.waiting import until
 
 pytestmark = [
     pytest.mark.skipif(not is_root(), reason="runs tasks as a real test user (needs root)"),

@@ -17,14 +17,14 @@ from typing import Any
 import asyncssh
 import pytest
 
-from tests.support.postgres import PostgresCluster
-from tests.support.waiting import until
 from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from jupyter_gpuhive.sim.sshhost import SimHost
 from tests.conftest import USERS
+from tests.support.postgres import PostgresCluster
+from tests.support.waiting import until
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="runs jobs as a real user (needs root)"),

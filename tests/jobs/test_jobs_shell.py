@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.jobs import (
     GpuSlot,
     TaskSpec,
@@ -25,6 +24,7 @@ from jupyter_gpuhive.jobs import (
     shell_command,
 )
 from jupyter_gpuhive.jobs.commands import env_file, env_path
+from tests.support.waiting import wait_for
 
 NASTY = [
     "it's",

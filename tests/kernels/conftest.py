@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.sim.users import ensure_user, is_root
 from tests.kernels.remote_helpers import UNIX
+from tests.support.kernel_python import kernel_python
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from tests.support.kernel_python import kernel_python
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import USERS, book, soon
 from tests.hosts.test_blackhole import blackhole  # noqa: F401 - the fixture
@@ -34,6 +33,7 @@ from tests.kernels.remote_helpers import (
     sessions_api,
     write_spec,
 )
+from tests.support.kernel_python import kernel_python
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="runs kernels as real users (needs root)"),

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.metrics import GPU_FIELDS, HOST_FIELDS
 from jupyter_gpuhive.monitor.sampler import Sampler, Sweep
 from tests.hosts.helpers import G1, MIG, kill_sim_processes, local_decl, sim_processes
+from tests.support.waiting import until
 
 
 async def test_sweep_fills_live_state_and_metrics(hive_cluster, make_pool) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.sim.cluster import SshdCluster, start_gpu_process
 from tests.hosts.helpers import host_decls, needs_sshd, settings_for
 from tests.protection.conftest import USER_MAP, tty_count
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
 

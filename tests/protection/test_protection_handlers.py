@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import until
 from jupyter_gpuhive.protection.handlers import (
     EVENT_SCHEMA,
     EVENT_SCHEMA_ID,
@@ -24,6 +23,7 @@ from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from jupyter_gpuhive.sim.ports import free_port
 from tests.protection.conftest import USER_MAP, local_decl
+from tests.support.waiting import until
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
 

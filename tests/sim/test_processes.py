@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.hosts import nvsmi
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.processes import Placement, parse_visible_devices
 from jupyter_gpuhive.sim.users import start_gpu_process
+from tests.support.waiting import wait_for
 
 APPS = ("--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv")
 

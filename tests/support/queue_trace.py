@@ -2,6 +2,7 @@
 admission pass in simulated time (`benchmarks/queue_replay.py` prints it, `tests/jobs` checks it)."""
 
 from __future__ import annotations
+
 import heapq
 import json
 import math

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import JupyterServer
 from jupyter_gpuhive.notebook.client import HiveClient
 from tests.conftest import TOKENS, USERS
+from tests.support.server import JupyterServer
 
 UTC_NAME = "UTC"
 HOSTS = [

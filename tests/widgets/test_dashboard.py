@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import JupyterServer
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user, start_gpu_process
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
 from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table
 from tests.conftest import TOKENS, USERS
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as users")
 UTC = timezone.utc

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import JupyterServer
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
 from jupyter_gpuhive.widgets.dashboard_view import DashboardView, process_table, usage_text
 from tests.conftest import TOKENS, USERS
 from tests.sim.conftest import gpu_processes  # noqa: F401
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as users")
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.server import JupyterServer
-from tests.support.waiting import wait_for
 from jupyter_gpuhive import widgets
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.ports import free_port
 from tests.conftest import TOKENS, USERS
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from tests.support.server import JupyterServer
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.notebook.client import HiveClient, HiveClientError
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from jupyter_gpuhive.widgets import job_builder, jobs
@@ -32,6 +30,8 @@ from jupyter_gpuhive.widgets.joblist_model import JobListModel
 from jupyter_gpuhive.widgets.jobs_view import JobBuilderView
 from jupyter_gpuhive.widgets.overview_model import FREE, MINE, QUEUED, OverviewModel
 from tests.conftest import USERS
+from tests.support.server import JupyterServer
+from tests.support.waiting import wait_for
 from tests.widgets.test_examples import EXAMPLES, _text
 
 UTC = timezone.utc

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support.waiting import wait_for
 from jupyter_gpuhive.widgets.poller import Poller
+from tests.support.waiting import wait_for
 
 
 def test_a_failed_round_does_not_end_the_refresh() -> None:
