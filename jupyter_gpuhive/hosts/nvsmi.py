@@ -24,7 +24,9 @@ QUERY_GPU_FIELDS = (
     "power.draw",
     "fan.speed",
 )
-QUERY_APPS_FIELDS = ("pid", "process_name", "gpu_uuid", "used_memory")
+# No process_name: nvidia-smi prints names unquoted, so a name with a newline or ", " could
+# end a line or forge one. Names and owners come from `ps`, which escapes them.
+QUERY_APPS_FIELDS = ("pid", "gpu_uuid", "used_memory")
 
 # Header names (units stripped) that differ from the field a query names.
 FIELD_ALIASES = {
@@ -149,13 +151,16 @@ def _is_header(cells: list[str]) -> bool:
     return all(_HEADER_CELL.match(c) for c in cells) and not all(c.isdigit() for c in cells)
 
 
-def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str | None]]:
+def parse_csv(
+    text: str, fields: Sequence[str] | None = None, *, strict: bool = True
+) -> list[dict[str, str | None]]:
     """Rows of a ``--format=csv`` answer as {field: raw value or None}, read by header names.
 
-    Without a header line (``noheader``) the caller names the `fields` it asked for.
+    Without a header line (``noheader``) the caller names the `fields` it asked for. Lines end
+    at "\n" only. Not `strict`, a line with the wrong number of fields is left out.
     """
     check_driver(text)
-    lines = [(n, ln.rstrip("\r")) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    lines = [(n, ln.rstrip("\r")) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:
         return []
     first = [c.strip() for c in lines[0][1].split(", ")]
@@ -174,6 +179,8 @@ def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, 
             extra = len(cells) - len(names)
             cells[at : at + extra + 1] = [", ".join(cells[at : at + extra + 1])]
         if len(cells) != len(names):
+            if not strict:
+                continue
             raise NvsmiParseError(
                 f"expected {len(names)} CSV fields, got {len(cells)}", number, line
             )
@@ -237,16 +244,25 @@ def parse_query_gpu(text: str, fields: Sequence[str] | None = None) -> list[GpuM
 
 
 def parse_compute_apps(text: str, fields: Sequence[str] | None = None) -> list[GpuProcess]:
-    """Processes from a ``--query-compute-apps`` CSV answer (pid must be among the fields)."""
+    """Processes from a ``--query-compute-apps`` CSV answer (pid must be among the fields).
+
+    A line that cannot be read costs that line only: one process, never the host's others.
+    """
     procs = []
-    for n, row in enumerate(parse_csv(text, fields), 1):
-        pid = _int(_required(row, "pid", n), "pid", n)
+    for n, row in enumerate(parse_csv(text, fields, strict=False), 1):
+        try:
+            pid = _int(_required(row, "pid", n), "pid", n)
+            used = _int(row.get("used_memory"), "used_memory", n)
+        except NvsmiParseError:
+            continue
+        if pid is None or pid <= 0:
+            continue
         procs.append(
             GpuProcess(
-                pid=pid or 0,
+                pid=pid,
                 gpu_uuid=row.get("gpu_uuid"),
                 process_name=row.get("process_name"),
-                used_memory_mib=_int(row.get("used_memory"), "used_memory", n),
+                used_memory_mib=used,
                 gpu_bus_id=row.get("gpu_bus_id"),
             )
         )

@@ -18,6 +18,7 @@ from .nvsmi import (
     QUERY_GPU_FIELDS,
     GpuListing,
     GpuMetrics,
+    GpuProcess,
     MigDevice,
     NvsmiParseError,
     NvsmiReport,
@@ -44,6 +45,8 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # is known by its PID and start time (/proc/PID/stat, read by the shell), and the loop keeps
 # the `ps` line of each until the process leaves the GPUs. (A process that changes its user or
 # process group after it was first seen keeps its first line; GPU jobs do not do that.)
+# The XML holds process names as nvidia-smi prints them (newlines too): each of its lines is
+# sent behind a '|', so none can pass for a section mark.
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _BODY = r"""
@@ -65,7 +68,10 @@ exec 4<&-; wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
 if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
 if [ -n "$mig" ]; then
-  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\n' "@M@xml $ls" "$out"
+  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\n' "@M@xml $ls"
+  while IFS= read -r x; do printf '|%s\n' "$x"; done <<XML
+$out
+XML
 fi
 printf '%s\n' "@M@ps 0"; new=; keys=
 for p in $pids; do
@@ -128,6 +134,7 @@ PROBE_LOOP_COMMAND = "sh -c " + shlex.quote(
     f"{_SCRATCH}\nexec 2>&1\nwhile read -r token; do\n{_BODY}\nprintf '%s\\n' \"{END}$token\"\ndone"
 )
 _SECTION = re.compile(rf"^{re.escape(MARK)}(\w+) (\d+)$")
+_PROCESS_NAME = re.compile(r"<process_name>.*?</process_name>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -161,12 +168,19 @@ class HostSample:
     mem_available_mib: int | None = None
 
 
+def without_process_names(text: str) -> str:
+    """``-q -x`` output with every process name emptied: nvidia-smi does not always escape
+    them, and a name must not break the XML or pass for a driver failure."""
+    return _PROCESS_NAME.sub("<process_name></process_name>", text)
+
+
 def split_sections(text: str) -> dict[str, tuple[int, str]]:
-    """The probe's answer as {section: (exit status, text)}."""
+    """The probe's answer as {section: (exit status, text)}; lines end at "\n" only."""
     sections: dict[str, tuple[int, str]] = {}
     name: str | None = None
     status, lines = 0, list[str]()
-    for line in text.splitlines():
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
         match = _SECTION.match(line)
         if match:
             if name is not None:
@@ -180,13 +194,21 @@ def split_sections(text: str) -> dict[str, tuple[int, str]]:
 
 
 def _owners(text: str) -> dict[int, tuple[str, str, int]]:
-    """`ps -o pid=,pgid=,user=,args=` lines as {pid: (user, command, pgid)}."""
-    owners = {}
-    for line in text.splitlines():
+    """`ps -o pid=,pgid=,user=,args=` lines as {pid: (user, command, pgid)}.
+
+    `ps` escapes control characters in arguments, so each process is one line; a PID that
+    comes twice is nobody's (None is better than a forged owner).
+    """
+    owners: dict[int, tuple[str, str, int]] = {}
+    twice: set[int] = set()
+    for line in text.split("\n"):
         parts = line.split(None, 3)
         if len(parts) >= 3 and parts[0].isdigit() and parts[1].isdigit():
-            owners[int(parts[0])] = (parts[2], parts[3] if len(parts) > 3 else "", int(parts[1]))
-    return owners
+            pid = int(parts[0])
+            if pid in owners:
+                twice.add(pid)
+            owners[pid] = (parts[2], parts[3] if len(parts) > 3 else "", int(parts[1]))
+    return {pid: found for pid, found in owners.items() if pid not in twice}
 
 
 def _cpu(text: str) -> tuple[int, int] | None:
@@ -209,12 +231,32 @@ def _meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def _placements(
+    report: NvsmiReport, processes: list[ProcessInfo]
+) -> dict[int, tuple[str, int | None, int | None]]:
+    """{pid: (GPU, GI, CI)} from -q -x, for the processes the CSV put on that GPU; a PID the XML
+    places twice is left out (a process name nvidia-smi did not escape could forge one)."""
+    gpu_of = {p.pid: p.gpu_uuid for p in processes}
+    claims: dict[int, list[GpuProcess]] = {}
+    for proc in report.processes:
+        if proc.pid in gpu_of and gpu_of[proc.pid] == proc.gpu_uuid:
+            claims.setdefault(proc.pid, []).append(proc)
+    return {
+        pid: (found.gpu_uuid or "", found.gpu_instance_id, found.compute_instance_id)
+        for pid, (found, *more) in claims.items()
+        if not more
+    }
+
+
 def _slices(
     listings: list[GpuListing], report: NvsmiReport, processes: list[ProcessInfo]
 ) -> tuple[dict[str, tuple[MigDevice, ...]], list[ProcessInfo]]:
     """Join -L (UUID, profile by MIG device index) with -q -x (GI, CI, memory by the same
     index) per GPU, and put each process on its slice by (GPU, GI, CI)."""
-    xml = {gpu.uuid: {m.index: m for m in gpu.mig} for gpu in report.gpus}
+    listed_gpus = [gpu.uuid for gpu in report.gpus]  # a GPU listed twice: slices unknown
+    xml = {
+        g.uuid: {m.index: m for m in g.mig} for g in report.gpus if listed_gpus.count(g.uuid) == 1
+    }
     slices: dict[str, tuple[MigDevice, ...]] = {}
     where: dict[tuple[str, int | None, int | None], str] = {}
     for listing in listings:
@@ -228,10 +270,7 @@ def _slices(
             where[(listing.uuid, seen.gpu_instance_id, seen.compute_instance_id)] = listed.uuid
         if found:
             slices[listing.uuid] = tuple(found)
-    on_slice = {
-        p.pid: where.get((p.gpu_uuid or "", p.gpu_instance_id, p.compute_instance_id))
-        for p in report.processes
-    }
+    on_slice = {pid: where.get(place) for pid, place in _placements(report, processes).items()}
     placed = [
         replace(p, mig_uuid=on_slice.get(p.pid)) if p.gpu_uuid in slices else p for p in processes
     ]
@@ -248,6 +287,7 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     processes: list[ProcessInfo] = []
     mig: dict[str, tuple[str, ...]] = {}
     slices: dict[str, tuple[MigDevice, ...]] = {}
+    listings: list[GpuListing] = []
     try:
         status, body = sections["gpus"]
         check_driver(body, status)
@@ -268,12 +308,17 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         for listing in listings:
             if listing.mig:
                 mig[listing.uuid] = tuple(m.uuid for m in listing.mig if m.uuid)
-        status, body = sections.get("xml", (1, ""))
-        if status == 0 and listings:
-            slices, processes = _slices(listings, parse_query_xml(body), processes)
     except NvsmiParseError as error:
         gpu_error = str(error)
-        gpus, processes, slices = [], [], {}
+        gpus, processes, listings = [], [], []
+    status, body = sections.get("xml", (1, ""))
+    if status == 0 and listings:
+        try:  # unreadable XML costs the MIG slices' details, never the GPUs and processes
+            lines = (line.removeprefix("|") for line in body.split("\n"))
+            report = parse_query_xml(without_process_names("\n".join(lines)))
+            slices, processes = _slices(listings, report, processes)
+        except NvsmiParseError:
+            slices = {}
     memory = _meminfo(sections.get("mem", (0, ""))[1])
     ncpu = sections.get("ncpu", (0, ""))[1].strip()
     return HostSample(
