@@ -38,12 +38,48 @@ async def lookup(host: str, port: int, timeout: float) -> list[Address]:
     return [(family, address) for family, _, _, _, address in found]
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix
+_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible IPv6 (RFC 4291)
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT IPv4-translated (RFC 2765)
+# Local-use NAT64 (RFC 8215): the IPv4 address sits where the operator chose; never global.
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def embedded(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 one stands for (IPv4-mapped, IPv4-compatible, 6to4, NAT64),
+    else the address itself."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or ip in _COMPATIBLE or ip in _TRANSLATED:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def routable(ip: IPAddress) -> bool:
+    """Whether `ip` is a globally routable unicast address, judged by the IPv4 address an
+    IPv6 form carries too (both must be)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _LOCAL_NAT64:
+        return False
+    inner = embedded(ip)
+    return all(a.is_global and not a.is_multicast for a in (ip, inner))
+
+
 def not_public(host: str, found: list[Address]) -> str | None:
     """Why these addresses may not receive a user's webhook (one is not global), or None."""
     for _, address in found:
         ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
-        if not ip.is_global:
-            return f"{host} is a loopback, private or link-local address ({ip})"
+        if not routable(ip):
+            inner = embedded(ip)
+            shown = f"{ip}" if inner == ip else f"{ip}, that is {inner}"
+            return (
+                f"{host} is a loopback, private or link-local address, or another that is not "
+                f"globally routable unicast ({shown})"
+            )
     return None
 
 
