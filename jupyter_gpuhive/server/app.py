@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,35 @@ class GpuHiveSettings(GpuHiveConfig):
             monitor=self.monitor,
         )
 
+    def watch_hosts_file(self, hive: Hive) -> HostsFileWatcher | None:
+        """What gives `hive` the hosts file's hosts when it changes (None: reload is off)."""
+        if not self.hosts_file_reload:
+            return None
+        return HostsFileWatcher(
+            self.hosts_file_path(), self.poll_interval, functools.partial(self.reload_hosts, hive)
+        )
+
+    async def reload_hosts(self, hive: Hive) -> None:
+        """The hosts file changed: `hive` uses its hosts now (a broken file changes nothing)."""
+        path = self.hosts_file_path()
+        try:  # off the loop: it may run nvidia-smi (auto_local_host) and make a key
+            settings = await asyncio.get_running_loop().run_in_executor(
+                None, self.settings_for_hive
+            )
+        except (Invalid, HandlerConfigError) as error:
+            self.log.error("gpuhive: %s changed but is not used: %s", path, error)
+            return
+        before = {h.name for h in hive.settings.hosts}
+        if [(h, h.extra) for h in settings.hosts] == [(h, h.extra) for h in hive.settings.hosts]:
+            return
+        await hive.use_hosts(settings.hosts, settings.ssh)
+        after = {h.name for h in settings.hosts}
+        self.log.info(
+            "gpuhive: %s changed; hosts now %s (added: %s; removed: %s)", path,
+            ", ".join(sorted(after)) or "none", ", ".join(sorted(after - before)) or "none",
+            ", ".join(sorted(before - after)) or "none",
+        )  # fmt: skip
+
 
 class GpuHiveApp(ExtensionApp, GpuHiveSettings):
     """Exclusive GPU reservations, monitoring and jobs for shared GPU servers."""
@@ -227,34 +257,7 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
         self.log.info(
             "gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(settings.hosts)
         )
-        if self.hosts_file_reload:
-            self._watcher = HostsFileWatcher(
-                self.hosts_file_path(), self.poll_interval, self._reload_hosts_file
-            )
-
-    async def _reload_hosts_file(self) -> None:
-        """The hosts file changed: use its hosts now (a file with errors changes nothing)."""
-        assert self.hive is not None
-        path = self.hosts_file_path()
-        try:  # off the loop: it may run nvidia-smi (auto_local_host) and make a key
-            settings = await asyncio.get_running_loop().run_in_executor(
-                None, self.settings_for_hive
-            )
-        except (Invalid, HandlerConfigError) as error:
-            self.log.error("gpuhive: %s changed but is not used: %s", path, error)
-            return
-        before = {h.name for h in self.hive.settings.hosts}
-        if [(h, h.extra) for h in settings.hosts] == [
-            (h, h.extra) for h in self.hive.settings.hosts
-        ]:
-            return
-        await self.hive.use_hosts(settings.hosts, settings.ssh)
-        after = {h.name for h in settings.hosts}
-        self.log.info(
-            "gpuhive: %s changed; hosts now %s (added: %s; removed: %s)", path,
-            ", ".join(sorted(after)) or "none", ", ".join(sorted(after - before)) or "none",
-            ", ".join(sorted(before - after)) or "none",
-        )  # fmt: skip
+        self._watcher = self.watch_hosts_file(self.hive)
 
     def initialize_handlers(self) -> None:
         from .api import PREFIX, ROUTES

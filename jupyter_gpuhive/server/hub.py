@@ -27,8 +27,10 @@ from traitlets.config import Application
 
 from ..errors import Forbidden, HiveError, Unauthorized
 from ..hive import Hive
+from ..hosts.file import HostsFileWatcher
 from ..kernels.broker import KernelBroker
 from ..model import Identity
+from . import public_url
 from .api import routes
 from .api.base import HiveLogic
 from .app import GpuHiveApp, GpuHiveSettings
@@ -69,6 +71,11 @@ class HubHandler(HubAuthenticated, HiveLogic):
 
     def get_current_user(self) -> Any:
         return self._hub_user
+
+    def public_api_url(self) -> str:
+        """The API as the Hub's proxy publishes it (server/public_url.py says how)."""
+        request = self.request
+        return public_url.service_url(request.headers, request.protocol, request.host) + "api/"
 
     def get_login_url(self) -> str:
         raise Unauthorized(
@@ -146,6 +153,7 @@ class GpuHiveService(Application):
             [*api, (prefix.rstrip("/") + "/health", HealthHandler)],
             gpuhive=hive,
             gpuhive_broker=broker,
+            gpuhive_hosts_watcher=configured.watch_hosts_file(hive),
             hub_auth=auth,
         )
         for _, handler in api:
@@ -162,6 +170,9 @@ class GpuHiveService(Application):
         server = HTTPServer(app, xheaders=True)
         server.listen(where.port or 80, where.hostname or "127.0.0.1")
         await hive.start()
+        watcher: HostsFileWatcher | None = app.settings["gpuhive_hosts_watcher"]
+        if watcher is not None:  # as in a Jupyter server: `jupyter gpuhive hosts add` works
+            watcher.start()
         freeze_startup_heap()
         log.info("gpuhive service listening on %s", url)
         stop = asyncio.Event()
@@ -170,6 +181,8 @@ class GpuHiveService(Application):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         server.stop()
+        if watcher is not None:
+            await watcher.stop()
         await app.settings["gpuhive_broker"].close()
         await hive.stop()
         hive.close()

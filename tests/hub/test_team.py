@@ -236,6 +236,19 @@ def test_admin_carol_can_cancel_alices_reservation(team: Team, bookings: dict[st
     assert again.status == 201, again
 
 
+def test_a_feed_made_through_a_users_server_has_the_address_of_the_hubs_proxy(
+    team: Team,
+) -> None:
+    """No c.JupyterHub.public_url here: the URL is where alice's request reached the proxy
+    (never the service's internal address, which nothing outside this machine reaches)."""
+    made = team.own("alice", "POST", "feeds/personal")
+    assert made.status == 201, made
+    url = made.body["url"]
+    assert url.startswith(team.hub.url + "/services/gpuhive/api/calendar/"), url
+    feed = call("GET", url)  # a calendar program: no credentials, through the proxy
+    assert feed.status == 200 and "BEGIN:VCALENDAR" in str(feed.body), feed
+
+
 def test_leader_election_and_failover(team: Team) -> None:
     """Two replicas on one PostgreSQL: one leader; SIGKILL it and the other takes over."""
     hub = team.hub

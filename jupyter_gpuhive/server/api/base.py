@@ -90,6 +90,11 @@ class HiveLogic(RequestHandler):
         """The authenticated requester; each deployment base says how it knows."""
         raise NotImplementedError
 
+    def public_api_url(self) -> str:
+        """This API's absolute URL (ending in 'api/') as its caller reached it."""
+        base = self.request.path.split("/gpuhive/api/")[0]
+        return f"{self.request.protocol}://{self.request.host}{base}/gpuhive/api/"
+
     @property
     def who(self) -> Identity:
         """The requester as gpuhive sees them (name, groups, admin)."""

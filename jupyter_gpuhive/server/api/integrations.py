@@ -19,8 +19,7 @@ from .schemas import bodies, queries, replies
 
 def feed_url(handler: HiveLogic, token: str) -> str:
     """The absolute URL of a feed (the token is its only credential)."""
-    base = handler.request.path.split("/gpuhive/api/")[0]
-    return f"{handler.request.protocol}://{handler.request.host}{base}/gpuhive/api/calendar/{token}.ics"
+    return f"{handler.public_api_url()}calendar/{token}.ics"
 
 
 class CalendarHandler(HiveLogic):

@@ -13,6 +13,8 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from ..public_url import FORWARDED
+
 
 class ProxyHandler(APIHandler):
     """Forwards `gpuhive/api/<path>` to `<service_url>api/<path>`."""
@@ -25,10 +27,14 @@ class ProxyHandler(APIHandler):
     async def _forward(self, path: str) -> None:
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
+        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+        for name in FORWARDED:  # where the Hub's proxy was reached (the service's public URL)
+            if self.request.headers.get(name):
+                headers[name] = self.request.headers[name]
         request = HTTPRequest(
             self._target(path),
             method=self.request.method or "GET",
-            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+            headers=headers,
             body=body if body is not None or self.request.method == "GET" else b"",
             allow_nonstandard_methods=True,
             request_timeout=60,
