@@ -56,7 +56,8 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "jupyter_server_config.py"
     user = getpass.getuser()
-    config.write_text(
+    write_config_text(
+        config,
         "# Written by `python -m jupyter_gpuhive.cli.demo`.\n"
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {('sqlite:///' + str(root / 'gpuhive.sqlite'))!r}\n"
@@ -71,9 +72,16 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
         "c.GpuHiveApp.noshow_release_after = '10m'\n"
         f"c.GpuHiveApp.sidebar_note = {sidebar_note(user)!r}\n"
         "c.ServerApp.open_browser = False\n"
-        f"c.ServerApp.allow_root = {os.geteuid() == 0}\n"
+        f"c.ServerApp.allow_root = {os.geteuid() == 0}\n",
     )
     return config
+
+
+def write_config_text(path: Path, text: str) -> None:
+    """Write a server config as a secret file (0600 from its first byte)."""
+    from ..hosts.secretfiles import write_secret
+
+    write_secret(path, text.encode(), replace=True)
 
 
 def seed_store(config: Path) -> dict[str, Any]:

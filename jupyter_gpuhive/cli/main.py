@@ -48,11 +48,15 @@ class InitApp(_Base):
         if target.exists() and not self.force:
             self.log.error("%s exists; use --force to overwrite it.", target)
             sys.exit(1)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        from ..hosts.secretfiles import write_secret
+
         text = "# Configuration of jupyter-gpuhive (every setting, commented out).\n"
         text += "c = get_config()  # noqa\n\n"
         text += GpuHiveApp.class_config_section()
-        target.write_text(text)
+        # 0600 from the start: it will hold the database URL and SMTP passwords.
+        if not write_secret(target, text.encode(), replace=self.force):
+            self.log.error("%s exists; use --force to overwrite it.", target)
+            sys.exit(1)
         print(f"Wrote {target}")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import asyncssh
 
 from ..model import HostDecl
+from .secretfiles import write_secret
 from .status import HostUnavailable
 
 SESSION_RETRIES = 6
@@ -119,13 +120,12 @@ def as_text(value: Any) -> str:
 
 
 def ensure_client_key(path: Path) -> asyncssh.SSHKey:
-    """Load the hive's SSH key, creating an ed25519 key on first use."""
+    """Load the hive's SSH key, creating an ed25519 key (0600 from its first byte) on first use."""
     if path.exists():
         return asyncssh.read_private_key(str(path))
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = asyncssh.generate_private_key("ssh-ed25519", comment=f"gpuhive@{os.uname().nodename}")
-    key.write_private_key(str(path))
-    os.chmod(path, 0o600)
+    if not write_secret(path, key.export_private_key()):  # made meanwhile by another process
+        return asyncssh.read_private_key(str(path))
     key.write_public_key(str(path) + ".pub")
     return key
 

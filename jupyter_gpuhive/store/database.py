@@ -44,6 +44,14 @@ def inserted_id(result: Any) -> int:
     return int(key[0])
 
 
+def _create_private(path: Path) -> None:
+    """Create a new SQLite file as 0600 before SQLite does (under the umask): it holds webhook
+    secrets and jobs' env values. SQLite gives its -wal and -shm files the same mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(
         url,
@@ -157,7 +165,7 @@ class Database:
         if self.dialect == "sqlite":
             if not parsed.database or parsed.database == ":memory:":
                 raise ValueError("gpuhive needs a SQLite file, not an in-memory database")
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(parsed.database).expanduser())
             self.reader = _sqlite_engine(url, immediate=False)
             self.writer = _sqlite_engine(url, immediate=True)
             # Writers of this process take turns here before BEGIN IMMEDIATE: a waiter wakes
