@@ -35,6 +35,9 @@ from .api import routes
 from .api.base import HiveLogic
 from .app import GpuHiveApp, GpuHiveSettings
 from .heap import freeze_startup_heap
+from .hub_kernel_tokens import SETTING as KERNEL_TOKENS
+from .hub_kernel_tokens import Held, ServiceKernelTokens
+from .kernel_tokens import PREFIX as KERNEL_TOKEN_PREFIX
 
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
@@ -47,12 +50,20 @@ class HubHandler(HubAuthenticated, HiveLogic):
     """Base of the service's handlers: the Hub says who is asking, without blocking."""
 
     _hub_user: dict[str, Any] | None = None
+    hub_token = ""  # the Hub token the request is asked as (a kernel token's: its server's)
+    kernel_token: Held | None = None  # the request came with a reservation kernel's token
 
     async def prepare(self) -> None:
         auth: HubAuth = self.hub_auth
         token = auth.get_token(self, in_cookie=False)
         if not token:
             raise Unauthorized("Send your JupyterHub token: Authorization: token <token>.")
+        if token.startswith(KERNEL_TOKEN_PREFIX):
+            tokens: ServiceKernelTokens = self.settings[KERNEL_TOKENS]
+            self.kernel_token = tokens.resolve(token)
+            if self.kernel_token is None:
+                raise Unauthorized("This kernel token is void: its kernel has ended.")
+            token = self.kernel_token.hub_token  # asked of the Hub as its owner's server
         if self.request.method in _READS:
             model = await auth.user_for_token(token, use_cache=True, sync=False)
         else:
@@ -64,10 +75,12 @@ class HubHandler(HubAuthenticated, HiveLogic):
             raise Unauthorized("The Hub does not know this token (expired or revoked?).")
         if model.get("kind") != "user":
             raise Forbidden(f"{model.get('kind')} {model.get('name')} is not a user.")
+        if self.kernel_token is not None and model.get("name") != self.kernel_token.owner:
+            raise Unauthorized("This kernel token is void: its owner's server token changed.")
         if not auth.check_scopes(auth.access_scopes, model):
             needed = ", ".join(sorted(auth.access_scopes))
             raise Forbidden(f"This token does not grant {needed}.")
-        self._hub_user = model
+        self._hub_user, self.hub_token = model, token
 
     def get_current_user(self) -> Any:
         return self._hub_user
@@ -148,7 +161,11 @@ class GpuHiveService(Application):
         broker = KernelBroker(hive.kernels, configured.kernel_socket_dir, configured.kernel_lease)
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
         auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
-        api = routes(HubHandler, prefix=prefix.rstrip("/") + "/api")
+        root = prefix.rstrip("/") + "/api"
+        api = routes(HubHandler, prefix=root)
+        # The same API under PREFIX/gpuhive/api: HiveClient (the magics) appends gpuhive/api/
+        # to GPUHIVE_URL, which a reservation kernel gets as the service's public URL.
+        api += [(prefix.rstrip("/") + "/gpuhive/api" + p[len(root) :], h) for p, h in api]
         app = web.Application(
             [*api, (prefix.rstrip("/") + "/health", HealthHandler)],
             gpuhive=hive,
@@ -156,6 +173,7 @@ class GpuHiveService(Application):
             gpuhive_hosts_watcher=configured.watch_hosts_file(hive),
             hub_auth=auth,
         )
+        app.settings[KERNEL_TOKENS] = ServiceKernelTokens(hive.kernels)
         for _, handler in api:
             handler.hub_auth = auth
         url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")

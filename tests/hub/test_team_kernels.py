@@ -85,7 +85,8 @@ def kteam(postgres: PostgresCluster, cluster: SshdCluster, sockets: Path) -> Ite
     users = {"alice": ["phd"], "bob": ["phd"]}
     admin = {"carol": ["admins"]}  # a gpuhive admin (no server of her own: not spawned)
     try:
-        hub = TeamHub(postgres.new_database(), {**users, **admin}, service_settings=settings)
+        hub = TeamHub(postgres.new_database(), {**users, **admin}, service_settings=settings,
+                      public_host="localhost")  # fmt: skip
     except HubSetupError as error:
         pytest.fail(f"{error} (then `make test`; or `make sysdeps venv` first)", pytrace=False)
     hub.start()
@@ -302,6 +303,74 @@ def test_the_service_refuses_bad_kernel_requests_with_reasons(kteam: Team) -> No
         assert (reply.status, words in reply.message) == (status, True), (name, reply)
     # Nothing was left behind by the refused launches.
     assert team.service(alice, "GET", f"kernels/{kid}/process").status == 404
+
+
+# What a notebook on the reservation runs to use gpuhive: GPUHIVE_URL + gpuhive/api/ (as
+# HiveClient builds it) with GPUHIVE_TOKEN; straight to the Hub's proxy, no proxy variables.
+KERNEL_CALLS = """
+import json, os, urllib.error, urllib.request
+def call(method, path, body=None):
+    url = os.environ["GPUHIVE_URL"].rstrip("/") + "/gpuhive/api/" + path
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        "Authorization": "token " + os.environ["GPUHIVE_TOKEN"],
+        "Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=30) as answer:
+            return [answer.status, json.loads(answer.read() or b"null")]
+    except urllib.error.HTTPError as error:
+        return [error.code, json.loads(error.read() or b"null")]
+print(json.dumps({"me": call("GET", "me"),
+                  "book": call("POST", "reservations", {"title": "from the kernel",
+                                "gpus": ["%(host)s:0"], "duration": "30m"}),
+                  "launch": call("POST", "kernels/%(kid)s/launch", {"reservation_id": %(rid)d})}))
+"""
+
+
+def test_a_reservation_kernel_uses_gpuhive_as_its_owner_with_a_token_of_its_own(
+    kteam: Team,
+) -> None:
+    """The kernel gets GPUHIVE_URL (the service at the Hub's public URL) and a token that
+    is worth its owner's gpuhive rights only, while the kernel lives: never the service's
+    token, never her server's."""
+    team = kteam
+    made = team.own("alice", "POST", "reservations",
+                    {"title": "magics", "gpus": [f"{HOST}:1"], "duration": "1h"})  # fmt: skip
+    assert made.status == 201, made
+    rid = made.body["id"]
+    started = kernels(team, "alice", "POST", body={"name": listed_spec(team, "alice", rid)[0]})
+    assert started.status == 201, started
+    kid = started.body["id"]
+    seen, used = cells(team, "alice", kid, REPORT,
+                       KERNEL_CALLS % {"host": HOST, "kid": kid, "rid": rid})  # fmt: skip
+    env = report(seen)["env"]
+    assert env["GPUHIVE_URL"] == team.hub.public_url + "services/gpuhive/"
+    token = env["GPUHIVE_TOKEN"]
+    assert token.startswith("gpuhive-kernel-"), token
+    service_env = next(iter(service_processes(team.hub.service_config).values()))
+    server_env = (Path(f"/proc/{server_pid('alice')}") / "environ").read_bytes().split(b"\0")
+    server_token = next(v.split(b"=", 1)[1].decode() for v in server_env
+                        if v.startswith(b"JUPYTERHUB_API_TOKEN="))  # fmt: skip
+    for secret in (service_env["JUPYTERHUB_API_TOKEN"], server_token):
+        assert not [k for k, v in env.items() if secret in v]
+
+    answers = report(used)
+    assert answers["me"][0] == 200 and answers["me"][1]["name"] == "alice", answers
+    assert answers["book"][0] == 201 and answers["book"][1]["owner"] == "alice", answers
+    assert answers["launch"][0] == 403, answers  # kernels are started by her server only
+
+    # Only gpuhive's API: the Hub and her own server do not know the token.
+    assert call("GET", f"{team.hub.url}/hub/api/user", token).status == 403
+    assert call("GET", team.hub.server_url("alice") + "api/status", token).status in (302, 403)
+    # bob's launch of her kernel is refused and leaves her kernel's token as it was.
+    bobs = team.service(team.service_tokens["bob"], "POST", f"kernels/{kid}/launch",
+                        {"reservation_id": rid})  # fmt: skip
+    assert bobs.status == 403, bobs
+    assert team.proxied(token, "GET", "me").body["name"] == "alice"
+    assert kernels(team, "alice", "DELETE", kid).status == 204
+    after = team.proxied(token, "GET", "me")  # the kernel ended: so did its token
+    assert after.status == 401 and "kernel has ended" in after.message, after
 
 
 def server_pid(user: str) -> int:

@@ -11,8 +11,10 @@ import re
 
 from tornado import web
 
-from ...errors import NotFound
+from ...errors import Forbidden, NotFound
 from ...kernels.broker import KernelBroker
+from ..hub_kernel_tokens import SETTING as KERNEL_TOKENS
+from ..hub_kernel_tokens import ServiceKernelTokens
 from .base import HiveLogic
 from .operations import operation
 from .schemas import brokered as bs
@@ -31,7 +33,22 @@ class _Brokered(HiveLogic):
             )
         if not KERNEL_ID.fullmatch(kernel_id):
             raise NotFound("A kernel id is a Jupyter kernel's id (letters, digits, '-').")
+        if getattr(self, "kernel_token", None) is not None:
+            raise Forbidden("A kernel's own token cannot start or control kernels.")
         return broker  # type: ignore[no-any-return]
+
+    def kernel_env(self, kernel_id: str) -> dict[str, str]:
+        """The service's GPUHIVE_URL/GPUHIVE_TOKEN for the kernel (hub_kernel_tokens)."""
+        tokens: ServiceKernelTokens | None = self.settings.get(KERNEL_TOKENS)
+        if tokens is None:
+            return {}
+        return tokens.env(kernel_id, self.who.name, str(getattr(self, "hub_token", "")))
+
+    def forget_token(self, kernel_id: str, *, failed: bool = False) -> None:
+        """The kernel ended (or, `failed`, its launch did): its token opens nothing now."""
+        tokens: ServiceKernelTokens | None = self.settings.get(KERNEL_TOKENS)
+        if tokens is not None:
+            (tokens.launch_failed if failed else tokens.revoke)(kernel_id)
 
 
 class LaunchHandler(_Brokered):
@@ -46,8 +63,14 @@ class LaunchHandler(_Brokered):
     async def post(self, kernel_id: str) -> None:
         broker = self.broker(kernel_id)
         body = self.body(bs.LaunchBody)
-        self.reply(await broker.launch(self.who, kernel_id, body.reservation_id, body.host,
-                                       body.env))  # fmt: skip
+        env = {**body.env, **self.kernel_env(kernel_id)}  # ours win over the server's
+        try:
+            answer = await broker.launch(self.who, kernel_id, body.reservation_id, body.host,
+                                         env)  # fmt: skip
+        except BaseException:
+            self.forget_token(kernel_id, failed=True)
+            raise
+        self.reply(answer)
 
 
 class ProcessHandler(_Brokered):
@@ -89,3 +112,5 @@ class CleanupHandler(_Brokered):
         broker = self.broker(kernel_id)
         restart = self.body(bs.CleanupBody).restart
         self.reply(await broker.cleanup(self.who, kernel_id, restart))
+        if not restart:
+            self.forget_token(kernel_id)
