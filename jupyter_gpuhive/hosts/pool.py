@@ -23,6 +23,7 @@ import asyncssh
 
 from ..model import HostDecl, utcnow
 from .environment import command_env
+from .keycheck import key_problem
 from .loops import LocalLoop, Loop, SshLoop
 from .ssh import SshSettings as SshSettings
 from .ssh import address, as_text, connect, explain, run_session
@@ -247,7 +248,13 @@ class HostPool:
             conn = self._conns.get(key)
             if conn is not None and not conn.is_closed():
                 return conn
-            conn = await connect(decl, user, self.settings)
+            try:
+                conn = await connect(decl, user, self.settings)
+            except (ValueError, OSError) as error:  # the key files are loaded first
+                problem = key_problem(self.settings.client_keys, error)
+                if problem is None:
+                    raise
+                raise HostUnavailable(decl.name, problem) from None
             self._conns[key] = conn
             return conn
 
