@@ -68,7 +68,7 @@ class Hive:
         self.identities = Identities(self.store, self.run, s.admin_users, s.admin_groups, s.groups)
         identity_of = self.identities.identity_of
         self.pool = HostPool(s.hosts, s.ssh)
-        self.integrations = Integrations(self.store, s.integrations, self.run, utcnow)
+        self.integrations = Integrations(self.store, s.integrations, self.run, utcnow, s.privacy)
         self.jobs = Jobs(
             self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
             privacy=s.privacy, interval=s.poll_interval, started=self.integrations.job_started,

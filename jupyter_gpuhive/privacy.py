@@ -3,6 +3,10 @@
 Owners and admins see everything of a thing; everyone else sees what the calendar, the
 overview and the queue need. Job env values are write-only: nobody gets them back, not
 even the owner (the names stay, each value reads MASK). docs/privacy.md has the table.
+
+The same rule holds for what leaves the server: a channel that only a thing's owner (or a
+person involved) reads gets their view; a channel anyone may read (a site webhook, a site
+feed) gets the view of ANYONE, a signed-in user who owns and administers nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +18,18 @@ from typing import Any
 from .model import Identity, Reservation
 from .model.jobs import MASK, Job, masked
 
-__all__ = ["MASK", "Privacy", "job_json", "masked", "reservation_json", "sees_all_of"]
+__all__ = [
+    "ANYONE",
+    "MASK",
+    "Privacy",
+    "job_json",
+    "job_summary_json",
+    "masked",
+    "reservation_json",
+    "sees_all_of",
+    "shows_description",
+    "violation_brief",
+]
 
 
 @dataclass(frozen=True)
@@ -26,9 +41,18 @@ class Privacy:
     public_usage: bool = False  # per-user and per-reservation usage of everyone
 
 
+# The reader of a channel everyone may read: owns nothing (no user is named ""), no admin.
+ANYONE = Identity("")
+
+
 def sees_all_of(who: Identity, owner: str | None) -> bool:
     """Whether `who` sees everything of a thing `owner` owns (they own it, or administer)."""
-    return who.is_admin or (owner is not None and who.name == owner)
+    return who.is_admin or (bool(owner) and who.name == owner)
+
+
+def shows_description(owner: str | None, who: Identity, privacy: Privacy) -> bool:
+    """Whether `who` reads the description of a reservation or job `owner` owns."""
+    return privacy.public_descriptions or sees_all_of(who, owner)
 
 
 def job_json(job: Job, who: Identity, privacy: Privacy) -> dict[str, Any]:
@@ -36,11 +60,25 @@ def job_json(job: Job, who: Identity, privacy: Privacy) -> dict[str, Any]:
     return job.to_json(detail=sees_all_of(who, job.owner), description=privacy.public_descriptions)
 
 
+def job_summary_json(job: Job, who: Identity, privacy: Privacy) -> dict[str, Any]:
+    """A job's summary (never its definition) with the description where `who` may read it."""
+    return job.to_json(description=shows_description(job.owner, who, privacy))
+
+
 def reservation_json(
     res: Reservation, who: Identity, privacy: Privacy, now: datetime | None = None
 ) -> dict[str, Any]:
     """A reservation as `who` may see it: title and owner for all, the description maybe."""
     data = res.to_json(now)
-    if not (privacy.public_descriptions or sees_all_of(who, res.owner)):
+    if not shows_description(res.owner, who, privacy):
         del data["description"]
     return data
+
+
+def violation_brief(item: dict[str, Any]) -> dict[str, Any]:
+    """Someone else's violation as public_violations shows it: no PIDs, command lines or
+    action details."""
+    brief = {k: v for k, v in item.items() if k not in ("pids", "commands")}
+    if "actions" in brief:
+        brief["actions"] = [{k: v for k, v in a.items() if k != "detail"} for a in brief["actions"]]
+    return brief

@@ -15,8 +15,8 @@ up to cli each may also import model and errors):
     monitor                               hosts, store
     bookings                              store, privacy
     jobs                                  bookings, monitor, hosts, store, privacy
-    integrations                          jobs, store
-    protection                            integrations, monitor, hosts, store
+    integrations                          jobs, store, privacy
+    protection                            integrations, monitor, hosts, store, privacy
     kernels                               bookings, jobs, protection, hosts, store
     hive                                  every service above (the composition root)
     server                                hive and the services (never notebook, widgets)
@@ -56,8 +56,8 @@ LAYERS: dict[str, set[str]] = {
     "monitor": {"errors", "model", "hosts", "store"},
     "bookings": {"errors", "model", "privacy", "store"},
     "jobs": {"errors", "model", "privacy", "store", "hosts", "monitor", "bookings"},
-    "integrations": {"errors", "model", "store", "jobs"},
-    "protection": {"errors", "model", "store", "hosts", "monitor", "integrations"},
+    "integrations": {"errors", "model", "privacy", "store", "jobs"},
+    "protection": {"errors", "model", "privacy", "store", "hosts", "monitor", "integrations"},
     "kernels": {"errors", "model", "store", "hosts", "bookings", "jobs", "protection"},
     "hive": {"errors", "model", "privacy", *SERVICES},
     "server": {"_version", "errors", "model", "privacy", "hive", *SERVICES},

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..errors import Invalid, NotFound
 from ..jobs.model import ACTIVE, Job
-from ..model import UTC, Reservation
+from ..model import UTC, Identity, Reservation
+from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
 from ..store.integrations import Integrations as Rows
 from ..store.subscriptions import Digests, Subscription, Subscriptions
@@ -54,13 +55,15 @@ class Integrations:
         settings: IntegrationSettings,
         run: Callable[..., Awaitable[Any]],
         clock: Callable[[], datetime],
+        privacy: Privacy | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
+        self.privacy = privacy or Privacy()  # what every outbound channel may carry
         self.rows = Rows(store.db)
         self.run = run
         self.now = clock
-        self.feeds = Feeds(store, self.rows, settings.feeds, clock)
+        self.feeds = Feeds(store, self.rows, settings.feeds, clock, self.privacy)
         self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
         self.availability = Availability(store, Subscriptions(store.db), clock)
         self.digests = DigestService(
@@ -145,12 +148,21 @@ class Integrations:
         }[kind]
         span = f"{res.start:%Y-%m-%d %H:%M}–{res.end:%Y-%m-%d %H:%M} UTC"
         text = f"{what}: '{res.title}', {span}."
-        data: dict[str, Any] = {"reservation": res.to_json(self.now())}
-        if kind == "ending":
-            data["minutes_left"] = max(0, round((res.end - self.now()).total_seconds() / 60))
-        await self.webhooks.emit(f"reservation.{kind}", data, [res.owner], text)
+        now = self.now()
+        own, public = (self._reservation_data(kind, res, who, now) for who in (res.owner, ANYONE))
+        await self.webhooks.emit(f"reservation.{kind}", own, [res.owner], text, public)
         if kind in ("cancelled", "changed"):
             await self.check_subscriptions(released=True)
+
+    def _reservation_data(
+        self, kind: str, res: Reservation, who: Identity | str, now: datetime
+    ) -> dict[str, Any]:
+        """A reservation event's data as `who` (its owner, or ANYONE) may read it."""
+        reader = Identity(who) if isinstance(who, str) else who
+        data: dict[str, Any] = {"reservation": reservation_json(res, reader, self.privacy, now)}
+        if kind == "ending":
+            data["minutes_left"] = max(0, round((res.end - now).total_seconds() / 60))
+        return data
 
     # --- availability subscriptions ------------------------------------------------------
 
@@ -190,7 +202,8 @@ class Integrations:
             except Exception as error:
                 log.warning("gpuhive: availability e-mail to %s failed: %s", address, error)
         if "webhook" in sub.channels:
-            await self.webhooks.emit("gpus.available", {"offer": offer}, [sub.owner], text)
+            found = {"offer": offer}  # free GPUs and a way to book them: nothing private
+            await self.webhooks.emit("gpus.available", found, [sub.owner], text, found)
 
     # --- jobs and violations (after each sweep) -----------------------------------------
 
@@ -206,7 +219,9 @@ class Integrations:
         if kind != "started":
             codes = sorted({t.exit_status for t in job.tasks if t.exit_status is not None})
             text += f" (exit status {', '.join(map(str, codes))})" if codes else ""
-        await self.webhooks.emit(f"job.{kind}", {"job": job.to_json()}, [job.owner], text + ".")
+        own, public = ({"job": job_summary_json(job, who, self.privacy)}
+                       for who in (Identity(job.owner), ANYONE))  # fmt: skip
+        await self.webhooks.emit(f"job.{kind}", own, [job.owner], text + ".", public)
 
     async def on_sweep(self, _sweep: Any) -> None:
         """Job starts and ends, and new violations, as webhook events."""
@@ -247,7 +262,9 @@ class Integrations:
             if v.get("holder"):
                 text += f" (reserved by {v['holder']})"
             users = [u for u in (v.get("holder"), v.get("offender")) if u]
-            await self.webhooks.emit("violation", {"violation": data}, users, text + ".")
+            # Site endpoints: only with public_violations, and then the public brief.
+            brief = {"violation": violation_brief(data)} if self.privacy.public_violations else None
+            await self.webhooks.emit("violation", {"violation": data}, users, text + ".", brief)
 
     # --- reminders ----------------------------------------------------------------------
 

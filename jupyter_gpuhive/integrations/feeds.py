@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import Forbidden, Invalid, NotFound
 from ..model import Identity
+from ..privacy import ANYONE, Privacy, shows_description
 from ..store import Store
 from ..store.feeds import FeedToken
 from ..store.integrations import Integrations
@@ -33,7 +34,6 @@ class FeedSettings:
     keep_cancelled: timedelta = timedelta(days=30)
     ahead: timedelta = timedelta(days=120)
     refresh_minutes: int = 15
-    public_descriptions: bool = False
 
 
 def new_token() -> str:
@@ -55,10 +55,12 @@ class Feeds:
         rows: Integrations,
         settings: FeedSettings,
         clock: Callable[[], datetime],
+        privacy: Privacy | None = None,
     ) -> None:
         self.store = store
         self.rows = rows
         self.settings = settings
+        self.privacy = privacy or Privacy()
         self.now = clock
         self._rendered: dict[tuple[int, int, bool], bytes] = {}
 
@@ -129,12 +131,13 @@ class Feeds:
         keep_after = now - s.keep_cancelled
         shown = [r for r in found if r.cancelled_at is None or r.cancelled_at >= keep_after]
         entries = self.rows.calendar(shown, ical.fingerprint, now)
+        # A user's feed shows their own reservations; a site feed, anyone's, as ANYONE sees them.
+        reader = Identity(feed.owner) if feed.kind == "user" else ANYONE
+        described = all(shows_description(r.owner, reader, self.privacy) for r in shown)
         if feed.kind == "user":
             name = f"GPU reservations of {feed.owner}"
-            described = True
         else:
             name = f"GPU reservations on {feed.host}" if feed.host else "GPU reservations"
-            described = s.public_descriptions
         return ical.calendar(
             name,
             ((r, entries[r.id]) for r in shown),

@@ -193,19 +193,34 @@ class Webhooks:
 
     # --- events -------------------------------------------------------------------------
 
-    async def emit(self, event: str, data: dict[str, Any], users: Iterable[str], text: str) -> int:
-        """Hand an event to the courier for every endpoint that wants it; how many."""
+    async def emit(
+        self,
+        event: str,
+        data: dict[str, Any],
+        users: Iterable[str],
+        text: str,
+        public: dict[str, Any] | None = None,
+    ) -> int:
+        """Hand an event to the courier for every endpoint that wants it; how many.
+
+        The endpoints of `users` (the people it is about) get `data`; site endpoints, which
+        anyone may read, get `public` (privacy.ANYONE's view), or nothing when it is None.
+        """
         people = set(users)
-        targets = tuple(
-            w for w in await self.endpoints() if event in w.events and (w.site or w.owner in people)
-        )
-        if not targets:
+        wanted = [w for w in await self.endpoints() if event in w.events]
+        own = tuple(w for w in wanted if not w.site and w.owner in people)
+        site = tuple(w for w in wanted if w.site) if public is not None else ()
+        if not own and not site:
             return 0
-        sent = Event(str(uuid.uuid4()), event, self.now(), text, data, targets)
         if not await self.courier.ready():
             log.warning("gpuhive: webhooks are stopped; %s not sent", event)
             return 0
-        return len(targets) if self.courier.send(sent) else 0
+        sent, event_id, at = 0, str(uuid.uuid4()), self.now()  # one event: one id, two views
+        for targets, body in ((own, data), (site, public)):
+            if targets and body is not None:
+                view = Event(event_id, event, at, text, body, targets)
+                sent += len(targets) if self.courier.send(view) else 0
+        return sent
 
     async def flush(self) -> None:
         """Wait until the delivery log holds everything that happened so far."""

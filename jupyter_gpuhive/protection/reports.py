@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..model import Identity
+from ..privacy import violation_brief
 from ..store import Store
 from .actions import Run
 from .escalation import Case
@@ -129,10 +130,5 @@ class Reports:
             if self.involves(viewer, item.get("holder"), item.get("offender")):
                 shown.append(item)
             elif public:
-                brief = {k: v for k, v in item.items() if k not in ("pids", "commands")}
-                if "actions" in brief:
-                    brief["actions"] = [
-                        {k: v for k, v in a.items() if k != "detail"} for a in brief["actions"]
-                    ]
-                shown.append(brief)
+                shown.append(violation_brief(item))
         return shown

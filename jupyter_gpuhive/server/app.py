@@ -124,7 +124,6 @@ class GpuHiveSettings(GpuHiveConfig):
                 past=span(self.feed_past, "feed_past"),
                 keep_cancelled=span(self.feed_keep_cancelled, "feed_keep_cancelled"),
                 ahead=span(self.feed_ahead, "feed_ahead"),
-                public_descriptions=self.public_descriptions,
             ),
             webhooks=WebhookSettings(
                 timeout=self.webhook_timeout,

@@ -32,9 +32,16 @@ def sim_host(tmp_path: Path) -> LocalSimHost:
 
 
 @pytest.fixture
-def hive_config(sim_host: LocalSimHost) -> dict[str, Any]:
+def privacy() -> dict[str, Any]:
+    """GpuHiveApp privacy traits of the server under test (parametrized per test)."""
+    return {}
+
+
+@pytest.fixture
+def hive_config(sim_host: LocalSimHost, privacy: dict[str, Any]) -> dict[str, Any]:
     env = sim_host.env()
     return {
+        **privacy,
         "hosts": [{"name": "gpu1", "transport": "local", "env": {k: env[k] for k in SIM_ENV}}],
         "poll_interval": 0.3,
         "site_timezone": "UTC",
@@ -85,7 +92,12 @@ async def test_reminders_when_a_reservation_starts_and_before_it_ends(
         assert len(hook.new_events) == 2  # each once
 
 
-async def test_job_events_and_violations(api: Any, running_hive: Any, sim_host: Any) -> None:
+@pytest.mark.parametrize("privacy", [{"public_violations": True}, {}], ids=["public", "private"])
+async def test_job_events_and_violations(
+    api: Any, running_hive: Any, sim_host: Any, privacy: dict[str, Any]
+) -> None:
+    """Site endpoints get what anyone may see: job summaries without private descriptions,
+    and violations only with public_violations, then without PIDs (issue #27, finding 5)."""
     owner, bob, boss = api(OWNER), api("bob"), api("boss")
     await until(lambda: discovered(owner), timeout=20)
     with (
@@ -96,9 +108,10 @@ async def test_job_events_and_violations(api: Any, running_hive: Any, sim_host: 
         await add_hook(owner, mine, events=["job.started", "job.succeeded", "job.failed",
                                             "violation"])  # fmt: skip
         await add_hook(bob, bobs, events=["job.started", "violation"])
-        await add_hook(boss, site, events=["violation"], site=True)
-        good = await owner("POST", "jobs", {"name": "ok", "gpus": ["gpu1:0"],
-                                            "command": "sleep 1", "start": True})  # fmt: skip
+        await add_hook(boss, site, events=["violation", "job.started"], site=True)
+        good = await owner("POST", "jobs", {"name": "ok", "gpus": ["gpu1:0"], "start": True,
+                                            "description": "private job note",
+                                            "command": "sleep 1"})  # fmt: skip
         bad = await owner("POST", "jobs", {"name": "bad", "gpus": ["gpu1:1"],
                                            "command": "sleep 1; exit 3", "start": True})  # fmt: skip
         assert good.status == bad.status == 201, (good, bad)
@@ -112,21 +125,38 @@ async def test_job_events_and_violations(api: Any, running_hive: Any, sim_host: 
         assert ok["data"]["job"]["id"] == good.body["id"]
         assert failed["data"]["job"]["id"] == bad.body["id"] and "exit status 3" in failed["text"]
         assert "command" not in failed["data"]["job"]  # the summary, as others see jobs
+        assert ok["data"]["job"]["description"] == "private job note"  # the owner's own view
+        await site.until(2, timeout=10)
+        assert sorted(e["data"]["job"]["id"] for e in events(site, "job.started")) == sorted(
+            [good.body["id"], bad.body["id"]]
+        )
+        assert "private job note" not in str(site.requests)
+        site.new_events.clear()
 
         # a violation: OWNER's process on the GPU bob holds now
         await book(bob, "held", ["gpu1:3"], running_hive.now())
         proc = sim_host.start_process([3], user=OWNER)
         try:
-            await site.until(1, timeout=20)
-            await bobs.until(1, timeout=10)  # the holder's own endpoint
+            await bobs.until(1, timeout=20)  # the holder's own endpoint
             await mine.until(5, timeout=10)  # the offender's own endpoint
+            if privacy:
+                await site.until(1, timeout=10)
         finally:
             proc.kill()
             proc.wait()
-        (violation,) = site.new_events
-        assert violation["event"] == "violation"
-        data = violation["data"]["violation"]
+        (held,) = bobs.new_events
+        assert held["event"] == "violation"
+        data = held["data"]["violation"]
         assert data["kind"] == "foreign" and data["holder"] == "bob" and data["offender"] == OWNER
         assert data["gpu"] == "gpu1:3" and "commands" not in data
-        assert bobs.new_events[0]["id"] == violation["id"]  # one event, one idempotency key
+        assert data["pids"] == [proc.pid]  # the people involved see the PIDs
         assert events(bobs, "job.started") == []  # not bob's jobs
+        if not privacy:  # others may not see others' violations: neither may a site endpoint
+            await asyncio.sleep(1.0)
+            assert site.new_events == []
+            return
+        (violation,) = site.new_events
+        assert violation["id"] == held["id"]  # one event, one idempotency key
+        brief = violation["data"]["violation"]
+        assert (brief["kind"], brief["holder"], brief["offender"]) == ("foreign", "bob", OWNER)
+        assert "pids" not in brief and "commands" not in brief
