@@ -323,7 +323,7 @@ def call(method, path, body=None):
         return [error.code, json.loads(error.read() or b"null")]
 print(json.dumps({"me": call("GET", "me"),
                   "book": call("POST", "reservations", {"title": "from the kernel",
-                                "gpus": ["%(host)s:0"], "duration": "30m"}),
+                                "gpus": ["%(host)s:0"], "start": "%(later)s", "duration": "30m"}),
                   "launch": call("POST", "kernels/%(kid)s/launch", {"reservation_id": %(rid)d})}))
 """
 
@@ -336,14 +336,15 @@ def test_a_reservation_kernel_uses_gpuhive_as_its_owner_with_a_token_of_its_own(
     token, never her server's."""
     team = kteam
     made = team.own("alice", "POST", "reservations",
-                    {"title": "magics", "gpus": [f"{HOST}:1"], "duration": "1h"})  # fmt: skip
+                    {"title": "magics", "gpus": [f"{HOST}:0"], "duration": "1h"})  # fmt: skip
     assert made.status == 201, made
     rid = made.body["id"]
     started = kernels(team, "alice", "POST", body={"name": listed_spec(team, "alice", rid)[0]})
     assert started.status == 201, started
     kid = started.body["id"]
     seen, used = cells(team, "alice", kid, REPORT,
-                       KERNEL_CALLS % {"host": HOST, "kid": kid, "rid": rid})  # fmt: skip
+                       KERNEL_CALLS % {"host": HOST, "kid": kid, "rid": rid,
+                                       "later": iso(datetime.now(timezone.utc) + timedelta(days=2))})  # fmt: skip
     env = report(seen)["env"]
     assert env["GPUHIVE_URL"] == team.hub.public_url + "services/gpuhive/"
     token = env["GPUHIVE_TOKEN"]
