@@ -56,6 +56,11 @@ for path in /etc/pip.conf /root/.config/pip/pip.conf /etc/npmrc /root/.npmrc /op
             /opt/pypi /opt/pypi-more /usr/local/share/ca-certificates; do
   [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
 done
+# ... and the machine's settings that point the clients at that CA bundle and those indexes.
+for name in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE \
+            GIT_SSL_CAINFO PIP_CERT PIP_FIND_LINKS PIP_DEFAULT_TIMEOUT PIP_DISABLE_PIP_VERSION_CHECK; do
+  [ -n "${!name:-}" ] && mounts+=(-e "$name=${!name}")
+done
 commit=$(git -C "$REPO" rev-parse "$REV")
 
 start=$(date +%s)
