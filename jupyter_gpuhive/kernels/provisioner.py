@@ -32,7 +32,7 @@ from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Float, Integer, Unicode
+from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
 from ..model import utcnow
@@ -109,6 +109,14 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 return other(*args, **kwargs)  # not one of ours: __init__ is not run again
             node = getattr(node, "parent", None)
         return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:  # the kernelspec's provisioner config arrives here as keyword arguments
+            super().__init__(*args, **kwargs)
+        except TraitError as error:  # a 422 (kernel_guard), not jupyter_server's bare 500
+            raise Invalid(
+                f"This kernelspec's gpuhive provisioner config is invalid: {error}"
+            ) from None
 
     _kernel: KernelProcess | None = None
     _record: KernelRecord | None = None
