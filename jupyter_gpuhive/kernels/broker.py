@@ -30,7 +30,9 @@ import pwd
 import secrets
 import shutil
 import signal as signals
+import socket
 import stat
+import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import Conflict, Forbidden, HiveError, NotFound, Unavailable
 from ..model import Identity
+from . import sockdirs
 from .launch_script import PORTS, SOCKET_NAME
 from .provisioner import GpuHiveProvisioner
 from .registry import KernelRegistry
@@ -127,6 +130,14 @@ class Relay:
             self.pipes.discard(writer)
             writer.close()  # the kernel is (re)starting: ZMQ connects again by itself
             return
+        peer = _peer_uid(up_writer)
+        if peer not in (os.geteuid(), self.uid):  # neither our forward nor the user's kernel
+            log.warning("gpuhive: relay %s: the kernel's socket %s-%d belongs to uid %s; "
+                        "not connected", self.dir, self.target, port, peer)  # fmt: skip
+            up_writer.close()
+            self.pipes.discard(writer)
+            writer.close()
+            return
         self.pipes.add(up_writer)
         await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
         self.pipes.discard(writer)
@@ -146,6 +157,16 @@ class Relay:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    """The uid of the process that listens on the other end of a Unix socket."""
+    sock = writer.get_extra_info("socket")
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (AttributeError, OSError):
+        return None
+    return int(struct.unpack("3i", creds)[1])
+
+
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -157,10 +178,24 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
+def _target(prefix: str) -> str:
+    """The kernel's socket prefix, when its directory is one this server made and alone may
+    write (the forwards' of an SSH kernel, the links of a local one); never a path a kernel
+    printed."""
+    try:
+        sockdirs.check_private(os.path.dirname(prefix))
+    except sockdirs.NotOurs as error:
+        raise Unavailable(f"The kernel's sockets are not in a directory of ours: {error}") from None
+    return prefix
+
+
 def socket_root(configured: str) -> Path:
-    """The parent of the relay directories: ours, not a symlink, writable by us only."""
-    default = os.path.join(tempfile.gettempdir(), f"gpuhive-kernels-{os.geteuid()}")
-    path = Path(configured or default)
+    """The parent of the relay directories: ours, not a symlink, writable by us only. By
+    default gpuhive's own runtime directory (/run/gpuhive/kernels as root), never a fixed
+    name in a world-writable directory that another user could make first."""
+    if not configured:
+        return sockdirs.kernels_dir()
+    path = Path(configured)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o711, parents=True)
     info = path.lstat()
@@ -207,7 +242,7 @@ class KernelBroker:
             kwargs = await entry.provisioner.pre_launch(env=dict(env))
             info = await entry.provisioner.launch_kernel(kwargs.pop("cmd"), **kwargs)
             entry.relay.cut()
-            entry.relay.target = str(info["ip"])
+            entry.relay.target = _target(str(info["ip"]))
             await entry.relay.open()
         except BaseException:
             if first:

@@ -63,11 +63,12 @@ def python_command(python: str) -> str:
 
 
 def shell_command(python: str) -> str:
-    """The host command: find the interpreter, then become the kernel (exec, same pid)."""
+    """The host command: find the interpreter, then become the kernel (exec, same pid), the
+    launch script isolated from the user's files (`-I -S`: see launch_script)."""
     missing = f'echo; echo {MARK}-ERROR \'{{"code": "no-python"}}\'; exit 127'
     return (
         f'{python_command(python)}; [ -x "$PY" ] || {{ {missing}; }}; '
-        f'exec "$PY" -c {shlex.quote(SCRIPT)} boot'
+        f'exec "$PY" -I -S -c {shlex.quote(SCRIPT)} boot'
     )
 
 

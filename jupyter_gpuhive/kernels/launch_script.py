@@ -1,20 +1,25 @@
 """The kernel's side of a launch: run on the GPU host by the kernel's interpreter (stdlib only).
 
-gpuhive runs this file's source as ``PYTHON -c SOURCE boot`` (as the reservation's owner,
-over SSH or locally) and writes one JSON line to its stdin: ``{"key", "signature_scheme",
-"env", "inherit", "dir", "cwd", "source", "orphan_timeout"}``. Nothing secret is on a command
-line: the HMAC key comes on stdin and goes into a 0600 connection file.
+gpuhive runs this file's source as ``PYTHON -I -S -c SOURCE boot`` (as the reservation's
+owner, over SSH or locally; isolated: no current directory, PYTHONPATH, user site or
+sitecustomize of the user's can shadow the modules it imports) and writes one JSON line to
+its stdin: ``{"key", "signature_scheme", "env", "inherit", "dir", "cwd", "source",
+"orphan_timeout"}``. Nothing secret is on a command line: the HMAC key comes on stdin and
+goes into a 0600 connection file.
 
-``boot`` checks that ipykernel can be imported, makes (or, on a restart, re-checks) a private
-0700 directory for the kernel's Unix sockets, writes the connection file (transport ``ipc``,
+``boot`` makes (or uses the one gpuhive lent it, or on a restart re-checks) a private 0700
+directory for the kernel's Unix sockets, writes the connection file (transport ``ipc``,
 fixed socket names), builds the kernel's whole environment (the login environment when
 ``inherit``, else nothing; then ``env``; then ``JPY_PARENT_PID``, the process that started
 this one: the kernel exits about a second after that process is gone, e.g. when the SSH
-connection drops) and replaces itself (``execve``, same pid) with ``run``. ``run`` starts
-ipykernel, and once its sockets are bound prints one marked line with its pid, process group
-and directory; then it exits if its stdin stays silent for ``orphan_timeout`` seconds
-(gpuhive writes a line every second), which also ends a kernel whose connection died without
-a word. Failures print a marked line with a code: gpuhive turns it into a sentence.
+connection drops) and replaces itself (``execve``, same pid, started in that directory)
+with ``run``. ``run`` drops the directory from its module path, enters the working
+directory and starts ipykernel (the kernel's own environment applies from here: the user's
+packages). Once its sockets are bound it prints one marked line with its pid, process group
+and directory: the user's words, on which gpuhive acts with no more rights than the
+user's own. Then it exits if its stdin stays silent for ``orphan_timeout`` seconds (gpuhive
+writes a line every second), which also ends a kernel whose connection died without a
+word. Failures print a marked line with a code: gpuhive turns it into a sentence.
 """
 
 import json
@@ -88,14 +93,6 @@ def boot():
         config = json.loads(sys.stdin.readline())
     except ValueError:
         fail("bad-input")
-    try:
-        import importlib.util
-
-        found = importlib.util.find_spec("ipykernel") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        fail("no-ipykernel")
     sweep()
     folder = private_dir(config.get("dir"))
     connection = {"transport": "ipc", "ip": os.path.join(folder, SOCKET_NAME), **PORTS,
@@ -110,13 +107,10 @@ def boot():
     env.update(config.get("env") or {})
     env["JPY_PARENT_PID"] = str(os.getppid())
     cwd = config.get("cwd") or env.get("HOME") or "/"
-    try:
-        os.chdir(cwd)
-    except OSError:
-        os.chdir("/")
+    os.chdir(folder)  # `-c` puts it first on the module path: only our files are there
     source = config["source"]
     limit = str(float(config.get("orphan_timeout") or 0))
-    argv = [sys.executable, "-c", source, "run", path, limit]
+    argv = [sys.executable, "-c", source, "run", path, limit, cwd]
     os.execve(sys.executable, argv, env)  # noqa: S606
 
 
@@ -129,10 +123,17 @@ def watch(fd, limit):
             os._exit(4)
 
 
-def run(path, limit):
+def run(path, limit, cwd):
     if sys.path and sys.path[0] in ("", "."):
         del sys.path[0]  # as ipykernel_launcher: the working directory is not a module path
-    from ipykernel.kernelapp import IPKernelApp
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir("/")
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+    except ImportError:
+        fail("no-ipykernel")
 
     out = os.dup(1)  # ipykernel takes over fd 1 (its output goes to iopub from now on)
     pings = os.dup(0)  # not inherited: the cells' subprocesses get /dev/null, not our pings
@@ -155,6 +156,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["boot"]:
         boot()
     elif sys.argv[1:2] == ["run"]:
-        run(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)
+        run(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.0,
+            sys.argv[4] if len(sys.argv) > 4 else "/")  # fmt: skip
     else:
         fail("bad-input")

@@ -38,8 +38,9 @@ from ..errors import HiveError, Invalid, Unavailable
 from ..model import utcnow
 from . import registry as registries
 from .launch import PORTS, Launch
+from .local import LocalKernel
 from .registry import DEAD, ENDED, KernelRecord, KernelRegistry
-from .remote import KernelProcess, LocalKernel, SshKernel
+from .remote import KernelProcess, SshKernel
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,12 @@ directory of the server's own user. No TCP port is opened for the kernel on eith
 so nothing on the network, and no other local user of either machine, can connect to it; the
 HMAC key (sent on stdin, kept in 0600 files) still signs every message.
 
-On the `local` transport (`LocalKernel`) the kernel is started directly as the user (no
-intermediate process: its parent is this server, its JPY_PARENT_PID) with an explicit
-environment, and the server connects to its Unix sockets directly.
+The `local` transport is `local.py`.
 
 The kernel's side is `launch_script.py`; its marked lines say when the sockets are bound
-(pid, process group, directory) or why it could not start.
+(pid, process group, directory) or why it could not start. Those lines are the user's words:
+over SSH the pid, group and directory are used only in commands run as the user on the host
+(a signal, removing the directory, the forwards' far ends), never with this server's rights.
 """
 
 from __future__ import annotations
@@ -23,20 +23,17 @@ import contextlib
 import json
 import logging
 import os
-import pwd
 import shlex
 import shutil
 import signal as signals
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import asyncssh
 
 from ..errors import Unavailable
-from ..hosts.environment import command_env
 from ..hosts.pool import HostPool
 from ..hosts.ssh import address, connect, explain
 from . import launch_script
@@ -102,7 +99,9 @@ class KernelProcess:
         if pinger is not None:
             pinger.cancel()
 
-    async def _await_ready(self, output: Output, exited: Any) -> None:
+    async def _await_ready(self, output: Output, exited: Any) -> dict[str, Any]:
+        """The fields of the kernel's READY line: what the user's process says, so never the
+        ground for an action of this server's own user (LocalKernel ignores them)."""
         try:
             async with asyncio.timeout(self.launch.timeout):
                 kind, fields = await output.marked
@@ -112,8 +111,7 @@ class KernelProcess:
                 f"{self.launch.timeout:.0f} s: {output.text()[-400:] or 'no output'}"
             ) from None
         if kind == "READY":
-            self.pid, self.pgid, self.dir = fields["pid"], fields["pgid"], fields["dir"]
-            return
+            return fields
         if kind == "EXITED":
             await asyncio.sleep(0.05)
             code = exited()
@@ -132,6 +130,11 @@ class KernelProcess:
                 "inherit": True, "dir": self.dir, "source": SCRIPT,
                 "orphan_timeout": launch.orphan_timeout}  # fmt: skip
         return json.dumps(data) + "\n"
+
+
+def _number(value: Any) -> bool:
+    """A process id that names one process (not 0 or 1: 'everything' to kill)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
 class SshKernel(KernelProcess):
@@ -193,7 +196,13 @@ class SshKernel(KernelProcess):
         self.process = process
         process.stdin.write(self._stdin(launch))
         self._reader = asyncio.ensure_future(self._read(process, output))
-        await self._await_ready(output, lambda: process.returncode)
+        said = await self._await_ready(output, lambda: process.returncode)
+        # The host's values, acted on only as the user over SSH (kill, rm, forwards).
+        pid, pgid, folder = said.get("pid"), said.get("pgid"), said.get("dir")
+        if not (_number(pid) and _number(pgid) and isinstance(folder, str)
+                and folder.startswith("/") and "\n" not in folder):  # fmt: skip
+            raise LaunchError(f"The kernel on {launch.host.name} gave no usable address.")
+        self.pid, self.pgid, self.dir = pid, pgid, folder
         await self._forward(conn)
         self._start_ping()
 
@@ -265,77 +274,3 @@ class SshKernel(KernelProcess):
         if conn is not None:
             conn.close()
         shutil.rmtree(self.local_dir, ignore_errors=True)
-
-
-class LocalKernel(KernelProcess):
-    """A kernel started on this machine as the user, its Unix sockets reached directly."""
-
-    def __init__(self, launch: Launch) -> None:
-        super().__init__(launch)
-        self.process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    @property
-    def address(self) -> str:
-        assert self.dir is not None
-        return os.path.join(self.dir, launch_script.SOCKET_NAME)
-
-    async def start(self, launch: Launch) -> None:
-        self.launch = launch
-        try:
-            account = pwd.getpwnam(launch.user)
-        except KeyError:
-            raise LaunchError(f"There is no UNIX user {launch.user} on this machine.") from None
-        ids: dict[str, Any] = {}
-        if account.pw_uid != os.geteuid():
-            if os.geteuid() != 0:
-                raise LaunchError(f"Cannot start a kernel as {launch.user} without root.")
-            ids = {"user": account.pw_uid, "group": account.pw_gid,
-                   "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}  # fmt: skip
-        env = command_env(launch.host, launch.user)  # never the server's environment
-        home = account.pw_dir if Path(account.pw_dir).is_dir() else "/"  # noqa: ASYNC240
-        try:
-            process = await asyncio.create_subprocess_exec(
-                "sh", "-c", shell_command(launch.python), env=env, cwd=home,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, **ids,
-            )  # fmt: skip
-        except (OSError, ValueError) as error:
-            raise LaunchError(f"Cannot start a kernel on {launch.host.name}: {error}") from None
-        self.process = process
-        assert process.stdin is not None
-        assert process.stdout is not None
-        process.stdin.write(self._stdin(launch).encode())
-        output = Output()
-        self._reader = asyncio.ensure_future(self._read(process.stdout, output))
-        await self._await_ready(output, lambda: process.returncode)
-        self._start_ping()
-
-    def _write(self, data: str) -> None:
-        if self.process is not None and self.process.stdin is not None:
-            self.process.stdin.write(data.encode())
-
-    async def _read(self, stream: asyncio.StreamReader, output: Output) -> None:
-        while line := await stream.readline():
-            output.line(line.decode(errors="replace").rstrip("\n"))
-        output.ended()
-
-    def exit_status(self) -> int | None:
-        return 0 if self.process is None else self.process.returncode
-
-    async def signal(self, signum: int) -> None:
-        if self.pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signum)
-
-    async def end(self) -> None:
-        self._stop_ping()
-        if self.process is not None and self.process.returncode is not None:
-            self.process = None
-        if self._reader is not None:
-            self._reader.cancel()
-
-    async def close(self) -> None:
-        await self.end()
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)

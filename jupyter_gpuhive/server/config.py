@@ -302,8 +302,8 @@ class GpuHiveConfig(LoggingConfigurable):
         "",
         help="Team-mode service: the directory under which it makes each brokered kernel's "
         "private socket directory (mode 0700, owned by the kernel's user). It must belong to "
-        "the service's user and be writable by it alone. Empty: "
-        "$TMPDIR/gpuhive-kernels-<uid>.",
+        "the service's user and be writable by it alone. Empty: /run/gpuhive/kernels when "
+        "the service runs as root, else a private directory it makes (mkdtemp) when it starts.",
     ).tag(config=True)
     kernel_lease = Float(
         90.0,
