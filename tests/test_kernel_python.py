@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpuhive.sim.users import ensure_user
 from tests.support import kernel_python
 
 
@@ -57,3 +58,22 @@ def test_a_pinned_probe_checks_the_version_too() -> None:
         argv_ok, argv_old = argv_ok[argv_ok.index(python) :], argv_old[argv_old.index(python) :]
     assert subprocess.run(argv_ok, **run).returncode == 0
     assert subprocess.run(argv_old, **run).returncode != 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: plays another UNIX user")
+def test_a_folder_another_user_made_first_is_refused() -> None:
+    """/var/tmp is world-writable: a user who makes the venv's folder first must not get root
+    to run what she puts in it."""
+    mallory = ensure_user("gh-mallory")
+    sticky = Path(tempfile.mkdtemp(prefix="gpuhive-sticky-", dir="/var/tmp"))
+    try:
+        sticky.chmod(0o1777)  # stands in for /var/tmp
+        squatted = sticky / "gpuhive-test-0"
+        subprocess.run(["setpriv", f"--reuid={mallory.pw_uid}", f"--regid={mallory.pw_gid}",
+                        "--clear-groups", "mkdir", "-m", "0777", str(squatted)], check=True)  # fmt: skip
+        with pytest.raises(RuntimeError, match="not a folder of ours"):
+            kernel_python._own_folder(squatted)
+        mine = kernel_python._own_folder(sticky / "gpuhive-test-mine")
+        assert mine.stat().st_uid == os.geteuid()
+    finally:
+        shutil.rmtree(sticky, ignore_errors=True)

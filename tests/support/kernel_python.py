@@ -2,7 +2,8 @@
 
 The repository (and the interpreter of its venv) may live under a 0700 directory such as
 /root, where another user cannot run it. This builds, once per machine, a venv from the
-system Python in a world-readable place (/var/tmp) with ipykernel (and, when asked, more
+system Python in a world-readable place (/var/tmp/gpuhive-test-<uid>, a folder only we may
+write) with ipykernel (and, when asked, more
 packages such as torch), and reuses it afterwards. ~30 s the first time.
 
 Reuse is earned, not assumed: before every use the venv is probed the way a kernel will run
@@ -17,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -64,10 +66,10 @@ def kernel_python(packages: Sequence[str] = ()) -> str:
     version = subprocess.run([base, "-I", "-c", "import sys; print('%d%d' % sys.version_info[:2])"],
                              capture_output=True, text=True, env=PROBE_ENV,
                              check=True).stdout.strip()  # fmt: skip
-    home = ROOT / f"gpuhive-kernel-python{version}"
+    parent = _own_folder(ROOT / f"gpuhive-test-{os.geteuid()}")
+    home = parent / f"kernel-python{version}"
     python = home / "bin" / "python"
-    ROOT.mkdir(parents=True, exist_ok=True)
-    with open(ROOT / f".gpuhive-kernel-python{version}.lock", "w") as lock:
+    with open(parent / f".kernel-python{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         changed = False
         if not (python.exists() and _has(python, "ipykernel")):
@@ -85,6 +87,17 @@ def kernel_python(packages: Sequence[str] = ()) -> str:
         if still_missing:
             raise RuntimeError(f"{python} cannot import {still_missing} as another user would")
     return str(python)
+
+
+def _own_folder(path: Path) -> Path:
+    """`path`, made by us (0755) or checked to be ours and writable by nobody else: /var/tmp is
+    world-writable, and a folder another user made first would hand them what root runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o755, exist_ok=True)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise RuntimeError(f"{path} is not a folder of ours that only we may write: remove it")
+    return path
 
 
 def _share(home: Path) -> None:
