@@ -1,6 +1,7 @@
 """Earliest-slot finder benchmark (issue #17).
 
-Run: `.venv/bin/python benchmarks/finder.py [--quick]`.
+Run: `.venv/bin/python benchmarks/finder.py [--quick | --smoke]` (`--smoke`: 6 hosts, 500
+reservations, 3 runs, 50 random cases, a race of 3 bookings per thread; that it runs).
 
 - `search_ms`: a store (SQLite) with 1,000 GPUs on 125 hosts of 8 (A100 80 GB; NVSwitch, NVLink
   pairs and PCIe-only hosts, a third each), 200 of them split into 7 MIG slices each (1,400
@@ -14,7 +15,8 @@ Run: `.venv/bin/python benchmarks/finder.py [--quick]`.
   busy machine the wall-clock time is mostly waiting for a core.
 - `brute_force_mismatches`: 1,000 random cases (with and without slices, random topology,
   bookings, allowed spans and requests; tests/support/finder_cases.py) where the finder's
-  first answer differs from an exhaustive search on a 15-minute grid.
+  answers (the whole list: starts, units, costs, order) differ from an enumeration of its
+  documented contract on a 15-minute grid (`brute_force_all`).
 - `slice_double_bookings`: whole-GPU and slice bookings racing on SQLite and PostgreSQL
   (tests/support/mig_race.py), double bookings found afterwards.
 
@@ -51,7 +53,7 @@ from jupyter_gpuhive.model.rules import Rule, Window
 from jupyter_gpuhive.sim.topology import layout, topo_matrix
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import reservation_gpus, reservation_stats, reservations
-from tests.support.finder_cases import brute_force, random_case
+from tests.support.finder_cases import brute_force_all, random_case
 from tests.support.mig_race import slice_double_bookings
 
 HOSTS, PER_HOST, SPLIT_HOSTS, SLICES = 125, 8, 25, 7  # 25 x 8 = 200 GPUs split into 7 slices
@@ -111,7 +113,7 @@ def build(url: str, rng: random.Random, now: datetime) -> Store:
     return store
 
 
-def search_ms(quick: bool) -> tuple[float, float, dict]:
+def search_ms(runs: int) -> tuple[float, float, dict]:
     """Median wall-clock and CPU milliseconds of the search case, and its first answer."""
     rng = random.Random(17)
     now = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -126,7 +128,7 @@ def search_ms(quick: bool) -> tuple[float, float, dict]:
                         int((now + timedelta(days=30)).timestamp()), nvlink=True)  # fmt: skip
             search.search(USER, want)  # warm-up: inventory and topology in memory
             times, cpu, answer = [], [], None
-            for _ in range(9 if quick else 15):
+            for _ in range(runs):
                 began, used = time.perf_counter(), time.process_time()
                 _, slots = search.search(USER, want)
                 times.append((time.perf_counter() - began) * 1000)
@@ -139,14 +141,12 @@ def search_ms(quick: bool) -> tuple[float, float, dict]:
 
 
 def mismatches(cases: int = 1000) -> int:
-    """Random cases where the finder's first answer is not the brute force's."""
+    """Random cases where the finder's answers are not the enumerated contract's."""
     bad = 0
     for seed in range(cases):
         want, inputs = random_case(random.Random(seed))
-        found = find(want, inputs)
-        expected = brute_force(want, inputs)
-        got = (found[0].start, [u.id for u in found[0].units]) if found else None
-        ref = (expected.start, [u.id for u in expected.units]) if expected else None
+        got = [(s.start, [u.id for u in s.units], s.cost) for s in find(want, inputs)]
+        ref = [(s.start, [u.id for u in s.units], s.cost) for s in brute_force_all(want, inputs)]
         bad += got != ref
     return bad
 
@@ -154,14 +154,19 @@ def mismatches(cases: int = 1000) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs, a shorter race")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: that it runs")
     args = parser.parse_args()
-    ms, cpu, first = search_ms(args.quick)
+    global HOSTS, SPLIT_HOSTS, RESERVATIONS
+    if args.smoke:
+        HOSTS, SPLIT_HOSTS, RESERVATIONS = 6, 1, 500
+    ms, cpu, first = search_ms(3 if args.smoke else 9 if args.quick else 15)
     load = os.getloadavg()[0]
     print(f"search: {ms:.1f} ms wall, {cpu:.1f} ms CPU (medians; load average {load:.1f} on "
           f"{os.cpu_count()} CPUs); first answer {first}", flush=True)  # fmt: skip
-    bad = mismatches()
-    print(f"brute force: {bad} mismatches in 1000 random cases", flush=True)
-    doubles = slice_double_bookings(quick=args.quick)
+    cases = 50 if args.smoke else 1000
+    bad = mismatches(cases)
+    print(f"brute force: {bad} mismatches in {cases} random cases", flush=True)
+    doubles = slice_double_bookings(quick=args.quick, rounds=3 if args.smoke else None)
     print(f"race: {doubles} double bookings", flush=True)
     print(json.dumps({"search_ms": round(ms, 1), "brute_force_mismatches": bad,
                       "slice_double_bookings": doubles}))  # fmt: skip

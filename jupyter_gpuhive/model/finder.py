@@ -12,19 +12,32 @@ How it works (a sweep line):
 - free time is the allowed spans minus the busy ones, within [not_before, deadline]; a free
   span [a, b) of at least the duration gives the *window* of starts [a, b - duration];
 - the windows' edges, sorted, are the only instants at which the set of usable units changes;
-  a slot can only start where a unit becomes usable, so the sweep checks just those instants
-  (and `Inputs.wake`, when the limits may change their answer) for the hosts that gained a
-  unit, and stops at the first feasible one;
+  the sweep visits them in order with a bit mask of the usable units per host (or one for all
+  hosts, when the units may span hosts);
 - per host, the groups a request may draw from are precomputed: all GPUs (same host), the
   NVLink cliques (all pairs NVLink-connected), the NUMA nodes, or their intersections; a
   group works when it holds `count` usable units (one bit mask AND and a popcount).
 
-Ranking: earliest start first; then least fragmentation: each unit costs (for a slice: the
-free slices of its GPU; the free candidate units of its host), a slot costs the sum, and
-lower is better: it packs work onto GPUs and hosts already in use and keeps whole GPUs and
-whole hosts free; then the units' order ('host', index, slice). Within a group the `count`
-cheapest units are optimal for that order. A later slot on the very same units as an earlier
-answer is left out (it is the same block, later).
+The answers (the contract; tests/support/finder_cases.py `brute_force_all` enumerates it):
+
+- a *unit set* fits when it has `count` units of the kind asked for, each usable over
+  [start, start + duration) (free, allowed, within [not_before, deadline]), in one group
+  (one host, NVLink clique, NUMA node, as asked), and the limits (`accept`) take it;
+- its *cost* at a start: each unit costs (for a slice: the free slices of its GPU; the free
+  candidate units of its host), summed; lower is better: it packs work onto GPUs and hosts
+  already in use and keeps whole GPUs and whole hosts free; ties go to the units' order
+  ('host', index, slice);
+- *keys*: each host; for a request that may span hosts, also "any hosts". A key offers an
+  answer at a start `t` when `t` is `not_before`, an instant in `Inputs.wake`, or an instant
+  at which one of the key's units becomes usable (a slot starts when something frees up, not
+  at every second); the answer is the key's cheapest fitting set at `t`. So each host that
+  can hold the request is offered at each start where it frees up, and a request that may
+  span hosts also gets the cheapest split over hosts;
+- the list: ranked by (start, cost, units); one answer per unit set and start (two keys may
+  pick the same set); a set offered earlier and usable at every instant since is left out
+  (the same block, later); once its units were taken in between, it is offered again;
+- the first `limit` of that list. What lies after a start cannot change the answers up to
+  it, so the sweep stops at the start that fills the list.
 """
 
 from __future__ import annotations
@@ -226,21 +239,20 @@ def devices_needed(want: Want, units: Sequence[Gpu], topology: Mapping[str, Topo
 
 
 def find(want: Want, inputs: Inputs) -> list[Slot]:
-    """The best `want.limit` slots, earliest first, then cheapest (see the module's text)."""
+    """The best `want.limit` slots: one per key and start, ranked (see the module's text)."""
     d, low, high = want.duration, want.not_before, want.deadline
     if high - low < d or want.count < 1:
         return []
     lay = _layout(want, inputs.units, inputs.topology)
-    cands, hosts, members, bit, host_of, masks = (
-        lay.cands, lay.hosts, lay.members, lay.bit, lay.host_of, lay.masks
-    )  # fmt: skip
+    cands, bit, host_of = lay.cands, lay.bit, lay.host_of
     if len(cands) < want.count:
         return []
+    by_host, spanning = _keys(want, lay)
     eff = effective_busy(inputs.units, inputs.busy, inputs.removed, lay.live)
     events: list[tuple[int, int, int]] = []
     whole = [(low, high)]
     for pos, unit in enumerate(cands):
-        if not masks[host_of[pos]]:
+        if not lay.masks[host_of[pos]]:
             continue
         allowed = whole if inputs.allowed is None else merge(inputs.allowed.get(unit.id, ()))
         for a, z in windows(free_spans(eff[unit.id], allowed, low, high), d):
@@ -248,9 +260,10 @@ def find(want: Want, inputs: Inputs) -> list[Slot]:
             events.append((z + 1, 0, pos))
     events.extend((t, 2, -1) for t in inputs.wake if low <= t <= high - d)
     events.sort()
-    free = dict.fromkeys(hosts, 0)
+    free = dict.fromkeys(lay.hosts, 0)
+    gone = [low - 1] * len(cands)  # per candidate: when it last stopped being usable
+    last: dict[frozenset[int], int] = {}  # unit ids -> the start of their latest answer
     found: list[Slot] = []
-    seen: set[frozenset[int]] = set()
     k, i, n = want.count, 0, len(events)
     while i < n:
         t = events[i][0]
@@ -260,42 +273,75 @@ def find(want: Want, inputs: Inputs) -> list[Slot]:
             i += 1
             if kind == 0:
                 free[host_of[pos]] &= ~bit[pos]
+                gone[pos] = t
             elif kind == 1:
                 free[host_of[pos]] |= bit[pos]
-                touched.add(host_of[pos])
+                touched.add(cands[pos].host)
             else:
-                touched.update(hosts)
+                touched.update(by_host)
         if t > high - d:
             break
-        ready = [h for h in touched if any((m & free[h]).bit_count() >= k for m in masks[h])]
+        due = [key for h in sorted(touched) for key in by_host.get(h, ())]
+        if spanning is not None and touched:
+            due.append(spanning)
+        ready = [x for x in due if any((m & free[x.layout]).bit_count() >= k for m in x.masks)]
         if not ready or (inputs.accept is not None and not inputs.accept(t, t + d, k)):
             continue
-        batch = []
-        for host in ready:
-            choice = _best(host, t, want, cands, members[host], masks[host], free[host], bit)
-            ids = frozenset(u.id for u in choice[1])
-            if ids not in seen:
-                seen.add(ids)
-                batch.append(Slot(t, t + d, choice[1], choice[0]))
-        batch.sort(key=lambda s: (s.cost, [unit_key(u) for u in s.units]))
-        found.extend(batch)
+        batch: dict[frozenset[int], Slot] = {}
+        for key in ready:
+            cost, chosen = _best(want, cands, key.positions, key.masks, free[key.layout], bit)
+            ids = frozenset(cands[p].id for p in chosen)
+            before = last.get(ids)
+            if ids in batch or (before is not None and all(gone[p] <= before for p in chosen)):
+                continue  # the same units at this start, or in the same free stretch
+            batch[ids] = Slot(t, t + d, tuple(cands[p] for p in chosen), cost)
+        last.update(dict.fromkeys(batch, t))
+        found.extend(sorted(batch.values(), key=lambda s: (s.cost, [unit_key(u) for u in s.units])))
         if len(found) >= want.limit:
             break
     return found[: want.limit]
 
 
+@dataclass(frozen=True)
+class _Key:
+    """Where one answer per start may come from: one host's units, or (a request that may
+    span hosts) all of them; `layout` names its bit space in `_Layout.masks`."""
+
+    layout: str
+    positions: tuple[int, ...]
+    masks: tuple[int, ...]
+
+
+def _keys(want: Want, lay: _Layout) -> tuple[dict[str, list[_Key]], _Key | None]:
+    """The keys of each host, and the key of all hosts (None: the units must share one)."""
+    by_host: dict[str, list[_Key]] = {}
+    spanning = None
+    for name, positions in lay.members.items():
+        masks = lay.masks[name]
+        if not masks:
+            continue
+        if want.together:
+            by_host[name] = [_Key(name, tuple(positions), tuple(masks))]
+            continue
+        spanning = _Key(name, tuple(positions), tuple(masks))
+        for host in dict.fromkeys(lay.cands[p].host for p in positions):
+            mine = tuple(p for p in positions if lay.cands[p].host == host)
+            own = sum(lay.bit[p] for p in mine)
+            kept = tuple(m & own for m in masks if (m & own).bit_count() >= want.count)
+            by_host[host] = [_Key(name, mine, kept)] if kept else []
+    return by_host, spanning
+
+
 def _best(
-    host: str,
-    t: int,
     want: Want,
     cands: Sequence[Gpu],
     positions: Sequence[int],
     masks: Sequence[int],
     free: int,
     bit: Sequence[int],
-) -> tuple[tuple[int, int], tuple[Gpu, ...]]:
-    """The cheapest choice of `want.count` free units of one host (or of all, when the
-    request may span hosts) at instant `t`."""
+) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """The cheapest choice (positions) of `want.count` free units among `positions`, within
+    one of `masks`, at the current instant."""
     usable = [p for p in positions if free & bit[p]]
     per_host: dict[str, int] = {}
     per_gpu: dict[int, int] = {}
@@ -319,5 +365,5 @@ def _best(
         keys = [unit_key(cands[p]) for p in chosen]
         if best is None or (total, keys) < (best[0], best[1]):
             best = (total, keys, chosen)
-    assert best is not None, host
-    return best[0], tuple(cands[p] for p in best[2])
+    assert best is not None
+    return best[0], tuple(best[2])

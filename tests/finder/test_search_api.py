@@ -40,6 +40,39 @@ async def test_earliest_slot_skips_bookings_and_books(api: Any) -> None:
     assert again.body["slots"][0]["gpus"][0].startswith("gpu2")  # gpu1's block is taken now
 
 
+async def test_two_wholly_free_hosts_are_both_offered(api: Any) -> None:
+    """Issue #28: with gpu3 full and gpu1, gpu2 wholly free, limit 3 gave one answer."""
+    alice, start = api("alice"), soon(2, days=2)
+    await book(api("bob"), "full", [f"gpu3:{i}" for i in range(4)], start, "2d")
+    ask = {"count": 2, "duration": "2h", "not_before": iso(start), "limit": 3}
+    found = await alice("POST", "reservations/search", ask)
+    assert found.status == 200, found
+    slots = found.body["slots"]
+    assert [(when(found, n), s["gpus"]) for n, s in enumerate(slots[:2])] == [
+        (start, ["gpu1:0", "gpu1:1"]), (start, ["gpu2:0", "gpu2:1"])]  # fmt: skip
+    assert len(slots) == 3 and slots[2]["hosts"] == ["gpu3"]  # when gpu3 frees up
+    assert when(found, 2) == start + timedelta(days=2)
+
+
+async def test_limit_six_gives_six_when_six_exist(api: Any) -> None:
+    """Issue #28: 'limit': 6 stayed at 3 answers; each host at each start where it frees up."""
+    alice, bob, start = api("alice"), api("bob"), soon(4, days=3)
+    for n, host in enumerate(("gpu1", "gpu2", "gpu3")):
+        await book(bob, "busy", [f"{host}:0"], start, f"{2 * (n + 1)}h")
+    ask = {"count": 2, "duration": "2h", "not_before": iso(start), "limit": 6}
+    found = await alice("POST", "reservations/search", ask)
+    assert found.status == 200, found
+    got = [(when(found, n), s["gpus"]) for n, s in enumerate(found.body["slots"])]
+    hours = timedelta(hours=1)
+    assert got == [
+        (start, ["gpu1:1", "gpu1:2"]), (start, ["gpu2:1", "gpu2:2"]),
+        (start, ["gpu3:1", "gpu3:2"]), (start + 2 * hours, ["gpu1:0", "gpu1:1"]),
+        (start + 4 * hours, ["gpu2:0", "gpu2:1"]), (start + 6 * hours, ["gpu3:0", "gpu3:1"]),
+    ]  # fmt: skip
+    fewer = await alice("POST", "reservations/search", {**ask, "limit": 3})
+    assert fewer.body["slots"] == found.body["slots"][:3]
+
+
 async def test_model_memory_and_indices(api: Any) -> None:
     alice = api("alice")
     start = soon(5, days=3)
