@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets import HasTraits
+from traitlets.utils.importstring import import_item
 
 import jupyter_gpuhive
 from jupyter_gpuhive.cli.main import GpuHiveCLI
@@ -144,7 +145,7 @@ def cli_commands(app: type = GpuHiveCLI, path: tuple[str, ...] = ()) -> list[tup
     found = [(path, app)]
     table = app.__dict__.get("subcommands") or {}
     for name, (sub, _) in table.items():
-        found += cli_commands(sub, (*path, name))
+        found += cli_commands(import_item(sub) if isinstance(sub, str) else sub, (*path, name))
     return found
 
 

@@ -112,8 +112,9 @@ class HostsAddApp(_Base):
 
     def start(self) -> None:
         from ..errors import Invalid
-        from ..hosts.config import local_gpu_host, parse_host
-        from ..hosts.file import add_host, read_hosts
+        from ..hosts.config import parse_host
+        from ..hosts.file import add_host
+        from .localhost import keep_local_host
 
         if len(self.extra_args) not in (1, 2) or (
             len(self.extra_args) == 1 and self.transport != "local"
@@ -134,23 +135,18 @@ class HostsAddApp(_Base):
             spec["transport"] = self.transport
         app = self.gpuhive()
         path = app.hosts_file_path()
-        was_empty = not app.hosts and not read_hosts(path)
         try:
             parse_host(spec)
             if spec["name"] in {str(h.get("name")) for h in app.hosts if isinstance(h, dict)}:
                 raise Invalid(f"{spec['name']!r} is already in c.GpuHiveApp.hosts.")
+            kept = keep_local_host(app, path, spec["name"])
             add_host(path, spec)
         except Invalid as error:
             print(f"Not added: {error.message}", file=sys.stderr)
             sys.exit(1)
+        if kept:
+            print(kept)
         print(f"Added {spec['name']} to {path}.")
-        local, _why = local_gpu_host() if was_empty and app.auto_local_host else (None, "")
-        if local is not None and local["name"] != spec["name"]:
-            print(
-                f"Note: with no hosts configured, gpuhive used this machine ({local['name']}); "
-                "now that a host is configured it no longer does. To keep it: "
-                f"jupyter gpuhive hosts add {local['name']} --transport local"
-            )
         if spec.get("transport", "ssh") == "ssh":
             print(
                 f"Next: add the key from `jupyter gpuhive key` to ~/.ssh/authorized_keys on "
@@ -375,6 +371,7 @@ class GpuHiveCLI(_Base):
         "trust": (TrustApp, TrustApp.__doc__),
         "migrate": (MigrateApp, MigrateApp.__doc__),
         "report": (ReportApp, ReportApp.__doc__),
+        "sim": ("jupyter_gpuhive.cli.sim.SimApp", "Simulated GPU hosts: sim up, sim down."),
     }
 
     def start(self) -> None:

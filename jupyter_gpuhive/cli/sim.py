@@ -1,0 +1,184 @@
+"""`jupyter gpuhive sim up|down`: a simulated GPU workstation (or lab) on any machine.
+
+`sim up` installs the project's `nvidia-smi` stand-in for a few simulated hosts under the
+Jupyter data directory (`gpuhive-sim/`) and writes them to the hosts file as `local` hosts
+whose `env` carries what the stand-in needs (its PATH, GPUHIVE_SIM_HOST, GPUHIVE_SIM_CONFIG):
+a running server sweeps them within one poll interval, and every command gpuhive runs there
+(jobs, kernels) sees the simulated GPUs. Processes started with `CUDA_VISIBLE_DEVICES` on such
+a host (a job, a kernel on a reservation) show as GPU processes. `sim down` takes them out of
+the hosts file again and removes the folder; their reservations and history stay.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, Int
+
+from ..errors import Invalid
+from .main import _Base, _reload_note
+
+SIM_DIR = "gpuhive-sim"
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+LAYOUTS = ("nvswitch", "nvlink-pairs", "pcie-2numa")  # cycled over the hosts, as in the demo
+MAX_GPUS = 16
+MAX_HOSTS = 16
+
+
+def sim_root() -> Path:
+    """Where the simulated hosts live: gpuhive-sim/ in the Jupyter data directory."""
+    return Path(jupyter_data_dir()) / SIM_DIR
+
+
+def host_names(count: int) -> list[str]:
+    """The simulated hosts' names: sim1, sim2, …"""
+    return [f"sim{i}" for i in range(1, count + 1)]
+
+
+def sim_config(name: str, gpus: int, mig: bool) -> Any:
+    """A simulated host with `gpus` A100s; with `mig`, GPU 0 is split into three MIG slices."""
+    from ..sim.inventory import SimGpu, SimHostConfig, SimMig, make_uuid
+
+    model, memory = ("NVIDIA A100-SXM4-80GB", 81920) if mig else ("NVIDIA A100-SXM4-40GB", 40960)
+    cards = [SimGpu(i, make_uuid(name, "GPU", i), model, memory) for i in range(gpus)]
+    if mig:
+        cards[0].mig = [
+            SimMig("3g.40gb", make_uuid(name, "MIG", 0), 40192, 1, 0, 42),
+            SimMig("2g.20gb", make_uuid(name, "MIG", 1), 19968, 5, 0, 28),
+            SimMig("1g.10gb", make_uuid(name, "MIG", 2), 9728, 13, 0, 14),
+        ]
+    config = SimHostConfig(name, cards, "550.90.07", "12.4")
+    index = int(name.removeprefix("sim")) - 1
+    if gpus % 2 == 0 and gpus <= 8:
+        config.topology = LAYOUTS[index % len(LAYOUTS)]
+    return config
+
+
+def host_entry(name: str, root: Path, gpus: int, mig: bool) -> dict[str, Any]:
+    """Install one simulated host under `root` and return its hosts-file entry."""
+    from ..sim.cluster import LocalSimHost
+
+    host = LocalSimHost(name, root / name, sim_config(name, gpus, mig))
+    env = host.env({})
+    entry: dict[str, Any] = {"name": name, "transport": "local", "address": "localhost",
+                             "env": {key: env[key] for key in SIM_ENV}}  # fmt: skip
+    if not mig:  # declared, so they can be booked before the first sweep
+        entry["gpus"] = [{"index": g.index, "uuid": g.uuid, "model": g.name,
+                          "memory_mib": g.memory_total_mib} for g in host.config.gpus]  # fmt: skip
+    return entry
+
+
+def is_simulated(entry: Any, root: Path) -> bool:
+    """Whether a hosts-file entry is one that `sim up` wrote (its stand-in lives in `root`)."""
+    env = entry.get("env") if isinstance(entry, dict) else None
+    config = env.get("GPUHIVE_SIM_CONFIG") if isinstance(env, dict) else None
+    return isinstance(config, str) and Path(config).is_relative_to(root)
+
+
+class SimUpApp(_Base):
+    """Simulate GPU hosts on this machine: sim up [--gpus 4] [--hosts 1] [--mig]."""
+
+    name = "jupyter-gpuhive-sim-up"
+    description = __doc__
+    gpus = Int(4, help=f"GPUs per simulated host (1 to {MAX_GPUS}).").tag(config=True)
+    hosts = Int(1, help=f"How many simulated hosts (1 to {MAX_HOSTS}).").tag(config=True)
+    mig = Bool(False, help="Split GPU 0 of each host into three MIG slices.").tag(config=True)
+    aliases = {"gpus": "SimUpApp.gpus", "hosts": "SimUpApp.hosts"}
+    flags = {"mig": ({"SimUpApp": {"mig": True}}, "Split GPU 0 of each host into MIG slices.")}
+
+    def start(self) -> None:
+        from ..hosts.file import add_host, read_hosts, write_hosts
+        from .localhost import keep_local_host
+
+        if self.extra_args or not 1 <= self.gpus <= MAX_GPUS or not 1 <= self.hosts <= MAX_HOSTS:
+            print(
+                f"Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig]\n"
+                f"       (--gpus 1 to {MAX_GPUS}, --hosts 1 to {MAX_HOSTS})",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+        app = self.gpuhive()
+        path, root = app.hosts_file_path(), sim_root()
+        names = host_names(self.hosts)
+        try:
+            current = read_hosts(path)
+            configured = {str(h.get("name")) for h in app.hosts if isinstance(h, dict)}
+            taken = sorted(
+                {str(h.get("name")) for h in current if not is_simulated(h, root)} | configured
+            )
+            clash = [n for n in names if n in taken]
+            if clash:
+                raise Invalid(f"a host named {clash[0]} is already configured (not simulated).")
+            kept = keep_local_host(app, path)
+            simulated = [h for h in read_hosts(path) if is_simulated(h, root)]
+            if simulated:  # a second `sim up` replaces the first
+                write_hosts(path, [h for h in read_hosts(path) if not is_simulated(h, root)])
+                shutil.rmtree(root, ignore_errors=True)
+            for name in names:
+                add_host(path, host_entry(name, root, self.gpus, self.mig))
+        except (Invalid, OSError) as error:
+            message = error.message if isinstance(error, Invalid) else str(error)
+            print(f"Not simulated: {message}", file=sys.stderr)
+            sys.exit(1)
+        if kept:
+            print(kept)
+        each = f"{self.gpus} simulated A100 GPU{'s' if self.gpus != 1 else ''}"
+        mig = " (GPU 0 split into 3 MIG slices)" if self.mig else ""
+        replaced = " (replacing the earlier ones)" if simulated else ""
+        print(f"Added {', '.join(names)} to {path}{replaced}: {each} each{mig}.")
+        print(f"Their nvidia-smi stand-in lives in {root}.")
+        print(_reload_note(app))
+        print("Start JupyterLab (`jupyter lab`) and open the GPU sidebar; "
+              "`jupyter gpuhive sim down` removes them again.")  # fmt: skip
+
+
+class SimDownApp(_Base):
+    """Remove the simulated hosts of `sim up` (their reservations and history stay)."""
+
+    name = "jupyter-gpuhive-sim-down"
+    description = __doc__
+
+    def start(self) -> None:
+        from ..hosts.file import read_hosts, write_hosts
+
+        if self.extra_args:
+            print("Usage: jupyter gpuhive sim down", file=sys.stderr)
+            sys.exit(1)
+        app = self.gpuhive()
+        path, root = app.hosts_file_path(), sim_root()
+        try:
+            hosts = read_hosts(path)
+            gone = [str(h["name"]) for h in hosts if is_simulated(h, root)]
+            if gone:
+                write_hosts(path, [h for h in hosts if not is_simulated(h, root)])
+        except Invalid as error:
+            print(f"Not removed: {error.message}", file=sys.stderr)
+            sys.exit(1)
+        shutil.rmtree(root, ignore_errors=True)
+        if not gone:
+            print(f"No simulated hosts in {path}; nothing to remove.")
+            return
+        print(f"Removed {', '.join(gone)} from {path}; their reservations and history stay.")
+        print(_reload_note(app))
+
+
+class SimApp(_Base):
+    """Simulated GPU hosts to try gpuhive without GPUs: `sim up`, `sim down`."""
+
+    name = "jupyter-gpuhive-sim"
+    description = __doc__
+    subcommands = {
+        "up": (SimUpApp, SimUpApp.__doc__),
+        "down": (SimDownApp, SimDownApp.__doc__),
+    }
+
+    def start(self) -> None:
+        if self.subapp is None:
+            print("Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig] | sim down",
+                  file=sys.stderr)  # fmt: skip
+            sys.exit(1)
+        self.subapp.start()
