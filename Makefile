@@ -14,7 +14,7 @@ LABEXT_STAMP := $(LABEXT)/node_modules/.installed
 LABEXT_BUILT := jupyter_gpuhive/labextension/package.json
 JLPM         := PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/jlpm"
 
-.PHONY: demo test lint format sysdeps venv bench clean labextension test-js test-ui binder-check
+.PHONY: demo test lint format sysdeps venv bench bench-smoke clean labextension test-js test-ui binder-check
 
 # configurable-http-proxy (npm) for the JupyterHub team-mode tests (tests/hub), in a local prefix.
 CHP_PREFIX := $(VENV)/node
@@ -24,7 +24,7 @@ export GPUHIVE_CHP := $(CURDIR)/$(CHP_PREFIX)/node_modules/.bin/configurable-htt
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP) $(CHP_STAMP)
@@ -76,7 +76,7 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis
+test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis bench-smoke
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-dates
 
@@ -126,6 +126,12 @@ binder-check: sysdeps
 
 bench: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python benchmarks/reservations.py
+
+# Every benchmark (benchmarks/*.py but the fixtures) at its --smoke size, one after the other:
+# fails on a crash, a non-zero exit, a last line that is not one JSON object, or a null figure
+# in it (tests/support/bench_smoke.py). About 3-4 minutes on the 2-core development machine.
+bench-smoke: sysdeps $(STAMP) $(CHP_STAMP)
+	$(BIN)/python -m tests.support.bench_smoke
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache docs/_build

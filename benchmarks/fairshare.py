@@ -1,7 +1,7 @@
 """Fair-share benchmark: booking latency with limits, the race of one user against a limit,
 and the accounting report of a year.
 
-Run: `.venv/bin/python benchmarks/fairshare.py [--quick]`. Through the REST API of real
+Run: `.venv/bin/python benchmarks/fairshare.py [--quick | --smoke]`. Through the REST API of real
 Jupyter servers in their own processes, on SQLite and on a real PostgreSQL, with the store of
 the reservation benchmark (10k reservations with --quick, else 100k, over 256 GPUs):
 - create latency p50/p99 without any limit, then with limits stored for every one of the 50
@@ -149,16 +149,16 @@ def _bulk(conn: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any,
         conn.exec_driver_sql(sql, rows[i : i + 50_000])
 
 
-def seed_year(url: str, year: int) -> int:
-    """A year of hourly usage of every GPU by 50 users, its monthly roll-up, and a
-    reservation per GPU per day (what the report reads); the number of hourly rows."""
+def seed_year(url: str, year: int, gpus: int | None = None) -> int:
+    """A year of hourly usage of every GPU (the first `gpus`) by 50 users, its monthly roll-up,
+    and a reservation per GPU per day (what the report reads); the number of hourly rows."""
     store = Store(url).open()
     sqlite = store.db.dialect == "sqlite"
 
     def stamp(instant: datetime) -> Any:  # how UTCDateTime stores an instant
         return instant.isoformat(sep=" ", timespec="microseconds") if sqlite else instant
 
-    gpu_ids = [g.id for g in store.inventory.gpus()]
+    gpu_ids = [g.id for g in store.inventory.gpus()][:gpus]
     rng = random.Random(16)
     start = datetime(year, 1, 1, tzinfo=UTC)
     days = (datetime(year + 1, 1, 1, tzinfo=UTC) - start).days
@@ -225,14 +225,16 @@ def seed_year(url: str, year: int) -> int:
     return written
 
 
-def run_backend(name: str, url: str, count: int, n: int, year: bool) -> dict[str, Any]:
+def run_backend(
+    name: str, url: str, count: int, n: int, year: bool, year_gpus: int | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     seeded = seed(url, count)
     print(f"[{name}] seeded {seeded} reservations in {time.perf_counter() - t0:.1f}s", flush=True)
     hourly = 0
     if year:
         t0 = time.perf_counter()
-        hourly = seed_year(url, NOW.year - 1)
+        hourly = seed_year(url, NOW.year - 1, year_gpus)
         print(f"[{name}] seeded {hourly} hourly charges in {time.perf_counter() - t0:.1f}s",
               flush=True)  # fmt: skip
     config = {"db_url": url, "hosts": HOST_SPECS, "booking_horizon": "400d",
@@ -276,15 +278,21 @@ def run_backend(name: str, url: str, count: int, n: int, year: bool) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10k reservations, 200 creates")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny: 1,000 reservations, 30 creates, a year of 2 GPUs")  # fmt: skip
     args = parser.parse_args()
     count, n = (10_000, 200) if args.quick else (100_000, 1000)
+    year_gpus = 2 if args.smoke else None
+    if args.smoke:
+        count, n = 1000, 30  # the first 10 creates warm the caches
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.sqlite'}"
-        results["sqlite"] = run_backend("sqlite", url, count, n, year=True)
+        results["sqlite"] = run_backend("sqlite", url, count, n, year=True, year_gpus=year_gpus)
     with running_postgres() as cluster:
         results["postgresql"] = run_backend("postgresql", cluster.new_database(), count, n,
-                                            year=not args.quick)  # fmt: skip
+                                            year=args.smoke or not args.quick,
+                                            year_gpus=year_gpus)  # fmt: skip
     s, p = results["sqlite"], results["postgresql"]
     final = {
         "existing_reservations": s["existing_reservations"],

@@ -1,7 +1,8 @@
 """Integrations benchmark: an iCal feed of 1,000 reservations; webhook delivery delay at
 100 events/s to a healthy receiver while another endpoint hangs; the reservation API meanwhile.
 
-Run: `.venv/bin/python benchmarks/integrations.py [--quick]`. A real Jupyter server with
+Run: `.venv/bin/python benchmarks/integrations.py [--quick | --smoke]` (`--smoke`: a feed of
+40, 1 s of events). A real Jupyter server with
 gpuhive runs in its own process (SQLite, 8 hosts × 4 GPUs declared, no monitoring). The
 receivers are real HTTP servers on 127.0.0.1 in this process: the healthy one answers 200 at
 once, the hanging one never answers (the server gives up after webhook_timeout). Each event is
@@ -197,6 +198,9 @@ def webhook_figures(port: int, seconds: float, rate: float, base: datetime) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 s of events instead of 30 s")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gpuhive-integrations-"))
     config = {
@@ -213,8 +217,9 @@ def main() -> None:
     base = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     base += timedelta(days=1)
     try:
-        result: dict[str, Any] = feed_figures(server.port, 1000, base)
-        result |= webhook_figures(server.port, 5.0 if args.quick else 30.0, 100.0, base)
+        result: dict[str, Any] = feed_figures(server.port, 40 if args.smoke else 1000, base)
+        seconds = 1.0 if args.smoke else 5.0 if args.quick else 30.0
+        result |= webhook_figures(server.port, seconds, 100.0, base)
     finally:
         server.stop()
     result["quick"] = args.quick

@@ -1,6 +1,7 @@
 """Queue benchmark: one admission pass over 10,000 queued jobs, 1,000 GPUs, 50,000 reservations.
 
-Run: `.venv/bin/python benchmarks/job_queue.py [--quick]`.
+Run: `.venv/bin/python benchmarks/job_queue.py [--quick | --smoke]` (`--smoke`: 10 hosts,
+200 queued jobs, 800 reservations, one repeat; that it runs).
 The cluster: 125 hosts × 8 GPUs; 50,000 single-GPU reservations over the next 14 days (the
 scheduler's horizon); 150 running jobs holding 300 GPUs (their processes in the sweep, by
 process group); foreign processes on 50 more GPUs; 10,000 pending queued jobs, 70 % naming
@@ -240,8 +241,9 @@ def seed_sqlite(url: str, world: World) -> Store:
         for r in world.reservations
     ]  # fmt: skip
     links = [
-        {"reservation_id": r.id, "gpu_id": ids[r.gpus[0].uuid], "start_at": r.start,
-         "end_at": r.end, "cancelled": False}
+        {"reservation_id": r.id, "gpu_id": ids[r.gpus[0].uuid],
+         "device_id": ids[r.gpus[0].uuid], "start_at": r.start, "end_at": r.end,
+         "cancelled": False}  # a whole GPU: its own physical device
         for r in world.reservations
     ]  # fmt: skip
     job_rows, task_rows = [], []
@@ -308,12 +310,18 @@ def measure_sqlite(world: World, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, same sizes")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     args = parser.parse_args()
-    repeats = 3 if args.quick else 7
+    repeats = 1 if args.smoke else 3 if args.quick else 7
+    global HOSTS, QUEUED, RESERVATIONS, RUNNING_JOBS, FOREIGN_GPUS
+    if args.smoke:
+        HOSTS, QUEUED, RESERVATIONS, RUNNING_JOBS, FOREIGN_GPUS = 10, 200, 800, 10, 5
     world = World()
     figures = measure_memory(world, repeats)
     print(f"in memory: {json.dumps(figures)}", flush=True)
-    stored = measure_sqlite(world, 1 if args.quick else 3)
+    stored = measure_sqlite(world, 1 if args.quick or args.smoke else 3)
     print(f"sqlite: {json.dumps(stored)}", flush=True)
     final = {
         "queued_jobs": QUEUED,

@@ -1,6 +1,6 @@
 """Kernels on reservations: a local ipykernel against a kernel on a reservation's sshd host.
 
-Run: ``.venv/bin/python benchmarks/kernels.py [--quick]`` (as root: the remote kernel runs as a
+Run: ``.venv/bin/python benchmarks/kernels.py [--quick | --smoke]`` (as root: the remote kernel runs as a
 real test user, as it would for a reservation's owner; otherwise as the current user).
 
 Both kernels are started by jupyter_client's AsyncIOLoopKernelManager with the same interpreter
@@ -133,8 +133,8 @@ async def dead_detect(cluster: SshdCluster, kernel_spec: KernelSpec) -> float:
     return at - began
 
 
-async def main(quick: bool) -> tuple[dict[str, float], float]:
-    starts, executes = (3, 300) if quick else (8, 2000)
+async def main(quick: bool, smoke: bool = False) -> tuple[dict[str, float], float]:
+    starts, executes = (1, 20) if smoke else (3, 300) if quick else (8, 2000)
     python = kernel_python()
     user = USER if is_root() else current_user()
     if is_root():
@@ -189,10 +189,13 @@ async def main(quick: bool) -> tuple[dict[str, float], float]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer starts and executes")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.pop("JUPYTER_TOKEN", None)
-    result, local_p99 = asyncio.run(main(args.quick))
+    result, local_p99 = asyncio.run(main(args.quick, args.smoke))
     log(f"local start p50 {result['local_start_p50_s']} s, remote {result['remote_start_p50_s']}"
         f" s (x{result['start_ratio']}); rtt p50 {result['local_rtt_p50_ms']} ms local, "
         f"{result['remote_rtt_p50_ms']} ms remote (+{result['rtt_overhead_ms']} ms); p99 "

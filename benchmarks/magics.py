@@ -1,6 +1,6 @@
 """Magics benchmark: round trip of %gpureserve and %gpustatus against a local server.
 
-Run: `.venv/bin/python benchmarks/magics.py [--quick]`. A real Jupyter server with gpuhive
+Run: `.venv/bin/python benchmarks/magics.py [--quick | --smoke]` (`--smoke`: 5 calls each). A real Jupyter server with gpuhive
 runs in its own process (16 hosts × 4 GPUs declared); the magics run in a real IPython
 shell. The floor is one bare `GET me` through the same HiveClient. The last line printed
 is one JSON object with the figures.
@@ -35,8 +35,11 @@ def ms(values: list[float], pct: float | None = None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 calls each instead of 200")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     args = parser.parse_args()
-    calls = 30 if args.quick else 200
+    calls = 5 if args.smoke else 30 if args.quick else 200
     root = Path(tempfile.mkdtemp(prefix="gpuhive-magics-"))
     hosts = [{"name": f"node{i:02d}", "gpu_count": 4} for i in range(16)]
     config = {"db_url": f"sqlite:///{root / 'hive.sqlite'}", "hosts": hosts, "monitor": False,

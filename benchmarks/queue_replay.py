@@ -1,7 +1,7 @@
 """Queue replay: a synthetic production-like trace through the real admission pass, in
 simulated time, against strict FIFO with the same placement rules.
 
-Run: `.venv/bin/python benchmarks/queue_replay.py [--quick] [--seed N]` (about 40 s of CPU
+Run: `.venv/bin/python benchmarks/queue_replay.py [--quick | --smoke] [--seed N]` (about 40 s of CPU
 quick, 3.5 min full, on the 2-core development machine). The last line printed is one JSON
 object (each figure the worst over the three loads).
 
@@ -63,9 +63,10 @@ from tests.support.queue_trace import PER_HOST, compare, make_trace
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="32 hosts, 1,000 jobs")
+    parser.add_argument("--smoke", action="store_true", help="16 hosts, 100 jobs: that it runs")
     parser.add_argument("--seed", type=int, default=21, help="the trace's seed (default 21)")
     args = parser.parse_args()
-    hosts, jobs = (32, 1000) if args.quick else (64, 3000)
+    hosts, jobs = (16, 100) if args.smoke else (32, 1000) if args.quick else (64, 3000)
     print(f"cluster: {hosts} hosts x {PER_HOST} GPUs; trace: {jobs} jobs", flush=True)
     print(json.dumps(compare(make_trace(jobs, args.seed), hosts, seed=args.seed)))
 

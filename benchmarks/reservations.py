@@ -240,8 +240,11 @@ def run_backend(name: str, url: str, count: int, creates: int) -> dict[str, Any]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10k reservations, 200 creates")
+    parser.add_argument("--smoke", action="store_true", help="1,000 reservations, 20 creates")
     args = parser.parse_args()
     count, creates = (10_000, 200) if args.quick else (100_000, 1000)
+    if args.smoke:
+        count, creates = 1000, 20
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         results["sqlite"] = run_backend(

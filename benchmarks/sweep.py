@@ -104,6 +104,11 @@ def run_baseline(real: RealCluster, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 sshd hosts, 100 fixture hosts")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="2 sshd hosts, 10 fixture hosts, one repeat, an 8 s API phase: that it runs",
+    )
     parser.add_argument("--hosts", type=int, help="real sshd hosts (default 100, quick 10)")
     parser.add_argument("--fixture-hosts", type=int, help="fixture hosts (1000, quick 100)")
     parser.add_argument("--delay", type=float, default=0.3, help="stand-in delay in seconds")
@@ -138,10 +143,11 @@ def main() -> None:
         "or 'root' as is (its shell rc is part of every command then)",
     )
     args = parser.parse_args()
-    hosts = args.hosts or (10 if args.quick else 100)
-    fixture_hosts = args.fixture_hosts or (100 if args.quick else 1000)
-    repeats = args.repeats or (3 if args.quick else 2)  # a 100-host sim sweep takes ~10 s here
-    api_seconds = (10.0 if args.quick else 30.0) if args.api_seconds is None else args.api_seconds
+    hosts = args.hosts or (2 if args.smoke else 10 if args.quick else 100)
+    fixture_hosts = args.fixture_hosts or (10 if args.smoke else 100 if args.quick else 1000)
+    repeats = args.repeats or (1 if args.smoke else 3 if args.quick else 2)  # 100 sim hosts: ~10 s
+    api_default = 8.0 if args.smoke else 10.0 if args.quick else 30.0
+    api_seconds = api_default if args.api_seconds is None else args.api_seconds
     replay = args.stand_in == "replay"
 
     out: dict[str, Any] = {"hosts": hosts}

@@ -80,10 +80,12 @@ def vary(template: str, pids: list[int], name: str, rng: random.Random) -> str:
         text = re.sub(rf"(?m)^(\s*){pid}(?=[ ,])", rf"\g<1>{new}", text)
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("index, uuid"))
-    util_col = [c.split(" [")[0] for c in header.split(", ")].index("utilization.gpu")
+    columns = [c.split(" [")[0] for c in header.split(", ")]
+    util_col = columns.index("utilization.gpu")
     for i, line in enumerate(lines):
-        if re.match(r"^\d+, GPU-", line):
-            cells = line.split(", ")
+        cells = line.split(", ")
+        # a row of the GPU query (a process row "PID, GPU-…, MiB" starts alike)
+        if re.match(r"^\d+, GPU-", line) and len(cells) == len(columns):
             cells[util_col] = str(rng.randrange(0, 101))
             lines[i] = ", ".join(cells)
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """Team-mode benchmark: many users booking at once through the Hub's proxy into the service.
 
-Run: `.venv/bin/python benchmarks/team.py [--quick]`.
+Run: `.venv/bin/python benchmarks/team.py [--quick | --smoke]` (`--smoke`: 3 users × 3
+bookings, 0.2 s apart).
 A real JupyterHub (fixtures/team_hub.py: the examples/jupyterhub_config.py deployment,
 configurable-http-proxy from npm) with the gpuhive service on a real PostgreSQL. N users
 (threads; --quick: 10, else 50), each with their own Hub token (`access:services!service=
@@ -185,9 +186,12 @@ def main() -> None:
     parser.add_argument(
         "--period", type=float, default=1.0, help="paced phase: seconds between a user's bookings"
     )
+    parser.add_argument("--smoke", action="store_true", help="3 users × 3 bookings: that it runs")
     args = parser.parse_args()
-    users = args.users or (10 if args.quick else 50)
-    per_user = args.requests or (20 if args.quick else 40)
+    users = args.users or (3 if args.smoke else 10 if args.quick else 50)
+    per_user = args.requests or (3 if args.smoke else 20 if args.quick else 40)
+    if args.smoke:
+        args.period = 0.2
 
     with running_postgres() as cluster:
         db_url = cluster.new_database()

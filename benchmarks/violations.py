@@ -1,6 +1,7 @@
 """Violation benchmark: from an offending process starting to the first handler firing.
 
-Run: ``.venv/bin/python benchmarks/violations.py [--quick]`` (no root needed).
+Run: ``.venv/bin/python benchmarks/violations.py [--quick | --smoke]`` (``--smoke``: 1 host,
+2 trials) (no root needed).
 
 Local simulated hosts (4; ``--quick``: 2) with four GPUs each are monitored the way the Hive
 does it: a ``Monitor`` (sampler, discovery, usage) sweeping every ``poll_interval`` seconds with
@@ -135,12 +136,15 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer hosts and trials")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval (s)")
     parser.add_argument("--trials", type=int, default=None)
     args = parser.parse_args()
     logging.getLogger("jupyter_gpuhive").setLevel(logging.ERROR)
-    hosts = 2 if args.quick else 4
-    trials = args.trials or (8 if args.quick else 40)
+    hosts = 1 if args.smoke else 2 if args.quick else 4
+    trials = args.trials or (2 if args.smoke else 8 if args.quick else 40)
     log(f"{hosts} local simulated hosts, poll interval {args.interval} s, {trials} trials")
     with tempfile.TemporaryDirectory(prefix="gpuhive-bench-") as tmp:
         result = asyncio.run(bench(args.interval, hosts, trials, Path(tmp)))

@@ -5,7 +5,8 @@ client, so only the kernel's work is timed (decoding is the client's and not inc
   calendar: 64 GPUs × 7 days with 2,000 reservations (model.load → boxes, then the view)
   overview: 64 GPUs × 30 days of hours = 46,080 cells (model.load → grid, then the view)
 Last line: one JSON object with calendar_build_ms, overview_build_ms (= overview_64x720_build_ms)
-and the update (reload + redraw) times. Target: ≤ 300 ms each. `--quick`: fewer repeats.
+and the update (reload + redraw) times. Target: ≤ 300 ms each. `--quick`: fewer repeats;
+`--smoke`: one.
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def timed(fn: Any, repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 10")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
+    )
     args = parser.parse_args()
-    repeat = 3 if args.quick else 10
+    repeat = 1 if args.smoke else 3 if args.quick else 10
     rng = random.Random(7)
     day = date(2026, 5, 4)
     start = datetime.combine(day, dtime(), tzinfo=UTC)
