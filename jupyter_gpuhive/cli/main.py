@@ -1,8 +1,14 @@
-"""`jupyter gpuhive`: write a commented config file; list, add and remove hosts; keys, trust."""
+"""`jupyter gpuhive`: write a commented config file; list, add and remove hosts; keys, trust.
+
+Starts fast: this module imports traitlets, jupyter_core and the settings' traits only; each
+command imports the store, SSH or the server when it runs (tests/test_cli_imports.py checks).
+Errors a person can fix end in one sentence on stderr and status 1 (`common.run`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from pathlib import Path
@@ -10,12 +16,12 @@ from typing import Any
 
 from jupyter_core.application import JupyterApp
 from jupyter_core.paths import jupyter_config_dir
-from traitlets import Bool, Enum, Int, Unicode
+from traitlets import Bool, Enum, Int, Unicode, default
 from traitlets.config import Application
 
 from .._version import __version__
 from ..hosts.guidance import setup_text
-from ..server.app import GpuHiveApp
+from .common import GpuHiveApp, fail, run, unreachable
 
 CONFIG_NAME = "jupyter_gpuhive_config.py"
 
@@ -24,11 +30,19 @@ class _Base(JupyterApp):
     version = __version__
     classes = [GpuHiveApp]
 
+    @default("log_format")
+    def _plain_log(self) -> str:
+        return "%(message)s"  # a bad option is one sentence, not "[App] CRITICAL | …"
+
+    @default("log_level")
+    def _quiet(self) -> int:
+        return logging.WARNING  # the settings' info lines are for the server's log
+
     def gpuhive(self) -> GpuHiveApp:
         """A GpuHiveApp configured as the server would configure it."""
         for name in ("jupyter_server_config", "jupyter_gpuhive_config"):
             Application.load_config_file(self, name, path=self.config_file_paths)
-        return GpuHiveApp(config=self.config)
+        return GpuHiveApp(config=self.config, parent=self)  # logs as this command
 
 
 class InitApp(_Base):
@@ -36,6 +50,10 @@ class InitApp(_Base):
 
     name = "jupyter-gpuhive-init"
     description = __doc__
+    examples = """
+jupyter gpuhive init
+jupyter gpuhive init --output ./jupyter_gpuhive_config.py --force
+"""
     output = Unicode(
         "", help=f"Where to write (default: {CONFIG_NAME} in the Jupyter config dir)."
     ).tag(config=True)
@@ -49,10 +67,11 @@ class InitApp(_Base):
             self.log.error("%s exists; use --force to overwrite it.", target)
             sys.exit(1)
         from ..hosts.secretfiles import write_secret
+        from ..server.app import GpuHiveApp as ServerApp  # every setting, the server's too
 
         text = "# Configuration of jupyter-gpuhive (every setting, commented out).\n"
         text += "c = get_config()  # noqa\n\n"
-        text += GpuHiveApp.class_config_section()
+        text += ServerApp.class_config_section()
         # 0600 from the start: it will hold the database URL and SMTP passwords.
         if not write_secret(target, text.encode(), replace=self.force):
             self.log.error("%s exists; use --force to overwrite it.", target)
@@ -65,6 +84,9 @@ class HostsListApp(_Base):
 
     name = "jupyter-gpuhive-hosts-list"
     description = __doc__
+    examples = """
+jupyter gpuhive hosts list
+"""
 
     def start(self) -> None:
         from ..hive import Hive
@@ -99,6 +121,11 @@ class HostsAddApp(_Base):
 
     name = "jupyter-gpuhive-hosts-add"
     description = __doc__
+    examples = """
+jupyter gpuhive hosts add gpu1 gpu1.example.org --user monitor
+jupyter gpuhive hosts add gpu2 10.0.0.12 --user monitor --port 2222
+jupyter gpuhive hosts add workstation --transport local
+"""
     user = Unicode("", help="The account gpuhive logs in as (default: the server's user).").tag(
         config=True
     )
@@ -160,6 +187,9 @@ class HostsRemoveApp(_Base):
 
     name = "jupyter-gpuhive-hosts-remove"
     description = __doc__
+    examples = """
+jupyter gpuhive hosts remove gpu1
+"""
 
     def start(self) -> None:
         from ..errors import Invalid
@@ -193,6 +223,11 @@ class HostsApp(HostsListApp):
 
     name = "jupyter-gpuhive-hosts"
     description = __doc__
+    examples = """
+jupyter gpuhive hosts
+jupyter gpuhive hosts add gpu1 gpu1.example.org --user monitor
+jupyter gpuhive hosts remove gpu1
+"""
     subcommands = {
         "list": (HostsListApp, HostsListApp.__doc__),
         "add": (HostsAddApp, HostsAddApp.__doc__),
@@ -211,6 +246,10 @@ class KeyApp(_Base):
 
     name = "jupyter-gpuhive-key"
     description = __doc__
+    examples = """
+jupyter gpuhive key
+jupyter gpuhive key | ssh monitor@gpu1.example.org 'cat >> ~/.ssh/authorized_keys'
+"""
 
     def start(self) -> None:
         from ..hosts.ssh import ensure_client_key
@@ -231,6 +270,9 @@ class TestApp(_Base):
 
     name = "jupyter-gpuhive-test"
     description = __doc__
+    examples = """
+jupyter gpuhive test
+"""
 
     def start(self) -> None:
         asyncio.run(self._test())
@@ -271,25 +313,37 @@ class TrustApp(_Base):
 
     name = "jupyter-gpuhive-trust"
     description = __doc__
+    examples = """
+jupyter gpuhive trust gpu1
+jupyter gpuhive trust gpu1 --yes
+"""
     yes = Bool(False, help="Trust without asking.").tag(config=True)
     flags = {"yes": ({"TrustApp": {"yes": True}}, "Trust without asking.")}
 
     def start(self) -> None:
+        from ..hosts.config import parse_hosts
         from ..hosts.ssh import fetch_host_key, known_hosts_line
 
         app = self.gpuhive()
-        hosts = {h.name: h for h in app.settings_for_hive().hosts}
+        hosts = {h.name: h for h in parse_hosts(app.all_host_specs())}
         if len(self.extra_args) != 1 or self.extra_args[0] not in hosts:
             print(f"Usage: jupyter gpuhive trust HOST   (hosts: {', '.join(sorted(hosts))})")
             sys.exit(1)
         decl = hosts[self.extra_args[0]]
-        key = asyncio.run(fetch_host_key(decl))
+        if decl.transport != "ssh":
+            fail(f"{decl.name} is a local host: there is no SSH host key to trust.")
+        try:
+            key = asyncio.run(fetch_host_key(decl, timeout=app.ssh_connect_timeout))
+        except Exception as error:  # DNS, refused, timeout, an SSH error: one sentence
+            fail(unreachable(decl.name, decl.address, decl.port, error))
         print(f"{decl.name} ({decl.address}:{decl.port}) offers {key.get_algorithm()} key")
         print(f"  fingerprint {key.get_fingerprint('sha256')}")
         print("Compare it with `ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on that host.")
-        if not self.yes and input("Trust this key? [y/N] ").strip().lower() != "y":
-            print("Not trusted.")
-            sys.exit(1)
+        answer = "y" if self.yes else _ask("Trust this key? [y/N] ")
+        if answer is None:
+            fail("Not trusted: there was no answer (no terminal); --yes trusts without asking.")
+        if answer != "y":
+            fail("Not trusted.")
         target = Path(app.known_hosts[0]).expanduser()
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a") as out:
@@ -297,11 +351,24 @@ class TrustApp(_Base):
         print(f"Added to {target}.")
 
 
+def _ask(question: str) -> str | None:
+    """The answer typed, lower case (None: nobody can answer, stdin is closed)."""
+    try:
+        return input(question).strip().lower()
+    except EOFError:
+        print()
+        return None
+
+
 class MigrateApp(_Base):
     """Copy a gpuhive store into another database (personal SQLite → team PostgreSQL)."""
 
     name = "jupyter-gpuhive-migrate"
     description = __doc__
+    examples = """
+jupyter gpuhive migrate --to postgresql+psycopg://gpuhive@db.example.org/gpuhive
+jupyter gpuhive migrate --from sqlite:///old/gpuhive.sqlite --to sqlite:///new/gpuhive.sqlite
+"""
     source = Unicode("", help="URL of the store to copy (default: this user's store).").tag(
         config=True
     )
@@ -330,6 +397,11 @@ class ReportApp(_Base):
 
     name = "jupyter-gpuhive-report"
     description = __doc__
+    examples = """
+jupyter gpuhive report
+jupyter gpuhive report --month 2026-11
+jupyter gpuhive report --month 2026-01 --until 2026-12 --csv > usage-2026.csv
+"""
     month = Unicode("", help="The month, e.g. 2026-11 (default: this month).").tag(config=True)
     until = Unicode("", help="The last month of a longer report (at most 24).").tag(config=True)
     csv = Bool(False, help="Print CSV instead of tables.").tag(config=True)
@@ -363,6 +435,13 @@ class GpuHiveCLI(_Base):
 
     name = "jupyter-gpuhive"
     description = __doc__
+    examples = """
+jupyter gpuhive hosts add gpu1 gpu1.example.org --user monitor
+jupyter gpuhive key
+jupyter gpuhive trust gpu1
+jupyter gpuhive test
+jupyter gpuhive hosts add --help
+"""
     subcommands = {
         "init": (InitApp, InitApp.__doc__),
         "hosts": (HostsApp, HostsApp.__doc__),
@@ -375,6 +454,14 @@ class GpuHiveCLI(_Base):
     }
 
     def start(self) -> None:
+        if self.subapp is None and self.extra_args and self.extra_args[0] in self.subcommands:
+            fail(f"Give options after the command: jupyter gpuhive {self.extra_args[0]} …", 2)
+        if self.subapp is None and self.extra_args:
+            fail(
+                f"Unknown command {self.extra_args[0]!r}; the commands are "
+                f"{', '.join(sorted(self.subcommands))} (jupyter gpuhive --help).",
+                2,
+            )
         if self.subapp is None:
             self.print_help()
             print("\nSubcommands: " + ", ".join(sorted(self.subcommands)))
@@ -382,7 +469,10 @@ class GpuHiveCLI(_Base):
         self.subapp.start()
 
 
-main = GpuHiveCLI.launch_instance
+def main() -> None:
+    """`jupyter gpuhive …`: a known error ends in one sentence on stderr, status 1."""
+    run(GpuHiveCLI.launch_instance)
+
 
 if __name__ == "__main__":
     main()

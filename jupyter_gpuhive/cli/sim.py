@@ -84,6 +84,10 @@ class SimUpApp(_Base):
 
     name = "jupyter-gpuhive-sim-up"
     description = __doc__
+    examples = """
+jupyter gpuhive sim up
+jupyter gpuhive sim up --gpus 8 --hosts 2 --mig
+"""
     gpus = Int(4, help=f"GPUs per simulated host (1 to {MAX_GPUS}).").tag(config=True)
     hosts = Int(1, help=f"How many simulated hosts (1 to {MAX_HOSTS}).").tag(config=True)
     mig = Bool(False, help="Split GPU 0 of each host into three MIG slices.").tag(config=True)
@@ -141,6 +145,9 @@ class SimDownApp(_Base):
 
     name = "jupyter-gpuhive-sim-down"
     description = __doc__
+    examples = """
+jupyter gpuhive sim down
+"""
 
     def start(self) -> None:
         from ..hosts.file import read_hosts, write_hosts
@@ -171,6 +178,10 @@ class SimApp(_Base):
 
     name = "jupyter-gpuhive-sim"
     description = __doc__
+    examples = """
+jupyter gpuhive sim up --gpus 4
+jupyter gpuhive sim down
+"""
     subcommands = {
         "up": (SimUpApp, SimUpApp.__doc__),
         "down": (SimDownApp, SimDownApp.__doc__),
