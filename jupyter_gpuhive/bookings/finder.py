@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Invalid
+from ..errors import Conflict, Invalid
 from ..model import Gpu, Identity, describe_duration, utcnow
 from ..model.finder import Inputs, Slot, Span, Want, devices_needed, find
 from ..model.rules import Rule
@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 MAX_COUNT = 64
 MAX_ANSWERS = 20
 FIRST_WINDOW = timedelta(days=1)
+NO_HOSTS = (
+    "No GPU hosts are configured, so there is nothing to book yet. Add one with "
+    "`jupyter gpuhive hosts add gpu1 gpu1.example.org --user $USER` (then `jupyter gpuhive key` "
+    "and `jupyter gpuhive trust gpu1`), or try gpuhive on simulated GPUs: `jupyter gpuhive sim up`."
+)
 
 
 def instant(seconds: int) -> datetime:
@@ -57,7 +62,8 @@ class SlotSearch:
         self._units: tuple[int, list[Gpu]] | None = None
 
     def check(self, want: Want, now: int) -> Want:
-        """The request with its defaults, or Invalid (422) saying what is wrong with it."""
+        """The request with its defaults; Invalid (422): what is wrong; Conflict (409): no GPUs."""
+        self.require_gpus()  # first: with no GPUs at all, nothing else matters
         p = self.policy
         if not 1 <= want.count <= MAX_COUNT:
             raise Invalid(f"'count' must be from 1 to {MAX_COUNT}.")
@@ -89,6 +95,18 @@ class SlotSearch:
         if want.host is not None and self.store.inventory.host(want.host) is None:
             raise Invalid(f"Unknown host '{want.host}'.")
         return replace(want, not_before=low, deadline=high)
+
+    def require_gpus(self) -> None:
+        """Conflict (409) with the next step when there is no GPU to search at all."""
+        if self._inventory():
+            return
+        hosts = sorted(h.name for h in self.store.inventory.hosts())
+        if not hosts:
+            raise Conflict(NO_HOSTS)
+        raise Conflict(
+            f"None of the GPU hosts ({', '.join(hosts)}) has reported GPUs yet; GET hosts (the "
+            "sidebar, %gpustatus) says why: a host that is down, or nvidia-smi failing there."
+        )
 
     def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:
         """The checked request and its best slots, earliest first."""

@@ -194,6 +194,9 @@ class GpuHiveMagics(Magics):
         pooled = [g for free in candidates for g in free]
         if len(pooled) >= count:
             return pooled[:count]
+        if not any(h["gpus"] for h in hosts):  # no GPU at all: the server says what to do next
+            body = {"count": count, "duration": (end - start).total_seconds()}
+            self._call(self.client.request, "POST", "reservations/search", body=body)
         where = f" on {host}" if host else ""
         raise HiveClientError(f"Only {len(pooled)} GPUs{where} are free then; {count} wanted.")
 

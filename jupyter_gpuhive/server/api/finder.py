@@ -17,9 +17,10 @@ class SlotSearchHandler(HiveLogic):
         "same host / NVLink / NUMA node / model / memory / indices), between not_before and "
         "deadline: earliest first, then least fragmentation. They respect reservations, the "
         "requester's access rules and fair-share limits, and running queued jobs; book one "
-        "with POST reservations",
+        "with POST reservations. With no GPU hosts at all it is a 409 that says how to add one",
         body=fs.SlotSearchBody,
         reply=fs.SlotSearchReply,
+        errors=(409,),
     )
     async def post(self) -> None:
         want = self.body(fs.SlotSearchBody).value()
