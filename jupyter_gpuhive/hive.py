@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 from .bookings.fairshare import FairShare, FairShareSettings
 from .bookings.identity import Identities
 from .bookings.reservations import Policy
-from .bookings.service import Bookings
+from .bookings.service import PROTECTION, SYSTEM, Bookings
 from .hosts.pool import HostPool, SshSettings
 from .integrations import Integrations, IntegrationSettings
 from .jobs.service import Jobs
 from .kernels.endpolicy import EndSettings
 from .kernels.lifecycle import Lifecycle, extender
 from .kernels.registry import KernelRegistry
-from .model import HostDecl, utcnow
+from .model import HostDecl, Reservation, utcnow
 from .monitor.accounting import Meter
 from .monitor.service import Monitor
 from .privacy import Privacy
@@ -32,6 +32,7 @@ from .store import Store
 from .store.leader import Leadership
 
 T = TypeVar("T")
+MIG_CHANGED = "MIG slices re-partitioned"
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Hive:
         self.protection = Protection(
             s.protection, self.store, self.pool, self.run, publish=publish,
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
+            end_reservation=self._end_reservation,  # through the bookings service, built next
         )  # fmt: skip
         self.bookings = Bookings(
             self.store, self.run, s.policy, identity_of, s.privacy,
@@ -86,10 +88,10 @@ class Hive:
         )  # fmt: skip
         self.fairshare = FairShare(
             self.store, self.run, s.fairshare, s.policy.zone, identity_of, s.privacy,
-            reflag=self.bookings.reservations.reflag, unix_user=self.protection.unix_user,
+            reflag=self.bookings.reflag, unix_user=self.protection.unix_user,
         )  # fmt: skip
         self.bookings.reservations.limits = self.fairshare.limits  # checked in each booking
-        self.monitor.reflag = self.bookings.reservations.reflag  # after a MIG re-partition
+        self.monitor.reflag = functools.partial(self.bookings.reflag, SYSTEM, MIG_CHANGED)
         unix_names = {unix: name for name, unix in s.protection.user_map.items()}
         self.meter = Meter(
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
@@ -155,6 +157,10 @@ class Hive:
         """Release the database threads and connections (after `stop`)."""
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.store.close()
+
+    async def _end_reservation(self, res: Reservation, reason: str) -> Reservation | None:
+        """Protection ends a reservation: through the bookings service (its events follow)."""
+        return await self.bookings.end(res.id, PROTECTION, reason)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking (database) work in the hive's thread pool."""

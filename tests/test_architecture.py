@@ -288,3 +288,67 @@ def test_the_benchmark_import_check_sees_one(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from benchmarks.queue_replay import main\n")
     assert "benchmarks" in _imported_top_levels(probe)
+
+
+# One writer of reservation state: only bookings/ (the service whose events follow every
+# change) and store/ itself reach the store's reservation-writing methods or its change record.
+RESERVATION_WRITERS = {"create", "modify", "set_flags"}
+ONE_WRITER = {"store", "bookings"}
+
+
+def _is_store(node: ast.expr) -> bool:
+    """`store` or `….store` (a Store, by the name every service gives it)."""
+    return (isinstance(node, ast.Name) and node.id == "store") or (
+        isinstance(node, ast.Attribute) and node.attr == "store"
+    )
+
+
+def reservation_writes(path: Path) -> list[int]:
+    """Lines of `path` that call or pass `store.reservations.<writer>`, or import `Changes` or
+    `Reservations` from the store."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in RESERVATION_WRITERS:
+            repo = node.value
+            if (
+                isinstance(repo, ast.Attribute)
+                and repo.attr == "reservations"
+                and _is_store(repo.value)
+            ):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and "store" in (node.module or "").split(".")
+            and any(alias.name in ("Changes", "Reservations") for alias in node.names)
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_bookings_writes_reservations() -> None:
+    """Every change to a reservation goes through the bookings service (so its events follow)."""
+    found = [
+        f"  {path.relative_to(ROOT.parent)}:{line}"
+        for name, (path, _) in modules().items()
+        if top(name) not in ONE_WRITER
+        for line in reservation_writes(path)
+    ]
+    if found:
+        pytest.fail(
+            "only bookings/ writes reservations (Bookings.update/cancel/end/reflag); "
+            "the store's reservation writers are reached here:\n" + "\n".join(found)
+        )
+
+
+def test_the_writer_check_sees_a_call_a_reference_and_an_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from ..store import Changes\n"
+        "async def f(self, store, rid):\n"
+        "    await self._run(self.store.reservations.modify, rid, lambda old: None)\n"
+        "    store.reservations.create('a', 't', '', 0, 1, [1])\n"
+        "    self.store.reservations.set_flags({})\n"
+        "    self.store.reservations.get(rid)\n"
+        "    self.bookings.reservations.create(None, None)\n"
+    )
+    assert sorted(reservation_writes(probe)) == [1, 3, 4, 5]

@@ -18,6 +18,14 @@ from . import accounting
 from .quotas import LimitService
 
 Run = Callable[..., Awaitable[Any]]
+# Re-checks reservations' flags, as a change by someone for a reason: Bookings.reflag
+Reflag = Callable[[str, str], Awaitable[dict[int, "str | None"]]]
+LIMITS_CHANGED = "limits changed"
+
+
+async def _no_reflag(by: str, reason: str) -> dict[int, str | None]:
+    """No reservations to re-flag (a FairShare without the bookings service)."""
+    return {}
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class FairShare:
         identity_of: Callable[[str], Identity],
         privacy: Privacy,
         *,
-        reflag: Callable[[], dict[int, str | None]] = dict,
+        reflag: Reflag = _no_reflag,
         unix_user: Callable[[str], str] = lambda name: name,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -75,19 +83,19 @@ class FairShare:
     async def set(self, who: Identity, scope: str, name: str, limits: Limits) -> dict[str, Any]:
         """Store one scope's limits, then flag (never delete) what is over them now."""
         found = await self.run(self.limits.set, who, scope, name, limits)
-        flags = await self.run(self.reflag)
+        flags = await self.reflag(who.name, LIMITS_CHANGED)
         return {"scope": scope, "name": name or None, "limits": found.to_json(),
                 "flag_changes": flags}  # fmt: skip
 
     async def remove(self, who: Identity, scope: str, name: str) -> dict[str, Any]:
         """Forget one scope's stored limits, then re-flag."""
         await self.run(self.limits.remove, who, scope, name)
-        return {"deleted": True, "flag_changes": await self.run(self.reflag)}
+        return {"deleted": True, "flag_changes": await self.reflag(who.name, LIMITS_CHANGED)}
 
     async def set_tiers(self, who: Identity, tiers: tuple[Tier, ...]) -> dict[str, Any]:
         """Replace the tiers, then re-flag."""
         found = await self.run(self.limits.set_tiers, who, tiers)
-        flags = await self.run(self.reflag)
+        flags = await self.reflag(who.name, LIMITS_CHANGED)
         return {"tiers": [t.to_json() for t in found], "flag_changes": flags}
 
     # --- usage scores ------------------------------------------------------------------------

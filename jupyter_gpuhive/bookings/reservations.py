@@ -21,6 +21,10 @@ TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
 
 
+class _NotRunning(Exception):
+    """The reservation protection would end is not running (any more)."""
+
+
 def unknown_unit(name: str) -> str:
     """The 422 message for a name that is no GPU or slice of the inventory."""
     if "/" in name:
@@ -222,6 +226,21 @@ class ReservationService:
             return Changes(cancelled_at=now)
 
         return self.store.reservations.modify(reservation_id, decide)
+
+    def end_now(self, reservation_id: int) -> Reservation | None:
+        """End a running reservation now (no owner's permission: protection's call); None
+        when it is not running (cancelled, not begun or already over): nothing is written."""
+
+        def decide(old: Reservation) -> Changes:
+            now = self.now()
+            if old.cancelled or not old.start < now < old.end:
+                raise _NotRunning  # rolls the transaction back
+            return Changes(end=now)
+
+        try:
+            return self.store.reservations.modify(reservation_id, decide)
+        except _NotRunning:
+            return None
 
     def reflag(self) -> dict[int, str | None]:
         """Flag future reservations no rule allows any more, or on MIG slices a re-partition

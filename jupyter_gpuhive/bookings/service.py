@@ -1,4 +1,10 @@
-"""Bookings: the facade the API calls for reservations, access rules, coverage and usage."""
+"""Bookings: the facade the API calls for reservations, access rules, coverage and usage.
+
+It is the one writer of reservation state: users' and admins' edits, protection ending a
+reservation (`end`), a kernel end policy's extension (`update` with a reason) and flags set
+by limit, access-rule or MIG changes (`reflag`) all come through here, so the events follow
+(webhooks, calendar SEQUENCE, availability subscriptions) say who changed it and why.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,11 @@ MAX_LIST = 10_000
 
 Run = Callable[..., Awaitable[Any]]
 Violations = Callable[[int, Identity], Awaitable[list[dict[str, Any]]]]
+# (kind, reservation, by whom, why): kind 'created', 'changed' or 'cancelled'
+Changed = Callable[[str, Reservation, str, "str | None"], Any]
+PROTECTION = "protection"  # who protection's ends are by
+SYSTEM = "gpuhive"  # who changes nobody asked for are by (a MIG re-partition)
+RULES_CHANGED = "access rules changed"
 
 
 class Bookings:
@@ -36,7 +47,7 @@ class Bookings:
         privacy: Privacy,
         *,
         remember: Callable[[Identity], Awaitable[None]],
-        changed: Callable[[str, Reservation], Any] = lambda _kind, _res: None,
+        changed: Changed = lambda _kind, _res, _by, _why: None,
         unix_user: Callable[[str], str] = lambda name: name,
         violations: Violations | None = None,
     ) -> None:
@@ -46,7 +57,7 @@ class Bookings:
         self.privacy = privacy
         self.reservations = ReservationService(store, policy, identity_of)
         self._remember = remember
-        self._changed = changed  # (kind, reservation): 'created', 'changed' or 'cancelled'
+        self._changed = changed
         self._unix_user = unix_user
         self._violations = violations
         self.slots = SlotSearch(store, policy, lambda: self.reservations.limits)
@@ -117,22 +128,39 @@ class Bookings:
         """Book GPUs for `who` (or, for admins, for the owner the booking names)."""
         await self._remember(who)
         made: Reservation = await self.run(self.reservations.create, who, booking)
-        self._changed("created", made)
+        self._changed("created", made, who.name, None)
         return made
 
     async def update(
-        self, who: Identity, reservation_id: int, change: BookingChange
+        self, who: Identity, reservation_id: int, change: BookingChange, reason: str | None = None
     ) -> Reservation:
-        """Change a reservation's title, description, span or GPUs."""
+        """Change a reservation's title, description, span or GPUs (`reason`: why, if not asked)."""
         changed: Reservation = await self.run(self.reservations.update, who, reservation_id, change)
-        self._changed("changed", changed)
+        self._changed("changed", changed, who.name, reason)
         return changed
 
     async def cancel(self, who: Identity, reservation_id: int) -> Reservation:
         """Cancel a reservation (a running one ends now)."""
         done: Reservation = await self.run(self.reservations.cancel, who, reservation_id)
-        self._changed("cancelled", done)
+        self._changed("cancelled", done, who.name, None)
         return done
+
+    async def end(self, reservation_id: int, by: str, reason: str) -> Reservation | None:
+        """End a running reservation now, for `reason` (e.g. 'released: no-show'); None when
+        it was not running any more (nothing changed)."""
+        ended: Reservation | None = await self.run(self.reservations.end_now, reservation_id)
+        if ended is not None:
+            self._changed("changed", ended, by, reason)
+        return ended
+
+    async def reflag(self, by: str, reason: str) -> dict[int, str | None]:
+        """Re-check every live reservation's flag after `reason` (limits or access rules
+        changed, a MIG re-partition); each one whose flag changed is a change by `by`."""
+        flags: dict[int, str | None] = await self.run(self.reservations.reflag)
+        for rid, flag in flags.items():
+            res = await self.get(rid)
+            self._changed("changed", res, by, f"{'flagged' if flag else 'flag cleared'}: {reason}")
+        return flags
 
     async def overview(
         self,
@@ -183,7 +211,7 @@ class Bookings:
         self.require_admin(who)
         self._known_resources(rule)
         saved = await self.run(self.store.rules.add, rule, who.name)
-        return saved, await self.run(self.reservations.reflag)
+        return saved, await self.reflag(who.name, RULES_CHANGED)
 
     async def replace_rule(
         self, who: Identity, rule_id: int, rule: access.Rule
@@ -192,13 +220,13 @@ class Bookings:
         self.require_admin(who)
         self._known_resources(rule)
         saved = await self.run(self.store.rules.replace, rule_id, rule)
-        return saved, await self.run(self.reservations.reflag)
+        return saved, await self.reflag(who.name, RULES_CHANGED)
 
     async def delete_rule(self, who: Identity, rule_id: int) -> dict[int, Any]:
         """Delete an access rule; the reservations whose flags changed."""
         self.require_admin(who)
         await self.run(self.store.rules.remove, rule_id)
-        flags: dict[int, Any] = await self.run(self.reservations.reflag)
+        flags: dict[int, Any] = await self.reflag(who.name, RULES_CHANGED)
         return flags
 
     async def coverage(

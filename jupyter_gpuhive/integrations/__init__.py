@@ -90,9 +90,12 @@ class Integrations:
         if not task.cancelled() and task.exception() is not None:
             log.error("gpuhive: integration event failed", exc_info=task.exception())
 
-    def reservation_event(self, kind: str, res: Reservation) -> None:
-        """A reservation was created, changed or cancelled (called on the event loop)."""
-        self._spawn(self._reservation_event(kind, res))
+    def reservation_event(
+        self, kind: str, res: Reservation, by: str | None = None, reason: str | None = None
+    ) -> None:
+        """A reservation was created, changed or cancelled, by whom and (when not asked by
+        them) why; the bookings service calls it after every change (on the event loop)."""
+        self._spawn(self._reservation_event(kind, res, {"by": by, "reason": reason}))
 
     def _touch(self, reservation_id: int) -> None:
         """Bump SEQUENCEs in batches: one write per TOUCH_INTERVAL, not one per booking."""
@@ -136,7 +139,9 @@ class Integrations:
         finally:
             self._writing.discard(write)
 
-    async def _reservation_event(self, kind: str, res: Reservation) -> None:
+    async def _reservation_event(
+        self, kind: str, res: Reservation, cause: dict[str, str | None] | None = None
+    ) -> None:
         if kind in ("changed", "cancelled"):  # SEQUENCE counts every edit
             self._touch(res.id)  # (a new booking is recorded when a feed first shows it)
         what = {
@@ -150,6 +155,7 @@ class Integrations:
         text = f"{what}: '{res.title}', {span}."
         now = self.now()
         own, public = (self._reservation_data(kind, res, who, now) for who in (res.owner, ANYONE))
+        own |= cause or {}  # who changed it and why: the owner's view only (a no-show is theirs)
         await self.webhooks.emit(f"reservation.{kind}", own, [res.owner], text, public)
         if kind in ("cancelled", "changed"):
             await self.check_subscriptions(released=True)

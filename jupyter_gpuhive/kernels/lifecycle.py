@@ -32,6 +32,7 @@ from .live import KernelControl, LiveKernel
 log = logging.getLogger(__name__)
 
 Run = Callable[..., Awaitable[Any]]
+EXTENDED = "extended: kernel end policy"  # the reason the reservation's change event gives
 
 
 Extend = Callable[[str, int, datetime], Awaitable[Reservation]]  # owner, reservation, new end
@@ -42,7 +43,7 @@ def extender(bookings: Bookings, identity_of: Callable[[str], Identity], run: Ru
 
     async def extend(owner: str, reservation_id: int, end: datetime) -> Reservation:
         who = await run(identity_of, owner)
-        return await bookings.update(who, reservation_id, BookingChange(end=end))
+        return await bookings.update(who, reservation_id, BookingChange(end=end), EXTENDED)
 
     return extend
 

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -25,6 +25,10 @@ from .topology import TopologyReader
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+async def _nothing() -> None:
+    """No reservations to re-flag (until the Hive hands in the bookings service's reflag)."""
 
 
 def _brief(res: Reservation | None) -> dict[str, Any] | None:
@@ -67,7 +71,7 @@ class Monitor:
         self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
         # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
         # re-partition removed MIG slices.
-        self.reflag: Callable[[], Any] = lambda: None
+        self.reflag: Callable[[], Awaitable[Any]] = _nothing
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the inventory and usage are recorded."""
@@ -197,7 +201,7 @@ class Monitor:
                     "gpuhive: MIG slices removed by a re-partition: %s",
                     ", ".join(g.ref for g in gone),
                 )
-                await self.run_blocking(self.reflag)
+                await self.reflag()
         answered = [n for n, s in sweep.samples.items() if s.gpus and not s.gpu_error]
         await self.topology.after_sweep(answered, changed)
 

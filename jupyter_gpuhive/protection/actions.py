@@ -14,18 +14,20 @@ from datetime import datetime
 from typing import Any
 
 from ..model import Reservation, utcnow
-from ..store import Changes, Store
+from ..store import Store
 from .handlers import HandlerFailed, Incident, ViolationHandler
 
 log = logging.getLogger(__name__)
 
 Run = Callable[..., Awaitable[Any]]
+# Ends a running reservation now, for a reason ('released: no-show'): the bookings service's
+# `end`, which the Hive hands in (protection never writes reservations itself).
+EndReservation = Callable[[Reservation, str], Awaitable[Any]]
 
 
-def end_now(old: Reservation) -> Changes:
-    """The change that ends a running reservation now (none for one not running)."""
-    now = utcnow()
-    return Changes(end=now) if old.start < now < old.end else Changes()
+async def cannot_end(res: Reservation, reason: str) -> None:
+    """The stand-in when no bookings service was handed in: ending is refused (and recorded)."""
+    raise RuntimeError(f"no bookings service to end reservation {res.id} ({reason})")
 
 
 class Actions:

@@ -8,15 +8,14 @@ now, which the notice's history records. GPUs that get busy again close the noti
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from ..model import Reservation, utcnow
 from ..model.violations import Violation
 from ..store import Store
-from .actions import Actions, Run, end_now
+from .actions import Actions, EndReservation, Run
 from .config import ProtectionSettings
 from .escalation import Case
 from .handlers import Incident
@@ -24,6 +23,7 @@ from .violations import IDLE
 
 log = logging.getLogger(__name__)
 
+ENDED_IDLE = "ended early: idle"  # the reason the reservation's change event gives
 IDLE_ENDED = (
     "Your reservation {reservation} ('{title}') was ended early because its GPUs {gpu} were "
     "idle since {since}; they are free for others now."
@@ -49,7 +49,7 @@ class IdleWatch:
         store: Store,
         run: Run,
         unix_user: Callable[[str], str],
-        end_reservation: Callable[[Reservation], Awaitable[Any]] | None = None,
+        end_reservation: EndReservation,
     ) -> None:
         self.settings = settings
         self.actions = actions
@@ -113,10 +113,7 @@ class IdleWatch:
         """End an idle reservation now, record it, and tell the holder."""
         started = utcnow()
         try:
-            if self._end_reservation is not None:
-                await self._end_reservation(res)
-            else:
-                await self._run(self.store.reservations.modify, res.id, end_now)
+            await self._end_reservation(res, ENDED_IDLE)  # through the bookings service
             ok, detail = True, f"reservation {res.id} ended early at {started.isoformat()}"
         except Exception as error:
             log.warning("gpuhive: could not end idle reservation %d: %s", res.id, error)

@@ -28,7 +28,7 @@ from ..hosts.probe import HostSample
 from ..model import Reservation, utcnow
 from ..model.violations import NO_SHOW, Violation
 from ..store import Store
-from .actions import Actions, Run, end_now
+from .actions import Actions, EndReservation, Run
 from .config import ProtectionSettings
 from .handlers import Incident
 from .violations import JobOwners
@@ -39,6 +39,7 @@ RELEASED = (
     "Your reservation {reservation} ('{title}') was released: no process of yours ran on its "
     "GPUs {gpu} after it began at {since}. They are free for others now."
 )
+RELEASED_NO_SHOW = "released: no-show"  # the reason the reservation's change event gives
 WATCH_SLACK = timedelta(seconds=60)  # a reservation that began this much before we watched
 
 
@@ -83,12 +84,14 @@ class NoShows:
         store: Store,
         run: Run,
         unix_user: Callable[[str], str],
+        end_reservation: EndReservation,
     ) -> None:
         s = self.settings = settings
         self.actions = actions
         self.store = store
         self._run = run
         self._unix_user = unix_user
+        self._end_reservation = end_reservation
         self.after = timedelta(seconds=s.noshow_after)
         self.release_after = timedelta(seconds=s.noshow_release_after)
         self.handlers = tuple(s.noshow_handlers)
@@ -159,7 +162,7 @@ class NoShows:
         store = self.store
         started = utcnow()
         try:
-            await self._run(store.reservations.modify, res.id, end_now)
+            await self._end_reservation(res, RELEASED_NO_SHOW)  # through the bookings service
             ok, detail = True, f"reservation {res.id} released at {started.isoformat()}"
         except Exception as error:
             log.warning("gpuhive: could not release no-show reservation %d: %s", res.id, error)

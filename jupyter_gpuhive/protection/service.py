@@ -18,10 +18,10 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from ..hosts.pool import HostPool
-from ..model import Identity, Reservation
+from ..model import Identity
 from ..monitor.sampler import Sweep
 from ..store import Store
-from .actions import Actions, Run
+from .actions import Actions, EndReservation, Run, cannot_end
 from .config import ProtectionSettings, configure
 from .escalation import Escalation
 from .handlers import HandlerContext, Incident, ViolationHandler
@@ -47,7 +47,7 @@ class Protection:
         *,
         publish: Callable[[dict[str, Any]], Any] | None = None,
         job_owners: Callable[[Sweep], Awaitable[JobOwners]] | None = None,
-        end_reservation: Callable[[Reservation], Awaitable[Any]] | None = None,
+        end_reservation: EndReservation = cannot_end,
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
         public: bool = False,
     ) -> None:
@@ -65,7 +65,9 @@ class Protection:
         self.reports = Reports(store, run, unix, self.escalation.cases, public)
         self._ready = False
         self.noshows = (
-            NoShows(settings, self.actions, store, run, unix) if settings.noshow_after else None
+            NoShows(settings, self.actions, store, run, unix, end_reservation)
+            if settings.noshow_after
+            else None
         )
 
     def unix_user(self, name: str) -> str:

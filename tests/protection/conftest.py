@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,13 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
+from jupyter_gpuhive.bookings.reservations import Policy
+from jupyter_gpuhive.bookings.service import PROTECTION, Bookings
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
-from jupyter_gpuhive.model import HostDecl, Reservation, utcnow
+from jupyter_gpuhive.model import HostDecl, Identity, Reservation, utcnow
 from jupyter_gpuhive.model.violations import ViolationRecord
 from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.privacy import Privacy
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.ports import free_port
@@ -82,6 +85,10 @@ class Rig:
         return self.store.violations.query(now - timedelta(hours=1), now + timedelta(hours=1))
 
 
+async def _nobody(who: Identity) -> None:
+    """Bookings' `remember`: the rig keeps no identities."""
+
+
 @pytest.fixture
 def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterator[Callable]:
     """Factory: Rig(hosts, ProtectionSettings) with the listener registered on the Monitor."""
@@ -105,6 +112,12 @@ def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterat
         monitor.sampler.timeout = 5.0  # the stand-in is slow on a busy 2-core box
         events: list[dict[str, Any]] = []
         kwargs.setdefault("publish", events.append)
+        bookings = Bookings(store, run, Policy(timezone.utc), Identity, Privacy(), remember=_nobody)
+
+        async def end(res: Reservation, reason: str) -> Reservation | None:
+            return await bookings.end(res.id, PROTECTION, reason)  # as the Hive wires it
+
+        kwargs.setdefault("end_reservation", end)
         protection = Protection(settings, store, pool, run, **kwargs)
         monitor.on_sweep(protection.on_sweep)
         rig = Rig(store, pool, monitor, protection, events)
