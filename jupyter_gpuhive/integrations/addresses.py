@@ -61,12 +61,14 @@ def embedded(ip: IPAddress) -> IPAddress:
 
 
 def routable(ip: IPAddress) -> bool:
-    """Whether `ip` is a globally routable unicast address, judged by the IPv4 address an
-    IPv6 form carries too (both must be)."""
+    """Whether `ip` is a globally routable unicast address; an IPv6 form that carries an IPv4
+    address (mapped, compatible, translated, 6to4, NAT64) is judged by that address."""
     if isinstance(ip, ipaddress.IPv6Address) and ip in _LOCAL_NAT64:
         return False
     inner = embedded(ip)
-    return all(a.is_global and not a.is_multicast for a in (ip, inner))
+    # A wrapper is judged by the IPv4 address it carries alone: Python's own verdict on the
+    # IPv6 prefixes changed within 3.11 (2002::/16 is global in 3.11.7, not in 3.11.2).
+    return inner.is_global and not inner.is_multicast
 
 
 def not_public(host: str, found: list[Address]) -> str | None:

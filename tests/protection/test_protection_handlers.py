@@ -40,14 +40,16 @@ async def test_failing_handlers_never_stop_the_others(
             {"after": 0, "handler": "email"},  # SMTP is down: fails
             {"after": 0, "handler": "webhook"},
             {"after": 0, "handler": "event"},
-            {"after": 0.5, "handler": "kill-sudo"},  # no sudo here: fails
+            {"after": 0.5, "handler": "kill-sudo"},  # sudo as nobody (or no sudo): fails
             {"after": 1.0, "handler": "kill", "signal": "TERM"},
         ],
         handlers={
             "email": {"port": free_port(), "sender": "hive@x.org", "to_offender": False,
                       "admins": ["admin@x.org"], "timeout": 3},
             "webhook": {"url": webhook_server.url},
-            "kill-sudo": {"type": "kill", "mode": "sudo"},
+            # A real refusal on any machine: with sudo installed, nobody may not signal bob's
+            # process; without it, the command is missing.
+            "kill-sudo": {"type": "kill", "mode": "sudo", "sudo": "sudo -n -u nobody"},
         },
     )  # fmt: skip
     rig = make_rig([local_decl(host)], settings, interval=0.3)
