@@ -182,15 +182,49 @@ def test_a_broken_hosts_file_changes_nothing_and_says_why(
     assert [h["name"] for h in hosts_of(me)["hosts"]] == ["sim2"]
 
 
-def test_the_first_hosts_add_on_a_gpu_workstation_says_how_to_keep_it(tmp_path: Path) -> None:
+def test_the_first_hosts_add_on_a_gpu_workstation_keeps_it_and_a_removed_host_is_marked_gone(
+    tmp_path: Path, server_with_path: Callable[..., JupyterServer]
+) -> None:
+    """Issue #28 item 3: `hosts add` of the first remote host keeps the workstation's own GPUs
+    (and so its reservations); a host that does go leaves its reservations marked."""
     folder = stand_in_on_path(tmp_path, "ws")
-    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}",
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_DATA_DIR": str(tmp_path)}  # fmt: skip
-    cli = [sys.executable, "-m", "jupyter_gpuhive.cli.main", "hosts", "add"]
-    first = subprocess.run([*cli, "box", "box.lab"], env=env, capture_output=True, text=True,
-                           check=True)  # fmt: skip
-    keep = f"jupyter gpuhive hosts add {local_host_name()} --transport local"
-    assert keep in first.stdout
-    second = subprocess.run([*cli, "box2", "box2.lab"], env=env, capture_output=True,
+    server = server_with_path(f"{folder}:{os.environ['PATH']}", {"poll_interval": 0.5})
+    me = Client(server.port, "tok-me")
+    name = local_host_name()
+    wait_for(lambda: [h["name"] for h in hosts_of(me)["hosts"]] == [name], 40, what="this machine")
+    status, made, _ = me.call("POST", "reservations", {"title": "mine", "gpus": [f"{name}:0"],
+                                                       "duration": "1h"})  # fmt: skip
+    assert status == 201, made
+    assert made["hosts_gone"] == []
+
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(server.dir), "JUPYTER_DATA_DIR": str(server.dir)}
+    cli = [sys.executable, "-m", "jupyter_gpuhive.cli.main", "hosts"]
+    first = subprocess.run([*cli, "add", "box", "box.lab"], env=env, capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    assert f"Kept this machine ({name}) as a host" in first.stdout
+    assert f"jupyter gpuhive hosts remove {name}" in first.stdout
+    hosts_file = (server.dir / "gpuhive_hosts.toml").read_text()
+    assert hosts_file.index(f'name = "{name}"') < hosts_file.index('name = "box"')
+    second = subprocess.run([*cli, "add", "box2", "box2.lab"], env=env, capture_output=True,
                             text=True, check=True)  # fmt: skip
-    assert keep not in second.stdout  # only when the file gets its first host
+    assert "Kept this machine" not in second.stdout  # only when the file gets its first host
+
+    def both() -> Any:
+        found = {h["name"]: h for h in hosts_of(me)["hosts"]}
+        return found if {name, "box", "box2"} <= set(found) else None
+
+    found = wait_for(both, 40, what="this machine, box and box2 in GET hosts")
+    assert found[name]["state"] == "up" and len(found[name]["gpus"]) == 4
+    status, body, _ = me.call("GET", f"reservations/{made['id']}")
+    assert status == 200 and body["hosts_gone"] == [], body
+
+    removed = subprocess.run([*cli, "remove", name], env=env, capture_output=True, text=True,
+                             check=True)  # fmt: skip
+    assert "its reservations and history stay" in removed.stdout
+
+    def marked() -> Any:
+        _, listed, _ = me.call("GET", "reservations")
+        mine = [r for r in listed["reservations"] if r["id"] == made["id"]]
+        return mine[0] if mine and mine[0]["hosts_gone"] == [name] else None
+
+    wait_for(marked, 40, what="the reservation marked host gone")

@@ -9,11 +9,18 @@ first host writes this machine's entry first, and says so.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Protocol
 
-from ..server.app import GpuHiveApp
+
+class _Settings(Protocol):
+    """What this needs of gpuhive's settings (the server's, or the CLI's lighter ones)."""
+
+    hosts: Any
+    auto_local_host: Any
+    service_url: Any
 
 
-def keep_local_host(app: GpuHiveApp, path: Path, adding: str = "") -> str | None:
+def keep_local_host(app: _Settings, path: Path, adding: str = "") -> str | None:
     """Write this machine to the hosts file when gpuhive was using it unconfigured; the note."""
     from ..hosts.config import local_gpu_host
     from ..hosts.file import add_host, read_hosts

@@ -177,7 +177,10 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         assert record is not None
         decl = registry.pool.hosts.get(record.host)
         if decl is None:
-            raise Unavailable(f"Host {record.host} is not configured any more.")
+            raise Unavailable(
+                f"Host {record.host} is gone: it is no longer in the hosts file or the "
+                f"configuration. Add it back (jupyter gpuhive hosts add {record.host} …)."
+            )
         python = str(decl.extra.get("kernel_python") or sys.executable)
         km = self.parent
         key = km.session.key if km is not None else b""

@@ -221,7 +221,11 @@ class KernelRegistry:
             )
         decl = self.pool.hosts.get(chosen)
         if decl is None:
-            raise Unavailable(f"Host {chosen} of reservation {res.id} is not configured any more.")
+            raise Unavailable(
+                f"Host {chosen} of reservation {res.id} is gone: it is no longer in the hosts "
+                f"file or the configuration. Add it back (jupyter gpuhive hosts add {chosen} …) "
+                "or book GPUs on a host gpuhive still has."
+            )
         gpus = tuple(g for g in res.gpus if g.host == chosen)
         return Placement(res, decl, self.unix_user(res.owner), gpus)
 

@@ -185,6 +185,18 @@ def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
     return "free", f"free until {local(nxt['start'])}" if nxt else "free"
 
 
+def violation_line(gpu: str, proc: dict[str, Any], me: str) -> str:
+    """One process that breaks a reservation, as `me` reads it under %gpustatus's table."""
+    program = (proc.get("command") or "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    what = f"process {proc.get('pid')}{f' ({program})' if program else ''}"
+    user = proc.get("user") or "an unknown user"
+    who = f"Your {what}" if user == me else f"{user}'s {what}"
+    holder = (proc.get("violation") or {}).get("holder")
+    where = "a GPU nobody reserved" if not holder else (
+        "your reservation" if holder == me else f"{holder}'s reservation")  # fmt: skip
+    return f"⚠ Violation on {gpu}: {who} runs on {where}."
+
+
 class GpuStatus(Rich):
     """%gpustatus: one row per GPU and MIG slice (mine first), then what to do about hosts
     that are down. Utilisation the driver does not report reads 'not reported'."""
@@ -195,6 +207,7 @@ class GpuStatus(Rich):
         self.hosts = hosts
         self.me = me
         rows: list[tuple[str, tuple[Any, ...]]] = []
+        self.violations: list[str] = []
         for h in hosts:
             if h.get("state") == "down" and not h.get("gpus"):
                 rows.append(("down", (h["name"], "down", "", "", "", "")))
@@ -205,10 +218,16 @@ class GpuStatus(Rich):
                 mem = ""
                 if g.get("mem_used_mib") is not None:
                     mem = f"{g['mem_used_mib']}/{g.get('mem_total_mib') or '?'} MiB"
-                users = sorted({p.get("user") or "?" for p in g.get("processes", [])})
+                procs = g.get("processes", [])
+                users = sorted({p.get("user") or "?" for p in procs if not p.get("violation")})
+                bad = sorted({f"⚠ {p.get('user') or '?'} (violation)" for p in procs
+                              if p.get("violation")})  # fmt: skip
                 nxt = g.get("next_reservation")
                 after = f"{nxt['owner']} {local(nxt['start'])}" if nxt else ""
-                rows.append((kind, (g["id"], label, util, mem, ", ".join(users), after)))
+                rows.append((kind, (g["id"], label, util, mem, ", ".join(bad + users), after)))
+                if g.get("kind") != "slice":  # a slice's processes are its GPU's, too
+                    self.violations += [violation_line(g["id"], p, me) for p in procs
+                                        if p.get("violation")]  # fmt: skip
         rows.sort(key=lambda r: r[0] != "mine")  # stable: my GPUs first, then host order
         self.kinds = [kind for kind, _ in rows]
         self.rows = [row for _, row in rows]
@@ -218,15 +237,15 @@ class GpuStatus(Rich):
         if not self.hosts:
             return steps_html(setup())
         parts = [html_table(self.HEADER, self.rows, self.kinds)]
+        parts += [f'<p class="gpuhive-violation">{esc(line)}</p>' for line in self.violations]
         parts += [steps_html(advice) for advice in self.advice]
         return "".join(parts)
 
     def text(self) -> str:
         if not self.hosts:
             return setup_text()
-        return "\n\n".join(
-            [text_table(self.HEADER, self.rows), *(steps_text(a) for a in self.advice)]
-        )
+        table = "\n".join([text_table(self.HEADER, self.rows), *self.violations])
+        return "\n\n".join([table, *(steps_text(a) for a in self.advice)])
 
 
 class JobResult(Rich, dict):  # type: ignore[type-arg]

@@ -16,6 +16,8 @@ export interface IHiveEvent {
   gpu?: string;
   host?: string;
   user?: string;
+  /** The violation's id: every event of one violation carries the same. */
+  violation?: number | null;
 }
 
 export interface IToast {
@@ -49,4 +51,45 @@ export function eventToast(event: IHiveEvent, me: string | null | undefined): IT
     return { level: 'warning', message: event.message || `Your process on ${event.gpu} breaks a reservation.` };
   }
   return null;
+}
+
+/** What shows notices: JupyterLab's Notification in the extension, a fake in the unit tests. */
+export interface INotifier {
+  emit(message: string, level: IToast['level']): string;
+  /** Replace a notice's text; false when it is gone (the user dismissed it). */
+  update(id: string, message: string, level: IToast['level']): boolean;
+}
+
+/** The notice an event belongs to: one per violation (its id), else per kind, GPU and people. */
+export function toastKey(event: IHiveEvent): string {
+  if (event.violation !== undefined && event.violation !== null) {
+    return `violation ${event.violation}`;
+  }
+  return [event.schema_id, event.kind, event.gpu, event.offender, event.holder, event.user].join('|');
+}
+
+/**
+ * One notice per violation: the server repeats a violation's event while it lasts (about once
+ * a minute); the first shows a notice, a repeat with the same words changes nothing (so a
+ * notice the user hid or dismissed stays so), and new words (the next ladder step) update the
+ * notice in place, or show it again when it was dismissed.
+ */
+export class ToastBoard {
+  constructor(private readonly notifier: INotifier) {}
+
+  /** Show (or update) the notice of `event`. */
+  show(event: IHiveEvent, toast: IToast): void {
+    const key = toastKey(event);
+    const known = this._shown.get(key);
+    if (known && known.message === toast.message) {
+      return; // the same again: the notice (shown, hidden or dismissed) says it already
+    }
+    if (known && this.notifier.update(known.id, toast.message, toast.level)) {
+      known.message = toast.message;
+      return;
+    }
+    this._shown.set(key, { id: this.notifier.emit(toast.message, toast.level), message: toast.message });
+  }
+
+  private _shown = new Map<string, { id: string; message: string }>();
 }

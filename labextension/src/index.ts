@@ -9,7 +9,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Notification } from '@jupyterlab/apputils';
 
 import { Fetcher, HiveApi } from './api';
-import { IHiveEvent, eventToast } from './events';
+import { IHiveEvent, ToastBoard, VIOLATION_SCHEMA, eventToast } from './events';
 import { IKernelEvent, KERNEL_SCHEMA } from './kernels';
 import { KernelSection, KernelStatus, KernelStore, installSwitch, openNotebookButton, showKernelEvent } from './kernelsUi';
 import { GpuHivePanel } from './panel';
@@ -98,14 +98,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(panel, 'jupyter-gpuhive-panel');
     }
     // Someone on my GPUs (or my reservation idle): the server's event bus, filtered for me.
+    const toasts = new ToastBoard({
+      emit: (message, level) => Notification.emit(message, level, { autoClose: level === 'warning' ? false : 10000 }),
+      update: (id, message, level) =>
+        Notification.update({ id, message, type: level, autoClose: level === 'warning' ? false : 10000 })
+    });
     app.serviceManager.events.stream.connect((_, emission) => {
       if (emission.schema_id === KERNEL_SCHEMA) {
         showKernelEvent(emission as unknown as IKernelEvent, panel.me, tracker, kernels);
         return;
       }
-      const toast = eventToast(emission as unknown as IHiveEvent, panel.me);
-      if (toast) {
-        Notification.emit(toast.message, toast.level, { autoClose: toast.level === 'warning' ? false : 10000 });
+      const event = emission as unknown as IHiveEvent;
+      const toast = eventToast(event, panel.me);
+      if (toast && event.schema_id === VIOLATION_SCHEMA) {
+        toasts.show(event, toast); // one notice per violation, updated in place
+      } else if (toast) {
+        Notification.emit(toast.message, toast.level, { autoClose: 10000 });
       }
     });
     app.commands.addCommand(CMD_OPEN, {

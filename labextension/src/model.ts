@@ -13,11 +13,20 @@ export interface IBrief {
   end: string;
 }
 
+/** The ongoing violation a process is part of (GET hosts marks each offending process). */
+export interface IProcessViolation {
+  id?: number | null;
+  kind: string;
+  holder?: string | null;
+  since?: string | null;
+}
+
 export interface IProcess {
   pid: number;
   user: string | null;
   command?: string | null;
   used_memory_mib?: number | null;
+  violation?: IProcessViolation | null;
 }
 
 export interface IGpu {
@@ -85,6 +94,8 @@ export interface IReservation extends IBrief {
   cancelled_at?: string | null;
   flagged?: boolean;
   flag_reason?: string | null;
+  /** Hosts of its GPUs that are no longer configured. */
+  hosts_gone?: string[];
 }
 
 export interface IJob {
@@ -278,6 +289,30 @@ export function activeReservations(list: IReservation[], now: Date = new Date())
   return list
     .filter(r => !r.cancelled_at && r.status !== 'cancelled' && new Date(r.end).getTime() > t)
     .sort((a, b) => new Date(a.start).getTime() - new Date(b.start).getTime());
+}
+
+/** A line per process of `gpu` that breaks a reservation, as `me` reads it. */
+export function violationNotes(gpu: IGpu, me: string): string[] {
+  const notes: string[] = [];
+  for (const p of gpu.processes ?? []) {
+    if (!p.violation) {
+      continue;
+    }
+    const program = (p.command ?? '').trim().split(/\s+/)[0]?.split('/').pop();
+    const what = `process ${p.pid}${program ? ` (${program})` : ''}`;
+    const who = p.user === me ? `Your ${what}` : `${p.user ?? 'An unknown user'}’s ${what}`;
+    const holder = p.violation.holder;
+    const where = holder ? (holder === me ? 'your reservation' : `${holder}’s reservation`) : 'a GPU nobody reserved';
+    notes.push(`⚠ Violation: ${who} runs on ${where}`);
+  }
+  return notes;
+}
+
+/** What a reservation on hosts that are no longer configured says about them. */
+export function hostGoneText(hosts: string[]): string {
+  const names = hosts.join(', ');
+  const verb = hosts.length === 1 ? 'is' : 'are';
+  return `⚠ host gone: ${names} ${verb} no longer configured; these GPUs are not monitored and cannot run kernels`;
 }
 
 /** Whether a reservation is running now (DELETE then ends it) or upcoming (DELETE cancels it). */

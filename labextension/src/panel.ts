@@ -24,12 +24,14 @@ import {
   formatTime,
   formatUsage,
   gpuState,
+  hostGoneText,
   isJobActive,
   isRunning,
   jobStatusText,
   jobsToShow,
   reservationCountdown,
-  summarize
+  summarize,
+  violationNotes
 } from './model';
 import { dueReminders } from './reminders';
 import { WIDGETS, WidgetName, gpureserveCell, widgetCell } from './snippets';
@@ -271,7 +273,8 @@ export class GpuHivePanel extends Widget {
               el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.profile ? `${gpu.id} (${gpu.profile})` : gpu.id)),
               el('span', { class: 'jp-gpuhive-badge' }, state.label),
               el('span', { class: 'jp-gpuhive-usage' }, usage),
-              el('span', { class: 'jp-gpuhive-sr' }, state.detail)
+              el('span', { class: 'jp-gpuhive-sr' }, state.detail),
+              ...violationNotes(gpu, me).map(note => el('div', { class: 'jp-gpuhive-violation' }, note))
             )
           );
         }
@@ -321,6 +324,7 @@ export class GpuHivePanel extends Widget {
       el('div', { class: 'jp-gpuhive-res-gpus' }, r.gpus.join(', ')),
       el('div', { class: 'jp-gpuhive-res-time' }, `${formatTime(r.start, now)}–${formatTime(r.end, now)} · `, countdown),
       r.flagged ? el('div', { class: 'jp-gpuhive-flag' }, `⚠ ${r.flag_reason ?? 'no longer allowed by the access rules'}`) : '',
+      r.hosts_gone?.length ? el('div', { class: 'jp-gpuhive-flag jp-gpuhive-host-gone' }, hostGoneText(r.hosts_gone)) : '',
       action,
       this._extras?.(r, now) ?? ''
     );

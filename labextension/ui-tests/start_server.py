@@ -83,6 +83,10 @@ def gpuhive_config(root: Path) -> str:
         f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
         f"c.GpuHiveApp.hosts = {json.dumps(sim_hosts(root))}\n"
         f"c.GpuHiveApp.sidebar_note = {SIM_NOTE!r}\n"
+        # Violations reach the Lab only (no terminal messages on this machine), and their event
+        # repeats every 2 s instead of every minute, so a spec sees several within seconds.
+        "c.GpuHiveApp.violation_ladder = [{'after': 0, 'handler': 'event'}]\n"
+        "c.GpuHiveApp.violation_handlers = {'event': {'interval': 2}}\n"
     )
 
 
@@ -139,6 +143,8 @@ def main() -> None:
     log = HERE / "artifacts" / ("server.log" if MODE == "sim" else f"server-{MODE}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"gpuhive UI tests: server files in {root}, log in {log}", flush=True)
+    # Where this server's files are, for specs that run the real CLI against it.
+    (HERE / "artifacts" / f"server-{MODE}.dir").write_text(str(root))
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(out, 1)
     os.dup2(out, 2)

@@ -125,15 +125,18 @@ class Incident(Violation):
 def describe(incident: Incident) -> str:
     """The default message about an incident, in one or two sentences."""
     f = incident.fields()
+    one = len(incident.pids) == 1
+    f["procs"] = f"Your process {f['pids']}" if one else f"Your processes {f['pids']}"
+    f["run"], f["them"] = ("runs", "it") if one else ("run", "them")
     if incident.kind == FOREIGN:
         return (
-            "Your process(es) {pids} on GPU {gpu} run on a GPU reserved by {holder} until "
-            "{end}. Please stop them: gpuhive may stop them for you."
+            "{procs} on GPU {gpu} {run} on a GPU reserved by {holder} until {end}. "
+            "Please stop {them}: gpuhive may stop {them} for you."
         ).format(**f)
     if incident.kind == UNRESERVED:
         return (
-            "Your process(es) {pids} on GPU {gpu} run on a GPU nobody reserved. "
-            "Reserve GPUs in gpuhive before you use them: gpuhive may stop them for you."
+            "{procs} on GPU {gpu} {run} on a GPU nobody reserved. "
+            "Reserve GPUs in gpuhive before you use them: gpuhive may stop {them} for you."
         ).format(**f)
     if incident.kind == GHOST:
         return "GPU {gpu} shows {detail} (reservation holder: {holder}).".format(**f)

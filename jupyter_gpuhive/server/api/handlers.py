@@ -10,6 +10,7 @@ from tornado import web
 from ...jobs.model import Job
 from ...model import Reservation, utcnow
 from ...privacy import job_json, reservation_json
+from ...protection.marks import mark_violations
 from .base import HiveLogic
 from .openapi import generate
 from .operations import operation
@@ -23,7 +24,10 @@ class Shown(HiveLogic):
         return job_json(job, self.who, self.hive.settings.privacy)
 
     def reservation(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:
-        return reservation_json(res, self.who, self.hive.settings.privacy, now)
+        data = reservation_json(res, self.who, self.hive.settings.privacy, now)
+        configured = {host.name for host in self.hive.settings.hosts}
+        data["hosts_gone"] = sorted({gpu.host for gpu in res.gpus} - configured)
+        return data
 
 
 class MeHandler(HiveLogic):
@@ -42,7 +46,9 @@ class HostsHandler(HiveLogic):
     )
     async def get(self) -> None:
         reply = await self.hive.monitor.report()
-        self.reply({**reply, "note": self.settings.get("gpuhive_note") or None})
+        public = self.hive.settings.privacy.public_violations
+        hosts = mark_violations(reply["hosts"], self.hive.protection.ongoing(self.who, public))
+        self.reply({**reply, "hosts": hosts, "note": self.settings.get("gpuhive_note") or None})
 
 
 class MetricsHandler(HiveLogic):

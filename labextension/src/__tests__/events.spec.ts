@@ -1,4 +1,4 @@
-import { AVAILABILITY_SCHEMA, VIOLATION_SCHEMA, eventToast } from '../events';
+import { AVAILABILITY_SCHEMA, INotifier, ToastBoard, VIOLATION_SCHEMA, eventToast } from '../events';
 
 const foreign = {
   schema_id: VIOLATION_SCHEMA,
@@ -37,10 +37,57 @@ describe('eventToast', () => {
     const free = {
       schema_id: AVAILABILITY_SCHEMA,
       user: 'alice',
-      message: '2 GPU(s) free for alice: gpu3:0, gpu3:1. Book it: POST subscriptions/4/book'
+      message: '2 GPUs are free for alice: gpu3:0, gpu3:1.'
     };
     expect(eventToast(free, 'alice')).toEqual({ level: 'info', message: free.message });
     expect(eventToast(free, 'bob')).toBeNull();
     expect(eventToast(free, null)).toBeNull();
+  });
+});
+
+/** A notice list like JupyterLab's: emit adds, update replaces, the user may dismiss. */
+class FakeNotices implements INotifier {
+  shown = new Map<string, string>();
+  emitted = 0;
+  emit(message: string): string {
+    const id = `n${++this.emitted}`;
+    this.shown.set(id, message);
+    return id;
+  }
+  update(id: string, message: string): boolean {
+    if (!this.shown.has(id)) {
+      return false;
+    }
+    this.shown.set(id, message);
+    return true;
+  }
+}
+
+describe('ToastBoard', () => {
+  const event = { ...foreign, violation: 7 };
+  const toast = eventToast(event, 'bob')!;
+
+  it('shows one notice per violation however often the server repeats it', () => {
+    const notices = new FakeNotices();
+    const board = new ToastBoard(notices);
+    for (let sweep = 0; sweep < 6; sweep++) {
+      board.show(event, toast);
+    }
+    expect(notices.emitted).toBe(1);
+    board.show(event, { ...toast, message: 'Your process will be stopped in 1 minute.' });
+    expect([...notices.shown.values()]).toEqual(['Your process will be stopped in 1 minute.']);
+    board.show({ ...event, violation: 8 }, toast);
+    expect(notices.emitted).toBe(2);
+  });
+
+  it('leaves a dismissed notice dismissed until its violation says something new', () => {
+    const notices = new FakeNotices();
+    const board = new ToastBoard(notices);
+    board.show(event, toast);
+    notices.shown.clear(); // the user closed it
+    board.show(event, toast);
+    expect(notices.emitted).toBe(1);
+    board.show(event, { ...toast, message: 'Your process will be stopped now.' });
+    expect(notices.emitted).toBe(2);
   });
 });

@@ -9,12 +9,14 @@ import {
   formatTime,
   formatUsage,
   gpuState,
+  hostGoneText,
   isJobActive,
   isRunning,
   jobStatusText,
   jobsToShow,
   reservationCountdown,
-  summarize
+  summarize,
+  violationNotes
 } from '../model';
 
 // jest.config.js sets TZ=UTC, so local times below are UTC.
@@ -176,5 +178,32 @@ describe('jobs', () => {
       job(5, 'stopped', { updated_at: '2026-11-22T06:00:00Z' })
     ];
     expect(jobsToShow(jobs, 2).map(j => j.id)).toEqual([4, 2, 3, 1]);
+  });
+});
+
+describe('hostGoneText', () => {
+  it('names the hosts that are no longer configured, in words a user reads', () => {
+    expect(hostGoneText(['ws'])).toBe(
+      '⚠ host gone: ws is no longer configured; these GPUs are not monitored and cannot run kernels'
+    );
+    expect(hostGoneText(['a', 'b'])).toContain('host gone: a, b are no longer configured');
+  });
+});
+
+describe('violationNotes', () => {
+  const gpu = (processes: IGpu['processes']): IGpu => ({ id: 'gpu3:1', host: 'gpu3', index: 1, processes });
+
+  it('marks each process that breaks a reservation, for the offender and the holder', () => {
+    const marked = gpu([
+      { pid: 41, user: 'alice', command: 'python train.py' },
+      { pid: 42, user: 'me', command: '/usr/bin/sleep 600', violation: { kind: 'foreign', holder: 'alice' } }
+    ]);
+    expect(violationNotes(marked, 'me')).toEqual(['⚠ Violation: Your process 42 (sleep) runs on alice’s reservation']);
+    expect(violationNotes(marked, 'alice')).toEqual(['⚠ Violation: me’s process 42 (sleep) runs on your reservation']);
+  });
+
+  it('says nothing for processes without a violation', () => {
+    expect(violationNotes(gpu([{ pid: 1, user: 'me', command: 'python' }]), 'me')).toEqual([]);
+    expect(violationNotes(gpu(undefined), 'me')).toEqual([]);
   });
 });

@@ -54,6 +54,11 @@ class ReservationReply(Reply):
     status: Literal["cancelled", "upcoming", "active", "ended"]
     flagged: bool
     flag_reason: str | None
+    hosts_gone: list[str] = Field(
+        default_factory=list,
+        description="Hosts of its GPUs that are no longer configured (removed from the hosts "
+        "file or the configuration): those GPUs are not monitored and cannot run kernels",
+    )
 
 
 class ReservationList(Reply):
