@@ -172,6 +172,30 @@ class Integrations:
 
     # --- availability subscriptions ------------------------------------------------------
 
+    async def channels(
+        self, who: Identity, asked: tuple[str, ...] | None, email: str | None
+    ) -> tuple[str, ...]:
+        """The channels a subscription of `who` uses: those asked for, or by default every one
+        that reaches them here (the Lab; e-mail when the site sends mail and knows an address;
+        a webhook when they have one for gpus.available). Asking for one that cannot reach them
+        is a 422 that says why."""
+        mail_ok = self.settings.mail.enabled and bool(email or self.settings.mail.address(who.name))
+        hooks = [w for w in await self.webhooks.endpoints() if not w.site and w.owner == who.name]
+        why = {
+            "email": None if mail_ok else (
+                "this server sends no e-mail (c.GpuHiveApp.notify_email)"
+                if not self.settings.mail.enabled else "it knows no e-mail address of yours: "
+                "give 'email'"),
+            "webhook": None if any("gpus.available" in w.events for w in hooks) else
+                "you have no webhook for the event gpus.available (POST webhooks)",
+        }  # fmt: skip
+        if asked is None:
+            return tuple(c for c in ("email", "lab", "webhook") if why.get(c) is None)
+        for channel in asked:
+            if why.get(channel):
+                raise Invalid(f"Cannot tell you by {channel}: {why[channel]}.")
+        return asked
+
     def subscribed(self) -> None:
         """A subscription was made: it may fire at once."""
         self._spawn(self.check_subscriptions(released=True))
@@ -185,9 +209,11 @@ class Integrations:
 
     async def _offer(self, sub: Subscription, offer: dict[str, Any]) -> None:
         span = f"{offer['start'][:16].replace('T', ' ')} to {offer['end'][:16].replace('T', ' ')}"
+        count = len(offer["gpus"])
         text = (
-            f"{len(offer['gpus'])} GPU(s) free for {sub.owner}: {', '.join(offer['gpus'])}, "
-            f"{span} UTC. Book it: POST {offer['book']['path']}, or run {offer['magic']}"
+            f"{count} GPU{'s are' if count != 1 else ' is'} free for {sub.owner}: "
+            f"{', '.join(offer['gpus'])}, {span} UTC. To book: the Book button in the GPU "
+            f"sidebar, or {offer['magic']} in a notebook."
         )
         if "lab" in sub.channels and self.publish_lab is not None:
             try:
@@ -198,7 +224,7 @@ class Integrations:
                 log.exception("gpuhive: could not publish an availability event")
         address = sub.email or self.settings.mail.address(sub.owner)
         if "email" in sub.channels and self.settings.mail.enabled and address:
-            subject = f"[gpuhive] {len(offer['gpus'])} GPU(s) free on {offer['host']}"
+            subject = f"[gpuhive] {count} GPU{'s' if count != 1 else ''} free on {offer['host']}"
             body = (
                 f"Hello {sub.owner},\n\n{text}\n\nThis slot is not held for you: the first "
                 "to book it gets it.\n\n-- gpuhive\n"

@@ -107,7 +107,7 @@ class Availability:
             raise Invalid("The deadline leaves no room for that duration.")
         if deadline > now + horizon:
             raise Invalid("The deadline is further ahead than reservations may be made.")
-        channels, email, repeat = request.channels, request.email, request.repeat
+        channels, email, repeat = request.channels or ("lab",), request.email, request.repeat
         if set(channels) - set(CHANNELS) or not channels:
             raise Invalid(f"'channels' must name some of {', '.join(CHANNELS)}.")
         return {

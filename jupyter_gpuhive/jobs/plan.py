@@ -207,7 +207,8 @@ class Plan:
         """GPUs free now for a count-only job, or why it waits."""
         policy = placement(job.count, job.same_host, self.largest)
         one = policy == "required"
-        reason = f"waiting for {job.count} free GPU(s)" + (" on one host" if one else "")
+        gpus = "1 free GPU" if job.count == 1 else f"{job.count} free GPUs"
+        reason = f"waiting for {gpus}" + (" on one host" if one else "")
         if one and job.count > self.largest:
             return None, f"no host has {job.count} GPUs (it asks for them on one host)"
         key = job.owner if access is not None else ""

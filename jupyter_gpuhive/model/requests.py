@@ -86,7 +86,7 @@ class SubscriptionRequest:
     host: str | None = None
     model: str | None = None
     deadline: datetime | None = None  # None: the booking horizon
-    channels: tuple[str, ...] = ("lab", "email", "webhook")
+    channels: tuple[str, ...] | None = None  # None: every channel that reaches the owner
     email: str | None = None
     repeat: bool = False
 

@@ -25,6 +25,7 @@ from .magicviews import text_table as table
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+CHANNEL_WORDS = {"lab": "a JupyterLab notice", "email": "e-mail", "webhook": "your webhook"}
 __all__ = ["GpuHiveMagics", "parse_gpu_args", "parse_when", "table"]
 
 
@@ -305,11 +306,13 @@ def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:
     except HiveClientError as error:
         raise UsageError(f"{reason} Nor can gpuhive watch for them: {error.message}") from None
     where = f"on {host}" if host else "on one host"
+    wanted = "1 GPU" if body["gpus"] == 1 else f"{body['gpus']} GPUs"
     window = "ending by --before" if args.before else "from now on; it watches for 24 hours"
     message = (
         f"Not booked now: {reason}\n"
-        f"gpuhive will tell you when {body['gpus']} GPU(s) {where} are free for "
-        f"{describe_duration(length)} ({window}; subscription {made['id']}; by "
-        f"{', '.join(made['channels'])}), with a line that books them."
+        f"gpuhive will tell you when {wanted} {where} {'is' if body['gpus'] == 1 else 'are'} "
+        f"free for {describe_duration(length)} ({window}; subscription {made['id']}; by "
+        f"{', '.join(CHANNEL_WORDS.get(c, c) for c in made['channels'])}), with a line that "
+        "books them."
     )
     return Notice(made, message)

@@ -151,14 +151,19 @@ export interface IKernelNotice {
  * What `me` sees of a kernel event: a notification (and, for a warning, a line for the running
  * cell), or null when it is not about `me` or a kernel of theirs open here.
  */
-export function kernelNotice(event: IKernelEvent, me: string | null, openKernels: Set<string>): IKernelNotice | null {
+export function kernelNotice(
+  event: IKernelEvent,
+  me: string | null,
+  openKernels: Set<string>,
+  notebooks: Map<string, string> = new Map()
+): IKernelNotice | null {
   if (event.schema_id !== KERNEL_SCHEMA || !event.kernel_id) {
     return null;
   }
   if (event.owner !== me && !openKernels.has(event.kernel_id)) {
     return null;
   }
-  const message = event.message || 'Your kernel on reserved GPUs changed.';
+  const message = nameKernel(event.message || 'Your kernel on reserved GPUs changed.', event.kernel_id, notebooks.get(event.kernel_id));
   switch (event.kind) {
     case 'warning':
       return { level: 'warning', message, line: `⚠ ${message}` };
@@ -171,6 +176,30 @@ export function kernelNotice(event: IKernelEvent, me: string | null, openKernels
     default:
       return { level: 'info', message, line: null };
   }
+}
+
+/** A server message with the kernel named as people know it: its notebook, else a short id. */
+export function nameKernel(message: string, kernelId: string, notebook?: string | null): string {
+  const name = notebook ? `the kernel of ${notebook.split('/').pop()}` : `kernel ${kernelId.slice(0, 8)}`;
+  return message.split(`kernel ${kernelId}`).join(name);
+}
+
+const ENDED_WORDS: Record<string, string> = {
+  interrupt: 'cell interrupted',
+  shutdown: 'kernel shut down',
+  warn: 'kernel still running'
+};
+
+/** The status bar once the reservation ended: what happened to the kernel, not "Disconnected". */
+export function endedStatus(event: IKernelEvent, gpus: string[]): ICountdown {
+  const what = gpus.length ? compact(gpus) : 'GPUs';
+  const verb = event.action === 'shutdown' ? 'shut the kernel down' : event.action === 'interrupt' ? 'interrupt the cell' : 'act';
+  const done = event.ok === false ? `could not ${verb}` : ENDED_WORDS[event.action ?? ''] ?? 'ended';
+  return {
+    text: `${what} · reservation ${event.reservation_id ?? ''} ended, ${done}`.replace('  ', ' '),
+    urgency: 'ended',
+    title: event.message ?? `The reservation of ${what} ended.`
+  };
 }
 
 /** What the switch comm carries (`%gpureserve --kernel`). */

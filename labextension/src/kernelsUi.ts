@@ -22,6 +22,7 @@ import {
   POLICY_LABELS,
   SWITCH_TARGET,
   canOpenNotebook,
+  endedStatus,
   kernelCountdown,
   kernelNotice,
   notYetReason,
@@ -57,6 +58,20 @@ export class KernelStore {
     return this.list?.kernels.find(k => k.id === kernelId) ?? null;
   }
 
+  /** Remember what a kernel event said, and the kernel's GPUs while they are still known. */
+  noteEvent(event: IKernelEvent): void {
+    if (event.kind === 'ended' && event.kernel_id) {
+      this._ended.set(event.kernel_id, { event, gpus: this.info(event.kernel_id)?.gpus ?? [] });
+    }
+  }
+
+  /** How the reservation of `kernelId` ended, once it has. */
+  ended(kernelId: string | null | undefined): { event: IKernelEvent; gpus: string[] } | null {
+    return (kernelId && this._ended.get(kernelId)) || null;
+  }
+
+  private _ended = new Map<string, { event: IKernelEvent; gpus: string[] }>();
+
   async choose(kernelId: string, policy: string, fallback?: string): Promise<void> {
     await this.api.request('PUT', `kernels/${encodeURIComponent(kernelId)}/policy`, {
       body: fallback ? { policy, fallback } : { policy }
@@ -91,7 +106,17 @@ export class KernelStatus extends Widget {
 
   /** Whether the status bar shows the item (a notebook on a reservation is current). */
   get active(): boolean {
-    return currentKernel(this.tracker) !== null;
+    return currentKernel(this.tracker) !== null || this._endedHere() !== null;
+  }
+
+  /** How the current notebook's reservation ended, even once its kernel is gone. */
+  private _endedHere(): { event: IKernelEvent; gpus: string[] } | null {
+    const widget = this.tracker?.currentWidget;
+    const kernel = currentKernel(this.tracker);
+    if (widget && kernel) {
+      this._last.set(widget.context.path, kernel.id);
+    }
+    return this.store.ended(kernel?.id ?? (widget ? this._last.get(widget.context.path) : null));
   }
 
   dispose(): void {
@@ -101,13 +126,16 @@ export class KernelStatus extends Widget {
 
   protected onUpdateRequest(): void {
     const kernel = currentKernel(this.tracker);
-    this.node.hidden = kernel === null;
-    if (!kernel) {
+    const ended = this._endedHere();
+    this.node.hidden = kernel === null && ended === null;
+    if (!kernel && !ended) {
       return;
     }
-    const info = this.store.info(kernel.id);
+    const info = kernel ? this.store.info(kernel.id) : null;
     const warn = this.store.list?.warning_minutes ?? 10;
-    const shown = kernelCountdown(info?.gpus ?? [], info?.end, new Date(), warn, info?.policy);
+    const shown = ended
+      ? endedStatus(ended.event, info?.gpus ?? ended.gpus)
+      : kernelCountdown(info?.gpus ?? [], info?.end, new Date(), warn, info?.policy);
     this.node.textContent = shown.text;
     this.node.title = shown.title;
     this.node.dataset.urgency = shown.urgency;
@@ -126,6 +154,7 @@ export class KernelStatus extends Widget {
 
   private _timer: number;
   private _asked = 0;
+  private _last = new Map<string, string>(); // notebook path → its last kernel on a reservation
 }
 
 /** The sidebar's "My kernels on reservations" section, with each kernel's end policy. */
@@ -283,13 +312,16 @@ function idle(kernel: Kernel.IKernelConnection): Promise<void> {
 /** A kernel event from the server's bus: a notification, and a line in the running cell. */
 export function showKernelEvent(event: IKernelEvent, me: string | null, tracker: INotebookTracker | null, store: KernelStore): void {
   const open = new Set<string>();
+  const notebooks = new Map<string, string>();
   tracker?.forEach(panel => {
     const id = panel.sessionContext.session?.kernel?.id;
     if (id) {
       open.add(id);
+      notebooks.set(id, panel.context.path);
     }
   });
-  const notice = kernelNotice(event, me, open);
+  const notice = kernelNotice(event, me, open, notebooks);
+  store.noteEvent(event);
   if (!notice) {
     return;
   }

@@ -92,6 +92,8 @@ def test_gpureserve_notify_books_when_free_and_subscribes_when_not(
     text = repr(notice)
     assert text.startswith("Not booked now:") and "gpu3" in text
     assert f"subscription {notice['id']}" in text and "watches for 24 hours" in text
+    assert "when 2 GPUs on gpu3 are free for" in text and "GPU(s)" not in text
+    assert "by a JupyterLab notice)" in text  # no mail, no webhook here: the Lab alone
     alice = Client(server.port, TOKENS["alice"])
     status, sub, _ = alice.call("GET", f"subscriptions/{notice['id']}")
     assert status == 200 and sub["gpus"] == 2 and sub["host"] == "gpu3"

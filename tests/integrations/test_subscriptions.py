@@ -75,9 +75,10 @@ async def test_fired_by_a_cancellation_through_every_channel_and_booked_once(
     assert toast["user"] == "alice" and toast["offer"] == offer
     (mail,) = smtp_server.messages
     assert mail["to"] == ["alice@example.org"]
-    assert (
-        "GPU(s) free on gpu3" in mail["data"] and f"subscriptions/{sub['id']}/book" in mail["data"]
-    )
+    assert "2 GPUs free on gpu3" in mail["data"]  # the subject: words for people
+    assert "2 GPUs are free for alice: gpu3:0, gpu3:1" in mail["data"]
+    assert "the Book button in the GPU sidebar, or %gpureserve gpu3:0,1" in mail["data"]
+    assert "POST subscriptions" not in mail["data"] and "GPU(s)" not in mail["data"]
     fired = (await alice("GET", f"subscriptions/{sub['id']}")).body
     assert fired["fired"] == 1 and fired["active"] is False and fired["offer"] == offer
 

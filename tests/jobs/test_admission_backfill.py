@@ -160,7 +160,7 @@ def test_no_job_holding_a_slot_is_pushed_back_by_later_submissions() -> None:
     # Job 3 (2 GPUs, 1 h) ends before the slot begins: it backfills. Job 2 (5 h) would
     # run into the slot, and job 4 finds no two GPUs left: both come after the big job.
     assert [a.job_id for a in again.admitted] == [3]
-    assert again.waiting[2] == "waiting for 1 free GPU(s) on one host"
+    assert again.waiting[2] == "waiting for 1 free GPU on one host"
     assert again.planned[2].start == again.planned[4].start == NOW + 5 * H
 
 
@@ -173,7 +173,7 @@ def test_required_never_splits_and_waits_for_a_whole_host() -> None:
                                "h1-1": NOW + 2 * H})  # fmt: skip
     result = admit([count_job(1, 4)], gpus, NOW)
     assert result.admitted == []
-    assert result.waiting[1] == "waiting for 4 free GPU(s) on one host"
+    assert result.waiting[1] == "waiting for 4 free GPUs on one host"
     assert result.planned[1] == Slot(NOW + H, NOW + 2 * H, ("h0-0", "h0-1", "h0-2", "h0-3"))
     explicit = admit([count_job(1, 4, same_host="required")], gpus, NOW)
     assert explicit.planned == result.planned

@@ -109,7 +109,7 @@ def test_count_only_prefers_one_host_best_fit_then_fewest_hosts() -> None:
     spread = admit([job(1, count=5)], gpus, NOW)
     assert len(spread.admitted[0].gpus) == 5  # 4 on big + 1 on small: as few hosts as can be
     assert sum(u.startswith("big") for u in spread.admitted[0].gpus) == 4
-    assert admit([job(1, count=7)], gpus, NOW).waiting == {1: "waiting for 7 free GPU(s)"}
+    assert admit([job(1, count=7)], gpus, NOW).waiting == {1: "waiting for 7 free GPUs"}
 
 
 def test_count_only_takes_gpus_whose_booking_comes_soonest_after_its_end() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
@@ -178,6 +179,8 @@ class SubscriptionsHandler(HiveLogic):
         integrations = self.hive.integrations
         policy = self.hive.settings.policy
         request = self.body(bodies.NewSubscription).value()
+        channels = await integrations.channels(self.who, request.channels, request.email)
+        request = replace(request, channels=channels)
         values = integrations.availability.parse(self.who, request, policy.horizon)
         made = await self.hive.run(integrations.availability.rows.add, values)
         integrations.subscribed()

@@ -3,7 +3,9 @@ import {
   canOpenNotebook,
   compact,
   kernelCountdown,
+  endedStatus,
   kernelNotice,
+  nameKernel,
   notYetReason,
   reservationOfSpec,
   specName,
@@ -107,5 +109,33 @@ describe('switchRequest', () => {
     expect(switchRequest({ kernel_name: 'python3', reservation_id: 12 })).toBeNull();
     expect(switchRequest({ kernel_name: 'gpuhive-r12', reservation_id: 13 })).toBeNull();
     expect(switchRequest(null)).toBeNull();
+  });
+});
+
+describe('the end of a reservation, in words', () => {
+  const id = '3f2a9c1e-7b4d-4e0a-9c6f-2b8d1e5a7c90';
+  const ended = {
+    schema_id: KERNEL_SCHEMA,
+    kind: 'ended',
+    kernel_id: id,
+    reservation_id: 7,
+    owner: 'alice',
+    action: 'shutdown',
+    ok: true,
+    message: `Reservation 7 ended at 15:00: kernel ${id} was shut down.`
+  };
+
+  it('names the notebook, not the kernel UUID', () => {
+    const notice = kernelNotice(ended, 'alice', new Set([id]), new Map([[id, 'work/train.ipynb']]));
+    expect(notice?.message).toBe('Reservation 7 ended at 15:00: the kernel of train.ipynb was shut down.');
+    expect(nameKernel(ended.message, id, null)).toBe('Reservation 7 ended at 15:00: kernel 3f2a9c1e was shut down.');
+  });
+
+  it('says in the status bar why the kernel is gone', () => {
+    const shown = endedStatus(ended, ['gpu2:0', 'gpu2:1']);
+    expect(shown.text).toBe('gpu2:0,1 · reservation 7 ended, kernel shut down');
+    expect(shown.urgency).toBe('ended');
+    expect(endedStatus({ ...ended, action: 'interrupt' }, []).text).toBe('GPUs · reservation 7 ended, cell interrupted');
+    expect(endedStatus({ ...ended, ok: false }, ['gpu1:0']).text).toBe('gpu1:0 · reservation 7 ended, could not shut the kernel down');
   });
 });

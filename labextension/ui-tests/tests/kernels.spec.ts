@@ -172,3 +172,22 @@ test('the warning before the end reaches the notebook and its running cell', asy
   await expect(status()).toHaveAttribute('data-urgency', 'soon');
   await page.screenshot({ path: path.join(SHOTS, '22-kernel-warning.png') });
 });
+
+test('the end of the reservation names the notebook and says in the status bar what happened', async ({ request }) => {
+  // Issue #28 item 8: not the kernel's UUID, not "Disconnected".
+  const me = (await api(request, 'GET', 'me')).body.name;
+  const made = (await api(request, 'GET', `reservations?user=${me}`)).body.reservations.find((r: { title: string }) => r.title === 'ui-switch');
+  const sessions = await (await request.get(`api/sessions?token=${TOKEN}`)).json();
+  const session = sessions.find((s: { kernel: { name: string } }) => s.kernel?.name === `gpuhive-r${made.id}`);
+  const kernelId: string = session.kernel.id;
+  const notebookName = String(session.path).split('/').pop();
+  const end = new Date(Date.now() + 6_000).toISOString();
+  expect((await api(request, 'PATCH', `reservations/${made.id}`, TOKEN, { end })).status).toBe(200);
+  const ended = page.locator('.Toastify__toast', { hasText: `Reservation ${made.id} ended at` });
+  await expect(ended).toBeVisible({ timeout: 60_000 });
+  await expect(ended).toContainText(`the kernel of ${notebookName}`);
+  await expect(ended).not.toContainText(kernelId);
+  await expect(status()).toContainText(`reservation ${made.id} ended`);
+  await expect(status()).not.toContainText('Disconnected');
+  await page.screenshot({ path: path.join(SHOTS, '23-kernel-ended.png') });
+});

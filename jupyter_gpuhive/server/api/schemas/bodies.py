@@ -279,8 +279,11 @@ class NewSubscription(Closed):
     host: Annotated[str | None, maybe(_HOST)] = Field(None, description="Only this host")
     model: Annotated[str | None, maybe(_HOST)] = Field(None, description="GPU model contains this")
     deadline: MaybeInstant = None
-    channels: list[Annotated[str, choice(CHANNELS)]] = Field(
-        default_factory=lambda: list(CHANNELS), min_length=1
+    channels: list[Annotated[str, choice(CHANNELS)]] | None = Field(
+        None,
+        min_length=1,
+        description="How to tell you; default: every channel that reaches you here (the Lab; "
+        "e-mail when the site sends mail; a webhook when you have one for gpus.available)",
     )
     email: MaybeEmail = None
     repeat: Flag = False
@@ -292,7 +295,7 @@ class NewSubscription(Closed):
             host=self.host,
             model=self.model,
             deadline=self.deadline,
-            channels=tuple(sorted(set(self.channels))),
+            channels=None if self.channels is None else tuple(sorted(set(self.channels))),
             email=self.email,
             repeat=self.repeat,
         )
