@@ -212,7 +212,7 @@ class Integrations:
         count = len(offer["gpus"])
         text = (
             f"{count} GPU{'s are' if count != 1 else ' is'} free for {sub.owner}: "
-            f"{', '.join(offer['gpus'])}, {span} UTC. To book: the Book button in the GPU "
+            f"{', '.join(offer['gpus'])}, {span} UTC. To book: 'Book it' in the GPU "
             f"sidebar, or {offer['magic']} in a notebook."
         )
         if "lab" in sub.channels and self.publish_lab is not None:

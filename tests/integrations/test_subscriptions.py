@@ -77,7 +77,7 @@ async def test_fired_by_a_cancellation_through_every_channel_and_booked_once(
     assert mail["to"] == ["alice@example.org"]
     assert "2 GPUs free on gpu3" in mail["data"]  # the subject: words for people
     assert "2 GPUs are free for alice: gpu3:0, gpu3:1" in mail["data"]
-    assert "the Book button in the GPU sidebar, or %gpureserve gpu3:0,1" in mail["data"]
+    assert "'Book it' in the GPU sidebar, or %gpureserve gpu3:0,1" in mail["data"]
     assert "POST subscriptions" not in mail["data"] and "GPU(s)" not in mail["data"]
     fired = (await alice("GET", f"subscriptions/{sub['id']}")).body
     assert fired["fired"] == 1 and fired["active"] is False and fired["offer"] == offer
