@@ -25,10 +25,11 @@ from .kernels.lifecycle import Lifecycle, extender
 from .kernels.registry import KernelRegistry
 from .model import HostDecl, Reservation, utcnow
 from .monitor.accounting import Meter
+from .monitor.prometheus import Holding, LiveCounts, Sources
 from .monitor.service import Monitor
 from .privacy import Privacy
 from .protection.service import Protection, ProtectionSettings
-from .store import Store
+from .store import Store, livecounts
 from .store.leader import Leadership
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class HiveSettings:
     integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
     fairshare: FairShareSettings = field(default_factory=FairShareSettings)
     kernel_end: EndSettings = field(default_factory=EndSettings)
+    metrics_token: str = ""  # the Prometheus scrape's bearer token ("": admins only)
 
 
 class Hive:
@@ -112,6 +114,7 @@ class Hive:
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
         self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
+        self.monitor.exposition.use(self._prometheus_sources())
         every = max(0.2, s.poll_interval / 2)
         self.leadership = Leadership(s.db_url, self._lead, self._follow, interval=every)
 
@@ -161,6 +164,33 @@ class Hive:
     async def _end_reservation(self, res: Reservation, reason: str) -> Reservation | None:
         """Protection ends a reservation: through the bookings service (its events follow)."""
         return await self.bookings.end(res.id, PROTECTION, reason)
+
+    def _prometheus_sources(self) -> Sources:
+        """What GET prometheus reads: the monitor's live state and a few aggregates."""
+        live = self.monitor.sampler.live
+        return Sources(
+            live=lambda: [h.sample for h in list(live.values()) if h.sample is not None],
+            inventory=self.store.inventory.hosts,
+            host_state=self.monitor.host_states,
+            latency=lambda: self.monitor.latency,
+            counts=self._live_counts,
+            idle_util=self.settings.protection.idle_util,
+        )
+
+    def _live_counts(self) -> LiveCounts:
+        """Reservations, holdings, waiting jobs and open violations (blocking reads)."""
+        db, now = self.store.db, utcnow()
+        queued, oldest = livecounts.waiting_jobs(db)
+        kinds: dict[str, int] = {}
+        for item in self.protection.ongoing():
+            kinds[str(item.get("kind"))] = kinds.get(str(item.get("kind")), 0) + 1
+        return LiveCounts(
+            reservations=livecounts.reservation_counts(db, now),
+            holdings=tuple(Holding(*row) for row in livecounts.holdings(db, now)),
+            queued=queued,
+            queue_wait_max_s=(now - oldest).total_seconds() if oldest else 0.0,
+            violations=kinds,
+        )
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking (database) work in the hive's thread pool."""

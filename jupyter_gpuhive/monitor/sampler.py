@@ -34,6 +34,8 @@ class Sweep:
     interval: float
     samples: dict[str, HostSample] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)  # seconds of each host's probe
+    duration: float = 0.0  # seconds the whole sweep took
 
 
 Listener = Callable[[Sweep], Awaitable[None]]
@@ -66,7 +68,8 @@ class Sampler:
         """Call `listener` with every sweep, after the listeners subscribed before it."""
         self._listeners.append(listener)
 
-    async def _probe(self, name: str) -> HostSample | str:
+    async def _probe(self, name: str, latency: dict[str, float] | None = None) -> HostSample | str:
+        began = asyncio.get_running_loop().time()
         try:
             # One long-lived probe loop per host: a sweep costs each host one request line.
             answer = await self.pool.ask(name, PROBE_LOOP_COMMAND, end=END, timeout=self.timeout)
@@ -75,6 +78,8 @@ class Sampler:
         except Exception as error:  # one host's surprise must not cost the others their sample
             log.exception("gpuhive: probing %s failed", name)
             return f"the probe could not run: {type(error).__name__}: {error}"
+        if latency is not None:
+            latency[name] = asyncio.get_running_loop().time() - began
         taken = utcnow()
         try:
             sample = parse_probe(name, answer, taken)
@@ -106,12 +111,15 @@ class Sampler:
     async def sweep(self) -> Sweep:
         """Probe every host once, then tell the listeners."""
         at = utcnow()
+        began = asyncio.get_running_loop().time()
         names = list(self.pool.hosts)
+        latency: dict[str, float] = {}
         # A TaskGroup, unlike gather, waits for every probe to wind down when cancelled.
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self._probe(n)) for n in names]
+            tasks = [group.create_task(self._probe(n, latency)) for n in names]
         results = [task.result() for task in tasks]
-        sweep = Sweep(at, self.interval)
+        took = asyncio.get_running_loop().time() - began
+        sweep = Sweep(at, self.interval, latency=latency, duration=took)
         for name, result in zip(names, results, strict=True):
             if isinstance(result, str):
                 sweep.failures[name] = result

@@ -19,6 +19,7 @@ from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
 from .metrics import GPU_FIELDS, HOST_FIELDS
+from .prometheus import Exposition
 from .sampler import Listener, Sampler, Sweep
 from .slices import NOT_REPORTED, discovered_slices, process_json, slice_decls, slice_views
 from .topology import TopologyReader
@@ -72,6 +73,8 @@ class Monitor:
         # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
         # re-partition removed MIG slices.
         self.reflag: Callable[[], Awaitable[Any]] = _nothing
+        self.exposition = Exposition()  # GET prometheus (the Hive registers its sources)
+        self.latency: dict[str, float] = {}  # seconds of each answering host's last probe
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the inventory and usage are recorded."""
@@ -165,6 +168,8 @@ class Monitor:
     # --- after each sweep ----------------------------------------------------------------
 
     async def _after_sweep(self, sweep: Sweep) -> None:
+        self.exposition.sweep_seconds.observe(sweep.duration)
+        self.latency = dict(sweep.latency)
         await self._discover(sweep)
         await self._record_usage(sweep)
 
@@ -233,6 +238,11 @@ class Monitor:
         await self.run_blocking(self.store.usage.record, sweep.at, readings, active)
 
     # --- queries ------------------------------------------------------------------
+
+    def host_states(self) -> dict[str, str]:
+        """Each configured host's state: 'up', 'down' or 'unknown' (not tried yet)."""
+        statuses = self._statuses if self._process is not None else self.pool.statuses()
+        return {name: s.state for name, s in statuses.items() if name in self.pool.hosts}
 
     async def report(self) -> dict[str, Any]:
         """The `GET hosts` answer: every host (see `hosts`) with advice where one is due."""

@@ -96,6 +96,13 @@ class GpuHiveConfig(LoggingConfigurable):
     db_workers = Int(8, help="Threads that run database work off the event loop.").tag(config=True)
 
     poll_interval = Float(5.0, help="Seconds between two sweeps over all hosts.").tag(config=True)
+    metrics_token = Unicode(
+        "",
+        help="Bearer token a Prometheus scrape of GET {base_url}gpuhive/api/prometheus sends "
+        "(scrape_configs: authorization: credentials: TOKEN). Empty: only gpuhive admins (their "
+        "Jupyter or Hub token) may scrape; the endpoint is never open. A long random string, "
+        "e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`.",
+    ).tag(config=True)
     metrics_history = Int(
         720, help="Samples kept in memory per GPU and host (720 × 5 s = 1 hour)."
     ).tag(config=True)

@@ -174,6 +174,7 @@ class GpuHiveSettings(GpuHiveConfig):
             poll_interval=self.poll_interval,
             history=self.metrics_history,
             monitor=self.monitor,
+            metrics_token=self.metrics_token,
         )
 
     def watch_hosts_file(self, hive: Hive) -> HostsFileWatcher | None:

@@ -10,6 +10,7 @@ from . import finder as fi
 from . import handlers as h
 from . import integrations as i
 from . import kernels as k
+from . import prometheus as pr
 from .base import HiveHandler, HiveLogic
 from .openapi import generate
 from .operations import PATH_PARAMETERS, implemented, operation_of
@@ -23,6 +24,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/me/ssh", h.SshHandler),
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
+    ("/prometheus", pr.PrometheusHandler),
     ("/usage", h.UsageHandler),
     ("/usage/scores", f.ScoresHandler),
     ("/limits", f.LimitsHandler),
@@ -95,7 +97,7 @@ def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]
     """The route table with every endpoint mixed onto a deployment's base handler."""
     table = {"endpoints": tuple(ENDPOINTS)}  # what GET openapi.json documents
     return [
-        (_pattern(prefix, path), type(logic.__name__, (logic, base), table))
+        (_pattern(prefix, path), type(logic.__name__, (logic, base), {**table, "route": path}))
         for path, logic in ENDPOINTS
     ]
 

@@ -81,6 +81,7 @@ class HiveLogic(RequestHandler):
 
     _who: Identity | None = None
     endpoints: tuple[tuple[str, type], ...] = ()  # the route table it is served in (routes())
+    route = ""  # its path in that table (the API latency histogram's label)
 
     @property
     def hive(self) -> Hive:
@@ -206,6 +207,16 @@ class HiveLogic(RequestHandler):
     def _anonymous(self) -> bool:
         """Whether authentication ran and found nobody (no or unknown credentials)."""
         return "_current_user" in vars(self) and self._current_user is None
+
+    def on_finish(self) -> None:
+        """Count the request's latency per route and method (GET prometheus)."""
+        hive = self.settings.get("gpuhive")
+        if hive is not None and self.route:
+            histogram = hive.monitor.exposition.api_seconds
+            histogram.labels(self.route, self.request.method or "").observe(
+                self.request.request_time()
+            )
+        super().on_finish()
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, HiveError):

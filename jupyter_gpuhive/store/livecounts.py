@@ -1,0 +1,55 @@
+"""Cheap aggregate reads for a Prometheus scrape: live reservations, holdings, waiting jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import and_, case, func, select
+
+from .database import Database
+from .schema import gpus, job_tasks, jobs, reservation_gpus, reservations
+
+
+def reservation_counts(db: Database, now: datetime) -> dict[tuple[str, str], int]:
+    """{(owner, 'active' | 'upcoming'): count} of reservations not ended nor cancelled."""
+    state = case((reservations.c.start_at <= now, "active"), else_="upcoming")
+    query = (
+        select(reservations.c.owner, state.label("state"), func.count())
+        .where(reservations.c.cancelled_at.is_(None), reservations.c.end_at > now)
+        .group_by(reservations.c.owner, state)
+    )
+    with db.read() as conn:
+        return {(row[0], row[1]): int(row[2]) for row in conn.execute(query)}
+
+
+def holdings(db: Database, now: datetime) -> list[tuple[str, int, str]]:
+    """(unit UUID, reservation id, owner) of every unit an active reservation holds."""
+    query = (
+        select(gpus.c.uuid, reservations.c.id, reservations.c.owner)
+        .select_from(
+            reservation_gpus.join(
+                reservations, reservations.c.id == reservation_gpus.c.reservation_id
+            ).join(gpus, gpus.c.id == reservation_gpus.c.gpu_id)
+        )
+        .where(
+            reservation_gpus.c.start_at <= now,
+            reservation_gpus.c.end_at > now,
+            reservation_gpus.c.cancelled.is_(False),
+        )
+    )
+    with db.read() as conn:
+        return [(row[0], int(row[1]), row[2]) for row in conn.execute(query)]
+
+
+def waiting_jobs(db: Database) -> tuple[dict[str, int], datetime | None]:
+    """Queued jobs that have no tasks yet (waiting for GPUs) per owner, and the oldest's time."""
+    has_tasks = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id).exists()
+    query = (
+        select(jobs.c.owner, func.count(), func.min(jobs.c.created_at))
+        .where(and_(jobs.c.queued.is_(True), ~has_tasks))
+        .group_by(jobs.c.owner)
+    )
+    with db.read() as conn:
+        rows = conn.execute(query).all()
+    oldest = [row[2] for row in rows if row[2] is not None]
+    return {row[0]: int(row[1]) for row in rows}, min(oldest) if oldest else None
