@@ -45,6 +45,12 @@ def cuda_already_initialised() -> str | None:
     return None
 
 
+def unquote(text: str) -> str:
+    """`text` without one pair of surrounding quotes ('"ResNet sweep"' → 'ResNet sweep')."""
+    quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+    return text[1:-1] if quoted else text
+
+
 def is_local(host: dict[str, Any]) -> bool:
     """Whether a host is the machine this kernel runs on."""
     names = {socket.gethostname(), socket.getfqdn(), *LOCAL_NAMES}
@@ -128,6 +134,7 @@ class GpuHiveMagics(Magics):
     def gpureserve(self, line: str) -> Any:
         """Book GPUs from a notebook and pin this kernel to them."""
         args = parse_argstring(self.gpureserve, line)
+        args.title = unquote(args.title)  # IPython keeps the quotes of --title "two words"
         if args.help:
             return self._help(self.gpureserve)
         if args.list:
