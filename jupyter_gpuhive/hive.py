@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .bookings.fairshare import FairShare, FairShareSettings
@@ -24,6 +24,7 @@ from .kernels.endpolicy import EndSettings
 from .kernels.lifecycle import Lifecycle, extender
 from .kernels.registry import KernelRegistry
 from .model import HostDecl, Reservation, utcnow
+from .model.health import GpuCondition
 from .monitor.accounting import Meter
 from .monitor.prometheus import Holding, LiveCounts, Sources
 from .monitor.service import Monitor
@@ -115,6 +116,7 @@ class Hive:
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
         self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
         self.monitor.exposition.use(self._prometheus_sources())
+        self.monitor.health_changed = self._health_changed  # holders told (gpu.health)
         every = max(0.2, s.poll_interval / 2)
         self.leadership = Leadership(s.db_url, self._lead, self._follow, interval=every)
 
@@ -173,9 +175,42 @@ class Hive:
             inventory=self.store.inventory.hosts,
             host_state=self.monitor.host_states,
             latency=lambda: self.monitor.latency,
+            health=self._health_by_uuid,
             counts=self._live_counts,
             idle_util=self.settings.protection.idle_util,
         )
+
+    def _health_by_uuid(self) -> dict[str, tuple[str, bool]]:
+        """{unit UUID: (health state, drained)} of the units not plainly ok."""
+        units = self.store.inventory
+        return {
+            units.gpu_by_id(g).uuid: (c.state, c.drained)
+            for g, c in self.store.health.all().items()
+        }
+
+    async def _health_changed(self, changed: dict[int, GpuCondition]) -> None:
+        """Tell the holders of reservations (active or in the next week) on GPUs whose health
+        or drain changed: a `gpu.health` webhook event each."""
+        now = utcnow()
+        held = await self.run(
+            self.store.reservations.window, now, now + timedelta(days=7), gpu_ids=list(changed)
+        )
+        for gpu_id, condition in changed.items():
+            gpu = self.store.inventory.gpu_by_id(gpu_id)
+            if gpu.is_slice:
+                continue  # told once, for the whole GPU
+            mine = [r for r in held if any(g.id == gpu_id or g.parent_id == gpu_id for g in r.gpus)]
+            state = "drained" if condition.drained else condition.state
+            text = f"{gpu.ref} is {state}" + (
+                f": {'; '.join(condition.reasons)}" if condition.reasons else ""
+            )
+            public = {"gpu": gpu.ref, "uuid": gpu.uuid, **condition.to_json()}
+            for owner in sorted({r.owner for r in mine}):
+                ids = [r.id for r in mine if r.owner == owner]
+                await self.integrations.webhooks.emit(
+                    "gpu.health", {**public, "reservations": ids}, [owner], text + ".", None
+                )
+            await self.integrations.webhooks.emit("gpu.health", public, [], text + ".", public)
 
     def _live_counts(self) -> LiveCounts:
         """Reservations, holdings, waiting jobs and open violations (blocking reads)."""

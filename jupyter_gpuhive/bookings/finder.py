@@ -134,7 +134,10 @@ class SlotSearch:
         if self._units is None or self._units[0] != inventory.version:
             self._units = (inventory.version,
                            [u for host in inventory.hosts() for u in _units(host)])  # fmt: skip
-        return self._units[1]
+        closed = self.store.health.unbookable()  # failed or drained GPUs: not offered
+        if not closed:
+            return self._units[1]
+        return [u for u in self._units[1] if u.id not in closed and u.parent_id not in closed]
 
     def _busy(
         self, units: list[Gpu], low: int, high: int, now: int, devices: set[int]

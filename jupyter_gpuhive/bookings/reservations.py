@@ -88,6 +88,15 @@ class ReservationService:
                 )
         return units
 
+    def check_bookable(self, units: Sequence[Gpu]) -> None:
+        """Conflict (409) naming the reason when a unit (or a slice's GPU) failed its health
+        check or is drained for maintenance."""
+        closed = self.store.health.unbookable()
+        for unit in units:
+            found = closed.get(unit.id) or (closed.get(unit.parent_id) if unit.parent_id else None)
+            if found is not None:
+                raise Conflict(found.why_not(unit.ref), gpus=[unit.ref], health=found.to_json())
+
     def _check_span(self, start: datetime, end: datetime, now: datetime, new_start: bool) -> None:
         p = self.policy
         if end <= start:
@@ -149,6 +158,7 @@ class ReservationService:
         now = self.now()
         title, description = booking.title, booking.description
         gpus = self.resolve_gpus(booking.gpus)
+        self.check_bookable(gpus)
         start = booking.start or now
         end = self._span(booking.end, booking.duration, start)
         owner = who
@@ -166,6 +176,8 @@ class ReservationService:
     def update(self, who: Identity, reservation_id: int, change: BookingChange) -> Reservation:
         """Edit title, description, times or GPUs (one unit); started ones only their end."""
         new_gpus = self.resolve_gpus(change.gpus) if change.gpus is not None else None
+        if new_gpus is not None:
+            self.check_bookable(new_gpus)
         new_start = change.start
         rules_needed = new_gpus is not None or new_start is not None or change.moves_end
 

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from .health import Health, lost_gpus, parse_health, without_lost
 from .nvsmi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -37,10 +38,11 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # file is written: on a real disk that is journal work on every sweep). Both FIFOs are opened
 # for reading at once: a writer's open blocks until then, and nvidia-smi only starts after it
 # (opened one after the other, the second call would wait for the first). `-L` (MIG slice UUIDs
-# and profiles) and `-q -x` (each slice's GPU/compute instance and memory, and which slice each
-# process runs on) only run when a GPU reports MIG mode enabled. Everything else is shell builtins
-# (read loops, case, printf, eval), so a plain host starts nvidia-smi twice per probe and nothing
-# more:
+# and profiles) only runs when a GPU reports MIG mode enabled; `-q -x` (health: ECC, retired
+# pages, remapped rows, slowdown reasons and thresholds; with MIG each slice's GPU/compute instance
+# and memory, and which slice each process runs on) runs in parallel with the two queries through a
+# third FIFO. Everything else is shell builtins (read loops, case, printf, eval), so a plain host
+# starts nvidia-smi three times per probe, at once, and nothing more:
 # owners come from `ps`, run only for GPU processes this loop has not seen before - a process
 # is known by its PID and start time (/proc/PID/stat, read by the shell), and the loop keeps
 # the `ps` line of each until the process leaves the GPUs. (A process that changes its user or
@@ -49,10 +51,10 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # sent behind a '|', so none can pass for a section mark.
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
-_BODY = r"""
+_BODY_TEMPLATE = r"""
 nvidia-smi --query-gpu=@GPU@ --format=csv,nounits >"$t/g" 2>&1 </dev/null & g=$!
 nvidia-smi --query-compute-apps=@APPS@ --format=csv,nounits >"$t/a" 2>&1 </dev/null & a=$!
-exec 3<"$t/g" 4<"$t/a"
+@XSTART@
 out=; mig=
 while IFS= read -r x || [ -n "$x" ]; do
   out="$out$x
@@ -67,12 +69,7 @@ done <&4
 exec 4<&-; wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
 if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
-if [ -n "$mig" ]; then
-  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\n' "@M@xml $ls"
-  while IFS= read -r x; do printf '|%s\n' "$x"; done <<XML
-$out
-XML
-fi
+@XREAD@
 printf '%s\n' "@M@ps 0"; new=; keys=
 for p in $pids; do
   case $p in *[!0-9]*) continue ;; esac
@@ -105,23 +102,48 @@ n=; read -r on </sys/devices/system/cpu/online && {
 }
 printf '%s\n' "@M@ncpu 0" "$n"
 """
-_BODY = (
-    _BODY.strip()
-    .replace("@GPU@", ",".join(GPU_FIELDS))
-    .replace("@APPS@", ",".join(QUERY_APPS_FIELDS))
-    .replace("@M@", MARK)
+# Health (hosts/health.py): `-q -x` on every probe, in parallel with the two queries through a
+# third FIFO; its lines are sent as they come (behind a '|'), its exit status after them.
+_XML_ALWAYS = (
+    'nvidia-smi -q -x >"$t/x" 2>&1 </dev/null & q=$!\nexec 3<"$t/g" 4<"$t/a" 5<"$t/x"',
+    "printf '%s\\n' \"@M@xml 0\"\n"
+    'while IFS= read -r x || [ -n "$x" ]; do printf \'|%s\\n\' "$x"; done <&5\n'
+    "exec 5<&-; wait $q; st=$?; q=; printf '%s\\n' \"@M@xmlst $st\"",
 )
-# A private scratch folder (mktemp; else a fresh 0700 one) with the two FIFOs; no globbing.
-_SCRATCH = (
-    "set -f; old= g= a=\n"
-    "t=$(mktemp -d 2>/dev/null) ||\n"
-    '  { t=/tmp/gpuhive.$$.$(date +%s); mkdir -m 700 "$t" || exit 1; }\n'
-    'mkfifo "$t/g" "$t/a" || { rm -rf "$t"; exit 1; }\n'
-    # Leaving early (the client gave up; its session is gone) ends the nvidia-smi still
-    # running or waiting to open its FIFO, and removes the folder.
-    "trap 'kill $g $a 2>/dev/null; rm -rf \"$t\"' EXIT\ntrap 'exit 129' HUP INT TERM PIPE"
+# Without health (the benchmark's baseline): `-q -x` only where MIG is on, after the others.
+_XML_FOR_MIG = (
+    'exec 3<"$t/g" 4<"$t/a"',
+    'if [ -n "$mig" ]; then\n'
+    "  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\\n' \"@M@xml 0\"\n"
+    "  while IFS= read -r x; do printf '|%s\\n' \"$x\"; done <<XML\n$out\nXML\n"
+    "  printf '%s\\n' \"@M@xmlst $ls\"\nfi",
 )
 
+
+def _body(health: bool) -> str:
+    start, read = _XML_ALWAYS if health else _XML_FOR_MIG
+    return (
+        _BODY_TEMPLATE.strip()
+        .replace("@XSTART@", start)
+        .replace("@XREAD@", read)
+        .replace("@GPU@", ",".join(GPU_FIELDS))
+        .replace("@APPS@", ",".join(QUERY_APPS_FIELDS))
+        .replace("@M@", MARK)
+    )
+
+
+# A private scratch folder (mktemp; else a fresh 0700 one) with the two FIFOs; no globbing.
+_SCRATCH = (
+    "set -f; old= g= a= q=\n"
+    "t=$(mktemp -d 2>/dev/null) ||\n"
+    '  { t=/tmp/gpuhive.$$.$(date +%s); mkdir -m 700 "$t" || exit 1; }\n'
+    'mkfifo "$t/g" "$t/a" "$t/x" || { rm -rf "$t"; exit 1; }\n'
+    # Leaving early (the client gave up; its session is gone) ends the nvidia-smi still
+    # running or waiting to open its FIFO, and removes the folder.
+    "trap 'kill $g $a $q 2>/dev/null; rm -rf \"$t\"' EXIT\ntrap 'exit 129' HUP INT TERM PIPE"
+)
+
+_BODY = _body(health=True)
 # One probe, one session: `sh -c` with the probe and clean-up.
 PROBE_COMMAND = "sh -c " + shlex.quote(f"{_SCRATCH}\n{_BODY}")
 
@@ -130,9 +152,15 @@ PROBE_COMMAND = "sh -c " + shlex.quote(f"{_SCRATCH}\n{_BODY}")
 # made once and removed when the session ends; stderr joins stdout (nobody reads it apart, and
 # an unread stream would stall the channel).
 END = f"{MARK}end "
-PROBE_LOOP_COMMAND = "sh -c " + shlex.quote(
-    f"{_SCRATCH}\nexec 2>&1\nwhile read -r token; do\n{_BODY}\nprintf '%s\\n' \"{END}$token\"\ndone"
-)
+
+
+def probe_loop_command(health: bool = True) -> str:
+    """The probe loop; without `health`, `-q -x` runs only on MIG hosts (the old probe)."""
+    loop = f"while read -r token; do\n{_body(health)}\nprintf '%s\\n' \"{END}$token\"\ndone"
+    return "sh -c " + shlex.quote(f"{_SCRATCH}\nexec 2>&1\n{loop}")
+
+
+PROBE_LOOP_COMMAND = probe_loop_command()
 _SECTION = re.compile(rf"^{re.escape(MARK)}(\w+) (\d+)$")
 _PROCESS_NAME = re.compile(r"<process_name>.*?</process_name>", re.DOTALL)
 
@@ -166,6 +194,8 @@ class HostSample:
     cpu_count: int | None = None
     mem_total_mib: int | None = None
     mem_available_mib: int | None = None
+    health: dict[str, Health] = field(default_factory=dict)  # GPU UUID -> from -q -x
+    lost: tuple[tuple[str, str], ...] = ()  # (PCI bus id, message) of GPUs nvidia-smi lost
 
 
 def without_process_names(text: str) -> str:
@@ -288,6 +318,12 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     mig: dict[str, tuple[str, ...]] = {}
     slices: dict[str, tuple[MigDevice, ...]] = {}
     listings: list[GpuListing] = []
+    lost = lost_gpus("\n".join(body for _, body in sections.values()))
+    if lost:  # a GPU nvidia-smi cannot reach: its line goes, the others' rows stay
+        sections = {
+            name: (0 if name in ("gpus", "apps", "list") else status, without_lost(body))
+            for name, (status, body) in sections.items()
+        }
     try:
         status, body = sections["gpus"]
         check_driver(body, status)
@@ -311,12 +347,12 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     except NvsmiParseError as error:
         gpu_error = str(error)
         gpus, processes, listings = [], [], []
-    status, body = sections.get("xml", (1, ""))
-    if status == 0 and listings:
+    xml = "\n".join(line.removeprefix("|") for line in sections.get("xml", (1, ""))[1].split("\n"))
+    xml = without_process_names(xml)
+    health = parse_health(xml) if gpus else {}
+    if sections.get("xmlst", sections.get("xml", (1, "")))[0] == 0 and listings:
         try:  # unreadable XML costs the MIG slices' details, never the GPUs and processes
-            lines = (line.removeprefix("|") for line in body.split("\n"))
-            report = parse_query_xml(without_process_names("\n".join(lines)))
-            slices, processes = _slices(listings, report, processes)
+            slices, processes = _slices(listings, parse_query_xml(xml), processes)
         except NvsmiParseError:
             slices = {}
     memory = _meminfo(sections.get("mem", (0, ""))[1])
@@ -333,4 +369,6 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
         cpu_count=int(ncpu) if ncpu.isdigit() and int(ncpu) > 0 else None,
         mem_total_mib=memory.get("MemTotal"),
         mem_available_mib=memory.get("MemAvailable"),
+        health=health,
+        lost=lost if not gpu_error else (),
     )

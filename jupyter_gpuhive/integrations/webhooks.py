@@ -49,6 +49,7 @@ EVENTS = (
     "job.succeeded",
     "job.failed",
     "violation",
+    "gpu.health",
 )
 FORMATS = ("json", "slack")
 URL_MAX = 2000

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
@@ -318,6 +318,11 @@ class Scheduler:
         states = gpu_states(
             inventory.values(), reserved, jobs, sweep, now, default_walltime=self.default_walltime
         )
+        for gpu_id, condition in self.store.health.unbookable().items():
+            gpu = self.store.inventory.gpu_by_id(gpu_id)  # failed or drained: given to no job
+            if gpu.uuid in states and states[gpu.uuid].blocker is None:
+                why = condition.why_not(gpu.ref).split(". ")[0]
+                states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 
 from ..errors import Invalid
 from ..hosts.guidance import advise
+from ..hosts.health import FAILED, OK
 from ..hosts.pool import HostPool, HostStatus
 from ..model import GpuDecl, Reservation, isoformat, utcnow
+from ..model.health import GpuCondition
 from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
@@ -75,6 +77,8 @@ class Monitor:
         self.reflag: Callable[[], Awaitable[Any]] = _nothing
         self.exposition = Exposition()  # GET prometheus (the Hive registers its sources)
         self.latency: dict[str, float] = {}  # seconds of each answering host's last probe
+        # Told {gpu_id: GpuCondition} of the GPUs (and slices) whose health changed (the Hive).
+        self.health_changed: Callable[[dict[int, Any]], Awaitable[Any]] | None = None
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the inventory and usage are recorded."""
@@ -171,14 +175,15 @@ class Monitor:
         self.exposition.sweep_seconds.observe(sweep.duration)
         self.latency = dict(sweep.latency)
         await self._discover(sweep)
+        await self._judge_health(sweep)
         await self._record_usage(sweep)
 
     async def _discover(self, sweep: Sweep) -> None:
         inventory = self.store.inventory
         changed: dict[str, tuple[GpuDecl, ...]] = {}
         for name, sample in sweep.samples.items():
-            if sample.gpu_error or not sample.gpus:
-                continue
+            if sample.gpu_error or not sample.gpus or sample.lost:
+                continue  # a lost GPU is judged (failed), never forgotten by discovery
             host = inventory.host(name)
             known = (
                 tuple(
@@ -209,6 +214,59 @@ class Monitor:
                 await self.reflag()
         answered = [n for n, s in sweep.samples.items() if s.gpus and not s.gpu_error]
         await self.topology.after_sweep(answered, changed)
+
+    async def _judge_health(self, sweep: Sweep) -> None:
+        """Each GPU's health from its host's sample; a listed-before GPU now missing (lost)
+        is failed. Slices share their GPU's. Changes are stored and handed to the Hive."""
+        inventory = self.store.inventory
+        judged: dict[int, tuple[str, tuple[str, ...]]] = {}
+        for name, sample in sweep.samples.items():
+            host = inventory.host(name)
+            if host is None or sample.gpu_error:
+                continue  # nvidia-smi unreadable: the host's GPUs are unknown, not judged
+            seen = {g.uuid for g in sample.gpus}
+            lost = tuple(message for _, message in sample.lost)
+            for gpu in host.gpus:
+                if gpu.uuid in seen:
+                    health = sample.health.get(gpu.uuid)
+                    found = (health.state, health.reasons) if health else (OK, ())
+                else:
+                    found = (FAILED, lost or ("nvidia-smi no longer lists this GPU",))
+                for unit in (gpu, *inventory.slices_of(gpu)):
+                    judged[unit.id] = found
+        if not judged:
+            return
+        changed = await self.run_blocking(self.store.health.record, judged)
+        if changed:
+            log.warning(
+                "gpuhive: GPU health changed: %s",
+                ", ".join(f"{inventory.gpu_by_id(g).ref} {c.state}" for g, c in changed.items()),
+            )
+            if self.health_changed is not None:
+                await self.health_changed(changed)
+
+    async def drain(self, gpu: str, drained: bool, by: str, reason: str | None) -> dict[str, Any]:
+        """An admin drains a GPU (and its slices) for maintenance, or ends the drain."""
+        found = self.store.inventory.gpu(gpu)
+        if found is None or found.is_slice:
+            raise Invalid(f"Unknown GPU '{gpu}'. Name a whole GPU as 'host:index' or by UUID.")
+        changed = {}
+        for unit in (found, *self.store.inventory.slices_of(found)):
+            changed[unit.id] = await self.run_blocking(
+                self.store.health.drain, unit.id, drained, by, reason
+            )
+        if self.health_changed is not None:
+            await self.health_changed(changed)
+        return {"gpu": found.ref, "uuid": found.uuid, **changed[found.id].to_json()}
+
+    async def health(self) -> list[dict[str, Any]]:
+        """Every GPU and slice with its health and drain (GET health)."""
+        known = await self.run_blocking(self.store.health.all)
+        return [
+            {"gpu": unit.ref, "uuid": unit.uuid, "host": unit.host,
+             **(known[unit.id] if unit.id in known else GpuCondition(unit.id)).to_json()}
+            for unit in self.store.inventory.units()
+        ]  # fmt: skip
 
     async def _record_usage(self, sweep: Sweep) -> None:
         inventory = self.store.inventory

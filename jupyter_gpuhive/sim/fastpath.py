@@ -36,6 +36,7 @@ GPU_DEFAULTS: dict[str, Any] = {
     "mig": (),  # SimGpu: a new list; here always replaced by a list of records
     "unavailable": None,  # SimGpu: a new dict; here too (see light_config)
     "ghost": None,
+    "fault": None,  # a failing GPU (sim/health.py) takes the full path
 }
 HOST_REQUIRED = ("host",)
 HOST_DEFAULTS: dict[str, Any] = {
@@ -92,7 +93,7 @@ def light_config(data: object) -> Any:
     gpus, host.gpus = host.gpus, []
     for raw in gpus:
         gpu = _record(GpuRecord, raw, GPU_REQUIRED, GPU_DEFAULTS)
-        if gpu is None or type(gpu.mig) not in (list, tuple):
+        if gpu is None or type(gpu.mig) not in (list, tuple) or gpu.fault:
             return None
         gpu.mig = [_record(Record, m, MIG_REQUIRED, MIG_DEFAULTS) for m in gpu.mig]
         if any(m is None for m in gpu.mig):

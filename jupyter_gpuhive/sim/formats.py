@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 
 from .core import NA
+from .health import health_nodes
+from .health import temperature as fault_temperature
 from .query import APP_ALIASES as APP_ALIASES
 from .query import APP_FIELDS as APP_FIELDS
 from .query import GPU_ALIASES as GPU_ALIASES
@@ -111,6 +113,9 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
     major = snap.config.driver_version.split(".", 1)[0]
     power_tag = "gpu_power_readings" if major.isdigit() and int(major) >= 530 else "power_readings"
     power = None if "power.draw" in off else g.power_w
+    temperature: list[Node] = [("gpu_temp", _na(fault_temperature(gpu, g.temperature_c), "C"))]
+    if gpu.fault:
+        temperature += [("gpu_temp_max_threshold", "92 C"), ("gpu_temp_slow_threshold", "89 C")]
     children: list[Node] = [
         ("product_name", gpu.name),
         ("persistence_mode", _enabled(gpu.persistence_mode)),
@@ -130,7 +135,9 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
                 ("memory_util", NA if "utilization.memory" in off else _na(g.util_mem, "%")),
             ],
         ),
-        ("temperature", [("gpu_temp", _na(g.temperature_c, "C"))]),
+        # a healthy GPU prints as the samples do (they hold no health elements); a fault adds them
+        *(health_nodes(gpu, int(major) if major.isdigit() else 0) if gpu.fault else []),
+        ("temperature", temperature),
         (
             power_tag,
             [("power_draw", _na(power, "W")), ("power_limit", _na(gpu.power_limit_w, "W"))],

@@ -57,6 +57,7 @@ class SimGpu:
     mig: list[SimMig] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
     ghost: dict[str, int] | None = None
+    fault: str | None = None  # a failure preset of sim/health.py (ecc, lost, thermal, ...)
 
     def __post_init__(self) -> None:
         """Fill the derived defaults (PCI bus id, reserved memory, MIG capability)."""
@@ -154,6 +155,21 @@ def set_faults(path: str | os.PathLike[str], **knobs: Any) -> SimHostConfig:
 def clear_faults(path: str | os.PathLike[str]) -> SimHostConfig:
     """Reset every fault knob of a config file."""
     return set_faults(path, delay_s=0.0, hang=False, junk=False, driver_failure=False)
+
+
+def set_gpu_fault(path: str | os.PathLike[str], index: int, fault: str | None) -> SimHostConfig:
+    """Give GPU `index` a failure preset of sim/health.py (None: healthy again)."""
+    from .health import GPU_FAULTS
+
+    if fault is not None and fault not in GPU_FAULTS:
+        raise SimConfigError(f"unknown GPU fault {fault!r}; choose one of {', '.join(GPU_FAULTS)}")
+    config = load_config(path)
+    gpu = next((g for g in config.gpus if g.index == index), None)
+    if gpu is None:
+        raise SimConfigError(f"the simulated host has no GPU {index}")
+    gpu.fault = fault
+    write_config(path, config)
+    return config
 
 
 # --- presets matching the sample outputs -------------------------------------------------

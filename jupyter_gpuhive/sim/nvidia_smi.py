@@ -70,6 +70,7 @@ MODULES = (
     "formats.py",
     "table.py",
     "topology.py",
+    "health.py",
 )
 
 
@@ -268,6 +269,12 @@ def _full_path(req: Request, path: str, env: Mapping[str, str], stdout: TextIO) 
             sys.stderr.write(f"nvidia-smi (gpuhive sim): {exc}\n")
             return 1
         return 0
+    from .health import LOST_EXIT, LOST_FAULTS, lost_message
+
+    lost = [g for g in config.gpus if getattr(g, "fault", None) in LOST_FAULTS]
+    if lost and req.mode in ("gpu", "apps", "xml", "list", "table"):
+        stdout.write("".join(f"{lost_message(g)}\n" for g in lost))
+        config.gpus = [g for g in config.gpus if g not in lost]
     try:
         text = render(req, snapshot(config, scan(config)))
     except UnknownField as exc:
@@ -278,7 +285,7 @@ def _full_path(req: Request, path: str, env: Mapping[str, str], stdout: TextIO) 
         return NOT_FOUND_EXIT
     stdout.write(text)
     stdout.flush()
-    return 0
+    return LOST_EXIT if lost and req.mode != "topo" else 0
 
 
 def _everyone_can_run(path: str) -> bool:

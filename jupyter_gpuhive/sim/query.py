@@ -62,7 +62,11 @@ GPU_FIELDS: dict[str, tuple[str, str, Callable[[Any, Any], object]]] = {
     "memory.reserved": ("memory.reserved", "MiB", lambda s, g: g.gpu.memory_reserved_mib),
     "memory.used": ("memory.used", "MiB", lambda s, g: g.mem_used_mib),
     "memory.free": ("memory.free", "MiB", lambda s, g: g.mem_free_mib),
-    "temperature.gpu": ("temperature.gpu", "", lambda s, g: g.temperature_c),
+    "temperature.gpu": (
+        "temperature.gpu",
+        "",
+        lambda s, g: 95 if getattr(g.gpu, "fault", None) == "thermal" else g.temperature_c,
+    ),  # fmt: skip (95: sim/health.py's thermal preset)
     "power.draw": ("power.draw", "W", lambda s, g: g.power_w),
     "power.limit": ("power.limit", "W", lambda s, g: g.gpu.power_limit_w),
     "clocks.sm": ("clocks.current.sm", "MHz", lambda s, g: g.gpu.clocks_sm_mhz),

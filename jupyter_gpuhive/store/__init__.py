@@ -6,6 +6,7 @@ from .accounting import Accounting
 from .clashes import Clash
 from .database import Database
 from .finder import FinderReads
+from .health import HealthStore
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
@@ -35,6 +36,7 @@ class Store:
         self.reports = ReportReads(self.db)
         self.finder = FinderReads(self.db)  # the earliest-slot search's bulk reads
         self.topology = TopologyStore(self.db)  # nvidia-smi topo -m per host
+        self.health = HealthStore(self.db)  # GPU health and drains
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

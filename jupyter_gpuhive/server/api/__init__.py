@@ -8,6 +8,7 @@ from . import brokered as b
 from . import fairshare as f
 from . import finder as fi
 from . import handlers as h
+from . import health as he
 from . import integrations as i
 from . import kernels as k
 from . import prometheus as pr
@@ -25,6 +26,8 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/hosts", h.HostsHandler),
     ("/metrics", h.MetricsHandler),
     ("/prometheus", pr.PrometheusHandler),
+    ("/health", he.HealthHandler),
+    ("/health/drain", he.DrainHandler),
     ("/usage", h.UsageHandler),
     ("/usage/scores", f.ScoresHandler),
     ("/limits", f.LimitsHandler),

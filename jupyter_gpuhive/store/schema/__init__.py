@@ -15,6 +15,7 @@ from .bookings import (
     users,
 )
 from .fairshare import booking_limits, charge_totals, gpu_charges_hourly, gpu_charges_monthly
+from .health import gpu_health
 from .integrations import (
     availability_subscriptions,
     calendar_events,
@@ -41,6 +42,7 @@ __all__ = [
     "feed_tokens",
     "gpu_charges_hourly",
     "gpu_charges_monthly",
+    "gpu_health",
     "gpu_usage_hourly",
     "gpus",
     "host_charges_monthly",

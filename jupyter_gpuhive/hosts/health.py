@@ -1,0 +1,130 @@
+"""GPU health from what nvidia-smi reports: ``-q -x`` counters and "device handle" errors.
+
+Each GPU is ``ok``, ``degraded`` (usable, but an admin should look: pages pending retirement,
+thermal slowdown, past uncorrectable errors) or ``failed`` (not bookable: uncorrectable ECC
+errors since the driver loaded, a row-remapping failure, a GPU nvidia-smi cannot reach). The
+reasons are sentences a user can read. Both driver generations' element names are read
+(``sram_``/``dram_`` counters or ``double_bit/total``; ``clocks_event_reasons`` or
+``clocks_throttle_reasons``).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+OK, DEGRADED, FAILED = "ok", "degraded", "failed"
+RANK = {OK: 0, DEGRADED: 1, FAILED: 2}
+# "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error" (Xid 79) and
+# "... for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU".
+LOST = re.compile(
+    r"Unable to determine the device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (.+)"
+)
+
+
+@dataclass(frozen=True)
+class Health:
+    """A GPU's health state and the reasons for it (empty when ok)."""
+
+    state: str = OK
+    reasons: tuple[str, ...] = ()
+
+
+def worst(*found: Health) -> Health:
+    """The worst state of several findings, with every reason."""
+    state = max((h.state for h in found), key=RANK.__getitem__, default=OK)
+    return Health(state, tuple(r for h in found for r in h.reasons))
+
+
+def _int(elem: ET.Element | None, path: str) -> int:
+    found = elem.find(path) if elem is not None else None
+    text = (found.text or "").strip().split(" ")[0] if found is not None else ""
+    return int(text) if text.isdigit() else 0
+
+
+def _yes(elem: ET.Element | None, path: str) -> bool:
+    found = elem.find(path) if elem is not None else None
+    return found is not None and (found.text or "").strip() in ("Yes", "Active")
+
+
+def _uncorrectable(section: ET.Element | None) -> int:
+    """Uncorrectable ECC errors in a ``volatile`` or ``aggregate`` section (both layouts)."""
+    if section is None:
+        return 0
+    new = _int(section, "sram_uncorrectable") + _int(section, "dram_uncorrectable")
+    return new or _int(section, "double_bit/total")
+
+
+def gpu_health(gpu: ET.Element) -> Health:
+    """The health one ``<gpu>`` element of ``-q -x`` shows."""
+    failed: list[str] = []
+    degraded: list[str] = []
+    ecc = gpu.find("ecc_errors")
+    volatile = _uncorrectable(ecc.find("volatile") if ecc is not None else None)
+    aggregate = _uncorrectable(ecc.find("aggregate") if ecc is not None else None)
+    if volatile:
+        failed.append(
+            f"{volatile} uncorrectable ECC error(s) since the driver loaded; "
+            "the GPU needs a reset (and a check) before use"
+        )
+    elif aggregate:
+        degraded.append(f"{aggregate} uncorrectable ECC error(s) in the GPU's history")
+    pages = gpu.find("retired_pages")
+    if _yes(pages, "pending_retirement") or _yes(pages, "pending_blacklist"):
+        degraded.append("memory pages are pending retirement: reset the GPU")
+    retired = _int(pages, "double_bit_retirement/retired_count")
+    retired += _int(pages, "multiple_single_bit_retirement/retired_count")
+    if retired:
+        degraded.append(f"{retired} memory page(s) retired")
+    rows = gpu.find("remapped_rows")
+    if _yes(rows, "remapped_row_failure"):
+        failed.append("row remapping failed: the GPU's memory needs service")
+    elif _yes(rows, "remapped_row_pending"):
+        degraded.append("remapped rows are pending: reset the GPU")
+    reasons = gpu.find("clocks_event_reasons")
+    if reasons is None:
+        reasons = gpu.find("clocks_throttle_reasons")
+    slow = [
+        child.tag.rsplit("_reason_", 1)[-1].replace("_", " ")
+        for child in (reasons if reasons is not None else ())
+        if "thermal" in child.tag and (child.text or "").strip() == "Active"
+    ]
+    temp = _int(gpu, "temperature/gpu_temp")
+    threshold = _int(gpu, "temperature/gpu_temp_slow_threshold")
+    if slow:
+        degraded.append(f"clocks slowed down ({', '.join(slow)}) at {temp} C")
+    elif threshold and temp >= threshold:
+        degraded.append(f"{temp} C, at or above the slowdown threshold of {threshold} C")
+    if failed:
+        return Health(FAILED, tuple(failed + degraded))
+    return Health(DEGRADED, tuple(degraded)) if degraded else Health()
+
+
+def parse_health(text: str) -> dict[str, Health]:
+    """{GPU UUID: Health} from ``nvidia-smi -q -x`` (lines before the XML are skipped)."""
+    start = text.find("<?xml")
+    start = text.find("<nvidia_smi_log") if start < 0 else start
+    if start < 0:
+        return {}
+    try:
+        root = ET.fromstring(text[start:])  # noqa: S314 - nvidia-smi output, no DTD resolved
+    except ET.ParseError:
+        return {}
+    found = {}
+    for gpu in root.iter("gpu"):
+        uuid = (gpu.findtext("uuid") or "").strip()
+        if uuid:
+            found[uuid] = gpu_health(gpu)
+    return found
+
+
+def lost_gpus(text: str) -> tuple[tuple[str, str], ...]:
+    """(PCI bus id, message) of each GPU nvidia-smi could not reach, from any of its outputs."""
+    return tuple((m[1].upper(), m[0].strip()) for m in LOST.finditer(text))
+
+
+def without_lost(text: str) -> str:
+    """nvidia-smi's output without its "device handle" lines (the other GPUs' rows stay)."""
+    return "\n".join(line for line in text.split("\n") if not LOST.search(line))
