@@ -93,6 +93,25 @@ test-dates: sysdeps $(STAMP)
 test-fresh:
 	bash tests/fresh/run.sh
 
+# The kernel guard, authorization and kernel tests against the oldest jupyter_server the package
+# claims (pyproject's lower bound) and the newest released, each in its own venv under
+# $(VENV)/compat/ (JupyterLab: the oldest the Lab extension is built for, and the newest). About
+# 8 minutes on the 2-core development machine, most of it the kernel tests: not part of `make test`.
+COMPAT_OLDEST := jupyter_server==2.10.0 jupyterlab==4.6.6
+COMPAT_NEWEST := jupyter_server jupyterlab
+COMPAT_TESTS  := tests/test_extension_points.py tests/test_app.py tests/api/test_api_auth.py \
+                 tests/test_kernel_env.py tests/kernels
+.PHONY: test-compat
+test-compat: sysdeps $(STAMP)
+	@set -e; for which in oldest newest; do \
+	  if [ $$which = oldest ]; then pins="$(COMPAT_OLDEST)"; else pins="$(COMPAT_NEWEST)"; fi; \
+	  venv=$(VENV)/compat/$$which; rm -rf $$venv; $(PYTHON) -m venv $$venv; \
+	  SKIP_JUPYTER_BUILDER=1 $$venv/bin/python -m pip install --quiet --upgrade $$pins -e . \
+	    'pytest>=8' 'pytest-jupyter[server]>=0.9' pytest-timeout 'psycopg[binary]>=3.1'; \
+	  echo "== $$which: $$($$venv/bin/python -m pip list 2>/dev/null | grep -iE '^(jupyter_server|jupyterlab|jupyter_client|tornado|traitlets) ' | tr -s ' ' | paste -sd ',')"; \
+	  GPUHIVE_TEST_DATABASES=sqlite $$venv/bin/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS); \
+	done
+
 # The OpenAPI document against the server: schemathesis (--checks all, fixed seed) as a user and
 # as an admin, on a real server with simulated hosts and SQLite (tests/api/schemathesis_run.py).
 .PHONY: test-schemathesis

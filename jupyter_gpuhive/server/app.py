@@ -31,6 +31,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
         super()._link_jupyter_server_extension(serverapp)
+        from .kernel_manager import configure
+
+        configure(serverapp)  # gpuhive's kernel manager and authorizer classes
         if self.kernel_specs:  # before the server builds its managers
             from .kernelspecs import mix
 
@@ -89,11 +92,13 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
         # kernel (see kernel_tokens). In client mode kernels use their Hub token instead.
         if self.hive is not None:
             from .api.base import HiveHandler
-            from .kernel_tokens import SETTING, install
-
-            serverapp.web_app.settings[SETTING] = install(serverapp, HiveHandler.gpuhive_user)
             from .kernel_guard import install as guard_kernels
+            from .kernel_tokens import SETTING, LaunchTokens
 
+            launch = LaunchTokens(serverapp, HiveHandler.gpuhive_user)
+            serverapp.web_app.settings[SETTING] = launch.tokens
+            if hasattr(serverapp.kernel_manager, "gpuhive_tokens"):
+                serverapp.kernel_manager.gpuhive_tokens = launch
             guard_kernels(serverapp, self.hive, HiveHandler.gpuhive_user)
             await self.hive.start()
             if self._watcher is not None:

@@ -2,14 +2,15 @@
 attach to it; refusals are JSON 403s that say whose kernel it is.
 
 jupyter_server passes no user to its kernel manager, so the guard reads the requesting user
-from the request's CallContext, as gpuhive names them. Two places check:
+from the request's CallContext, as gpuhive names them. Two places check, both classes the
+server is configured with (server/kernel_manager.py mixes them into the configured ones):
 
-- the server's authorizer, for every request on api/kernels/<id>/… (restart answers any
-  exception of the kernel manager with a bare 500, so its check must come first; the
-  channels websocket, i.e. attaching, is checked there too), and
-- the kernel manager's start/restart/interrupt/shutdown, for the other ways in (a session's
-  DELETE shuts its kernel down); there a domain error from the provisioner (a refusal, a
-  reservation outside its time, a host without ipykernel) becomes its HTTP status.
+- `KernelOwnerAuthorizer.is_authorized`, for every request on api/kernels/<id>/… (restart
+  answers any exception of the kernel manager with a bare 500, so its check must come first;
+  the channels websocket, i.e. attaching, is checked there too), and
+- `GpuHiveKernelManager`'s start/restart/interrupt/shutdown, for the other ways in (a
+  session's DELETE shuts its kernel down); there a domain error from the provisioner (a
+  refusal, a reservation outside its time, a host without ipykernel) becomes its HTTP status.
 
 Calls outside a request (the culler, the auto-restarter, server shutdown) and gpuhive's own
 actions (`kernels.registry.internal()`: the end policy) are not checked.
@@ -17,100 +18,104 @@ actions (`kernels.registry.internal()`: the end policy) are not checked.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.base.call_context import CallContext
+from jupyter_server.services.sessions.handlers import SessionRootHandler
 from tornado.web import HTTPError
 
 from ..errors import HiveError
 from ..hive import Hive
-from ..kernels.registry import is_internal
+from ..kernels.registry import KernelRegistry, is_internal
 from ..model import Identity
 
 Resolve = Callable[[Any, Any], tuple[str, list[str] | None]]
 ACTIONS = {"interrupt": "interrupt", "restart": "restart", "channels": "attach to"}
+SETTING = "gpuhive_kernel_guard"  # the server's KernelGuard, in its web app settings
+ANSWERED = "gpuhive_answered"  # CallContext: this request's refusal is already answered
 
 
-def install(serverapp: Any, hive: Hive, resolve: Resolve) -> None:
-    """Wire the hive's kernel registry into the server: requester, manager, the checks."""
-    registry = hive.kernels
-    manager = serverapp.kernel_manager
+class KernelGuard:
+    """Checks a request's user against the owner of a reservation kernel."""
 
-    def identity(user: Any, handler: Any) -> Identity:
-        name, groups = resolve(user, handler.identity_provider)
-        return hive.identities.identify(name, groups)
+    def __init__(self, hive: Hive, resolve: Resolve) -> None:
+        self.hive = hive
+        self.registry: KernelRegistry = hive.kernels
+        self.resolve = resolve
 
-    def requester() -> Identity | None:
+    def identity(self, user: Any, handler: Any) -> Identity:
+        """Who a Jupyter user is to gpuhive."""
+        name, groups = self.resolve(user, handler.identity_provider)
+        return self.hive.identities.identify(name, groups)
+
+    def requester(self) -> Identity | None:
+        """The user of the current request (None outside one)."""
         handler = CallContext.get(CallContext.JUPYTER_HANDLER)
         user = getattr(handler, "current_user", None) if handler is not None else None
-        return None if user is None else identity(user, handler)
+        return None if user is None else self.identity(user, handler)
 
-    def check(kernel_id: str | None, action: str) -> None:
-        if kernel_id is None or is_internal() or registry.get(kernel_id) is None:
+    def check(self, kernel_id: str | None, action: str) -> None:
+        """HTTPError unless the current request's user may `action` the kernel."""
+        if kernel_id is None or is_internal() or self.registry.get(kernel_id) is None:
             return  # not a reservation kernel: nothing to check (and no identity to look up)
-        who = requester()
+        who = self.requester()
         if who is None:
             return
         try:
-            registry.check(kernel_id, who, action)
+            self.registry.check(kernel_id, who, action)
         except HiveError as error:
             raise HTTPError(error.status, str(error)) from None
 
-    registry.requester = requester
-    registry.manager = manager
-    manager.gpuhive_kernels = registry  # how provisioners find the registry
-
-    def guarded(name: str, action: str, pick: Callable[..., str | None]) -> None:
-        original = getattr(manager, name)
-
-        @functools.wraps(original)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            check(pick(*args, **kwargs), action)
-            try:
-                result = original(*args, **kwargs)
-                return await result if inspect.isawaitable(result) else result
-            except HiveError as error:
-                answer_session(error)
-                raise HTTPError(error.status, str(error)) from None
-
-        setattr(manager, name, wrapper)
-
-    def first(kernel_id: str | None = None, *args: Any, **kwargs: Any) -> str | None:
-        return kernel_id
-
-    guarded("start_kernel", "attach to", lambda **kw: kw.get("kernel_id"))
-    guarded("restart_kernel", "restart", first)
-    guarded("interrupt_kernel", "interrupt", first)
-    guarded("shutdown_kernel", "shut down", first)
-
-    authorizer = serverapp.web_app.settings.get("authorizer") or serverapp.authorizer
-    is_authorized = authorizer.is_authorized
-
-    def authorize(handler: Any, user: Any, action: str, resource: str) -> Any:
+    def check_request(self, handler: Any, user: Any, action: str, resource: str) -> None:
+        """HTTPError unless `user` may act on the kernel a kernels request names."""
         kernel_id = (getattr(handler, "path_kwargs", None) or {}).get("kernel_id")
-        if resource == "kernels" and kernel_id and action != "read":
-            verb = (handler.path_kwargs or {}).get("action")
-            if verb is None:
-                verb = "attach to" if "channels" in handler.request.path else "shut down"
-            if not is_internal() and registry.get(kernel_id) is not None:
-                try:
-                    registry.check(kernel_id, identity(user, handler), ACTIONS.get(verb, verb))
-                except HiveError as error:
-                    raise HTTPError(error.status, str(error)) from None
-        return is_authorized(handler, user, action, resource)
+        if resource != "kernels" or not kernel_id or action == "read":
+            return
+        verb = (handler.path_kwargs or {}).get("action")
+        if verb is None:
+            verb = "attach to" if "channels" in handler.request.path else "shut down"
+        if is_internal() or self.registry.get(kernel_id) is None:
+            return
+        try:
+            self.registry.check(kernel_id, self.identity(user, handler), ACTIONS.get(verb, verb))
+        except HiveError as error:
+            raise HTTPError(error.status, str(error)) from None
 
-    authorizer.is_authorized = authorize
+
+class KernelOwnerAuthorizer:
+    """Mixed into the server's Authorizer class: the guard checks kernel requests first."""
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> Any:
+        """Refuse other people's reservation kernels, then ask the configured authorizer."""
+        guard = getattr(handler, "settings", {}).get(SETTING)
+        if isinstance(guard, KernelGuard):
+            guard.check_request(handler, user, action, resource)
+        return super().is_authorized(handler, user, action, resource)  # type: ignore[misc]
+
+
+def install(serverapp: Any, hive: Hive, resolve: Resolve) -> KernelGuard:
+    """Hand the guard to the server's authorizer and kernel manager, and the manager to the
+    hive's kernel registry."""
+    guard = KernelGuard(hive, resolve)
+    manager = serverapp.kernel_manager
+    hive.kernels.requester = guard.requester
+    hive.kernels.manager = manager
+    serverapp.web_app.settings[SETTING] = guard
+    if hasattr(manager, "gpuhive_guard"):  # a GpuHiveKernelManager (not behind a gateway)
+        manager.gpuhive_guard = guard
+        manager.gpuhive_kernels = hive.kernels  # how provisioners find the registry
+    return guard
 
 
 def answer_session(error: HiveError) -> None:
     """POST api/sessions (how JupyterLab opens a notebook) turns every error of a kernel
-    start into a 500: answer the refusal with its own status and message first."""
+    start into a 500, and jupyter_server offers no hook for its status: answer the refusal
+    with its own status and message first, through the request's handler."""
     handler = CallContext.get(CallContext.JUPYTER_HANDLER)
-    if type(handler).__name__ == "SessionRootHandler" and not handler._finished:
+    if isinstance(handler, SessionRootHandler) and not CallContext.get(ANSWERED):
+        CallContext.set(ANSWERED, True)
         handler.set_status(error.status)
         handler.set_header("Content-Type", "application/json")
         handler.finish(json.dumps({"message": str(error), "reason": None}))

@@ -19,7 +19,7 @@ import hashlib
 import hmac
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,63 +118,36 @@ def _holds(value: str, secret: str) -> bool:
     return secret in value
 
 
-def install(serverapp: Any, resolve: Resolve) -> KernelTokens:
-    """Wrap the server's kernel manager so kernels start with a kernel token, not secrets."""
-    manager = serverapp.kernel_manager
-    tokens = KernelTokens()
-    server_token = str(getattr(serverapp.identity_provider, "token", "") or "")
-    url = str(serverapp.connection_url)
-    start: Callable[..., Awaitable[str]] = manager.start_kernel
-    shutdown: Callable[..., Awaitable[Any]] = manager.shutdown_kernel
-    update_env: Callable[..., Any] | None = getattr(manager, "update_env", None)
+class LaunchTokens:
+    """What a kernel launch gets: an environment without the server's secrets, and a kernel
+    token for the requester; `GpuHiveKernelManager` calls it (server/kernel_manager.py)."""
 
-    async def start_kernel(**kwargs: Any) -> str:
-        kernel_id = kwargs.get("kernel_id")
-        if kernel_id is not None and kernel_id in manager:
-            return await start(**kwargs)  # an existing kernel: nothing is launched
+    def __init__(self, serverapp: Any, resolve: Resolve) -> None:
+        self.tokens = KernelTokens()
+        self.server_token = str(getattr(serverapp.identity_provider, "token", "") or "")
+        self.url = str(serverapp.connection_url)
+        self.resolve = resolve
+
+    def launch_env(self, base: Mapping[str, str] | None) -> tuple[dict[str, str], str | None]:
+        """The environment of a new kernel, and the token issued to the requesting user."""
         handler = CallContext.get(CallContext.JUPYTER_HANDLER)
         user = getattr(handler, "current_user", None) if handler is not None else None
         token = None
         keep_hub = False
         if user is not None:
-            name, groups = resolve(user, handler.identity_provider)
-            token = tokens.issue(name, groups)
+            name, groups = self.resolve(user, handler.identity_provider)
+            token = self.tokens.issue(name, groups)
             keep_hub = name == os.environ.get("JUPYTERHUB_USER")
-        base = kwargs.get("env")
-        kwargs["env"] = kernel_env(
+        env = kernel_env(
             os.environ if base is None else base,
-            server_token,
-            url=url,
+            self.server_token,
+            url=self.url,
             token=token,
             keep_hub=keep_hub,
         )
-        try:
-            kernel_id = await start(**kwargs)
-        except BaseException:
-            if token:
-                tokens.revoke(token)
-            raise
-        if token:
-            tokens.bind(token, kernel_id)
-        return kernel_id
+        return env, token
 
-    async def shutdown_kernel(kernel_id: str, *args: Any, **kwargs: Any) -> Any:
-        # (kernel_id, now=False, restart=False): a restart keeps the kernel and its token.
-        restart = kwargs.get("restart", args[1] if len(args) > 1 else False)
-        try:
-            return await shutdown(kernel_id, *args, **kwargs)
-        finally:
-            if not restart:
-                tokens.revoke_kernel(kernel_id)
-
-    def update_kernel_env(*, kernel_id: str, env: dict[str, str]) -> None:
-        # A renamed session sends {**os.environ, …} for the next restart: secrets, and our own
-        # two variables (the kernel keeps those it started with), are left out of it.
-        assert update_env is not None
-        update_env(kernel_id=kernel_id, env=kernel_env(env, server_token))
-
-    manager.start_kernel = start_kernel
-    manager.shutdown_kernel = shutdown_kernel
-    if update_env is not None:
-        manager.update_env = update_kernel_env
-    return tokens
+    def restart_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A renamed session's {**os.environ, …} for the next restart, without secrets (and
+        without our own two variables: the kernel keeps those it started with)."""
+        return kernel_env(env, self.server_token)

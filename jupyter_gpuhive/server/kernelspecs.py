@@ -7,13 +7,13 @@ Hive exists, so they list the requester's reservations.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Any
 
 from ..hive import Hive
 from ..kernels.specs import ReservationSpecs, SpecSource, with_reservation_specs
 from ..model import Reservation
+from .kernel_manager import behind_gateway, configured, set_classes
 
 
 def mix(serverapp: Any) -> bool:
@@ -23,18 +23,14 @@ def mix(serverapp: Any) -> bool:
     for: a configured class is mixed, else jupyter_client's, except behind a kernel gateway
     (its kernels run elsewhere; False).
     """
-    base = serverapp._trait_values.get("kernel_spec_manager_class")
+    base = configured(serverapp, "kernel_spec_manager_class")
     if base is None:
-        if os.environ.get("JUPYTER_GATEWAY_URL") or serverapp.config.GatewayClient.get("url"):
+        if behind_gateway(serverapp):
             return False
         from jupyter_client.kernelspec import KernelSpecManager
 
         base = KernelSpecManager
-    if isinstance(base, str):
-        from traitlets.utils.importstring import import_item
-
-        base = import_item(base)
-    serverapp.kernel_spec_manager_class = with_reservation_specs(base)
+    set_classes(serverapp, {"kernel_spec_manager_class": with_reservation_specs(base)})
     return True
 
 

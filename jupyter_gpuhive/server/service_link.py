@@ -3,24 +3,20 @@
 The provisioner of reservation kernels (`kernels/team.py`) uses it: each call carries the
 server's Hub token (JUPYTERHUB_API_TOKEN), so the service acts for this server's user and
 nobody else. The service's refusals come back as HiveErrors with its status and message,
-and `install` makes the kernel REST API answer them as JSON errors with that status.
+and the server's kernel manager (server/kernel_manager.py) answers them as JSON errors
+with that status.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-from tornado.web import HTTPError
 
 from ..errors import HiveError, NotFound, Unavailable
 from ..kernels.team import TeamProvisioner
-from .kernel_guard import answer_session
 
 
 class ServiceError(HiveError):
@@ -67,26 +63,11 @@ class ServiceLink:
 
 
 def install(serverapp: Any, service_url: str) -> ServiceLink:
-    """Give the kernel manager the link; its refusals become JSON errors with their status."""
+    """Give the kernel manager (a GpuHiveKernelManager) the link and the team's provisioner;
+    its refusals become JSON errors with their status there."""
     link = ServiceLink(service_url)
     manager = serverapp.kernel_manager
-    manager.gpuhive_service = link  # what TeamProvisioner calls
-    manager.gpuhive_provisioner = TeamProvisioner  # what the gpuhive provisioner becomes here
-
-    def translated(name: str) -> None:
-        original: Callable[..., Any] = getattr(manager, name)
-
-        @functools.wraps(original)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = original(*args, **kwargs)
-                return await result if inspect.isawaitable(result) else result
-            except HiveError as error:
-                answer_session(error)
-                raise HTTPError(error.status, error.message) from None
-
-        setattr(manager, name, wrapper)
-
-    for name in ("start_kernel", "restart_kernel", "interrupt_kernel", "shutdown_kernel"):
-        translated(name)
+    if hasattr(manager, "gpuhive_service"):  # not behind a kernel gateway
+        manager.gpuhive_service = link  # what TeamProvisioner calls
+        manager.gpuhive_provisioner = TeamProvisioner  # what the gpuhive provisioner becomes
     return link
