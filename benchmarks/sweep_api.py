@@ -181,8 +181,10 @@ def _hosts_set_apart(real: RealCluster, wanted: bool) -> Iterator[str]:
         if how == "cgroup":
             _cgroup_drain(group)
         elif how == "nice":
+            # Raising a priority back needs CAP_SYS_NICE (a container may lack it); the hosts
+            # are the benchmark's own and end with it, so a refusal only leaves them niced.
             for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.setpriority(os.PRIO_PROCESS, pid, 0)
 
 
