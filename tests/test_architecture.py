@@ -19,7 +19,7 @@ up to cli each may also import model and errors):
     protection                            integrations, monitor, hosts, store, privacy
     kernels                               bookings, jobs, protection, hosts, store
     hive                                  every service above (the composition root)
-    server                                hive and the services (never notebook, widgets)
+    server                                hive and the services but store (never notebook, widgets)
     notebook                              model, hosts.guidance (the kernel side)
     widgets                               notebook, model, hosts.guidance
     cli                                   server, hive, the services, sim
@@ -60,7 +60,8 @@ LAYERS: dict[str, set[str]] = {
     "protection": {"errors", "model", "privacy", "store", "hosts", "monitor", "integrations"},
     "kernels": {"errors", "model", "store", "hosts", "bookings", "jobs", "protection"},
     "hive": {"errors", "model", "privacy", *SERVICES},
-    "server": {"_version", "errors", "model", "privacy", "hive", *SERVICES},
+    # the server reaches the store only through the services (it names no table, no row)
+    "server": {"_version", "errors", "model", "privacy", "hive", *(SERVICES - {"store"})},
     "notebook": {"model", "hosts.guidance"},
     "widgets": {"model", "notebook", "hosts.guidance"},
     "cli": {"_version", "errors", "model", "hive", "server", "sim", *SERVICES},
@@ -270,6 +271,157 @@ def _imported_top_levels(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
     return names
+
+
+# The database libraries: only the store speaks SQL (the domain asks repositories, by name).
+DATABASE_LIBRARIES = {"sqlalchemy", "alembic", "psycopg", "sqlite3"}
+
+
+def database_imports(known: dict[str, tuple[Path, bool]]) -> list[str]:
+    """`file: library` for each module outside store/ that imports a database library."""
+    return [
+        f"  {path.relative_to(ROOT.parent) if path.is_relative_to(ROOT) else path}: {library}"
+        for name, (path, _) in known.items()
+        if top(name) != "store"
+        for library in sorted(_imported_top_levels(path) & DATABASE_LIBRARIES)
+    ]
+
+
+def test_only_the_store_speaks_sql() -> None:
+    """No module outside store/ imports sqlalchemy (nor alembic, psycopg, sqlite3)."""
+    found = database_imports(modules())
+    if found:
+        pytest.fail(
+            "SQL belongs in store/ (a repository method); imported here:\n" + "\n".join(found)
+        )
+
+
+def test_the_sql_check_sees_an_import(tmp_path: Path) -> None:
+    probe, fine = tmp_path / "probe.py", tmp_path / "fine.py"
+    probe.write_text("def f():\n    from sqlalchemy import select\n")
+    fine.write_text("from sqlalchemy import select\n")
+    found = database_imports(
+        {f"{PACKAGE}.jobs.probe": (probe, False), f"{PACKAGE}.store.fine": (fine, False)}
+    )
+    assert found == [f"  {probe}: sqlalchemy"]
+
+
+TRANSACTIONS = {"read", "write", "writer", "begin", "connect"}
+
+
+def transactions(path: Path) -> list[int]:
+    """Lines of `path` that open a transaction on a store's database (`….db.read()`, …)."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute)
+        and node.attr in TRANSACTIONS
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "db"
+    ]
+
+
+def test_only_the_store_opens_transactions() -> None:
+    """Domain code calls repository methods; it never opens a transaction or holds a connection."""
+    found = [
+        f"  {path.relative_to(ROOT.parent)}:{line}"
+        for name, (path, _) in modules().items()
+        if top(name) != "store"
+        for line in transactions(path)
+    ]
+    if found:
+        pytest.fail("transactions belong in store/ repositories; opened here:\n" + "\n".join(found))
+
+
+def test_the_transaction_check_sees_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "def f(self):\n"
+        "    with self.store.db.read() as conn:\n"
+        "        pass\n"
+        "    self.store.db.write(lambda conn: None)\n"
+        "    self.store.limits.read()\n"
+        "    print(self.store.db.dialect)\n"
+    )
+    assert sorted(transactions(probe)) == [2, 4]
+
+
+def repository_classes() -> set[str]:
+    """Classes of store/ built over a `Database` (the repositories `Store` holds), and those
+    that inherit from one."""
+    found, bases = set(), {}
+    for name, (path, _) in modules().items():
+        if top(name) != "store":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = {ast.unparse(b) for b in node.bases}
+                init = next((f for f in node.body if isinstance(f, ast.FunctionDef)
+                             and f.name == "__init__"), None)  # fmt: skip
+                args = init.args.args if init else []
+                if any(ast.unparse(a.annotation or ast.Constant("")) == "Database" for a in args):
+                    found.add(node.name)
+    while more := {c for c, b in bases.items() if c not in found and b & found}:
+        found |= more
+    return found
+
+
+def repositories_built(path: Path, repositories: set[str]) -> list[int]:
+    """Lines of `path` that build a repository imported from the store (under any alias)."""
+    tree = ast.parse(path.read_text(), str(path))
+    local = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and "store" in (node.module or "").split(".")
+        for alias in node.names
+        if alias.name in repositories
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in local
+    ]
+
+
+def test_only_the_store_builds_repositories() -> None:
+    """Repositories are built once, by `Store`; services take them from it."""
+    repositories = repository_classes()
+    assert {"Reservations", "LimitStore", "Integrations", "Digests"} <= repositories
+    found = [
+        f"  {path.relative_to(ROOT.parent)}:{line}"
+        for name, (path, _) in modules().items()
+        if top(name) != "store"
+        for line in repositories_built(path, repositories)
+    ]
+    if found:
+        pytest.fail(
+            "build repositories in Store (store/__init__.py); built here:\n" + "\n".join(found)
+        )
+
+
+def test_the_repository_check_sees_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from ..store.integrations import Integrations as Rows\n"
+        "from ..store import Store\n"
+        "def f(db):\n"
+        "    Store('sqlite://')\n"
+        "    return Rows(db)\n"
+    )
+    assert repositories_built(probe, {"Integrations"}) == [5]
+
+
+def test_the_server_does_not_reach_the_store() -> None:
+    """server/ imports no module of store/: it asks the services (ID_MAX lives in model)."""
+    assert not allowed(f"{PACKAGE}.server.api.base", f"{PACKAGE}.store.schema")
+    assert not allowed(f"{PACKAGE}.server.app", f"{PACKAGE}.store")
+    assert allowed(f"{PACKAGE}.server.api.base", f"{PACKAGE}.model")
+    wrong = [
+        str(edge)
+        for edge in imports(modules())
+        if top(edge.source) == "server" and top(edge.target) == "store"
+    ]
+    assert wrong == [], "server/ imports store/:\n" + "\n".join(wrong)
 
 
 def test_tests_never_import_a_benchmark() -> None:

@@ -177,18 +177,16 @@ class SlotSearch:
         service = self.limits()
         if service is None or who.is_admin:
             return None, []
-        table = service.table(None, who)
+        table = service.table(who)
         if table.empty:
             return None, []
         effective = service.effective(who, table)
         if effective.limits.empty:
             return None, []
         moment = instant(now)
-        limits = self.store.limits
-        with self.store.db.read() as conn:
-            held = limits.holdings(conn, who.name, moment - WEEK,
-                                   instant(want.deadline) + WEEK, moment, merged=True)  # fmt: skip
-            upcoming = limits.upcoming(conn, who.name, moment)
+        held, upcoming = self.store.limits.standing(
+            who.name, moment - WEEK, instant(want.deadline) + WEEK, moment, merged=True
+        )
         zone = self.policy.zone
         try:  # the length and horizon limits refuse the search itself (422)
             check(effective, Proposal(instant(want.not_before),

@@ -9,12 +9,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from sqlalchemy import Connection
-
 from ..errors import Forbidden, Invalid, NotFound
 from ..model import UTC, Identity, Reservation, utcnow
 from ..model.limits import Effective, Limits, LimitTable, Tier, apply_tiers
 from ..store import Store
+from ..store.limits import LimitReads
 from ..store.reservations import Booking, Guard
 from .limits import WEEK, Proposal, check, over_limits, peak, worst_week
 
@@ -58,13 +57,14 @@ class LimitService:
 
     # --- what applies ------------------------------------------------------------------
 
-    def table(self, conn: Connection | None = None, who: Identity | None = None) -> LimitTable:
+    def table(self, who: Identity | None = None, within: LimitReads | None = None) -> LimitTable:
         """Configured limits with the stored entries over them (with `who`: the entries
-        that can apply to them)."""
-        if who is None:
-            stored, tiers_set = self.store.limits.read(conn)
+        that can apply to them; `within`: read in that booking's transaction)."""
+        user, groups = (who.name, who.groups) if who is not None else (None, ())
+        if within is not None:
+            stored, tiers_set = within.entries(user, groups)
         else:
-            stored, tiers_set = self.store.limits.read(conn, who.name, who.groups)
+            stored, tiers_set = self.store.limits.read(user, groups)
         return self.configured.merged(stored, tiers_set)
 
     def _efficiency(self, user: str) -> float | None:
@@ -95,27 +95,26 @@ class LimitService:
         if who.is_admin:
             return None
 
-        def check_limits(conn: Connection, booking: Booking) -> None:
+        def check_limits(reads: LimitReads, booking: Booking) -> None:
             old = booking.old
             if old is not None and not grows(booking, old):
                 return  # shorter, renamed, or on other GPUs of the same number
             owner = who if booking.owner == who.name else self.identity_of(booking.owner)
-            table = self.table(conn, owner)
+            table = self.table(owner, reads)
             if table.empty:
                 return
             effective = self.effective(owner, table)
             if effective.limits.empty:
                 return
             now = self.now()
-            self.store.limits.lock_owner(conn, owner.name)  # before reading what they hold
-            limits = self.store.limits
-            held = limits.holdings(
-                conn, owner.name, booking.start - WEEK, booking.end + WEEK, now,
+            reads.lock_owner(owner.name)  # before reading what they hold
+            held = reads.holdings(
+                owner.name, booking.start - WEEK, booking.end + WEEK, now,
                 merged=True, exclude=old.id if old else None,
             )  # fmt: skip
             count = 0
             if old is None and effective.limits.upcoming is not None:
-                count = limits.upcoming(conn, owner.name, now)
+                count = reads.upcoming(owner.name, now)
             proposal = Proposal(booking.start, booking.end, len(booking.gpu_ids))
             check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
 
@@ -137,8 +136,7 @@ class LimitService:
             effective = self.effective(who, table)
             if effective.limits.empty:
                 continue
-            with self.store.db.read() as conn:
-                held = self.store.limits.holdings(conn, owner, now - WEEK, FOREVER, now)
+            held = self.store.limits.holdings(owner, now - WEEK, FOREVER, now)
             found.update(over_limits(effective, held, now, self.zone))
         return found
 
@@ -148,9 +146,7 @@ class LimitService:
         """`who`'s limits, where they come from, and the current figures against them."""
         effective = self.effective(who)
         now = self.now()
-        with self.store.db.read() as conn:
-            held = self.store.limits.holdings(conn, who.name, now - WEEK, now + WEEK, now)
-            count = self.store.limits.upcoming(conn, who.name, now)
+        held, count = self.store.limits.standing(who.name, now - WEEK, now + WEEK, now)
         held_now, _, _ = peak(held, now, now + SECOND)
         _, week_hours, _ = worst_week(held, Proposal(now, now + SECOND, 0))
         return {

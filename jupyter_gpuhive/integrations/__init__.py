@@ -14,8 +14,7 @@ from ..jobs.model import ACTIVE, Job
 from ..model import UTC, Identity, Reservation
 from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
-from ..store.integrations import Integrations as Rows
-from ..store.subscriptions import Digests, Subscription, Subscriptions
+from ..store.subscriptions import Subscription
 from . import mail
 from .digests import DigestService
 from .feeds import Feeds, FeedSettings
@@ -60,14 +59,14 @@ class Integrations:
         self.store = store
         self.settings = settings
         self.privacy = privacy or Privacy()  # what every outbound channel may carry
-        self.rows = Rows(store.db)
+        self.rows = store.integrations
         self.run = run
         self.now = clock
         self.feeds = Feeds(store, self.rows, settings.feeds, clock, self.privacy)
         self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
-        self.availability = Availability(store, Subscriptions(store.db), clock)
+        self.availability = Availability(store, store.subscriptions, clock)
         self.digests = DigestService(
-            store, Digests(store.db), settings.mail, settings.zone, settings.digest_hour, clock
+            store, store.digests, settings.mail, settings.zone, settings.digest_hour, clock
         )
         self.publish_lab: Callable[[dict[str, Any]], Any] | None = None  # set by the app
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..model import utcnow
-from ..store.database import Database
-from ..store.integrations import Integrations
+from ..store import Store
 from .delivery import Deliveries, Event, WebhookSettings
 
 log = logging.getLogger(__name__)
@@ -180,8 +179,8 @@ class Courier:
 async def serve(reader: asyncio.StreamReader, replies: IO[bytes]) -> None:
     """Deliver what the server hands over until it says stop or goes away."""
     _, db_url, settings = await read_frame(reader)
-    database = Database(db_url)
-    rows = Integrations(database)
+    store = Store(db_url)
+    rows = store.integrations
     deliveries = Deliveries(rows, settings, utcnow)
     acks: set[asyncio.Task[None]] = set()
 
@@ -216,7 +215,7 @@ async def serve(reader: asyncio.StreamReader, replies: IO[bytes]) -> None:
         await deliveries.shutdown()
         await asyncio.gather(*acks, return_exceptions=True)
         rows.close_log()
-        database.dispose()
+        store.close()
 
 
 async def _main(replies: IO[bytes]) -> None:

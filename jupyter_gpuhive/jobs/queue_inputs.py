@@ -7,15 +7,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from sqlalchemy import select
-
 from ..bookings import access
 from ..bookings.access import Rule
 from ..model import Gpu, Identity, Reservation
 from ..monitor.sampler import Sweep
 from ..store import Store
-from ..store.schema import gpus as gpu_table
-from ..store.schema import reservation_gpus
 from .admission import (
     FOREVER,
     AccessCheck,
@@ -76,39 +72,9 @@ def candidates(
 
 
 def booked(store: Store, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
-    """(GPU UUID, start, end) of every booking overlapping [start, end): one light query.
-
-    A MIG slice's booking also keeps its whole GPU, and a whole GPU's booking each of its
-    slices, off (model.units_conflict)."""
-    query = select(
-        gpu_table.c.uuid,
-        reservation_gpus.c.start_at,
-        reservation_gpus.c.end_at,
-        reservation_gpus.c.gpu_id,
-        reservation_gpus.c.device_id,
-    ).where(
-        reservation_gpus.c.gpu_id == gpu_table.c.id,
-        reservation_gpus.c.cancelled.is_(False),
-        reservation_gpus.c.start_at < end,
-        reservation_gpus.c.end_at > start,
-    )
-    with store.db.read() as conn:
-        rows = conn.execute(query).all()
-    split = {part.device_id for part in store.inventory.units() if part.is_slice}
-    out = []
-    for uuid, low, high, gpu_id, device_id in rows:
-        out.append((uuid, low, high))
-        if device_id in split:
-            out += [(u, low, high) for u in _also_claimed(store, gpu_id)]
-    return out
-
-
-def _also_claimed(store: Store, gpu_id: int) -> list[str]:
-    """The UUIDs a booking of unit `gpu_id` keeps off besides its own: parent or slices."""
-    unit = store.inventory.gpu_by_id(gpu_id)
-    if unit.is_slice:
-        return [store.inventory.gpu_by_id(unit.device_id).uuid]
-    return [part.uuid for part in store.inventory.slices_of(unit)]
+    """(GPU UUID, start, end) of every booking overlapping [start, end), slices' parents and
+    whole GPUs' slices included (`Reservations.booked_units`)."""
+    return store.reservations.booked_units(start, end)
 
 
 def bookings_of(reservations: Iterable[Reservation]) -> list[tuple[str, datetime, datetime]]:

@@ -10,10 +10,9 @@ from typing import Any
 
 from ..bookings import access
 from ..errors import Conflict, Forbidden, Invalid, NotFound
-from ..model import Gpu, Identity, units_conflict, utcnow
+from ..model import ID_MAX, Gpu, Identity, units_conflict, utcnow
 from ..model.requests import JobRequest
 from ..store import Store
-from ..store.schema import ID_MAX
 from .admission import (
     SAME_HOST,
     gpu_count,

@@ -6,6 +6,7 @@ and are imported by their own name.
 """
 
 from .core import (
+    ID_MAX,
     UTC,
     Gpu,
     GpuDecl,
@@ -26,6 +27,7 @@ from .core import (
 )
 
 __all__ = [
+    "ID_MAX",
     "UTC",
     "Gpu",
     "GpuDecl",

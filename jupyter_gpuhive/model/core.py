@@ -10,6 +10,8 @@ from typing import Any
 from ..errors import Invalid
 
 UTC = timezone.utc
+# The largest id any table can hold (INTEGER on PostgreSQL); a larger id names nothing.
+ID_MAX = 2**31 - 1
 # Instants and durations far outside these bounds only overflow date arithmetic.
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(3000, 1, 1, tzinfo=UTC)

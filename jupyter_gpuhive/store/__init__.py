@@ -1,4 +1,4 @@
-"""The persistent store: inventory, users, reservations and access rules."""
+"""The persistent store: every table, read and written only through the repositories of `Store`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from .clashes import Clash
 from .database import Database
 from .finder import FinderReads
 from .health import HealthStore
+from .integrations import Integrations
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
 from .reports import ReportReads
 from .reservations import Changes, Reservations
 from .rules import Rules
+from .subscriptions import Digests, Subscriptions
 from .topology import TopologyStore
 from .usage import Usage
 from .users import Users
@@ -37,6 +39,9 @@ class Store:
         self.finder = FinderReads(self.db)  # the earliest-slot search's bulk reads
         self.topology = TopologyStore(self.db)  # nvidia-smi topo -m per host
         self.health = HealthStore(self.db)  # GPU health and drains
+        self.integrations = Integrations(self.db)  # feeds, webhooks and their delivery log
+        self.subscriptions = Subscriptions(self.db)  # availability subscriptions
+        self.digests = Digests(self.db)  # who gets a daily digest, and when it was sent
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

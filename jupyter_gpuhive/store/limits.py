@@ -58,35 +58,26 @@ class LimitStore:
 
     # --- limits ------------------------------------------------------------------------
 
-    def read(
-        self,
-        conn: Connection | None = None,
-        user: str | None = None,
-        groups: Iterable[str] = (),
-    ) -> tuple[LimitTable, bool]:
+    def read(self, user: str | None = None, groups: Iterable[str] = ()) -> tuple[LimitTable, bool]:
         """The stored table, and whether tiers were stored (an empty list included). With
         `user`, only the entries that can apply to them (default, theirs, their groups')."""
-        if conn is None:
-            with self.db.read() as own:
-                return self.read(own, user, groups)
-        if user is None:
-            rows = conn.execute(_ALL_ENTRIES).all()
-        else:
-            rows = conn.execute(_ENTRIES_FOR, {"user": user, "groups": list(groups)}).all()
-        default, by_group, by_user = Limits(), {}, {}
-        tiers: tuple[Tier, ...] = ()
-        tiers_set = False
-        for scope, name, spec in rows:
-            data = json.loads(spec)
-            if scope == "tiers":
-                tiers, tiers_set = tuple(Tier.parse(t) for t in data), True
-            elif scope == "default":
-                default = Limits.parse(data)
-            elif scope == "group":
-                by_group[name] = Limits.parse(data)
-            elif scope == "user":
-                by_user[name] = Limits.parse(data)
-        return LimitTable(default, by_group, by_user, tiers), tiers_set
+        with self.db.read() as conn:
+            return LimitReads(conn).entries(user, groups)
+
+    def holdings(self, owner: str, since: datetime, until: datetime, now: datetime) -> list[Held]:
+        """What `owner` holds overlapping [since, until), one `Held` per reservation."""
+        with self.db.read() as conn:
+            return LimitReads(conn).holdings(owner, since, until, now)
+
+    def standing(
+        self, owner: str, since: datetime, until: datetime, now: datetime, *, merged: bool = False
+    ) -> tuple[list[Held], int]:
+        """What `owner` holds overlapping [since, until), and how many reservations of theirs
+        have not ended, read together (see `LimitReads.holdings` for `merged`)."""
+        with self.db.read() as conn:
+            reads = LimitReads(conn)
+            held = reads.holdings(owner, since, until, now, merged=merged)
+            return held, reads.upcoming(owner, now)
 
     def put(self, scope: str, name: str, spec: Any, by: str, at: datetime) -> None:
         """Store one scope's entry (limits JSON, or the tiers list), replacing the old one."""
@@ -116,20 +107,48 @@ class LimitStore:
 
         return self.db.write(work)
 
-    # --- inside a booking's transaction -------------------------------------------------
 
-    @staticmethod
-    def lock_owner(conn: Connection, owner: str) -> None:
+class LimitReads:
+    """The limit reads of one open transaction: what a booking's guard is given (it never
+    sees the connection), so that the check reads what the write then stores."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def entries(
+        self, user: str | None = None, groups: Iterable[str] = ()
+    ) -> tuple[LimitTable, bool]:
+        """The stored table and whether tiers were stored (see `LimitStore.read`)."""
+        conn = self._conn
+        if user is None:
+            rows = conn.execute(_ALL_ENTRIES).all()
+        else:
+            rows = conn.execute(_ENTRIES_FOR, {"user": user, "groups": list(groups)}).all()
+        default, by_group, by_user = Limits(), {}, {}
+        tiers: tuple[Tier, ...] = ()
+        tiers_set = False
+        for scope, name, spec in rows:
+            data = json.loads(spec)
+            if scope == "tiers":
+                tiers, tiers_set = tuple(Tier.parse(t) for t in data), True
+            elif scope == "default":
+                default = Limits.parse(data)
+            elif scope == "group":
+                by_group[name] = Limits.parse(data)
+            elif scope == "user":
+                by_user[name] = Limits.parse(data)
+        return LimitTable(default, by_group, by_user, tiers), tiers_set
+
+    def lock_owner(self, owner: str) -> None:
         """Serialize the bookings of `owner` until this transaction ends."""
-        if conn.dialect.name == "postgresql":
-            conn.execute(
+        if self._conn.dialect.name == "postgresql":
+            self._conn.execute(
                 text("SELECT pg_advisory_xact_lock(:space, :key)"),
                 {"space": _LOCK_SPACE, "key": _key(owner)},
             )
 
-    @staticmethod
     def holdings(
-        conn: Connection,
+        self,
         owner: str,
         since: datetime,
         until: datetime,
@@ -144,6 +163,7 @@ class LimitStore:
         `merged`: reservations with the same span come as one `Held` with their GPUs summed
         and no id (what a booking's check needs: a user's many bookings of one slot cost one
         row, not one each); `exclude`: leave out that reservation (the one being edited)."""
+        conn = self._conn
         longest = conn.execute(_LONGEST).scalar() or 0
         values = {"owner": owner, "since": since, "until": until, "exclude": exclude or 0,
                   "earliest": since - timedelta(seconds=longest + 1)}  # fmt: skip
@@ -156,10 +176,9 @@ class LimitStore:
         held.extend(_queued(conn, owner, since, until, now))
         return held
 
-    @staticmethod
-    def upcoming(conn: Connection, owner: str, now: datetime) -> int:
+    def upcoming(self, owner: str, now: datetime) -> int:
         """How many reservations of `owner` have not ended."""
-        found = conn.execute(_UPCOMING, {"owner": owner, "now": now})  # a partial index's count
+        found = self._conn.execute(_UPCOMING, {"owner": owner, "now": now})  # a partial index
         return int(found.scalar() or 0)
 
 

@@ -15,7 +15,9 @@ from ..model import Reservation, utcnow
 from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
+from .limits import LimitReads
 from .reservationrows import COLUMNS, build, build_joined, gpu_order
+from .schema import gpus as gpu_table
 from .schema import reservation_gpus, reservation_stats, reservations
 
 DEVICE_LOCKS = 0x67707568  # 'gpuh': the advisory lock space of physical GPUs (PostgreSQL)
@@ -44,8 +46,9 @@ class Booking:
     old: Reservation | None = None  # the reservation before an edit
 
 
-# Called inside the write transaction before the row is written; raises to refuse it.
-Guard = Callable[[Connection, Booking], None]
+# Called inside the write transaction before the row is written, with that transaction's
+# limit reads; raises to refuse it.
+Guard = Callable[[LimitReads, Booking], None]
 
 
 class Reservations:
@@ -108,6 +111,34 @@ class Reservations:
             )
             return build_joined(conn.execute(joined).all(), self.inventory.gpu_by_id)
 
+    def booked_units(self, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+        """(unit UUID, start, end) of every live booking overlapping [start, end), in one light
+        query: a MIG slice's booking also keeps its whole GPU off, and a whole GPU's booking
+        each of its slices (model.units_conflict)."""
+        rg = reservation_gpus
+        query = select(
+            gpu_table.c.uuid, rg.c.start_at, rg.c.end_at, rg.c.gpu_id, rg.c.device_id
+        ).where(
+            rg.c.gpu_id == gpu_table.c.id,
+            rg.c.cancelled.is_(False),
+            rg.c.start_at < end,
+            rg.c.end_at > start,
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+        inventory = self.inventory
+        split = {part.device_id for part in inventory.units() if part.is_slice}
+        out = []
+        for uuid, low, high, gpu_id, device_id in rows:
+            out.append((uuid, low, high))
+            if device_id in split:
+                unit = inventory.gpu_by_id(gpu_id)
+                if unit.is_slice:  # its parent GPU
+                    out.append((inventory.gpu_by_id(unit.device_id).uuid, low, high))
+                else:  # its slices
+                    out += [(part.uuid, low, high) for part in inventory.slices_of(unit)]
+        return out
+
     def clashes(
         self,
         conn: Connection,
@@ -137,7 +168,7 @@ class Reservations:
         def work(conn: Connection) -> int:
             self._lock_devices(conn, gpu_ids)
             if guard is not None:
-                guard(conn, Booking(owner, start, end, tuple(gpu_ids)))
+                guard(LimitReads(conn), Booking(owner, start, end, tuple(gpu_ids)))
             found = self.clashes(conn, gpu_ids, start, end)
             if found:
                 raise clash_error(found)
@@ -195,7 +226,7 @@ class Reservations:
             if not cancelled:
                 self._lock_devices(conn, [*gpu_ids, *(g.id for g in old.gpus)])
                 if guard is not None:
-                    guard(conn, Booking(old.owner, start, end, tuple(gpu_ids), old))
+                    guard(LimitReads(conn), Booking(old.owner, start, end, tuple(gpu_ids), old))
                 found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id)
                 if found:
                     raise clash_error(found)

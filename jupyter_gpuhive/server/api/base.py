@@ -39,8 +39,7 @@ from ...errors import (
     Unauthorized,
 )
 from ...hive import Hive
-from ...model import Identity
-from ...store.schema import ID_MAX
+from ...model import ID_MAX, Identity
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
 from .inputs import (

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from ..._version import __version__
-from ...store.schema import ID_MAX
+from ...model import ID_MAX
 from .inputs import INT_MAX, MAX_BODY_BYTES
 from .operations import PATH_PARAMETERS, Operation, implemented, operation_of
 from .schemas import BODIES, REPLIES, ErrorReply

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ...store.schema import ID_MAX
+from ...model import ID_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ATTRIBUTE = "gpuhive_operation"  # functools.wraps (web.authenticated) carries it outward

@@ -1,7 +1,8 @@
 """The relational schema (SQLAlchemy Core), every table in this package; Alembic migrations
 create it and a test compares. Repositories (the other `store` modules) only use it."""
 
-from .base import ID_MAX, UTCDateTime, metadata
+from ...model import ID_MAX
+from .base import UTCDateTime, metadata
 from .bookings import (
     gpu_usage_hourly,
     gpus,

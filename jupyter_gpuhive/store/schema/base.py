@@ -1,4 +1,4 @@
-"""The schema's metadata (naming conventions), the UTC timestamp column type and ID_MAX."""
+"""The schema's metadata (naming conventions) and the UTC timestamp column type (ID_MAX: model)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 from ...model import UTC
-
-# The largest id any table can hold (INTEGER on PostgreSQL); a larger id names nothing.
-ID_MAX = 2**31 - 1
 
 metadata = MetaData(
     naming_convention={

@@ -18,6 +18,7 @@ from ....integrations.subscriptions import CHANNELS, MAX_GPUS
 from ....integrations.webhooks import EVENTS, FORMATS, URL_MAX
 from ....jobs.admission import PLACEMENTS
 from ....jobs.catalog import TEMPLATES
+from ....model import ID_MAX
 from ....model.requests import (
     Booking,
     BookingChange,
@@ -27,7 +28,6 @@ from ....model.requests import (
     WebhookRequest,
 )
 from ....model.rules import Rule, parse_rule
-from ....store.schema import ID_MAX
 from .fields import (
     DURATION,
     INSTANT,

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ....kernels.broker import MAX_ENV, SIGNALS
-from ....store.schema import ID_MAX
+from ....model import ID_MAX
 from .bodies import HOST_MAX, Closed
 from .fields import Check, Flag, choice, maybe, refuse, text, whole
 from .replies import Reply

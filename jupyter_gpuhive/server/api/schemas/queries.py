@@ -13,9 +13,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ....bookings.service import MAX_LIST
-from ....model import parse_duration, parse_instant
+from ....model import ID_MAX, parse_duration, parse_instant
 from ....protection.reports import MAX_QUERY
-from ....store.schema import ID_MAX
 from ..inputs import INT_MAX, INTEGER, shown
 from .fields import Check, domain, refuse
 
