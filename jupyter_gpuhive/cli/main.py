@@ -451,6 +451,10 @@ jupyter gpuhive hosts add --help
         "migrate": (MigrateApp, MigrateApp.__doc__),
         "report": (ReportApp, ReportApp.__doc__),
         "sim": ("jupyter_gpuhive.cli.sim.SimApp", "Simulated GPU hosts: sim up, sim down."),
+        "doctor": (
+            "jupyter_gpuhive.cli.doctor.DoctorApp",
+            "Check hosts as gpuhive uses them: driver, nvidia-smi formats, SSH, screen, kernels.",
+        ),
     }
 
     def start(self) -> None:

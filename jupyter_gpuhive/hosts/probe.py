@@ -33,6 +33,11 @@ from .nvsmi import (
 MARK = "@@gpuhive:"
 
 GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
+# Every nvidia-smi query the probe runs, by name (`jupyter gpuhive doctor` runs each alone).
+GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,nounits"
+APPS_QUERY = f"nvidia-smi --query-compute-apps={','.join(QUERY_APPS_FIELDS)} --format=csv,nounits"
+LIST_QUERY = "nvidia-smi -L"
+XML_QUERY = "nvidia-smi -q -x"
 
 # nvidia-smi is asked twice in parallel (metrics, processes), each answering into a FIFO (no
 # file is written: on a real disk that is journal work on every sweep). Both FIFOs are opened
@@ -52,8 +57,8 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _BODY_TEMPLATE = r"""
-nvidia-smi --query-gpu=@GPU@ --format=csv,nounits >"$t/g" 2>&1 </dev/null & g=$!
-nvidia-smi --query-compute-apps=@APPS@ --format=csv,nounits >"$t/a" 2>&1 </dev/null & a=$!
+@GPUQ@ >"$t/g" 2>&1 </dev/null & g=$!
+@APPSQ@ >"$t/a" 2>&1 </dev/null & a=$!
 @XSTART@
 out=; mig=
 while IFS= read -r x || [ -n "$x" ]; do
@@ -67,7 +72,7 @@ while IFS= read -r x || [ -n "$x" ]; do
 "; case $x in [0-9]*,*) pids="$pids ${x%%,*}" ;; esac
 done <&4
 exec 4<&-; wait $a; st=$?; a=; printf '%s\n' "@M@apps $st"; printf '%s' "$out"
-if [ -n "$mig" ]; then out=$(nvidia-smi -L 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
+if [ -n "$mig" ]; then out=$(@LISTQ@ 2>&1 </dev/null); ls=$?; else out=; ls=0; fi
 printf '%s\n' "@M@list $ls"; [ -z "$out" ] || printf '%s\n' "$out"
 @XREAD@
 printf '%s\n' "@M@ps 0"; new=; keys=
@@ -105,7 +110,7 @@ printf '%s\n' "@M@ncpu 0" "$n"
 # Health (hosts/health.py): `-q -x` on every probe, in parallel with the two queries through a
 # third FIFO; its lines are sent as they come (behind a '|'), its exit status after them.
 _XML_ALWAYS = (
-    'nvidia-smi -q -x >"$t/x" 2>&1 </dev/null & q=$!\nexec 3<"$t/g" 4<"$t/a" 5<"$t/x"',
+    '@XMLQ@ >"$t/x" 2>&1 </dev/null & q=$!\nexec 3<"$t/g" 4<"$t/a" 5<"$t/x"',
     "printf '%s\\n' \"@M@xml 0\"\n"
     'while IFS= read -r x || [ -n "$x" ]; do printf \'|%s\\n\' "$x"; done <&5\n'
     "exec 5<&-; wait $q; st=$?; q=; printf '%s\\n' \"@M@xmlst $st\"",
@@ -114,7 +119,7 @@ _XML_ALWAYS = (
 _XML_FOR_MIG = (
     'exec 3<"$t/g" 4<"$t/a"',
     'if [ -n "$mig" ]; then\n'
-    "  out=$(nvidia-smi -q -x 2>&1 </dev/null); ls=$?; printf '%s\\n' \"@M@xml 0\"\n"
+    "  out=$(@XMLQ@ 2>&1 </dev/null); ls=$?; printf '%s\\n' \"@M@xml 0\"\n"
     "  while IFS= read -r x; do printf '|%s\\n' \"$x\"; done <<XML\n$out\nXML\n"
     "  printf '%s\\n' \"@M@xmlst $ls\"\nfi",
 )
@@ -126,8 +131,10 @@ def _body(health: bool) -> str:
         _BODY_TEMPLATE.strip()
         .replace("@XSTART@", start)
         .replace("@XREAD@", read)
-        .replace("@GPU@", ",".join(GPU_FIELDS))
-        .replace("@APPS@", ",".join(QUERY_APPS_FIELDS))
+        .replace("@GPUQ@", GPU_QUERY)
+        .replace("@APPSQ@", APPS_QUERY)
+        .replace("@LISTQ@", LIST_QUERY)
+        .replace("@XMLQ@", XML_QUERY)
         .replace("@M@", MARK)
     )
 

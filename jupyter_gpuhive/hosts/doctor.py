@@ -1,0 +1,400 @@
+"""`jupyter gpuhive doctor`: check one host the way gpuhive uses it, and keep what it said.
+
+Every nvidia-smi query the probe sends (hosts/probe.py), the MIG listing and `topo -m`
+(hosts/topology.py) run one by one and are read by gpuhive's own parsers; GPU health as the
+monitor judges it (hosts/health.py); the connection (SSH: the host key and the login), GNU
+screen (jobs) and the kernel Python (ipykernel, isolated with `-I`, as kernels start). There is
+no container-engine setting in gpuhive, so no container engine is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..kernels.launch import python_command
+from ..model import HostDecl
+from .health import DEGRADED, FAILED, lost_gpus, parse_health, without_lost
+from .nvsmi import (
+    NvsmiDriverError,
+    NvsmiParseError,
+    NvsmiReport,
+    check_driver,
+    parse_compute_apps,
+    parse_gpu_list,
+    parse_query_gpu,
+    parse_query_xml,
+)
+from .pool import HostPool, HostUnavailable
+from .probe import APPS_QUERY, GPU_QUERY, LIST_QUERY, XML_QUERY, without_process_names
+from .topology import COMMAND as TOPO_QUERY
+from .topology import TopologyError, parse_topology
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+# (the check's name, the file its raw output is saved as, the command): named by the query.
+QUERIES = (
+    ("query-gpu", "query-gpu.csv", GPU_QUERY),
+    ("query-compute-apps", "query-compute-apps.csv", APPS_QUERY),
+    ("mig", "L.txt", LIST_QUERY),
+    ("q-x", "q-x.xml", XML_QUERY),
+    ("topo", "topo-m.txt", TOPO_QUERY),
+)
+ISSUE = "gpuhive cannot read this driver's output: paste this report into an issue with the "
+ISSUE += "files of `jupyter gpuhive doctor --save DIR`."
+_FIND_SMI = 'command -v nvidia-smi || { printf "PATH=%s\\n" "$PATH"; exit 127; }'
+_FIND_SCREEN = "command -v screen >/dev/null || exit 127; screen -v 2>&1; exit 0"
+_KERNEL_PY = "import sys, ipykernel; print(sys.version.split()[0], ipykernel.__version__)"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: ok, warn or fail, what was seen, and what to do about it."""
+
+    host: str
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    """One command's raw answer (stdout and stderr together) and its exit status."""
+
+    file: str
+    command: str
+    status: int
+    text: str
+
+
+@dataclass
+class HostReport:
+    """The checks of one host and the raw outputs they read."""
+
+    host: str
+    where: str
+    checks: list[Check] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (outputs by file name, without their text)."""
+        return {
+            "host": self.host,
+            "where": self.where,
+            "checks": [asdict(c) for c in self.checks],
+            "outputs": [
+                {"file": o.file, "command": o.command, "exit_status": o.status}
+                for o in self.outputs
+            ],
+        }
+
+
+def _n(count: int, what: str) -> str:
+    """'1 GPU', '2 GPUs', '3 processes'."""
+    return (
+        f"{count} {what}" if count == 1 else f"{count} {what}{'es' if what.endswith('s') else 's'}"
+    )
+
+
+def where(decl: HostDecl, user: str) -> str:
+    """How gpuhive reaches the host, in words."""
+    if decl.transport == "local":
+        return f"this machine (local), as {user}"
+    return f"ssh {user}@{decl.address}:{decl.port}"
+
+
+async def diagnose(
+    pool: HostPool, decl: HostDecl, *, user: str, python: str, timeout: float
+) -> HostReport:
+    """Run every check on one host (the nvidia-smi queries at once) and judge the answers."""
+    report = HostReport(decl.name, where(decl, user))
+    add = report.checks.append
+
+    async def run(command: str) -> tuple[int, str]:
+        done = await pool.run(decl.name, command, timeout=timeout)
+        return done.exit_status, done.stdout + done.stderr
+
+    try:
+        await run("echo gpuhive-doctor")
+    except HostUnavailable as error:
+        said = "gpuhive trust" in error.reason or "gpuhive key" in error.reason  # the fix
+        fix = "" if said else "check the host's address, port and user (jupyter gpuhive hosts)."
+        add(Check(decl.name, "connection", FAIL, f"{report.where}: {error.reason}", fix))
+        return report
+    if decl.transport == "ssh":
+        add(Check(decl.name, "connection", OK, f"{report.where}: logged in; host key trusted"))
+    else:
+        add(Check(decl.name, "connection", OK, f"{report.where}: commands run"))
+    try:
+        smi = await run(_FIND_SMI)
+        answers = await asyncio.gather(*(run(f"{cmd} 2>&1") for _, _, cmd in QUERIES))
+        screen = await run(_FIND_SCREEN)
+        kernel = await run(_kernel_command(python))
+    except HostUnavailable as error:
+        add(Check(decl.name, "connection", FAIL, f"the host stopped answering: {error.reason}"))
+        return report
+    add(_nvidia_smi(decl.name, *smi))
+    if smi[0] == 0:
+        report.outputs = [
+            Output(file, cmd, status, text)
+            for (_, file, cmd), (status, text) in zip(QUERIES, answers, strict=True)
+        ]
+        report.checks += judge(decl.name, {o.file: o for o in report.outputs})
+    add(_screen(decl.name, *screen))
+    add(_kernel_python(decl.name, python, *kernel))
+    return report
+
+
+def _nvidia_smi(host: str, status: int, text: str) -> Check:
+    if status == 0:
+        return Check(host, "nvidia-smi", OK, text.strip().splitlines()[-1])
+    path = next((ln[5:] for ln in text.splitlines() if ln.startswith("PATH=")), "?")
+    return Check(
+        host,
+        "nvidia-smi",
+        FAIL,
+        f"there is no nvidia-smi on the PATH gpuhive uses on {host} ({path}), so gpuhive "
+        "sees no GPUs there",
+        "install the NVIDIA driver there, or set the host's env PATH in the hosts file to the "
+        "folder that holds nvidia-smi.",
+    )
+
+
+def _screen(host: str, status: int, text: str) -> Check:
+    if status == 0:
+        return Check(host, "screen", OK, text.strip().splitlines()[0] if text.strip() else "")
+    return Check(
+        host,
+        "screen",
+        WARN,
+        "GNU screen is not installed: queued jobs cannot run",
+        "install it (apt install screen, dnf install screen).",
+    )
+
+
+def _kernel_command(python: str) -> str:
+    return (
+        f'{python_command(python)}; [ -x "$PY" ] || exit 127; '
+        f'out=$("$PY" -I -c {shlex.quote(_KERNEL_PY)} 2>&1); st=$?; '
+        'printf "%s\\n" "$out" | tail -n 1; exit $st'
+    )
+
+
+def _kernel_python(host: str, python: str, status: int, text: str) -> Check:
+    words = text.strip().split()
+    if status == 0 and len(words) == 2:
+        return Check(
+            host,
+            "kernel-python",
+            OK,
+            f"{python}: Python {words[0]}, ipykernel {words[1]} (isolated, -I)",
+        )
+    if status == 127:
+        return Check(
+            host,
+            "kernel-python",
+            FAIL,
+            f"{python} does not exist there",
+            "set the host's kernel_python to a Python with ipykernel.",
+        )
+    return Check(
+        host,
+        "kernel-python",
+        FAIL,
+        f"ipykernel does not import in {python} -I: {text.strip()[-200:] or 'no output'}",
+        f"install it there ({python} -m pip install ipykernel), or set the host's "
+        "kernel_python to a Python that has it.",
+    )
+
+
+def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
+    """Read each nvidia-smi output with gpuhive's parsers: the checks (`outputs` by file)."""
+    lost = tuple(dict.fromkeys(lost_gpus("\n".join(o.text for o in outputs.values()))))
+    texts = {f: without_lost(o.text) if lost else o.text for f, o in outputs.items()}
+    status = {f: 0 if lost and f != "topo-m.txt" else o.status for f, o in outputs.items()}
+    checks: list[Check] = []
+    xml = without_process_names(texts["q-x.xml"])
+    try:
+        check_driver(xml, status["q-x.xml"])
+        report = parse_query_xml(xml)
+    except NvsmiDriverError as error:
+        checks.append(
+            Check(
+                host,
+                "driver",
+                FAIL,
+                str(error),
+                "load the NVIDIA driver (after a driver update: reboot).",
+                XML_QUERY,
+            )
+        )
+        return checks
+    except NvsmiParseError as error:
+        checks.append(Check(host, "driver", FAIL, f"-q -x: {error}", ISSUE, XML_QUERY))
+        return checks
+    off = [str(g.index) for g in report.gpus if g.persistence_mode is False]
+    driver = f"driver {report.driver_version}, CUDA {report.cuda_version}"
+    if off:
+        checks.append(
+            Check(
+                host,
+                "driver",
+                WARN,
+                f"{driver}; persistence mode is off on GPU {', '.join(off)}",
+                "enable nvidia-persistenced (or `nvidia-smi -pm 1` as root): "
+                "without it every nvidia-smi call is slower.",
+                XML_QUERY,
+            )
+        )
+    else:
+        checks.append(Check(host, "driver", OK, f"{driver}; persistence mode on", "", XML_QUERY))
+    checks.append(
+        Check(
+            host,
+            "q-x",
+            OK,
+            f"{_n(len(report.gpus), 'GPU')}, {_n(len(report.processes), 'process')}",
+            "",
+            XML_QUERY,
+        )
+    )
+    checks += _queries(host, texts, status, {g.uuid for g in report.gpus})
+    checks.append(_mig(host, texts["L.txt"], status["L.txt"], report))
+    checks.append(_topo(host, texts["topo-m.txt"], status["topo-m.txt"]))
+    checks.append(_health(host, xml, lost, report))
+    return checks
+
+
+def _queries(
+    host: str, texts: dict[str, str], status: dict[str, int], uuids: set[str]
+) -> list[Check]:
+    checks = []
+    try:
+        check_driver(texts["query-gpu.csv"], status["query-gpu.csv"])
+        gpus = parse_query_gpu(texts["query-gpu.csv"])
+        models = sorted({g.name or "?" for g in gpus})
+        if not gpus:
+            raise NvsmiParseError("nvidia-smi listed no GPUs")
+        other = {g.uuid for g in gpus} ^ uuids
+        if other:
+            checks.append(
+                Check(
+                    host,
+                    "query-gpu",
+                    WARN,
+                    f"the GPUs differ from -q -x's: {', '.join(sorted(other))}",
+                    ISSUE,
+                    GPU_QUERY,
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    host,
+                    "query-gpu",
+                    OK,
+                    f"{_n(len(gpus), 'GPU')} ({', '.join(models)})",
+                    "",
+                    GPU_QUERY,
+                )
+            )
+    except NvsmiParseError as error:
+        checks.append(Check(host, "query-gpu", FAIL, str(error), ISSUE, GPU_QUERY))
+    try:
+        check_driver(texts["query-compute-apps.csv"], status["query-compute-apps.csv"])
+        procs = parse_compute_apps(texts["query-compute-apps.csv"])
+        checks.append(
+            Check(
+                host, "query-compute-apps", OK, f"{_n(len(procs), 'GPU process')}", "", APPS_QUERY
+            )
+        )
+    except NvsmiParseError as error:
+        checks.append(Check(host, "query-compute-apps", FAIL, str(error), ISSUE, APPS_QUERY))
+    return checks
+
+
+def _mig(host: str, text: str, status: int, report: NvsmiReport) -> Check:
+    try:
+        check_driver(text, status)
+        listings = parse_gpu_list(text)
+    except NvsmiParseError as error:
+        return Check(host, "mig", FAIL, f"-L: {error}", ISSUE, LIST_QUERY)
+    xml = {g.uuid: len(g.mig) for g in report.gpus}
+    split = [
+        f"GPU {g.index}: {len(g.mig)} slices ({', '.join(str(m.profile) for m in g.mig)})"
+        for g in listings
+        if g.mig
+    ]
+    differ = [str(g.index) for g in listings if g.mig and xml.get(g.uuid) != len(g.mig)]
+    if differ:
+        return Check(
+            host,
+            "mig",
+            WARN,
+            f"-L and -q -x list different MIG slices on GPU {', '.join(differ)}",
+            ISSUE,
+            LIST_QUERY,
+        )
+    seen = "; ".join(split) if split else f"{_n(len(listings), 'GPU')}, MIG off"
+    return Check(host, "mig", OK, seen, "", LIST_QUERY)
+
+
+def _topo(host: str, text: str, status: int) -> Check:
+    try:
+        if status:
+            raise TopologyError(f"exit status {status}: {text.strip()[:200] or 'no output'}")
+        topology = parse_topology(text)
+    except TopologyError as error:
+        return Check(
+            host,
+            "topo",
+            WARN,
+            f"{error}; gpuhive places GPUs without topology",
+            ISSUE if not status else "",
+            TOPO_QUERY,
+        )
+    kinds = sorted(set(topology.links.values()))
+    return Check(
+        host,
+        "topo",
+        OK,
+        f"{_n(len(topology.gpus), 'GPU')}, links {', '.join(kinds) or 'none'}",
+        "",
+        TOPO_QUERY,
+    )
+
+
+def _health(host: str, xml: str, lost: tuple[tuple[str, str], ...], report: NvsmiReport) -> Check:
+    found = parse_health(xml)
+    failed = [f"GPU at {bus}: {message}" for bus, message in lost]
+    degraded: list[str] = []
+    for gpu in report.gpus:
+        health = found.get(gpu.uuid)
+        if health is None or health.state not in (FAILED, DEGRADED):
+            continue
+        line = f"GPU {gpu.index} ({gpu.uuid}) {health.state}: {'; '.join(health.reasons)}"
+        (failed if health.state == FAILED else degraded).append(line)
+    if failed:
+        return Check(
+            host,
+            "health",
+            FAIL,
+            " | ".join(failed + degraded),
+            "gpuhive refuses bookings on a failed GPU; reset or service it (its holders "
+            "are told); once healthy it is bookable again at the next sweep.",
+            XML_QUERY,
+        )
+    if degraded:
+        return Check(
+            host,
+            "health",
+            WARN,
+            " | ".join(degraded),
+            "still bookable; look at it (nvidia-smi -q), or drain it for maintenance "
+            "(POST gpuhive/api/health/drain).",
+            XML_QUERY,
+        )
+    return Check(host, "health", OK, f"{_n(len(report.gpus), 'GPU')}: ok", "", XML_QUERY)
