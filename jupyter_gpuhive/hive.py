@@ -7,57 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from .bookings.fairshare import FairShare, FairShareSettings
+from .bookings.fairshare import FairShare
 from .bookings.identity import Identities
-from .bookings.reservations import Policy
-from .bookings.service import PROTECTION, SYSTEM, Bookings
+from .bookings.service import PROTECTION, Bookings
+from .hive_settings import HiveSettings
 from .hosts.pool import HostPool, SshSettings
-from .integrations import Integrations, IntegrationSettings
+from .integrations import Integrations
 from .jobs.service import Jobs
-from .kernels.endpolicy import EndSettings
-from .kernels.lifecycle import Lifecycle, extender
+from .kernels.lifecycle import end_policy
 from .kernels.registry import KernelRegistry
 from .model import HostDecl, Reservation, utcnow
-from .model.health import GpuCondition
+from .monitor import scrape
 from .monitor.accounting import Meter
-from .monitor.prometheus import Holding, LiveCounts, Sources
 from .monitor.service import Monitor
-from .privacy import Privacy
-from .protection.service import Protection, ProtectionSettings
-from .store import Store, livecounts
+from .protection.service import Protection
+from .store import Store
 from .store.leader import Leadership
 
 T = TypeVar("T")
-MIG_CHANGED = "MIG slices re-partitioned"
-
-
-@dataclass
-class HiveSettings:
-    """Everything the core needs from configuration."""
-
-    db_url: str
-    policy: Policy
-    hosts: list[HostDecl] = field(default_factory=list)
-    admin_users: frozenset[str] = frozenset()
-    admin_groups: frozenset[str] = frozenset()
-    groups: Mapping[str, Iterable[str]] = field(default_factory=dict)
-    workers: int = 8
-    ssh: SshSettings = field(default_factory=SshSettings)
-    poll_interval: float = 5.0
-    history: int = 720
-    monitor: bool = True
-    protection: ProtectionSettings = field(default_factory=ProtectionSettings)
-    privacy: Privacy = field(default_factory=Privacy)
-    integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
-    fairshare: FairShareSettings = field(default_factory=FairShareSettings)
-    kernel_end: EndSettings = field(default_factory=EndSettings)
-    metrics_token: str = ""  # the Prometheus scrape's bearer token ("": admins only)
+__all__ = ["Hive", "HiveSettings"]
 
 
 class Hive:
@@ -94,31 +67,28 @@ class Hive:
             reflag=self.bookings.reflag, unix_user=self.protection.unix_user,
         )  # fmt: skip
         self.bookings.reservations.limits = self.fairshare.limits  # checked in each booking
-        self.monitor.reflag = functools.partial(self.bookings.reflag, SYSTEM, MIG_CHANGED)
-        unix_names = {unix: name for name, unix in s.protection.user_map.items()}
+        self.monitor.reflag = self.bookings.repartitioned
         self.meter = Meter(
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
             max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
-            user_of=lambda unix: unix_names.get(unix, unix),
+            user_of=self.protection.gpuhive_user,
         )  # fmt: skip
         self.kernels = KernelRegistry(
             self.store, self.pool, self.run, identity_of=identity_of,
             unix_user=self.protection.unix_user, zone=s.policy.zone,
         )  # fmt: skip
-        self.kernel_life = Lifecycle(
-            s.kernel_end, self.kernels, self.store, self.run, level=s.protection.level,
-            extend=extender(self.bookings, identity_of, self.run),
-        )  # fmt: skip
-        self.kernels.subscribe(lambda event: self.kernel_life.kick())
+        self.kernel_life = end_policy(s.kernel_end, self.kernels, self.store, self.run,
+                                      self.bookings, identity_of, s.protection.level)  # fmt: skip
         self.integrations.ongoing = self.protection.ongoing
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
         self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
-        self.monitor.exposition.use(self._prometheus_sources())
-        self.monitor.health_changed = self._health_changed  # holders told (gpu.health)
-        every = max(0.2, s.poll_interval / 2)
-        self.leadership = Leadership(s.db_url, self._lead, self._follow, interval=every)
+        ongoing, idle_util = self.protection.ongoing, s.protection.idle_util
+        self.monitor.exposition.use(scrape.sources(self.monitor, self.store, ongoing, idle_util))
+        self.monitor.health_changed = self.integrations.health_changed  # gpu.health events
+        self.leadership = Leadership(s.db_url, self._lead, self._follow,
+                                     interval=max(0.2, s.poll_interval / 2))  # fmt: skip
 
     def open(self) -> Hive:
         """Migrate the store and record the configured inventory (blocking)."""
@@ -166,66 +136,6 @@ class Hive:
     async def _end_reservation(self, res: Reservation, reason: str) -> Reservation | None:
         """Protection ends a reservation: through the bookings service (its events follow)."""
         return await self.bookings.end(res.id, PROTECTION, reason)
-
-    def _prometheus_sources(self) -> Sources:
-        """What GET prometheus reads: the monitor's live state and a few aggregates."""
-        live = self.monitor.sampler.live
-        return Sources(
-            live=lambda: [h.sample for h in list(live.values()) if h.sample is not None],
-            inventory=self.store.inventory.hosts,
-            host_state=self.monitor.host_states,
-            latency=lambda: self.monitor.latency,
-            health=self._health_by_uuid,
-            counts=self._live_counts,
-            idle_util=self.settings.protection.idle_util,
-        )
-
-    def _health_by_uuid(self) -> dict[str, tuple[str, bool]]:
-        """{unit UUID: (health state, drained)} of the units not plainly ok."""
-        units = self.store.inventory
-        return {
-            units.gpu_by_id(g).uuid: (c.state, c.drained)
-            for g, c in self.store.health.all().items()
-        }
-
-    async def _health_changed(self, changed: dict[int, GpuCondition]) -> None:
-        """Tell the holders of reservations (active or in the next week) on GPUs whose health
-        or drain changed: a `gpu.health` webhook event each."""
-        now = utcnow()
-        held = await self.run(
-            self.store.reservations.window, now, now + timedelta(days=7), gpu_ids=list(changed)
-        )
-        for gpu_id, condition in changed.items():
-            gpu = self.store.inventory.gpu_by_id(gpu_id)
-            if gpu.is_slice:
-                continue  # told once, for the whole GPU
-            mine = [r for r in held if any(g.id == gpu_id or g.parent_id == gpu_id for g in r.gpus)]
-            state = "drained" if condition.drained else condition.state
-            text = f"{gpu.ref} is {state}" + (
-                f": {'; '.join(condition.reasons)}" if condition.reasons else ""
-            )
-            public = {"gpu": gpu.ref, "uuid": gpu.uuid, **condition.to_json()}
-            for owner in sorted({r.owner for r in mine}):
-                ids = [r.id for r in mine if r.owner == owner]
-                await self.integrations.webhooks.emit(
-                    "gpu.health", {**public, "reservations": ids}, [owner], text + ".", None
-                )
-            await self.integrations.webhooks.emit("gpu.health", public, [], text + ".", public)
-
-    def _live_counts(self) -> LiveCounts:
-        """Reservations, holdings, waiting jobs and open violations (blocking reads)."""
-        db, now = self.store.db, utcnow()
-        queued, oldest = livecounts.waiting_jobs(db)
-        kinds: dict[str, int] = {}
-        for item in self.protection.ongoing():
-            kinds[str(item.get("kind"))] = kinds.get(str(item.get("kind")), 0) + 1
-        return LiveCounts(
-            reservations=livecounts.reservation_counts(db, now),
-            holdings=tuple(Holding(*row) for row in livecounts.holdings(db, now)),
-            queued=queued,
-            queue_wait_max_s=(now - oldest).total_seconds() if oldest else 0.0,
-            violations=kinds,
-        )
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking (database) work in the hive's thread pool."""

@@ -18,6 +18,7 @@ up to cli each may also import model and errors):
     integrations                          jobs, store, privacy
     protection                            integrations, monitor, hosts, store, privacy
     kernels                               bookings, jobs, protection, hosts, store
+    hive_settings                         every service above (their settings, for the Hive)
     hive                                  every service above (the composition root)
     server                                hive and the services but store (never notebook, widgets)
     notebook                              model, hosts.guidance (the kernel side)
@@ -59,7 +60,8 @@ LAYERS: dict[str, set[str]] = {
     "integrations": {"errors", "model", "privacy", "store", "jobs"},
     "protection": {"errors", "model", "privacy", "store", "hosts", "monitor", "integrations"},
     "kernels": {"errors", "model", "store", "hosts", "bookings", "jobs", "protection"},
-    "hive": {"errors", "model", "privacy", *SERVICES},
+    "hive": {"errors", "model", "privacy", "hive_settings", *SERVICES},
+    "hive_settings": {"model", "privacy", *SERVICES},
     # the server reaches the store only through the services (it names no table, no row)
     "server": {"_version", "errors", "model", "privacy", "hive", *(SERVICES - {"store"})},
     "notebook": {"model", "hosts.guidance"},
@@ -422,6 +424,37 @@ def test_the_server_does_not_reach_the_store() -> None:
         if top(edge.source) == "server" and top(edge.target) == "store"
     ]
     assert wrong == [], "server/ imports store/:\n" + "\n".join(wrong)
+
+
+HIVE_MAX_LINES = 150
+
+
+def package_summaries() -> dict[str, str]:
+    """Each top-level package's docstring, its first line."""
+    found = {}
+    for path in sorted(ROOT.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+        found[path.parent.name] = doc.splitlines()[0] if doc else ""
+    return found
+
+
+def test_every_package_says_what_it_is_for() -> None:
+    """A package's docstring opens with one sentence of what it is for, not its own name."""
+    vague = {
+        name: line
+        for name, line in package_summaries().items()
+        if len(line) < 40 or line.rstrip(".").lower() == name or len(line) > 100
+    }
+    assert vague == {}, f"say in one line (40-100 characters) what each is for: {vague}"
+
+
+def test_the_composition_root_stays_plain() -> None:
+    """hive.py builds, wires, starts and stops the services; what they do lives with them."""
+    lines = len((ROOT / "hive.py").read_text().splitlines())
+    assert lines <= HIVE_MAX_LINES, (
+        f"hive.py has {lines} lines (at most {HIVE_MAX_LINES}): move wiring logic into the "
+        "services or a small factory beside them (monitor/scrape.py, kernels.lifecycle.end_policy)"
+    )
 
 
 def test_tests_never_import_a_benchmark() -> None:

@@ -33,6 +33,7 @@ Changed = Callable[[str, Reservation, str, "str | None"], Any]
 PROTECTION = "protection"  # who protection's ends are by
 SYSTEM = "gpuhive"  # who changes nobody asked for are by (a MIG re-partition)
 RULES_CHANGED = "access rules changed"
+MIG_CHANGED = "MIG slices re-partitioned"
 
 
 class Bookings:
@@ -152,6 +153,10 @@ class Bookings:
         if ended is not None:
             self._changed("changed", ended, by, reason)
         return ended
+
+    async def repartitioned(self) -> dict[int, str | None]:
+        """MIG slices were re-partitioned: re-check every live reservation's flag."""
+        return await self.reflag(SYSTEM, MIG_CHANGED)
 
     async def reflag(self, by: str, reason: str) -> dict[int, str | None]:
         """Re-check every live reservation's flag after `reason` (limits or access rules

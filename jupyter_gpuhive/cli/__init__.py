@@ -1,1 +1,1 @@
-"""cli."""
+"""`jupyter gpuhive …`: set up and run a site from the shell (init, hosts, keys, sim, migrate)."""

@@ -12,10 +12,11 @@ from typing import Any
 from ..errors import Invalid, NotFound
 from ..jobs.model import ACTIVE, Job
 from ..model import UTC, Identity, Reservation
+from ..model.health import GpuCondition
 from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
 from ..store.subscriptions import Subscription
-from . import mail
+from . import health, mail
 from .digests import DigestService
 from .feeds import Feeds, FeedSettings
 from .mail import MailSettings
@@ -253,6 +254,10 @@ class Integrations:
         own, public = ({"job": job_summary_json(job, who, self.privacy)}
                        for who in (Identity(job.owner), ANYONE))  # fmt: skip
         await self.webhooks.emit(f"job.{kind}", own, [job.owner], text + ".", public)
+
+    async def health_changed(self, changed: dict[int, GpuCondition]) -> None:
+        """GPUs' health or drain changed: a `gpu.health` event to their holders (next week)."""
+        await health.tell_holders(self.store, self.run, self.webhooks, changed, self.now())
 
     async def on_sweep(self, _sweep: Any) -> None:
         """Job starts and ends, and new violations, as webhook events."""

@@ -1,6 +1,7 @@
-"""Job templates: from a job's GPUs and a command template to resolved, quoted shell commands.
+"""Jobs on GPU hosts: templates, the launcher (GNU screen), the queue with backfill, reports.
 
-Pure and side-effect free: nothing here touches a host, a process or the store.
+Re-exported here: the templates, from a job's GPUs and a command template to resolved, quoted
+shell commands (pure: they touch no host, process or store).
 """
 
 from ..model.jobs import session_name

@@ -28,6 +28,7 @@ from ..store import Store
 from . import views
 from .endpolicy import EXTEND, INTERRUPT, SHUTDOWN, WARN, Choice, EndSettings, clock, warning_text
 from .live import KernelControl, LiveKernel
+from .registry import KernelRegistry
 
 log = logging.getLogger(__name__)
 
@@ -377,3 +378,15 @@ def _gpus(res: Reservation) -> str:
 
 
 __all__ = ["EXTEND", "INTERRUPT", "KERNEL_END", "SHUTDOWN", "WARN", "Lifecycle"]
+
+
+def end_policy(
+    settings: EndSettings, kernels: KernelRegistry, store: Store, run: Run, bookings: Bookings,
+    identity_of: Callable[[str], Identity], level: int = 0,
+) -> Lifecycle:  # fmt: skip
+    """The end policy over `kernels`, woken by each of their events, extending through
+    `bookings` as the owner would."""
+    life = Lifecycle(settings, kernels, store, run, level=level,
+                     extend=extender(bookings, identity_of, run))  # fmt: skip
+    kernels.subscribe(lambda event: life.kick())
+    return life

@@ -1,1 +1,1 @@
-"""protection."""
+"""GPUs used without a reservation: violations found per sweep, the escalation ladder, idle ends."""

@@ -74,6 +74,11 @@ class Protection:
         """The UNIX user of a gpuhive user (the identity unless configured)."""
         return self.settings.user_map.get(name, name)
 
+    def gpuhive_user(self, unix: str) -> str:
+        """The gpuhive user of a UNIX user (the inverse of `unix_user`)."""
+        names = {mapped: name for name, mapped in self.settings.user_map.items()}
+        return names.get(unix, unix)
+
     # --- the sweep listener ----------------------------------------------------------------
 
     async def on_sweep(self, sweep: Sweep) -> None:

@@ -1,1 +1,1 @@
-"""server."""
+"""The Jupyter server extension: configuration, the REST API, team mode, identity, kernels."""

@@ -11,6 +11,7 @@ from .integrations import Integrations
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
+from .livecounts import LiveCountReads
 from .reports import ReportReads
 from .reservations import Changes, Reservations
 from .rules import Rules
@@ -42,6 +43,7 @@ class Store:
         self.integrations = Integrations(self.db)  # feeds, webhooks and their delivery log
         self.subscriptions = Subscriptions(self.db)  # availability subscriptions
         self.digests = Digests(self.db)  # who gets a daily digest, and when it was sent
+        self.live_counts = LiveCountReads(self.db)  # a Prometheus scrape's aggregates
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -53,3 +53,22 @@ def waiting_jobs(db: Database) -> tuple[dict[str, int], datetime | None]:
         rows = conn.execute(query).all()
     oldest = [row[2] for row in rows if row[2] is not None]
     return {row[0]: int(row[1]) for row in rows}, min(oldest) if oldest else None
+
+
+class LiveCountReads:
+    """The scrape's aggregate reads as a repository (`Store.live_counts`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def reservation_counts(self, now: datetime) -> dict[tuple[str, str], int]:
+        """{(owner, 'active' | 'upcoming'): count} of reservations not ended nor cancelled."""
+        return reservation_counts(self.db, now)
+
+    def holdings(self, now: datetime) -> list[tuple[str, int, str]]:
+        """What each active reservation holds (see `holdings`)."""
+        return holdings(self.db, now)
+
+    def waiting_jobs(self) -> tuple[dict[str, int], datetime | None]:
+        """Waiting queued jobs per owner and the oldest one's creation (see `waiting_jobs`)."""
+        return waiting_jobs(self.db)

@@ -1,0 +1,38 @@
+"""What the Hive needs from configuration: one settings value per service, and the store's URL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .bookings.fairshare import FairShareSettings
+from .bookings.reservations import Policy
+from .hosts.pool import SshSettings
+from .integrations import IntegrationSettings
+from .kernels.endpolicy import EndSettings
+from .model import HostDecl
+from .privacy import Privacy
+from .protection.service import ProtectionSettings
+
+
+@dataclass
+class HiveSettings:
+    """Everything the core needs from configuration."""
+
+    db_url: str
+    policy: Policy
+    hosts: list[HostDecl] = field(default_factory=list)
+    admin_users: frozenset[str] = frozenset()
+    admin_groups: frozenset[str] = frozenset()
+    groups: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    workers: int = 8
+    ssh: SshSettings = field(default_factory=SshSettings)
+    poll_interval: float = 5.0
+    history: int = 720
+    monitor: bool = True
+    protection: ProtectionSettings = field(default_factory=ProtectionSettings)
+    privacy: Privacy = field(default_factory=Privacy)
+    integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
+    fairshare: FairShareSettings = field(default_factory=FairShareSettings)
+    kernel_end: EndSettings = field(default_factory=EndSettings)
+    metrics_token: str = ""  # the Prometheus scrape's bearer token ("": admins only)
