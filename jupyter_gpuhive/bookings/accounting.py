@@ -7,7 +7,11 @@ Usage score of a user over a window (default the last 30 days, up to now):
   for an hour is half a GPU-hour), and busy GPU-hours (any process or load);
 - reserved-but-idle GPU-hours: reserved minus busy;
 - no-shows and violations caused (as offender) that began in the window;
-- efficiency: used (weighted) / reserved, in percent.
+- efficiency: used (weighted) / reserved, in percent, over the reserved GPU-hours whose
+  utilisation was measured: the hours of MIG slices (the driver reports no utilisation of a
+  slice) and the hours a GPU in MIG mode was charged without one are left out and shown as
+  `unmeasured_gpu_hours`. Unknown is neither idle nor busy: a user with no measured hour has
+  no efficiency (None), so no efficiency tier applies to them.
 
 Accounting report per month (site time), per user, group and host and for the site:
 GPU-hours reserved, used (busy, whoever paid), used by queued jobs outside reservations,
@@ -76,8 +80,12 @@ def scores(
 ) -> list[dict[str, Any]]:
     """The usage score of each user over [start, end)."""
     reserved: dict[str, float] = {}
+    on_slices: dict[str, float] = {}
     for b in booked:
-        reserved[b.owner] = reserved.get(b.owner, 0.0) + overlap_hours(b.start, b.end, start, end)
+        hours = overlap_hours(b.start, b.end, start, end)
+        reserved[b.owner] = reserved.get(b.owner, 0.0) + hours
+        if b.slice:
+            on_slices[b.owner] = on_slices.get(b.owner, 0.0) + hours
     out = []
     for user in sorted(set(users)):
         inside = charges.get((user, RESERVED), {})
@@ -88,6 +96,9 @@ def scores(
             if payer == user and kind != RESERVED
         ) / 3600  # fmt: skip
         booked_hours = reserved.get(user, 0.0)
+        unrated = inside.get("unrated_seconds", 0.0) / 3600
+        unmeasured = min(booked_hours, on_slices.get(user, 0.0) + unrated)
+        rated = booked_hours - unmeasured
         out.append({
             "user": user,
             "reserved_gpu_hours": round(booked_hours, 3),
@@ -97,7 +108,8 @@ def scores(
             "used_outside_reservations_gpu_hours": round(outside, 3),
             "no_shows": no_shows.get(user, 0),
             "violations_caused": caused.get(unix_user(user), 0),
-            "efficiency": round(100 * weighted / booked_hours, 1) if booked_hours else None,
+            "efficiency": round(100 * weighted / rated, 1) if rated > 0 else None,
+            "unmeasured_gpu_hours": round(unmeasured, 3),
         })  # fmt: skip
     return out
 

@@ -9,6 +9,9 @@ Per GPU and interval between two consecutive samples (t0, t1]:
   to the site's.
 - used: the whole interval when a process ran on the GPU at t1 or its utilisation was at
   least `idle_util` percent; utilisation-weighted: the interval × utilisation at t1.
+- unrated: an interval whose utilisation the driver did not report (a GPU in MIG mode) adds
+  nothing to the utilisation-weighted time and counts as `unrated_seconds`: unknown is
+  neither idle nor busy, and efficiency is computed over the rated time only.
 - energy: the power draw integrated with the trapezoid rule, (p0 + p1) / 2 × (t1 − t0).
   When either reading is missing ([N/A], not supported) the interval's time is kept but its
   energy is not: it counts as unmetered time.
@@ -122,6 +125,7 @@ def charge(
         "seconds": seconds,
         "used_seconds": seconds if busy else 0.0,
         "util_seconds": seconds * (after.util or 0) / 100,
+        "unrated_seconds": seconds if after.util is None else 0.0,
         "energy_j": joules or 0.0,
         "unmetered_seconds": 0.0 if joules is not None else seconds,
     }

@@ -219,7 +219,8 @@ def idle_reservations(
 ) -> dict[int, Reservation]:
     """Active reservations whose every GPU was seen this sweep with no process and low load.
 
-    A GPU the sweep did not see (host down, probe failed) is never idle: nothing is ended on
+    A GPU the sweep did not see (host down, probe failed), or whose utilisation the driver
+    does not report (MIG slices, GPUs in MIG mode), is never idle: nothing is ended on
     partial knowledge.
     """
     views = gpu_views(samples)
@@ -236,4 +237,4 @@ def _idle(view: GpuView | None, util_below: float) -> bool:
     if view is None or view.processes:
         return False
     util = view.metrics.util_gpu
-    return util is None or util < util_below
+    return util is not None and util < util_below  # not reported (MIG): not known to be idle

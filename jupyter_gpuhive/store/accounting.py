@@ -33,7 +33,8 @@ from .schema import (
 # reservations, another gpuhive job outside them, other processes, or nothing (payer '').
 RESERVED, QUEUED, JOB, UNRESERVED, IDLE = "reserved", "queued", "job", "unreserved", "idle"
 KINDS = (RESERVED, QUEUED, JOB, UNRESERVED, IDLE)
-FIGURES = ("seconds", "used_seconds", "util_seconds", "energy_j", "unmetered_seconds")
+FIGURES = ("seconds", "used_seconds", "util_seconds", "energy_j", "unmetered_seconds",
+           "unrated_seconds")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Charge:
     util_seconds: float = 0.0
     energy_j: float = 0.0
     unmetered_seconds: float = 0.0
+    unrated_seconds: float = 0.0  # no utilisation reported (a GPU in MIG mode)
     subjects: tuple[tuple[str, int], ...] = ()  # ('reservation' | 'job', id)
 
     def figures(self) -> dict[str, float]:
@@ -74,6 +76,7 @@ class Booked:
     start: datetime
     end: datetime
     gpu_id: int
+    slice: bool = False  # a MIG slice: the driver reports no utilisation of its own
 
 
 def _add(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict[str, Any]]) -> None:
@@ -183,8 +186,15 @@ class Accounting:
         with self.db.read() as conn:
             longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
             query = (
-                select(r.c.owner, rg.c.start_at, rg.c.end_at, rg.c.gpu_id)
+                select(
+                    r.c.owner,
+                    rg.c.start_at,
+                    rg.c.end_at,
+                    rg.c.gpu_id,
+                    gpus.c.parent_id.is_not(None),
+                )
                 .join(r, r.c.id == rg.c.reservation_id)
+                .join(gpus, gpus.c.id == rg.c.gpu_id)
                 .where(
                     rg.c.cancelled.is_(False),
                     rg.c.start_at < end,
@@ -195,7 +205,7 @@ class Accounting:
             if owners is not None:
                 query = query.where(r.c.owner.in_(list(owners)))
             rows = conn.execute(query).all()
-        return [Booked(o, a, b, g) for o, a, b, g in rows]
+        return [Booked(o, a, b, g, bool(s)) for o, a, b, g, s in rows]
 
     def incidents(
         self, start: datetime, end: datetime, kinds: Sequence[str], column: str

@@ -45,7 +45,8 @@ def _values(r: GpuReading, **key: Any) -> dict[str, Any]:
         "util_sum": util,
         "util_max": util,
         "util_samples": 0 if util is None else 1,
-        "mem_sum_mib": float(r.mem_used_mib or 0),
+        "mem_sum_mib": None if r.mem_used_mib is None else float(r.mem_used_mib),
+        "mem_samples": 0 if r.mem_used_mib is None else 1,
     }
 
 
@@ -59,11 +60,14 @@ def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict
     stmt = insert_(table)
     new, old = stmt.excluded, table.c
     larger = func.greatest if dialect == "postgresql" else func.max
-    summed = ("samples", "seconds", "busy_seconds", "util_samples", "mem_sum_mib",
+    summed = ("samples", "seconds", "busy_seconds", "util_samples", "mem_samples",
               "foreign_seconds")  # fmt: skip
     update: dict[str, Any] = {c: old[c] + new[c] for c in summed if c in table.c}
     # NULL (not reported) + x = x; NULL only while no sample had a utilisation
     update["util_sum"] = func.coalesce(old.util_sum + new.util_sum, old.util_sum, new.util_sum)
+    update["mem_sum_mib"] = func.coalesce(
+        old.mem_sum_mib + new.mem_sum_mib, old.mem_sum_mib, new.mem_sum_mib
+    )
     update["util_max"] = larger(
         func.coalesce(old.util_max, new.util_max), func.coalesce(new.util_max, old.util_max)
     )
@@ -71,7 +75,7 @@ def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict
         {
             c: new[c]
             for c in (col.name for col in table.columns)
-            if c not in (*keys, *summed, "util_sum", "util_max", *keep)
+            if c not in (*keys, *summed, "util_sum", "util_max", "mem_sum_mib", *keep)
         }
     )
     conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), rows)
@@ -80,6 +84,7 @@ def _upsert(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict
 def _summary(row: Any) -> dict[str, Any]:
     samples = row.samples or 0
     rated = row.util_samples or 0
+    memory = row.mem_samples or 0
     return {
         "samples": samples,
         "observed_hours": round((row.seconds or 0) / 3600, 4),
@@ -87,7 +92,8 @@ def _summary(row: Any) -> dict[str, Any]:
         "mean_util": round(row.util_sum / rated, 1) if rated else None,
         "max_util": row.util_max if rated else None,
         **_label(samples, rated),
-        "mean_mem_mib": round(row.mem_sum_mib / samples, 1) if samples else None,
+        "mean_mem_mib": round(row.mem_sum_mib / memory, 1) if memory else None,
+        **({"mem_label": NOT_REPORTED} if samples and not memory else {}),
     }
 
 
@@ -179,6 +185,7 @@ class Usage:
             func.max(h.c.util_max).label("util_max"),
             func.sum(h.c.mem_sum_mib).label("mem_sum_mib"),
             func.sum(h.c.util_samples).label("util_samples"),
+            func.sum(h.c.mem_samples).label("mem_samples"),
         )
         span = and_(h.c.hour >= start.replace(minute=0, second=0, microsecond=0), h.c.hour < end)
         with self.db.read() as conn:
@@ -204,6 +211,7 @@ class Usage:
             func.max(ru.c.util_max).label("util_max"),
             func.sum(ru.c.mem_sum_mib).label("mem_sum_mib"),
             func.sum(ru.c.util_samples).label("util_samples"),
+            func.sum(ru.c.mem_samples).label("mem_samples"),
         )
         out: dict[int, dict[str, Any]] = {}
         with self.db.read() as conn:

@@ -20,6 +20,7 @@ SCORE_COLUMNS = (
     ("no_shows", "no-shows"),
     ("violations_caused", "violations"),
     ("efficiency", "efficiency %"),
+    ("unmeasured_gpu_hours", "not measured h"),  # MIG: no utilisation reported, not 0 %
 )
 
 
@@ -31,6 +32,14 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
         for r in rows
     )  # fmt: skip
     return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def _score(score: dict[str, Any], key: str) -> Any:
+    """One cell of the scores table: an efficiency over no measured hour is 'not measured'."""
+    value = score.get(key)
+    if value is None and key == "efficiency" and score.get("unmeasured_gpu_hours"):
+        return "not measured"
+    return "–" if value is None else value
 
 
 class AccountingView(Shown):
@@ -120,8 +129,7 @@ class AccountingView(Shown):
         self.check.value = html.escape(m.check_text())
         self.scores.value = _table(
             [label for _, label in SCORE_COLUMNS],
-            [[s.get(key) if s.get(key) is not None else "–" for key, _ in SCORE_COLUMNS]
-             for s in m.scores],
+            [[_score(s, key) for key, _ in SCORE_COLUMNS] for s in m.scores],
         )  # fmt: skip
         self.admin.layout.display = None if m.admin else "none"
         mine = m.my_limits()

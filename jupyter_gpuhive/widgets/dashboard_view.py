@@ -102,6 +102,7 @@ def usage_text(usage: dict[str, Any] | None) -> str:
         parts.append(
             f"{html.escape(g['gpu'])}: {g.get('used_gpu_hours', 0):.2f} h used, "
             f"{g.get('samples', 0)} samples, {_utilization(g)}"
+            + (f", memory {html.escape(g['mem_label'])}" if g.get("mem_label") else "")
         )
     return "<br>".join(parts)
 

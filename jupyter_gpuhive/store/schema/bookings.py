@@ -169,7 +169,8 @@ reservation_usage = Table(
     Column("util_sum", Float),  # NULL: the driver reported no utilisation (0013)
     Column("util_max", Float),
     Column("util_samples", Integer, nullable=False, server_default="0"),  # those that had one
-    Column("mem_sum_mib", Float, nullable=False),
+    Column("mem_sum_mib", Float),  # NULL: the driver reported no memory use (0016)
+    Column("mem_samples", Integer, nullable=False, server_default="0"),  # those that had one
     Column("foreign_seconds", Float, nullable=False),
     Column("first_at", UTCDateTime, nullable=False),
     Column("last_at", UTCDateTime, nullable=False),
@@ -189,7 +190,8 @@ gpu_usage_hourly = Table(
     Column("util_sum", Float),  # NULL: the driver reported no utilisation (0013)
     Column("util_max", Float),
     Column("util_samples", Integer, nullable=False, server_default="0"),  # those that had one
-    Column("mem_sum_mib", Float, nullable=False),
+    Column("mem_sum_mib", Float),  # NULL: the driver reported no memory use (0016)
+    Column("mem_samples", Integer, nullable=False, server_default="0"),  # those that had one
     PrimaryKeyConstraint("gpu_id", "hour", "user_name"),
     Index(None, "hour"),
 )

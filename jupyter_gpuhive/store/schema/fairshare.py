@@ -33,6 +33,8 @@ def _charge_columns() -> list[Column[float]]:
         Column("util_seconds", Float, nullable=False),  # seconds × utilisation
         Column("energy_j", Float, nullable=False),  # integrated power draw
         Column("unmetered_seconds", Float, nullable=False),  # measured, but no power reading
+        # measured, but no utilisation reported (0016)
+        Column("unrated_seconds", Float, nullable=False, server_default="0"),
     ]
 
 
