@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts.doctor import QUERIES, Output, judge
+from jupyter_gpuhive.cli.doctor_checks import QUERIES, Output, judge
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.hosts.health import parse_health
 from jupyter_gpuhive.hosts.nvsmi import (

@@ -72,8 +72,8 @@ jupyter gpuhive doctor --json > doctor.json
         sys.exit(1 if failed else 0)
 
     async def _diagnose(self, hosts: list[Any], ssh: Any) -> list[Any]:
-        from ..hosts.doctor import diagnose
         from ..hosts.pool import HostPool
+        from .doctor_checks import diagnose
 
         pool = HostPool(hosts, ssh)
         try:

@@ -14,10 +14,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..kernels.launch import python_command
-from ..model import HostDecl
-from .health import DEGRADED, FAILED, lost_gpus, parse_health, without_lost
-from .nvsmi import (
+from ..hosts.health import DEGRADED, FAILED, lost_gpus, parse_health, without_lost
+from ..hosts.nvsmi import (
     NvsmiDriverError,
     NvsmiParseError,
     NvsmiReport,
@@ -27,10 +25,12 @@ from .nvsmi import (
     parse_query_gpu,
     parse_query_xml,
 )
-from .pool import HostPool, HostUnavailable
-from .probe import APPS_QUERY, GPU_QUERY, LIST_QUERY, XML_QUERY, without_process_names
-from .topology import COMMAND as TOPO_QUERY
-from .topology import TopologyError, parse_topology
+from ..hosts.pool import HostPool, HostUnavailable
+from ..hosts.probe import APPS_QUERY, GPU_QUERY, LIST_QUERY, XML_QUERY, without_process_names
+from ..hosts.topology import COMMAND as TOPO_QUERY
+from ..hosts.topology import TopologyError, parse_topology
+from ..kernels.launch import python_command
+from ..model import HostDecl
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 # (the check's name, the file its raw output is saved as, the command): named by the query.
