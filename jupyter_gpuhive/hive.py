@@ -56,6 +56,7 @@ class Hive:
             s.protection, self.store, self.pool, self.run, publish=publish,
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
             end_reservation=self._end_reservation,  # through the bookings service, built next
+            mail=s.integrations.mail,  # the site's one SMTP settings object
         )  # fmt: skip
         self.bookings = Bookings(
             self.store, self.run, s.policy, identity_of, s.privacy,

@@ -537,3 +537,72 @@ def test_the_writer_check_sees_a_call_a_reference_and_an_import(tmp_path: Path) 
         "    self.bookings.reservations.create(None, None)\n"
     )
     assert sorted(reservation_writes(probe)) == [1, 3, 4, 5]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The dotted names a Python file imports absolutely (`from a.b import c`: a.b, a.b.c)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+# One way out for messages (issue #32): e-mail leaves through integrations/mail.py, a
+# message's HTTP through the courier's Sender (integrations/delivery.py). The other HTTP
+# clients are not messages: client mode forwarding API calls to the team's service (the API's
+# own transport, to a URL the admin set) and the kernel side's REST client.
+OUTBOUND = {
+    "smtp": ({"smtplib", "aiosmtplib"}, {"integrations.mail"}),
+    "http": (
+        {"tornado.httpclient", "tornado.simple_httpclient", "tornado.curl_httpclient",
+         "urllib.request", "http.client", "httpx", "aiohttp", "requests", "urllib3", "pycurl"},
+        {"integrations.delivery", "server.api.proxy", "server.service_link", "notebook.client"},
+    ),
+}  # fmt: skip
+
+
+def outbound_imports(known: dict[str, tuple[Path, bool]]) -> list[str]:
+    """`file: library` for each module outside the seams that imports an SMTP or HTTP client."""
+    found = []
+    for name, (path, _) in known.items():
+        inside = name.removeprefix(f"{PACKAGE}.")
+        imported = _imported_modules(path)
+        for kind, (libraries, seams) in OUTBOUND.items():
+            if inside in seams:
+                continue
+            hits = {
+                lib for lib in libraries for i in imported if i == lib or i.startswith(lib + ".")
+            }
+            shown = path.relative_to(ROOT.parent) if path.is_relative_to(ROOT) else path
+            found += [f"  {shown}: {lib} ({kind})" for lib in sorted(hits)]
+    return found
+
+
+def test_only_the_seams_send_mail_and_http() -> None:
+    """Only integrations/mail.py speaks SMTP; only the courier's Sender posts messages."""
+    found = outbound_imports(modules())
+    if found:
+        pytest.fail(
+            "Messages leave through one seam: e-mail through integrations/mail.py (send, "
+            "deliver), HTTP through integrations/delivery.py (Sender); imported here:\n"
+            + "\n".join(found)
+        )
+
+
+def test_the_outbound_check_sees_smtp_and_http(tmp_path: Path) -> None:
+    mailer, poster, fine = tmp_path / "m.py", tmp_path / "p.py", tmp_path / "fine.py"
+    mailer.write_text("import smtplib\n")
+    poster.write_text("def f():\n    from tornado.httpclient import AsyncHTTPClient\n")
+    fine.write_text("import smtplib\nimport urllib.parse\n")
+    found = outbound_imports(
+        {
+            f"{PACKAGE}.protection.handlers.m": (mailer, False),
+            f"{PACKAGE}.protection.handlers.p": (poster, False),
+            f"{PACKAGE}.integrations.mail": (fine, False),
+        }
+    )
+    assert found == [f"  {mailer}: smtplib (smtp)", f"  {poster}: tornado.httpclient (http)"]

@@ -230,7 +230,7 @@ class Integrations:
                 "to book it gets it.\n\n-- gpuhive\n"
             )
             try:
-                await asyncio.to_thread(mail.send, self.settings.mail, address, subject, body)
+                await mail.deliver(self.settings.mail, address, subject, body)
             except Exception as error:
                 log.warning("gpuhive: availability e-mail to %s failed: %s", address, error)
         if "webhook" in sub.channels:

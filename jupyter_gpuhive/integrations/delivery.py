@@ -1,5 +1,11 @@
 """How a webhook event reaches an endpoint: the signature, the address guard, the deliveries.
 
+This is the one way HTTP leaves gpuhive for a message (tests/test_architecture.py holds it):
+`Sender` posts, signed, to one destination through its PinnedResolver; the courier's
+`Deliveries` and the violation handler `webhook` (protection/handlers/webhook.py) both use
+it. A destination an admin set (a site webhook; a handler in the server's configuration) is
+`site=True` and may point anywhere; a user's own endpoint gets public addresses only.
+
 `Deliveries` runs in the courier's process (courier.py), never on the server's loop. Each
 endpoint has its own queue, worker and HTTP client, and every attempt has a timeout: an
 endpoint that hangs or fails delays only its own deliveries. A failed attempt is retried after
@@ -90,6 +96,100 @@ def checked(settings: WebhookSettings, site: bool) -> bool:
 async def guarded(settings: WebhookSettings, site: bool, url: str) -> str | None:
     """Why `url` is refused to a personal (non-site) endpoint, or None."""
     return await public_only(url, settings.timeout) if checked(settings, site) else None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one POST came to: the status (None: no answer), the error (None: delivered)."""
+
+    status: int | None
+    error: str | None
+    took: float  # seconds
+
+
+def backoff_delay(settings: WebhookSettings, attempts: int) -> float:
+    """The wait after `attempts` failures: backoff·2^(n-1), capped, with ±50 % jitter."""
+    base = min(settings.backoff_cap, settings.backoff * 2 ** (attempts - 1))
+    return base * random.uniform(0.5, 1.5)
+
+
+class Sender:
+    """One destination's HTTP client and pinned resolver: every message POST goes through one.
+
+    `site` says who set the destination: True for an admin (a site webhook, a violation
+    handler in the server's configuration), which may point anywhere; False for a user's own
+    endpoint, which gets only public addresses unless the site allows private ones.
+    """
+
+    def __init__(self, settings: WebhookSettings, *, site: bool, clients: int = 1) -> None:
+        self.settings = settings
+        self.site = site
+        self.resolver = PinnedResolver(
+            timeout=settings.timeout, public_only=checked(settings, site)
+        )
+        self.client = AsyncHTTPClient(
+            force_instance=True, max_clients=clients, resolver=self.resolver
+        )
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        *,
+        event: str,
+        event_id: str,
+        secret: str | None,
+        headers: dict[str, str] | None = None,
+    ) -> Attempt:
+        """One signed POST (unsigned without a secret) to the checked addresses of `url`."""
+        stamp = int(time.time())
+        sent = {
+            "Content-Type": "application/json",
+            "User-Agent": "jupyter-gpuhive webhooks",
+            **(headers or {}),
+            EVENT_HEADER: event,
+            IDEMPOTENCY_HEADER: event_id,
+            TIMESTAMP_HEADER: str(stamp),
+        }
+        if secret:
+            sent[SIGNATURE_HEADER] = sign(secret, stamp, body)
+        request = HTTPRequest(
+            url,
+            method="POST",
+            body=body,
+            headers=sent,
+            connect_timeout=self.settings.timeout,
+            request_timeout=self.settings.timeout,
+            follow_redirects=False,
+        )
+        began = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        try:
+            await self.resolver.addresses(*host_port(url))  # NotSent: not checked ok
+            reply = await self.client.fetch(request, raise_error=False)  # to those addresses only
+            status = reply.code if reply.code != 599 else None
+            if reply.code == 599:
+                error = str(reply.error or "no answer")
+            elif not 200 <= reply.code < 300:
+                error = f"HTTP {reply.code}"
+        except Exception as failure:  # DNS, refused, TLS: the attempt failed
+            error = str(failure) or type(failure).__name__
+        return Attempt(status, error, time.monotonic() - began)
+
+    async def deliver(self, url: str, body: bytes, **how: Any) -> list[Attempt]:
+        """`post` until delivered or `max_attempts` failed, with the courier's backoff; every
+        attempt (for callers that wait for the outcome, such as the violation ladder)."""
+        attempts: list[Attempt] = []
+        while True:
+            attempts.append(await self.post(url, body, **how))
+            if attempts[-1].error is None or len(attempts) >= self.settings.max_attempts:
+                return attempts
+            await asyncio.sleep(backoff_delay(self.settings, len(attempts)))
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self.client.close()
 
 
 @dataclass(frozen=True)
@@ -200,16 +300,13 @@ class Deliveries:
 
     async def _work(self, webhook: Webhook, queue: asyncio.Queue[_Parcel]) -> None:
         """One endpoint's deliveries, at most PER_ENDPOINT at a time, each with a timeout."""
-        resolver = PinnedResolver(
-            timeout=self.settings.timeout, public_only=checked(self.settings, webhook.site)
-        )
-        client = AsyncHTTPClient(force_instance=True, max_clients=PER_ENDPOINT, resolver=resolver)
+        sender = Sender(self.settings, site=webhook.site, clients=PER_ENDPOINT)
         slots = asyncio.Semaphore(PER_ENDPOINT)
         running: set[asyncio.Task[None]] = set()
 
         async def one(parcel: _Parcel) -> None:
             try:
-                await self._attempt(client, resolver, queue, parcel)
+                await self._attempt(sender, queue, parcel)
             except Exception:  # never let one delivery stop the others
                 log.exception("gpuhive: webhook %s event %s", parcel.webhook.id, parcel.event_id)
             finally:
@@ -226,48 +323,17 @@ class Deliveries:
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-            client.close()
+            sender.close()
 
     async def _attempt(
-        self,
-        client: AsyncHTTPClient,
-        resolver: PinnedResolver,
-        queue: asyncio.Queue[_Parcel],
-        parcel: _Parcel,
+        self, sender: Sender, queue: asyncio.Queue[_Parcel], parcel: _Parcel
     ) -> None:
         webhook = parcel.webhook
-        stamp = int(time.time())
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "jupyter-gpuhive webhooks",
-            EVENT_HEADER: parcel.event,
-            IDEMPOTENCY_HEADER: parcel.event_id,
-            TIMESTAMP_HEADER: str(stamp),
-            SIGNATURE_HEADER: sign(webhook.secret, stamp, parcel.body),
-        }
-        request = HTTPRequest(
-            webhook.url,
-            method="POST",
-            body=parcel.body,
-            headers=headers,
-            connect_timeout=self.settings.timeout,
-            request_timeout=self.settings.timeout,
-            follow_redirects=False,
-        )
-        began = time.monotonic()
-        status: int | None = None
-        error: str | None = None
-        try:
-            await resolver.addresses(*host_port(webhook.url))  # NotSent: not checked ok
-            reply = await client.fetch(request, raise_error=False)  # to those addresses only
-            status = reply.code if reply.code != 599 else None
-            if reply.code == 599:
-                error = str(reply.error or "no answer")
-            elif not 200 <= reply.code < 300:
-                error = f"HTTP {reply.code}"
-        except Exception as failure:  # DNS, refused, TLS: the attempt failed
-            error = str(failure) or type(failure).__name__
-        took = time.monotonic() - began
+        done = await sender.post(
+            webhook.url, parcel.body, event=parcel.event, event_id=parcel.event_id,
+            secret=webhook.secret,
+        )  # fmt: skip
+        error = done.error
         parcel.attempts += 1
         if error is None:
             state = "delivered"
@@ -278,12 +344,11 @@ class Deliveries:
             state = "pending"
             self._retry(queue, parcel)
         key = (webhook.id, parcel.event_id)
-        self._log(("attempt", key, self.now(), status, error, took * 1000, state))
+        self._log(("attempt", key, self.now(), done.status, error, done.took * 1000, state))
 
     def _retry(self, queue: asyncio.Queue[_Parcel], parcel: _Parcel) -> None:
         """Requeue after backoff·2^(n-1), capped, with ±50 % jitter."""
-        base = min(self.settings.backoff_cap, self.settings.backoff * 2 ** (parcel.attempts - 1))
-        delay = base * random.uniform(0.5, 1.5)
+        delay = backoff_delay(self.settings, parcel.attempts)
         handle: asyncio.TimerHandle
 
         def put() -> None:

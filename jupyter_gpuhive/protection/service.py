@@ -18,6 +18,7 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from ..hosts.pool import HostPool
+from ..integrations.mail import MailSettings
 from ..model import Identity
 from ..monitor.sampler import Sweep
 from ..store import Store
@@ -50,13 +51,14 @@ class Protection:
         end_reservation: EndReservation = cannot_end,
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
         public: bool = False,
+        mail: MailSettings | None = None,
     ) -> None:
         self.settings = settings
         self.public = public  # every violation listed to every user (details: involved only)
         self.store = store
         self._run = run
         self._job_owners = job_owners
-        built = configure(settings, HandlerContext(pool, publish), handler_types)
+        built = configure(settings, HandlerContext(pool, publish, mail), handler_types)
         self.policy, self.ladder, self.handlers = built.policy, built.ladder, built.handlers
         self.actions = Actions(self.handlers, store, run)
         unix = self.unix_user

@@ -288,9 +288,11 @@ class GpuHiveConfig(LoggingConfigurable):
         "availability subscriptions whose GPUs became free.",
     ).tag(config=True)
     notify_email = Dict(
-        help="SMTP for availability notices and daily digests: {'host': 'smtp.lab', 'port': "
-        "587, 'starttls': True, 'username': …, 'password': …, 'sender': 'gpuhive@lab', "
-        "'address_template': '{user}@lab.org', 'addresses': {'alice': 'a@x.org'}}. "
+        help="SMTP for every e-mail gpuhive sends (availability notices, daily digests, the "
+        "violation handler 'email'): {'host': 'smtp.lab', 'port': 587, 'starttls': True, "
+        "'username': …, 'password': …, 'sender': 'gpuhive@lab', 'address_template': "
+        "'{user}@lab.org', 'addresses': {'alice': 'a@x.org'}, 'timeout': 20, 'verify': True}. "
+        "An 'email' handler's own SMTP options win over these for that handler. "
         "Empty: no e-mail.",
     ).tag(config=True)
     digest_hour = Int(

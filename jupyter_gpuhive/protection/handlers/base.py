@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from ...hosts.pool import HostPool
+from ...integrations.mail import MailSettings
 from ...model.violations import (
     FOREIGN,
     GHOST,
@@ -254,10 +255,11 @@ class Options:
 
 @dataclass
 class HandlerContext:
-    """What handlers may use: the host pool and the event publisher."""
+    """What handlers may use: the host pool, the event publisher, the site's mail settings."""
 
     pool: HostPool | None = None
     publish: Callable[[dict[str, Any]], Any] | None = None
+    mail: MailSettings | None = None  # c.GpuHiveApp.notify_email (integrations/mail.py)
 
 
 class ViolationHandler:

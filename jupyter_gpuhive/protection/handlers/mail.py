@@ -1,15 +1,21 @@
-"""E-mail handler: the offender (and admins) told over SMTP, rate-limited."""
+"""E-mail handler: the offender (and admins) told over SMTP, rate-limited.
+
+It sends through the one mail seam (integrations/mail.py). With the site's mail settings
+(c.GpuHiveApp.notify_email) and no SMTP options of its own it sends with that very settings
+object; each SMTP option it sets (host, port, sender, ssl, starttls, username, password,
+verify, timeout) wins over the site's for this handler only, the others come from the site,
+or, when the site sends no mail, from the handler's defaults (localhost, port 25 or 465).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import smtplib
-import ssl
 from collections.abc import Hashable, Mapping
-from email.message import EmailMessage
+from dataclasses import replace
 from typing import Any
 
+from ...integrations import mail
+from ...integrations.mail import SMTP_OPTIONS, MailFailed, MailSettings
 from ...model.violations import HOLDER_KINDS
 from .base import (
     SAMPLE,
@@ -48,28 +54,15 @@ class EmailHandler(ViolationHandler):
     default_timeout = 20.0
 
     def configure(self, opts: Options) -> None:
-        self.ssl = opts.flag("ssl", False)
-        self.starttls = opts.flag("starttls", False)
-        if self.ssl and self.starttls:
-            raise HandlerConfigError(
-                f"violation handler '{self.name}': choose 'ssl' (SMTPS) or 'starttls', not both."
-            )
-        self.host = opts.text("host", "localhost") or "localhost"
-        self.port = int(opts.number("port", 465 if self.ssl else 25, minimum=1))
-        self.username = opts.text("username")
-        self.password = opts.text("password")
-        if self.username and self.password is None:
-            raise HandlerConfigError(
-                f"violation handler '{self.name}': 'username' is set but 'password' is not."
-            )
-        self.verify = opts.flag("verify", True)
-        self.sender = opts.text("sender", required=True) or ""
+        self.smtp = self._smtp(opts)
         self.to_offender = opts.flag("to_offender", True)
         self.admins = opts.texts("admins")
         self.addresses = opts.mapping("addresses")
         template = opts.text("address_template")
         self.address_template = check_template(self.name, "address_template", template or "{user}")
-        if self.to_offender and not (template or self.addresses):
+        self.own_addresses = bool(template or self.addresses)  # else the site's, if any
+        site_knows = self.site is not None and self.site.knows_addresses
+        if self.to_offender and not (self.own_addresses or site_knows):
             raise HandlerConfigError(
                 f"violation handler '{self.name}' cannot reach offenders: set "
                 "'address_template' (e.g. '{user}@example.org') or 'addresses', or set "
@@ -88,8 +81,42 @@ class EmailHandler(ViolationHandler):
                 f"violation handler '{self.name}': the template in 'body' is not valid ({error!r})."
             ) from None
 
-    def address(self, user: str) -> str:
+    def _smtp(self, opts: Options) -> MailSettings:
+        """The SMTP settings: the site's object itself, or a copy with this handler's options."""
+        site = self.context.mail
+        self.site = site if site is not None and site.enabled else None
+        given = {key for key in (*SMTP_OPTIONS, "timeout") if key in opts.values}
+        ssl = opts.flag("ssl", self.site.ssl if self.site else False)
+        starttls = opts.flag("starttls", self.site.starttls if self.site else False)
+        if ssl and starttls:
+            raise HandlerConfigError(
+                f"violation handler '{self.name}': choose 'ssl' (SMTPS) or 'starttls', not both."
+            )
+        own: dict[str, Any] = {
+            "ssl": ssl,
+            "starttls": starttls,
+            "host": opts.text("host", "localhost") or "localhost",
+            "port": int(opts.number("port", 465 if ssl else 25, minimum=1)),
+            "username": opts.text("username"),
+            "password": opts.text("password"),
+            "verify": opts.flag("verify", True),
+            "sender": opts.text("sender", required=self.site is None) or "",
+            "timeout": self.timeout,
+        }
+        if own["username"] and own["password"] is None:
+            raise HandlerConfigError(
+                f"violation handler '{self.name}': 'username' is set but 'password' is not."
+            )
+        if self.site is None:
+            return MailSettings(**own)
+        if not given:
+            return self.site  # the one settings object the whole site sends with
+        return replace(self.site, **{key: own[key] for key in given})
+
+    def address(self, user: str) -> str | None:
         """The e-mail address of a user (offender's UNIX name or holder's gpuhive name)."""
+        if not self.own_addresses and self.site is not None:
+            return self.site.address(user)
         return self.addresses.get(user) or self.address_template.format(
             **{**SAMPLE.fields(), "user": user}
         )
@@ -98,8 +125,9 @@ class EmailHandler(ViolationHandler):
         """Who gets this incident's e-mail."""
         to = []
         person = incident.holder if incident.kind in HOLDER_KINDS else incident.offender
-        if self.to_offender and person:
-            to.append(self.address(person))
+        address = self.address(person) if self.to_offender and person else None
+        if address:
+            to.append(address)
         if incident.kind not in HOLDER_KINDS:
             to.extend(a for a in self.admins if a not in to)
         return to
@@ -112,30 +140,10 @@ class EmailHandler(ViolationHandler):
         if not to:
             raise HandlerFailed("no recipient for this incident")
         fields = incident.fields()
-        mail = EmailMessage()
-        mail["From"] = self.sender
-        mail["To"] = ", ".join(to)
-        mail["Subject"] = self.subject.format(**fields)
-        mail.set_content(self.body.format(**fields, message=self.text(incident, step)))
+        subject = self.subject.format(**fields)
+        text = self.body.format(**fields, message=self.text(incident, step))
         try:
-            await asyncio.to_thread(self._send, mail)
-        except (OSError, smtplib.SMTPException) as error:
-            raise HandlerFailed(f"SMTP {self.host}:{self.port}: {error}") from None
+            await mail.deliver(self.smtp, to, subject, text)
+        except MailFailed as error:
+            raise HandlerFailed(f"SMTP {self.smtp.host}:{self.smtp.port}: {error}") from None
         return f"e-mailed {', '.join(to)}"
-
-    def _send(self, mail: EmailMessage) -> None:
-        context = ssl.create_default_context()
-        if not self.verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        smtp: smtplib.SMTP
-        if self.ssl:
-            smtp = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
-        else:
-            smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-        with smtp:
-            if self.starttls:
-                smtp.starttls(context=context)
-            if self.username:
-                smtp.login(self.username, self.password or "")
-            smtp.send_message(mail)

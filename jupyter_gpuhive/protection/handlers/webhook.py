@@ -1,18 +1,22 @@
 """Webhook handler: a JSON POST (Slack-compatible payload), signed like gpuhive's webhooks
-(docs/integrations.md) when it has a `secret`."""
+(docs/integrations.md) when it has a `secret`.
+
+It posts through the courier's seam (integrations/delivery.py `Sender`): the same headers and
+signature, the pinned resolver, and retries with the courier's backoff (`attempts`,
+`backoff`) within the handler's deadline. Its URL is set by the admin in the server's
+configuration, so it is a site destination (`site=True`): it may point anywhere, like a site
+webhook. Its attempts are recorded with the action in the violation's history.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ...integrations.delivery import Sender, WebhookSettings
 from .base import (
     HandlerConfigError,
     HandlerFailed,
@@ -22,6 +26,8 @@ from .base import (
 )
 
 log = logging.getLogger(__name__)
+
+SITE = True  # the URL comes from the admin's configuration: no public-address guard
 
 
 class WebhookHandler(ViolationHandler):
@@ -40,28 +46,36 @@ class WebhookHandler(ViolationHandler):
         self.headers = opts.mapping("headers")
         self.payload = opts.choice("payload", "full", ("full", "text"))
         self.secret = opts.text("secret")
+        self.settings = WebhookSettings(
+            timeout=self.timeout,
+            max_attempts=int(opts.number("attempts", 3, minimum=1)),
+            backoff=opts.number("backoff", 1.0),
+            backoff_cap=60.0,
+        )
+
+    def deadline(self, step: Mapping[str, Any]) -> float:
+        """Every attempt's timeout and the longest backoff between them."""
+        s = self.settings
+        waits = sum(min(s.backoff_cap, s.backoff * 2**n) * 1.5 for n in range(s.max_attempts - 1))
+        return s.max_attempts * s.timeout + waits + 1.0
 
     async def handle(self, incident: Incident, step: Mapping[str, Any]) -> str:
         body: dict[str, Any] = {"text": f"gpuhive: {self.text(incident, step)}"}
         if self.payload == "full":
             body["violation"] = incident.to_json()
         data = json.dumps(body).encode()
+        sender = Sender(self.settings, site=SITE)
         try:
-            status = await asyncio.to_thread(self._post, data)
-        except (OSError, urllib.error.URLError) as error:
-            raise HandlerFailed(f"POST {self.url}: {error}") from None
-        return f"POST {self.url}: {status}"
-
-    def _post(self, data: bytes) -> int:
-        headers = {"Content-Type": "application/json", **self.headers}
-        if self.secret:  # the same scheme as the API's webhooks, so receivers share one check
-            from ...integrations import webhooks as signed
-
-            stamp = int(time.time())
-            headers[signed.EVENT_HEADER] = "violation"
-            headers[signed.IDEMPOTENCY_HEADER] = str(uuid.uuid4())
-            headers[signed.TIMESTAMP_HEADER] = str(stamp)
-            headers[signed.SIGNATURE_HEADER] = signed.sign(self.secret, stamp, data)
-        request = urllib.request.Request(self.url, data, headers, method="POST")  # noqa: S310
-        with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # noqa: S310
-            return int(reply.status)
+            attempts = await sender.deliver(
+                self.url, data, event="violation", event_id=str(uuid.uuid4()),
+                secret=self.secret, headers=self.headers,
+            )  # fmt: skip
+        finally:
+            sender.close()
+        *before, last = attempts
+        earlier = "; ".join(f"{n}: {a.error}" for n, a in enumerate(before, 1))
+        if last.error is not None:
+            tries = f" (after {len(attempts)} attempts; {earlier})" if before else ""
+            raise HandlerFailed(f"POST {self.url}: {last.error}{tries}")
+        done = f"POST {self.url}: {last.status}"
+        return f"{done} (attempt {len(attempts)}; {earlier})" if before else done
