@@ -27,7 +27,13 @@ import asyncssh
 from sweep_sshd import TEST_USERS, measure_sweeps
 
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
-from jupyter_gpuhive.hosts.probe import END, PROBE_COMMAND, PROBE_LOOP_COMMAND
+from jupyter_gpuhive.hosts.probe import (
+    END,
+    MARK,
+    PROBE_COMMAND,
+    PROBE_LOOP_COMMAND,
+    probe_loop_command,
+)
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import make_uuid, preset
@@ -35,6 +41,18 @@ from jupyter_gpuhive.sim.ports import free_ports
 from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
 
 FIXTURE_HOST = "fixture"
+PLAIN_LOOP_COMMAND = probe_loop_command(health=False)  # benchmarks/metrics.py's baseline
+
+
+def without_xml(text: str) -> str:
+    """A probe answer without its `xml` and `xmlst` sections (the probe without health)."""
+    out, keep = [], True
+    for line in text.split("\n"):
+        if line.startswith(MARK):
+            keep = line.split()[0] not in (f"{MARK}xml", f"{MARK}xmlst")
+        if keep:
+            out.append(line)
+    return "\n".join(out)
 
 
 def probe_template() -> tuple[str, list[int]]:
@@ -98,7 +116,9 @@ def _serve(outputs: dict[str, str], ports: list[int], client_pub: str, queue: An
         text = outputs.get(process.get_extra_info("username"))
         if text is not None and process.command == PROBE_COMMAND:
             process.stdout.write(text)
-        elif text is not None and process.command == PROBE_LOOP_COMMAND:
+        elif text is not None and process.command in (PROBE_LOOP_COMMAND, PLAIN_LOOP_COMMAND):
+            if process.command == PLAIN_LOOP_COMMAND:  # without health: no -q -x (no MIG here)
+                text = without_xml(text)
             # The probe loop: one answer per token line, until the client closes the session.
             with contextlib.suppress(asyncssh.Error, OSError):
                 async for line in process.stdin:

@@ -218,7 +218,7 @@ def split_sections(text: str) -> dict[str, tuple[int, str]]:
     status, lines = 0, list[str]()
     for line in text.split("\n"):
         line = line.removesuffix("\r")
-        match = _SECTION.match(line)
+        match = _SECTION.match(line) if line.startswith(MARK) else None  # most lines: no regex
         if match:
             if name is not None:
                 sections[name] = (status, "\n".join(lines))
@@ -354,7 +354,8 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     except NvsmiParseError as error:
         gpu_error = str(error)
         gpus, processes, listings = [], [], []
-    xml = "\n".join(line.removeprefix("|") for line in sections.get("xml", (1, ""))[1].split("\n"))
+    xml = sections.get("xml", (1, ""))[1]
+    xml = xml.removeprefix("|").replace("\n|", "\n")  # each line was sent behind a '|'
     xml = without_process_names(xml)
     health = parse_health(xml) if gpus else {}
     if sections.get("xmlst", sections.get("xml", (1, "")))[0] == 0 and listings:
