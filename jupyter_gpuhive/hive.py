@@ -25,6 +25,7 @@ from .model import HostDecl, Reservation, utcnow
 from .monitor import scrape
 from .monitor.accounting import Meter
 from .monitor.service import Monitor
+from .protection.health import HealthNotices
 from .protection.service import Protection
 from .store import Store
 from .store.leader import Leadership
@@ -87,7 +88,8 @@ class Hive:
         self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
         ongoing, idle_util = self.protection.ongoing, s.protection.idle_util
         self.monitor.exposition.use(scrape.sources(self.monitor, self.store, ongoing, idle_util))
-        self.monitor.health_changed = self.integrations.health_changed  # gpu.health events
+        notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings.search)
+        self.monitor.health_changed = notices.then(self.integrations.health_changed, self.now)
         self.leadership = Leadership(s.db_url, self._lead, self._follow,
                                      interval=max(0.2, s.poll_interval / 2))  # fmt: skip
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
@@ -255,9 +255,12 @@ class Integrations:
                        for who in (Identity(job.owner), ANYONE))  # fmt: skip
         await self.webhooks.emit(f"job.{kind}", own, [job.owner], text + ".", public)
 
-    async def health_changed(self, changed: dict[int, GpuCondition]) -> None:
-        """GPUs' health or drain changed: a `gpu.health` event to their holders (next week)."""
-        await health.tell_holders(self.store, self.run, self.webhooks, changed, self.now())
+    async def health_changed(
+        self, changed: dict[int, GpuCondition], offers: Mapping[int, Any] | None = None
+    ) -> None:
+        """GPUs' health or drain changed: a `gpu.health` event to their holders (next week),
+        with the finder's alternative per reservation (`offers`) where one was found."""
+        await health.tell_holders(self.store, self.run, self.webhooks, changed, self.now(), offers)
 
     async def on_sweep(self, _sweep: Any) -> None:
         """Job starts and ends, and new violations, as webhook events."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,8 +19,10 @@ async def tell_holders(
     webhooks: Webhooks,
     changed: dict[int, GpuCondition],
     now: datetime,
+    offers: Mapping[int, Any] | None = None,
 ) -> None:
-    """One `gpu.health` event per holder (with their reservations) and one for the site."""
+    """One `gpu.health` event per holder (with their reservations and, from `offers`, the
+    finder's best alternative for each) and one for the site."""
     held = await run(store.reservations.window, now, now + AHEAD, gpu_ids=list(changed))
     for gpu_id, condition in changed.items():
         gpu = store.inventory.gpu_by_id(gpu_id)
@@ -34,7 +36,11 @@ async def tell_holders(
         public = {"gpu": gpu.ref, "uuid": gpu.uuid, **condition.to_json()}
         for owner in sorted({r.owner for r in mine}):
             ids = [r.id for r in mine if r.owner == owner]
-            await webhooks.emit(
-                "gpu.health", {**public, "reservations": ids}, [owner], text + ".", None
-            )
+            found = [{"reservation": i, **offers[i]} for i in ids if offers and offers.get(i)]
+            said = text + "." + (
+                f" The earliest alternative: {', '.join(found[0]['gpus'])} from "
+                f"{found[0]['start']} to {found[0]['end']}." if found else ""
+            )  # fmt: skip
+            data = {**public, "reservations": ids, "alternatives": found}
+            await webhooks.emit("gpu.health", data, [owner], said, None)
         await webhooks.emit("gpu.health", public, [], text + ".", public)

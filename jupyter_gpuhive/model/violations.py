@@ -18,8 +18,9 @@ GHOST = "ghost"  # memory or utilization with no process listed
 IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside them)
 NO_SHOW = "no-show"  # a reservation its holder never used after it began (a notice, too)
 KERNEL_END = "kernel-end"  # what a kernel's end policy did at its reservation's end (a notice)
-KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END)
-HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END})  # notices to the holder, not an offender
+GPU_HEALTH = "gpu-health"  # a GPU of the reservation failed or was drained (a notice)
+KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH)
+HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH})  # to the holder, not an offender
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class ProtectionSettings:
     noshow_after: float = 0.0  # seconds; 0: no-shows are not watched (protection.noshow)
     noshow_release_after: float = 1800.0
     noshow_handlers: Sequence[str] = ("event",)
+    health_handlers: Sequence[str] = ("event",)  # holders of a failed or drained GPU
     user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user
 
 
@@ -102,6 +103,7 @@ def configure(
         used += list(settings.idle_handlers)
     if settings.noshow_after:
         used += list(settings.noshow_handlers)
+    used += [n for n in settings.health_handlers if n != "event" or context.publish is not None]
     handlers = build_handlers(settings.handlers, context, used, handler_types)
     for step in ladder:
         handlers[step.handler].check_step(step.options)

@@ -206,6 +206,13 @@ class GpuHiveConfig(LoggingConfigurable):
         default_value=["event"],
         help="Handlers that tell owners about no-shows (e.g. ['event', 'email', 'terminal']).",
     ).tag(config=True)
+    health_handlers = List(
+        Unicode(),
+        default_value=["event"],
+        help="Handlers that tell the holders of a GPU that failed its health check or was "
+        "drained, with the finder's best alternative (e.g. ['event', 'email']; [] = only the "
+        "gpu.health webhook event).",
+    ).tag(config=True)
 
     limits = Dict(
         help="Fair-share limits: {'default': {...}, 'groups': {'phd': {...}}, 'users': "

@@ -119,6 +119,7 @@ class GpuHiveSettings(GpuHiveConfig):
             noshow_after=seconds(self.noshow_after, "noshow_after"),
             noshow_release_after=seconds(self.noshow_release_after, "noshow_release_after"),
             noshow_handlers=list(self.noshow_handlers),
+            health_handlers=list(self.health_handlers),
         )
         privacy = Privacy(
             public_descriptions=self.public_descriptions,

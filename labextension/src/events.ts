@@ -36,6 +36,12 @@ export function eventToast(event: IHiveEvent, me: string | null | undefined): IT
     return null;
   }
   const where = event.gpu ? ` (${event.gpu})` : '';
+  if (event.kind === 'gpu-health') {
+    // A GPU of the holder's reservation failed or was drained; the message offers an alternative.
+    return event.holder === me
+      ? { level: 'warning', message: event.message || `A GPU of your reservation${where} failed.` }
+      : null;
+  }
   if (event.kind === 'idle') {
     return event.holder === me
       ? { level: 'info', message: event.message || `Your reserved GPUs${where} are idle.` }

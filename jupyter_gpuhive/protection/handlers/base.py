@@ -19,6 +19,7 @@ from ...integrations.mail import MailSettings
 from ...model.violations import (
     FOREIGN,
     GHOST,
+    GPU_HEALTH,
     HOLDER_KINDS,
     IDLE,
     KINDS,
@@ -147,6 +148,8 @@ def describe(incident: Incident) -> str:
             "process of yours has run on its GPUs {gpu} since. It will be released for others "
             "unless you start using it."
         ).format(**f)
+    if incident.kind == GPU_HEALTH:
+        return incident.detail or "A GPU of your reservation {reservation} failed.".format(**f)
     if incident.kind == IDLE:
         return (
             "The GPUs {gpu} of your reservation {reservation} ('{title}', until {end}) have "

@@ -33,6 +33,17 @@ describe('eventToast', () => {
     expect(eventToast(idle, 'bob')).toBeNull();
   });
 
+  it('warns only the holder of a GPU that failed, with the alternative it offers', () => {
+    const failed = {
+      ...foreign,
+      kind: 'gpu-health',
+      offender: null,
+      message: 'GPU gpu1:0 of your reservation 7 failed its health check. The earliest alternative: gpu1:2.'
+    };
+    expect(eventToast(failed, 'alice')).toEqual({ level: 'warning', message: failed.message });
+    expect(eventToast(failed, 'bob')).toBeNull();
+  });
+
   it('tells only the subscriber that the GPUs they asked for are free', () => {
     const free = {
       schema_id: AVAILABILITY_SCHEMA,
