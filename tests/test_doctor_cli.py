@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpuhive.cli.doctor_checks import QUERIES, Output, judge
+from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.file import add_host
 from jupyter_gpuhive.hosts.health import parse_health
 from jupyter_gpuhive.hosts.nvsmi import (
@@ -186,3 +188,15 @@ def test_an_unknown_host_is_one_sentence(tmp_path: Path) -> None:
     done = gpuhive(tmp_path, "doctor", "nope")
     assert done.returncode == 1
     assert done.stderr.strip() == "No host 'nope'; the hosts are sim1 (jupyter gpuhive hosts)."
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi", path=SAFE_PATH)), reason="a GPU machine")
+def test_with_no_hosts_configured_it_checks_this_machine(tmp_path: Path) -> None:
+    from jupyter_gpuhive.hosts.config import local_host_name
+
+    done = gpuhive(tmp_path, "doctor", "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert {c["host"] for c in report["checks"]} == {local_host_name()}
+    assert [c["name"] for c in report["checks"]][:2] == ["connection", "nvidia-smi"]
+    assert report["summary"]["fail"] == 1 and report["hosts"][0]["where"].startswith("this machine")
