@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
-from tests.support.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer, magics_shell
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as a real test user")
@@ -58,16 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
 
 @pytest.fixture
 def shell(server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{server.port}/")
-    monkeypatch.setenv("GPUHIVE_TOKEN", "tok-owner")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.chdir(tmp_path)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_gpuhive")
-    for magics in list(ip.magics_manager.registry.values()):
-        if hasattr(magics, "_client"):
-            magics._client = None  # a fresh client for this server
-    return ip
+    return magics_shell(server.port, "tok-owner", monkeypatch, tmp_path)
 
 
 def bundle(shell: Any, result: Any) -> dict[str, str]:

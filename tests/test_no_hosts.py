@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy
@@ -20,7 +19,7 @@ from jupyter_gpuhive.model import HostDecl, Identity
 from jupyter_gpuhive.model.finder import Want
 from jupyter_gpuhive.store import Store
 from tests.api.helpers import refused
-from tests.support.server import JupyterServer
+from tests.support.server import JupyterServer, magics_shell
 
 NEXT_STEP = ("No GPU hosts are configured", "jupyter gpuhive hosts add", "jupyter gpuhive sim up")
 
@@ -59,16 +58,7 @@ def empty_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterSe
 
 @pytest.fixture
 def shell(empty_server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{empty_server.port}/")
-    monkeypatch.setenv("GPUHIVE_TOKEN", "tok-me")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.chdir(tmp_path)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_gpuhive")
-    for magics in list(ip.magics_manager.registry.values()):
-        if hasattr(magics, "_client"):
-            magics._client = None  # a fresh client for this server
-    return ip
+    return magics_shell(empty_server.port, "tok-me", monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize(

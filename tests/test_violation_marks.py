@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.users import current_user
-from tests.support.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer, magics_shell
 from tests.support.waiting import wait_for
 
 ME = current_user()  # the offender: the stray process is this test's own
@@ -77,13 +76,7 @@ def test_the_violating_process_is_marked_in_hosts_and_in_gpustatus(
     bystander = process_on(carol, "vio:1", stray.pid)  # public_violations is off
     assert bystander is not None and bystander["violation"] is None
 
-    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{server.port}/")
-    monkeypatch.setenv("GPUHIVE_TOKEN", "tok-me")
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_gpuhive")
-    for magics in list(shell.magics_manager.registry.values()):
-        if hasattr(magics, "_client"):
-            magics._client = None  # a fresh client for this server
+    shell = magics_shell(server.port, "tok-me", monkeypatch)
     data, _ = shell.display_formatter.format(shell.run_line_magic("gpustatus", ""))
     text, html = data["text/plain"], data["text/html"]
     row = next(line for line in text.splitlines() if line.startswith("vio:1 "))

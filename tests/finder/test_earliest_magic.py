@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tests.support.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer, magics_shell
 
 USERS = {"tok-ann": {"name": "ann"}, "tok-ben": {"name": "ben"}}
 HOSTS = [{"name": "m1", "address": "127.0.0.1", "transport": "local", "gpu_count": 4,
@@ -32,16 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
 
 @pytest.fixture
 def shell(server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{server.port}/")
-    monkeypatch.setenv("GPUHIVE_TOKEN", "tok-ann")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.chdir(tmp_path)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_gpuhive")
-    for magics in list(ip.magics_manager.registry.values()):
-        if hasattr(magics, "_client"):
-            magics._client = None
-    return ip
+    return magics_shell(server.port, "tok-ann", monkeypatch, tmp_path)
 
 
 def iso(instant: datetime) -> str:

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from tests.conftest import HOSTS, TOKENS, USERS
-from tests.support.server import Client, JupyterServer
+from tests.support.server import Client, JupyterServer, magics_shell
 from tests.support.waiting import wait_for
 
 
@@ -36,15 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
 
 @pytest.fixture
 def shell(server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.setenv("GPUHIVE_URL", f"http://127.0.0.1:{server.port}/")
-    monkeypatch.setenv("GPUHIVE_TOKEN", TOKENS["alice"])
-    monkeypatch.chdir(tmp_path)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "jupyter_gpuhive")
-    for magics in list(ip.magics_manager.registry.values()):
-        if hasattr(magics, "_client"):
-            magics._client = None  # a fresh client for this server
-    return ip
+    return magics_shell(server.port, TOKENS["alice"], monkeypatch, tmp_path)
 
 
 def get(url: str) -> tuple[int, str]:
