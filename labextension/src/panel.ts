@@ -11,6 +11,7 @@ import { Widget } from '@lumino/widgets';
 import { HiveApi, LENGTHS, buildReservationRequest } from './api';
 import { button, el, section, sendForm } from './dom';
 import { EarliestSection } from './earliest';
+import { HealthRows } from './healthUi';
 import { IntegrationSections } from './integrationsPanel';
 import {
   FALLBACK_SETUP,
@@ -120,6 +121,7 @@ export class GpuHivePanel extends Widget {
         this._api.reservations(me),
         this._api.jobs(me).catch(() => this._jobs), // keep the last jobs on a transient error
         this._integrations.refresh(me), // the feed and GPU notifications (never throws)
+        this._health.refresh(), // GET health (never throws)
         ...this._sections.map(x => x.refresh().catch(() => undefined))
       ]);
       this._hosts = reply.hosts;
@@ -140,6 +142,7 @@ export class GpuHivePanel extends Widget {
 
   private _build(): void {
     const root = this.node;
+    this._health = new HealthRows(this._api, () => this._render());
     root.setAttribute('role', 'region');
     root.setAttribute('aria-label', 'GPU hive');
 
@@ -159,7 +162,7 @@ export class GpuHivePanel extends Widget {
     root.append(this._setupNode);
 
     this._hostsNode = el('div', { class: 'jp-gpuhive-hosts' });
-    this._gpusSection = this._section('GPUs', 'jp-gpuhive-section-gpus', this._hostsNode);
+    this._gpusSection = section('GPUs', 'jp-gpuhive-section-gpus', this._hostsNode);
     root.append(this._gpusSection);
 
     // Quick reserve: a form kept across renders.
@@ -191,15 +194,15 @@ export class GpuHivePanel extends Widget {
       e.preventDefault();
       void this._reserve();
     });
-    this._reserveSection = this._section('Quick reserve', 'jp-gpuhive-section-reserve', form);
+    this._reserveSection = section('Quick reserve', 'jp-gpuhive-section-reserve', form);
     root.append(this._reserveSection);
 
     this._reservationsNode = el('ul', { class: 'jp-gpuhive-reservations', 'aria-label': 'My reservations' });
-    root.append(this._section('My reservations', 'jp-gpuhive-section-reservations', this._reservationsNode));
+    root.append(section('My reservations', 'jp-gpuhive-section-reservations', this._reservationsNode));
     root.append(...this._sections.map(x => x.node));
 
     this._jobsNode = el('ul', { class: 'jp-gpuhive-jobs', 'aria-label': 'My jobs' });
-    this._jobsSection = this._section('My jobs', 'jp-gpuhive-section-jobs', this._jobsNode);
+    this._jobsSection = section('My jobs', 'jp-gpuhive-section-jobs', this._jobsNode);
     this._jobsSection.hidden = true; // until the server answers with a jobs list
     root.append(this._jobsSection);
 
@@ -209,17 +212,13 @@ export class GpuHivePanel extends Widget {
         button(w.label, `Insert a ${w.label.toLowerCase()} cell into the notebook`, () => void this._insertWidget(w.name), `jp-gpuhive-open-${w.name}`)
       );
     }
-    root.append(this._section('In a notebook', 'jp-gpuhive-section-tools', tools));
+    root.append(section('In a notebook', 'jp-gpuhive-section-tools', tools));
 
     // The calendar feed and "notify me when GPUs free up" (integrationsPanel.ts).
     this._integrations = new IntegrationSections(this._api, () => void this.refresh());
     root.append(...this._integrations.nodes);
     // The earliest slot that fits, from the server's finder (earliest.ts).
     root.append(new EarliestSection(this._api, () => void this.refresh()).node);
-  }
-
-  private _section(title: string, cls: string, body: HTMLElement): HTMLElement {
-    return section(title, cls, body);
   }
 
   private _setStatus(text: string, error: boolean): void {
@@ -269,12 +268,13 @@ export class GpuHivePanel extends Widget {
           list.append(
             el(
               'li',
-              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, 'data-kind': gpu.kind ?? 'gpu', title: state.detail },
+              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, 'data-kind': gpu.kind ?? 'gpu', 'data-health': this._health.state(gpu.id), title: state.detail },
               el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.profile ? `${gpu.id} (${gpu.profile})` : gpu.id)),
               el('span', { class: 'jp-gpuhive-badge' }, state.label),
               el('span', { class: 'jp-gpuhive-usage' }, usage),
               el('span', { class: 'jp-gpuhive-sr' }, state.detail),
-              ...violationNotes(gpu, me).map(note => el('div', { class: 'jp-gpuhive-violation' }, note))
+              ...violationNotes(gpu, me).map(note => el('div', { class: 'jp-gpuhive-violation' }, note)),
+              ...this._health.nodes(gpu.id, gpu.kind === 'slice', Boolean(this._me?.admin))
             )
           );
         }
@@ -411,7 +411,6 @@ export class GpuHivePanel extends Widget {
     });
   }
 
-
   private async _cancel(r: IReservation): Promise<void> {
     try {
       await this._api.cancel(r.id);
@@ -474,4 +473,5 @@ export class GpuHivePanel extends Widget {
   private _jobsNode!: HTMLElement;
   private _jobsSection!: HTMLElement;
   private _integrations!: IntegrationSections;
+  private _health!: HealthRows;
 }

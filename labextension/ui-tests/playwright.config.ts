@@ -21,6 +21,7 @@ process.env.GPUHIVE_UI_PORT_ZERO ??= freePort();
 process.env.GPUHIVE_UI_PORT_EMPTY ??= freePort();
 process.env.GPUHIVE_UI_TOKEN ??= 'gpuhive-ui-test-token';
 process.env.GPUHIVE_UI_BOB_TOKEN ??= 'gpuhive-ui-test-bob';
+process.env.GPUHIVE_UI_ADMIN_TOKEN ??= 'gpuhive-ui-test-ada';
 const PORT = process.env.GPUHIVE_UI_PORT;
 
 /** One JupyterLab for the tests (start_server.py MODE); its log goes to ui-tests/artifacts/. */

@@ -37,6 +37,7 @@ PORT = int(
 )  # fmt: skip
 TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
 BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
+ADMIN_TOKEN = os.environ.get("GPUHIVE_UI_ADMIN_TOKEN", "gpuhive-ui-test-ada")  # ada, an admin
 
 
 def sim_hosts(root: Path) -> list[dict[str, object]]:
@@ -87,6 +88,7 @@ def gpuhive_config(root: Path) -> str:
         # repeats every 2 s instead of every minute, so a spec sees several within seconds.
         "c.GpuHiveApp.violation_ladder = [{'after': 0, 'handler': 'event'}]\n"
         "c.GpuHiveApp.violation_handlers = {'event': {'interval': 2}}\n"
+        "c.GpuHiveApp.admin_users = {'ada'}\n"
     )
 
 
@@ -128,7 +130,8 @@ def main() -> None:
         + gpuhive_config(root)
         + "c.ServerApp.identity_provider_class = "
         "'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
-        f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}}}\n"
+        f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}, "
+        f"{ADMIN_TOKEN!r}: {{'name': 'ada', 'groups': []}}}}\n"
         f"c.IdentityProvider.token = {TOKEN!r}\n"
         "c.ServerApp.allow_root = True\n"
         "c.ServerApp.open_browser = False\n"

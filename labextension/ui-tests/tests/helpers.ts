@@ -6,6 +6,8 @@ import { APIRequestContext, Page, expect } from '@playwright/test';
 
 export const TOKEN = process.env.GPUHIVE_UI_TOKEN!;
 export const BOB = process.env.GPUHIVE_UI_BOB_TOKEN!;
+/** ada's token: an admin of the simulated site (start_server.py's admin_users). */
+export const ADA = process.env.GPUHIVE_UI_ADMIN_TOKEN ?? 'gpuhive-ui-test-ada';
 
 export async function api(request: APIRequestContext, method: string, url: string, token = TOKEN, data?: unknown) {
   const response = await request.fetch(`gpuhive/api/${url}`, { method, headers: { Authorization: `token ${token}` }, data });
