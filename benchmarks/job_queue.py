@@ -41,7 +41,6 @@ from jupyter_gpuhive.bookings.access import Rule, Window
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.jobs.admission import admit
 from jupyter_gpuhive.jobs.launcher import Launcher
-from jupyter_gpuhive.jobs.model import Job, Task, TaskState
 from jupyter_gpuhive.jobs.queue import (
     RuleCheck,
     Scheduler,
@@ -52,6 +51,7 @@ from jupyter_gpuhive.jobs.queue import (
     reserved_spans,
 )
 from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Identity, Reservation
+from jupyter_gpuhive.model.jobs import Job, Task, TaskState
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import (

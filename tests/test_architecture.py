@@ -606,3 +606,128 @@ def test_the_outbound_check_sees_smtp_and_http(tmp_path: Path) -> None:
         }
     )
     assert found == [f"  {mailer}: smtplib (smtp)", f"  {poster}: tornado.httpclient (http)"]
+
+
+# --- one type per concept ------------------------------------------------------------------
+
+# Names two classes may share, and why; every other class name is defined once. sim/ is left
+# out (copied onto simulated hosts as it is, it imports nothing of the package), so are
+# private classes (`_Name`, module-local) and Protocols (a layer's view of the class of the
+# same name that it may not import).
+SHARED_NAMES = {
+    "GpuHiveApp": "the traitlets section c.GpuHiveApp: the CLI reads it as the server does",
+    "Jobs": "store.jobs's repository and the jobs service, reached as store.jobs / hive.jobs",
+    "Integrations": "store.integrations's repository and the service, likewise",
+    "DigestSetting": "an OpenAPI body's name (public) and the stored setting",
+    "ReservationList": "an OpenAPI reply's name (public) and the magics' rendering of it",
+    "Window": "an OpenAPI query's name (public) and an access rule's time window",
+    "Check": "an OpenAPI field check and one doctor check: two unrelated words",
+    "HealthHandler": "two Tornado routes named for their path: the server's and the Hub's",
+    "WebhookHandler": "the webhooks route and protection's 'webhook' violation handler",
+    "Output": "a doctor command's answer and a kernel's output reader: unrelated",
+    "Shown": "the API's privacy view and the widgets' display mixin: unrelated",
+    "Held": "a held kernel token and a held reservation in the limits: unrelated",
+    "Slot": "the finder's answer and the queue plan's kept room: unrelated",
+}
+
+
+def class_names(root: Path) -> dict[str, list[str]]:
+    """Every public, non-Protocol class of the package by name: where each is defined."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "sim":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            if any(ast.unparse(base).endswith("Protocol") for base in node.bases):
+                continue
+            found.setdefault(node.name, []).append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_no_two_classes_share_a_name() -> None:
+    names = class_names(ROOT)
+    shared = {name: where for name, where in names.items() if len(where) > 1}
+    unexplained = {name: where for name, where in shared.items() if name not in SHARED_NAMES}
+    assert not unexplained, f"one class per name (or say why in SHARED_NAMES): {unexplained}"
+    stale = sorted(set(SHARED_NAMES) - set(shared))
+    assert not stale, f"SHARED_NAMES lists names that are no longer shared: {stale}"
+
+
+def test_the_class_name_check_sees_a_twin(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Booking:\n    pass\nclass _Own:\n    pass\n")
+    (tmp_path / "b.py").write_text("class Booking:\n    pass\nclass _Own:\n    pass\n")
+    (tmp_path / "c.py").write_text("from typing import Protocol\nclass A(Protocol):\n    pass\n")
+    (tmp_path / "d.py").write_text("class A:\n    pass\n")
+    assert {k: len(v) for k, v in class_names(tmp_path).items()} == {"Booking": 2, "A": 1}
+
+
+# State strings: the values of the model's state enums. Outside model/ a state or status is
+# compared with the enum's members, never with a string: a Compare with an operand that is an
+# attribute or name called `state` or `status` (`job.status`, `status`, `gpu_health.c.state`)
+# and another that is a string constant, or a tuple/list/set of them, holding one of these.
+def state_strings() -> set[str]:
+    """Every value of ReservationStatus, TaskState and KernelState."""
+    from jupyter_gpuhive.model import ReservationStatus
+    from jupyter_gpuhive.model.jobs import TaskState
+    from jupyter_gpuhive.model.kernel import KernelState
+
+    return {str(s) for enum in (ReservationStatus, TaskState, KernelState) for s in enum}
+
+
+# (file, string) that are other states spelled alike: GPU health's 'failed' (model.health)
+# and a webhook delivery's 'pending' (pending, delivered, failed: the store's own column).
+STATE_STRING_EXCEPTIONS = {("protection/health.py", "failed"), ("store/webhooks.py", "pending")}
+
+
+def _strings(node: ast.expr) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return set().union(*(_strings(element) for element in node.elts))
+    return set()
+
+
+def _is_state(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return name in ("state", "status")
+
+
+def state_string_compares(root: Path, states: set[str]) -> list[str]:
+    """'file:line: value' for each state string compared with a state outside model/."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("model", "sim"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if not any(_is_state(operand) for operand in operands):
+                continue
+            for value in sorted(set().union(*(_strings(o) for o in operands)) & states):
+                if (relative.as_posix(), value) not in STATE_STRING_EXCEPTIONS:
+                    found.append(f"{relative}:{node.lineno}: {value!r}")
+    return found
+
+
+def test_state_strings_are_compared_only_in_the_model() -> None:
+    assert state_string_compares(ROOT, state_strings()) == []
+
+
+def test_the_state_check_sees_a_string(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text(
+        "if job.status == 'pending' or 'ended' != r.state or status in ('failed', 'x'):\n"
+        "    pass\n"
+        "if job.status == TaskState.PENDING or other == 'pending' or c.status == 'fail':\n"
+        "    pass\n"
+    )
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "y.py").write_text("if self.state == 'ended':\n    pass\n")
+    assert sorted(state_string_compares(tmp_path, state_strings())) == [
+        "x.py:1: 'ended'",
+        "x.py:1: 'failed'",
+        "x.py:1: 'pending'",
+    ]

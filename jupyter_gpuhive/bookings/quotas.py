@@ -14,7 +14,7 @@ from ..model import UTC, Identity, Reservation, utcnow
 from ..model.limits import Effective, Limits, LimitTable, Tier, apply_tiers
 from ..store import Store
 from ..store.limits import LimitReads
-from ..store.reservations import Booking, Guard
+from ..store.reservations import Guard, PendingWrite
 from .limits import WEEK, Proposal, check, over_limits, peak, worst_week
 
 SECOND = timedelta(seconds=1)
@@ -22,7 +22,7 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 Efficiency = Callable[[str], "float | None"]  # user → efficiency (percent) over the window
 
 
-def grows(booking: Booking, old: Reservation) -> bool:
+def grows(booking: PendingWrite, old: Reservation) -> bool:
     """Whether an edit makes a reservation bigger: longer, moved, or on more GPUs."""
     return (
         booking.start != old.start or booking.end > old.end or len(booking.gpu_ids) > len(old.gpus)
@@ -95,7 +95,7 @@ class LimitService:
         if who.is_admin:
             return None
 
-        def check_limits(reads: LimitReads, booking: Booking) -> None:
+        def check_limits(reads: LimitReads, booking: PendingWrite) -> None:
             old = booking.old
             if old is not None and not grows(booking, old):
                 return  # shorter, renamed, or on other GPUs of the same number

@@ -9,13 +9,13 @@ with what is there are left out.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..errors import HiveError
 from ..hive import Hive
 from ..model import UTC, requests, utcnow
+from ..model.jobs import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -23,30 +23,29 @@ SPOILER = "gpu3:1"  # where the demo user's stray process runs, on alice's reser
 QUEUED_ON = "gpu3:0"  # where the demo user's queued job waits (alice holds it now)
 
 
-@dataclass(frozen=True)
-class Booking:
-    owner: str
-    title: str
-    gpus: tuple[str, ...]
-    start: datetime
-    end: datetime
-
-
-def bookings(now: datetime, zone: tzinfo) -> list[Booking]:
+def bookings(now: datetime, zone: tzinfo) -> list[requests.Booking]:
     """alice and bob this week: one of alice's running now (on gpu3:0,1), the rest ahead."""
+
+    def booking(
+        owner: str, title: str, gpus: tuple[str, ...], start: datetime, end: datetime
+    ) -> requests.Booking:
+        return requests.Booking(
+            title, gpus, start.astimezone(UTC), end.astimezone(UTC), owner=owner
+        )
+
     today = now.astimezone(zone).replace(hour=0, minute=0, second=0, microsecond=0)
 
     def at(days: int, hour: int) -> datetime:
         return (today + timedelta(days=days)).replace(hour=hour)
 
     return [
-        Booking("alice", "llama finetune", ("gpu3:0", "gpu3:1"), now - timedelta(minutes=2),
+        booking("alice", "llama finetune", ("gpu3:0", "gpu3:1"), now - timedelta(minutes=2),
                 now + timedelta(hours=3)),
-        Booking("bob", "eval run", ("gpu3:2",), now + timedelta(hours=4), now + timedelta(hours=6)),
-        Booking("bob", "ablation sweep", ("gpu2:0", "gpu2:1", "gpu2:2", "gpu2:3"), at(1, 9),
+        booking("bob", "eval run", ("gpu3:2",), now + timedelta(hours=4), now + timedelta(hours=6)),
+        booking("bob", "ablation sweep", ("gpu2:0", "gpu2:1", "gpu2:2", "gpu2:3"), at(1, 9),
                 at(1, 17)),
-        Booking("alice", "paper deadline", ("gpu1:2", "gpu1:3"), at(2, 10), at(2, 18)),
-        Booking("bob", "long pretraining", ("gpu2:2", "gpu2:3"), at(4, 8), at(5, 20)),
+        booking("alice", "paper deadline", ("gpu1:2", "gpu1:3"), at(2, 10), at(2, 18)),
+        booking("bob", "long pretraining", ("gpu2:2", "gpu2:3"), at(4, 8), at(5, 20)),
     ]  # fmt: skip
 
 
@@ -57,18 +56,16 @@ def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
     made: list[int] = []
     window = (now - timedelta(days=1), now + timedelta(days=8))
     present = {(r.owner, r.title) for r in hive.store.reservations.window(*window)}
-    for b in bookings(now, hive.settings.policy.zone):
-        if (b.owner, b.title) in present:
+    for booking in bookings(now, hive.settings.policy.zone):
+        if (booking.owner, booking.title) in present:
             continue
-        start, end = b.start.astimezone(UTC), b.end.astimezone(UTC)
-        booking = requests.Booking(b.title, tuple(b.gpus), start, end, owner=b.owner)
         try:
             made.append(hive.bookings.reservations.create(who, booking).id)
         except HiveError as error:  # the user booked that slot meanwhile: leave it out
-            log.info("demo: not booking %r for %s: %s", b.title, b.owner, error)
+            log.info("demo: not booking %r for %s: %s", booking.title, booking.owner, error)
     job_id = None
     pending = hive.store.jobs.all(owner=admin, queued=True)
-    if not any(j.name == "overnight sweep" and j.status == "pending" for j in pending):
+    if not any(j.name == "overnight sweep" and j.status == TaskState.PENDING for j in pending):
         queued = requests.JobRequest(
             name="overnight sweep",
             template="plain",

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..errors import Invalid, NotFound
-from ..jobs.model import ACTIVE, Job
 from ..model import UTC, Identity, Reservation
 from ..model.health import GpuCondition
+from ..model.jobs import ACTIVE, Job, TaskState
 from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
 from ..store.subscriptions import Subscription
@@ -279,9 +279,11 @@ class Integrations:
                 self._jobs.pop(job_id, None)
                 continue
             before = self._jobs.get(job_id)
-            if job.status in ("succeeded", "failed", "lost"):
+            if job.status in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.LOST):
                 self._jobs.pop(job_id, None)
-                await self._job_event("succeeded" if job.status == "succeeded" else "failed", job)
+                await self._job_event(
+                    "succeeded" if job.status == TaskState.SUCCEEDED else "failed", job
+                )
             elif job.status in ACTIVE:
                 self._jobs[job_id] = job.status
                 if before is None:

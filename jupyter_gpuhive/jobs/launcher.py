@@ -23,9 +23,9 @@ from ..errors import Conflict
 from ..hosts.environment import host_env
 from ..hosts.pool import CommandResult, HostPool, HostUnavailable
 from ..model import utcnow
+from ..model.jobs import ACTIVE, FINAL, Job, Task, TaskState
 from ..store.jobs import Jobs, TaskChange
 from . import commands, scripts
-from .model import ACTIVE, FINAL, Job, Task, TaskState
 from .outcomes import apply_change, marker, markers, observe, start_problem, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport

@@ -1,46 +1,21 @@
-"""Jobs and tasks as stored (their value types live in `model.jobs`), and rendering a job's
-tasks from its template and sweep."""
+"""Rendering a job's tasks from its template and sweep (the job and task types are
+`model.jobs`'s, imported from there and nowhere else)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from ..model.jobs import (
-    ACTIVE,
-    DEFAULT_LOG_DIR,
-    FINAL,
-    LIVE,
-    Job,
-    NewJob,
-    Task,
-    TaskState,
-    job_status,
-    task_paths,
-    task_session,
-)
+from ..model.jobs import Job
 from .catalog import get_template
 from .sweeps import SweepSpecs, expand
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
-__all__ = [
-    "ACTIVE",
-    "DEFAULT_LOG_DIR",
-    "FINAL",
-    "LIVE",
-    "Job",
-    "NewJob",
-    "Task",
-    "TaskState",
-    "job_status",
-    "render_tasks",
-    "task_paths",
-    "task_session",
-]
+__all__ = ["render_tasks"]
 
 
 def render_tasks(
-    job: NewJob,
+    job: Job,
     gpus_by_host: Sequence[tuple[str, str, Sequence[GpuSlot]]],
     *,
     sweep: SweepSpecs | None = None,

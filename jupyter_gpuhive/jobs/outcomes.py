@@ -12,9 +12,9 @@ from typing import Any
 
 from ..hosts.pool import CommandResult
 from ..model import utcnow
+from ..model.jobs import Task, TaskState
 from ..store.jobs import TaskChange
 from . import scripts
-from .model import Task, TaskState
 
 
 def observe(task: Task, has_session: bool, code: str | None) -> TaskChange | None:

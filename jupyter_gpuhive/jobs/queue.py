@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from ..errors import Conflict, NotFound
 from ..model import Identity, utcnow
+from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .admission import (
@@ -47,7 +48,6 @@ from .admission import (
     gpu_count,
 )
 from .launcher import KILL_PATIENCE, Launcher
-from .model import Job
 from .queue_inputs import (
     RuleCheck,
     Snapshot,
@@ -159,14 +159,14 @@ class Scheduler:
             if reason is not None:
                 if active:
                     self._stop_later(job.id, reason, requeue=True)
-                elif status == "stopped":
+                elif status == TaskState.STOPPED:
                     if await _db(jobs.requeue, job.id, expect={"stopped"}, note=reason):
                         report.requeued.append(job.id)
                 else:
                     await _db(jobs.mark_requeue, job.id, None)
                 changed = True
             elif job.stop_at is not None and job.stop_at <= now:
-                if active or (status == "pending" and job.tasks):
+                if active or (status == TaskState.PENDING and job.tasks):
                     why = f"its stop time {job.stop_at:%Y-%m-%d %H:%M} UTC has come"
                     report.stopping[job.id] = why
                     self._stop_later(job.id, why, requeue=False)
@@ -180,7 +180,11 @@ class Scheduler:
                     report.stopping[job.id] = soon
                     self._stop_later(job.id, soon, requeue=True)
                     changed = True
-            elif job.queued and status in ("failed", "lost") and job.attempts < job.max_retries:
+            elif (
+                job.queued
+                and status in (TaskState.FAILED, TaskState.LOST)
+                and job.attempts < job.max_retries
+            ):
                 note = f"retry {job.attempts + 1} of {job.max_retries} after: {_cause(job)}"
                 if await _db(jobs.requeue, job.id, expect={"failed", "lost"}, note=note,
                              count_attempt=True):  # fmt: skip
@@ -190,7 +194,7 @@ class Scheduler:
                 not job.queued
                 and job.start_at is not None
                 and job.start_at <= now
-                and status == "pending"
+                and status == TaskState.PENDING
                 and job.tasks
             ):
                 starts.append(job.id)

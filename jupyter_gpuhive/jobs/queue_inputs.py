@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from ..bookings import access
 from ..bookings.access import Rule
 from ..model import Gpu, Identity, Reservation
+from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .admission import (
@@ -21,7 +22,7 @@ from .admission import (
     same_host,
     template_options,
 )
-from .model import Job, render_tasks
+from .model import render_tasks
 from .tasks import GpuSlot, TaskSpec
 
 Spans = dict[str, list[tuple[float, float]]]
@@ -48,7 +49,7 @@ def candidates(
     out = []
     at = now.timestamp()
     for job in jobs:
-        if not job.queued or job.status != "pending":
+        if not job.queued or job.status != TaskState.PENDING:
             continue
         if job.stop_at is not None and job.stop_at <= now:
             continue
@@ -90,7 +91,7 @@ def reserved_spans(
     for uuid, low, high in bookings:
         spans.setdefault(uuid, []).append((low.timestamp(), high.timestamp()))
     for job in jobs:
-        if job.queued or job.start_at is None or job.status != "pending":
+        if job.queued or job.start_at is None or job.status != TaskState.PENDING:
             continue
         end = job.stop_at.timestamp() if job.stop_at else FOREVER
         for uuid in job.gpus:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model import Job, Task, TaskState
+from ..model.jobs import Job, Task, TaskState
 
 
 @dataclass(frozen=True)

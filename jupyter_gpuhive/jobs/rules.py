@@ -11,6 +11,7 @@ from typing import Any
 from ..bookings import access
 from ..errors import Conflict, Forbidden, Invalid, NotFound
 from ..model import ID_MAX, Gpu, Identity, units_conflict, utcnow
+from ..model.jobs import Job
 from ..model.requests import JobRequest
 from ..store import Store
 from .admission import (
@@ -21,7 +22,7 @@ from .admission import (
     template_options,
 )
 from .commands import shell_command
-from .model import Job, NewJob, render_tasks
+from .model import render_tasks
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
 DEFAULT_WALLTIME = timedelta(hours=1)
@@ -94,10 +95,10 @@ class JobRules:
             out.append((host, address, [replace(s, address=address) for s in slots]))
         return out
 
-    def build(self, who: Identity, request: JobRequest) -> tuple[NewJob, list[TaskSpec]]:
+    def build(self, who: Identity, request: JobRequest) -> tuple[Job, list[TaskSpec]]:
         """Check a job request against the site and render its tasks (nothing is stored)."""
         options = _placement_option(request.same_host, request.options)
-        job = NewJob(
+        job = Job(
             name=request.name,
             owner=who.name,
             command=request.command,
@@ -131,7 +132,7 @@ class JobRules:
             raise Invalid(str(error)) from None
         return job, specs
 
-    def _check_count_only(self, job: NewJob, request: JobRequest, count: int) -> list[TaskSpec]:
+    def _check_count_only(self, job: Job, request: JobRequest, count: int) -> list[TaskSpec]:
         """A job that names only a GPU count: queued, GPUs chosen at admission, no tasks yet."""
         if request.gpus or request.reservation is not None:
             raise Invalid("Give either 'gpu_count' (in options) or GPUs, not both.")

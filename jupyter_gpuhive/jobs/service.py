@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Conflict, Invalid, Unavailable
 from ..hosts.pool import HostPool, HostUnavailable, SshSettings
 from ..model import Identity, isoformat
+from ..model.jobs import ACTIVE, LIVE, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
 from ..store import Store
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
-from .model import ACTIVE, LIVE, Job
 from .queue import Scheduler
 from .rules import JobRules
 
@@ -96,7 +96,7 @@ class Jobs:
     async def queue(self, who: Identity) -> list[dict[str, Any]]:
         """Queued jobs not yet running, with when they could start and what they wait for."""
         jobs = await self.run(self.store.jobs.all, queued=True)
-        pending = [j for j in jobs if j.status == "pending"]
+        pending = [j for j in jobs if j.status == TaskState.PENDING]
         estimates = await self.scheduler.estimates()
         report = self.scheduler.last_report
         waiting = report.waiting if report is not None else {}
@@ -167,7 +167,7 @@ class Jobs:
             raise Conflict(f"Job {job_id} is already {job.status}.")
         await self.run(self.rules.check_run_now, job.owner, job.gpus, job.walltime)
         await self.logins.require(job.owner, {task.host for task in job.tasks})
-        if job.status != "pending":
+        if job.status != TaskState.PENDING:
             job = await self.run(self.store.jobs.reset, job_id)
         return await self._start(job)
 

@@ -47,6 +47,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import Conflict, Forbidden, HiveError, NotFound, Unavailable
 from ..model import Identity
+from ..model.kernel import KernelState
 from . import sockdirs
 from .launch_script import PORTS, SOCKET_NAME
 from .provisioner import GpuHiveProvisioner
@@ -345,7 +346,7 @@ class KernelBroker:
     def _state(self, entry: _Brokered, code: int | None) -> dict[str, Any]:
         record = self.registry.get(entry.kernel_id)
         return {"running": code is None, "exit_status": code,
-                "state": record.state if record is not None else "ended",
+                "state": str(record.state if record is not None else KernelState.ENDED),
                 "reason": record.reason if record is not None else None}  # fmt: skip
 
     async def _drop(self, kernel_id: str) -> None:
@@ -363,7 +364,7 @@ class KernelBroker:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5):
                         await entry.provisioner.wait()
-            self.registry.ended(kernel_id, "ended", reason)
+            self.registry.ended(kernel_id, KernelState.ENDED, reason)
             await entry.provisioner.cleanup()
         except HiveError as error:
             log.warning("gpuhive: ending brokered kernel %s: %s", kernel_id, error)

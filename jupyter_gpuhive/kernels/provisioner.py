@@ -36,10 +36,11 @@ from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
 from ..model import utcnow
+from ..model.kernel import KernelState
 from . import registry as registries
 from .launch import PORTS, Launch
 from .local import LocalKernel
-from .registry import DEAD, ENDED, KernelRecord, KernelRegistry
+from .registry import KernelRecord, KernelRegistry
 from .remote import KernelProcess, SshKernel
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 registry.check_time(await registry.reservation(record.reservation_id))
             except HiveError as error:  # the old process is gone by now: so is the kernel
                 self._no_restarts(f"not restarted: {error}")
-                registry.ended(record.kernel_id, DEAD, f"not restarted: {error}")
+                registry.ended(record.kernel_id, KernelState.DEAD, f"not restarted: {error}")
                 raise
             registry.restarting(record.kernel_id)
         kwargs["env"] = self._kernel_env(env_in)
@@ -201,7 +202,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 self._record = None  # a first launch: the next try places it afresh
             else:
                 self._no_restarts(f"the restart failed: {error}")
-                registry.ended(record.kernel_id, DEAD, f"the restart failed: {error}")
+                registry.ended(record.kernel_id, KernelState.DEAD, f"the restart failed: {error}")
             raise
         self._running, self._dead_reason = True, None
         first = record.pid is None and record.restarts == 0
@@ -246,7 +247,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._dead_reason = reason
         self._no_restarts(reason)
         if self._record is not None:
-            find_registry(self).ended(self._record.kernel_id, DEAD, reason)
+            find_registry(self).ended(self._record.kernel_id, KernelState.DEAD, reason)
         if self._kernel is not None:
             await self._kernel.close()
 
@@ -287,7 +288,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         await kernel.close()
         self._kernel = None
         if self._record is not None and self._dead_reason is None:
-            find_registry(self).ended(self._record.kernel_id, ENDED, "shut down")
+            find_registry(self).ended(self._record.kernel_id, KernelState.ENDED, "shut down")
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         return max(recommended, 2.0)

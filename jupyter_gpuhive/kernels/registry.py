@@ -45,12 +45,12 @@ from zoneinfo import ZoneInfo
 from ..errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from ..hosts.pool import HostPool
 from ..model import Gpu, HostDecl, Identity, Reservation, utcnow
+from ..model.kernel import KernelState
 from ..store import Store
 
 log = logging.getLogger(__name__)
 
-STARTING, RUNNING, RESTARTING, DEAD, ENDED = "starting", "running", "restarting", "dead", "ended"
-LIVE = (STARTING, RUNNING, RESTARTING)
+LIVE = (KernelState.STARTING, KernelState.RUNNING, KernelState.RESTARTING)
 KEEP_ENDED = timedelta(hours=1)  # how long an ended kernel's record (and reason) stays readable
 _INTERNAL: contextvars.ContextVar[bool] = contextvars.ContextVar("gpuhive_kernel_internal",
                                                                  default=False)  # fmt: skip
@@ -80,7 +80,7 @@ class KernelRecord:
     pid: int | None = None
     pgid: int | None = None
     restarts: int = 0
-    state: str = STARTING
+    state: KernelState = KernelState.STARTING
     reason: str | None = None
     ended_at: datetime | None = None
     control: Control | None = field(default=None, repr=False, compare=False)
@@ -95,7 +95,7 @@ class KernelRecord:
             "reservation_id": self.reservation_id, "host": self.host, "gpus": list(self.gpus),
             "gpu_uuids": list(self.gpu_uuids), "pid": self.pid, "pgid": self.pgid,
             "started_at": self.started_at.isoformat(), "launched_at": self.launched_at.isoformat(),
-            "restarts": self.restarts, "state": self.state, "reason": self.reason,
+            "restarts": self.restarts, "state": str(self.state), "reason": self.reason,
             "ended_at": self.ended_at.isoformat() if self.ended_at else None,
         }  # fmt: skip
 
@@ -251,7 +251,7 @@ class KernelRegistry:
     def launched(self, record: KernelRecord) -> None:
         """A kernel (re)started: record it, tell the listeners."""
         first = record.kernel_id not in self._records or not self._records[record.kernel_id].live
-        record.state = RUNNING
+        record.state = KernelState.RUNNING
         self._records[record.kernel_id] = record
         self._forget_old()
         self._emit(KernelEvent("started" if first else "restarted", record))
@@ -259,9 +259,9 @@ class KernelRegistry:
     def restarting(self, kernel_id: str) -> None:
         record = self._records.get(kernel_id)
         if record is not None and record.live:
-            record.state = RESTARTING
+            record.state = KernelState.RESTARTING
 
-    def ended(self, kernel_id: str, state: str, reason: str | None) -> None:
+    def ended(self, kernel_id: str, state: KernelState, reason: str | None) -> None:
         """A kernel ended (`state` ENDED or DEAD) for `reason`."""
         record = self._records.get(kernel_id)
         if record is None or not record.live:
@@ -307,7 +307,7 @@ class KernelRegistry:
                         await done
                 elif record.control is not None:
                     await record.control.stop()
-            self.ended(kernel_id, ENDED, reason or "shut down")
+            self.ended(kernel_id, KernelState.ENDED, reason or "shut down")
         finally:
             self._why.pop(kernel_id, None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from typing import Any
 
 from ..errors import Invalid
@@ -274,6 +275,15 @@ class Host:
         }
 
 
+class ReservationStatus(StrEnum):
+    """Where a reservation is at an instant: cancelled, upcoming, active or ended."""
+
+    CANCELLED = "cancelled"
+    UPCOMING = "upcoming"
+    ACTIVE = "active"
+    ENDED = "ended"
+
+
 @dataclass(slots=True)
 class Reservation:
     """A booking of a set of GPUs for [start, end), edited and cancelled as one unit."""
@@ -294,13 +304,13 @@ class Reservation:
     def cancelled(self) -> bool:
         return self.cancelled_at is not None
 
-    def status(self, now: datetime) -> str:
-        """'cancelled', 'upcoming', 'active' or 'ended' at the instant `now`."""
+    def status(self, now: datetime) -> ReservationStatus:
+        """Cancelled, upcoming, active or ended at the instant `now`."""
         if self.cancelled:
-            return "cancelled"
+            return ReservationStatus.CANCELLED
         if now < self.start:
-            return "upcoming"
-        return "active" if now < self.end else "ended"
+            return ReservationStatus.UPCOMING
+        return ReservationStatus.ACTIVE if now < self.end else ReservationStatus.ENDED
 
     def to_json(self, now: datetime | None = None) -> dict[str, Any]:
         gpus, cancelled = self.gpus, self.cancelled_at
@@ -315,7 +325,7 @@ class Reservation:
             "gpu_uuids": [gpu.uuid for gpu in gpus],
             "created_at": self.created_at.isoformat(),
             "cancelled_at": cancelled.isoformat() if cancelled else None,
-            "status": self.status(now or utcnow()),
+            "status": str(self.status(now or utcnow())),
             "flagged": self.flagged,
             "flag_reason": self.flag_reason,
         }

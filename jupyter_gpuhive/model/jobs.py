@@ -182,8 +182,11 @@ class Task:
 
 
 @dataclass(frozen=True)
-class NewJob:
-    """What a job is made of before it is stored (tasks come from `render_tasks`)."""
+class Job:
+    """A job: its definition and, once stored, its id, tasks and history (`id` 0 before).
+
+    `status` is derived from the tasks' states; the store's `create` takes an unstored one.
+    """
 
     name: str
     owner: str
@@ -200,12 +203,6 @@ class NewJob:
     start_at: datetime | None = None
     stop_at: datetime | None = None
     max_retries: int = 0
-
-
-@dataclass(frozen=True)
-class Job(NewJob):
-    """A stored job with its tasks; `status` is derived from the tasks' states."""
-
     id: int = 0
     attempts: int = 0
     created_at: datetime | None = None
@@ -214,7 +211,7 @@ class Job(NewJob):
     tasks: tuple[Task, ...] = ()
 
     @property
-    def status(self) -> str:
+    def status(self) -> TaskState:
         """pending, starting, running, stopping, succeeded, failed, stopped or lost."""
         return job_status(task.state for task in self.tasks)
 
@@ -241,7 +238,7 @@ class Job(NewJob):
             "created_at": isoformat(self.created_at),
             "updated_at": isoformat(self.updated_at),
             "updated_by": self.updated_by,
-            "status": self.status,
+            "status": str(self.status),
             "gpus": list(self.gpus),
             "detail": detail,
         }
@@ -260,18 +257,18 @@ class Job(NewJob):
         return data
 
 
-def job_status(states: Iterable[TaskState]) -> str:
+def job_status(states: Iterable[TaskState]) -> TaskState:
     """A job's status: the most pressing active state, else the worst outcome of its tasks."""
     seen = set(states)
     for state in (TaskState.STOPPING, TaskState.STARTING, TaskState.RUNNING):
         if state in seen:
-            return str(state)
+            return state
     if not seen or seen == {TaskState.PENDING}:
-        return str(TaskState.PENDING)
+        return TaskState.PENDING
     for state in (TaskState.FAILED, TaskState.LOST, TaskState.STOPPED, TaskState.PENDING):
         if state in seen:
-            return str(state)
-    return str(TaskState.SUCCEEDED)
+            return state
+    return TaskState.SUCCEEDED
 
 
 def task_session(job_id: int, job_name: str, index: int) -> str:

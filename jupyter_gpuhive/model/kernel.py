@@ -1,8 +1,21 @@
 """What a kernel is told by the server that starts it: the names of its environment variables.
 
 The server (`server.kernel_tokens`) sets them, the kernel's client (`notebook.client`) reads
-them; both import the names from here.
+them; both import the names from here. `KernelState` is a kernel record's state.
 """
+
+from enum import StrEnum
+
+
+class KernelState(StrEnum):
+    """Where a gpuhive kernel is in its life (`kernels.registry` moves it)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    DEAD = "dead"
+    ENDED = "ended"
+
 
 ENV_URL = "GPUHIVE_URL"  # the gpuhive server's base URL
 # A kernel token: gpuhive's API as the user who started the kernel.

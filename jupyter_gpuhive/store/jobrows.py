@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ..model.jobs import Job, NewJob, Task, TaskState
+from ..model.jobs import Job, Task, TaskState
 from .schema import job_tasks, jobs
 
 
@@ -27,7 +27,7 @@ def seconds(walltime: timedelta | None) -> int | None:
     return None if walltime is None else max(1, round(walltime.total_seconds()))
 
 
-def job_values(job: NewJob) -> dict[str, Any]:
+def job_values(job: Job) -> dict[str, Any]:
     """The jobs row of a new job (without attempts and times)."""
     return {
         "name": job.name,

@@ -18,7 +18,6 @@ from ..model.jobs import (
     DEFAULT_LOG_DIR,
     LIVE,
     Job,
-    NewJob,
     Task,
     TaskSpec,
     TaskState,
@@ -74,7 +73,7 @@ class Jobs:
 
     # --- writing ------------------------------------------------------------------
 
-    def create(self, job: NewJob, specs: Sequence[TaskSpec]) -> Job:
+    def create(self, job: Job, specs: Sequence[TaskSpec]) -> Job:
         """Store a job and its tasks (in the given order) in one transaction."""
         now = utcnow()
 

@@ -36,7 +36,7 @@ class Changes:
 
 
 @dataclass(frozen=True)
-class Booking:
+class PendingWrite:
     """What a write is about to store, for a guard to check inside the same transaction."""
 
     owner: str
@@ -48,7 +48,7 @@ class Booking:
 
 # Called inside the write transaction before the row is written, with that transaction's
 # limit reads; raises to refuse it.
-Guard = Callable[[LimitReads, Booking], None]
+Guard = Callable[[LimitReads, PendingWrite], None]
 
 
 class Reservations:
@@ -168,7 +168,7 @@ class Reservations:
         def work(conn: Connection) -> int:
             self._lock_devices(conn, gpu_ids)
             if guard is not None:
-                guard(LimitReads(conn), Booking(owner, start, end, tuple(gpu_ids)))
+                guard(LimitReads(conn), PendingWrite(owner, start, end, tuple(gpu_ids)))
             found = self.clashes(conn, gpu_ids, start, end)
             if found:
                 raise clash_error(found)
@@ -226,7 +226,9 @@ class Reservations:
             if not cancelled:
                 self._lock_devices(conn, [*gpu_ids, *(g.id for g in old.gpus)])
                 if guard is not None:
-                    guard(LimitReads(conn), Booking(old.owner, start, end, tuple(gpu_ids), old))
+                    guard(
+                        LimitReads(conn), PendingWrite(old.owner, start, end, tuple(gpu_ids), old)
+                    )
                 found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id)
                 if found:
                     raise clash_error(found)

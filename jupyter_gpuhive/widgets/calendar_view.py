@@ -8,6 +8,7 @@ from typing import Any
 import bqplot as bq
 import ipywidgets as w
 
+from ..model import ReservationStatus
 from . import palette
 from .calendar_candidates import CandidatesPanel
 from .calendar_model import Box, CalendarModel, Span
@@ -192,10 +193,12 @@ class CalendarView(Shown):
         self.dialog_gpus.options = m.all_gpus
         self.dialog_gpus.value = tuple(d.gpus)
         self.start.value, self.end.value = d.start, d.end  # timezone-aware, as the picker needs
-        self.start.disabled = d.status == "active"
+        self.start.disabled = d.status == ReservationStatus.ACTIVE
         self.save.description = "Reserve" if d.is_new else "Save changes"
         self.stop.layout.display = "none" if d.is_new else "flex"
-        self.stop.description = "End now" if d.status == "active" else "Cancel reservation"
+        self.stop.description = (
+            "End now" if d.status == ReservationStatus.ACTIVE else "Cancel reservation"
+        )
         self.error.value = f"<span style='color:#b00'>{m.error}</span>" if m.error else ""
 
     # --- events --------------------------------------------------------------------

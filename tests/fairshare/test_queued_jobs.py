@@ -13,7 +13,7 @@ import pytest
 from jupyter_gpuhive.bookings.limits import LimitExceeded
 from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, utcnow
-from jupyter_gpuhive.model.jobs import GpuSlot, NewJob, TaskSpec, TaskState
+from jupyter_gpuhive.model.jobs import GpuSlot, Job, TaskSpec, TaskState
 from jupyter_gpuhive.model.limits import Limits, LimitTable
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import TaskChange
@@ -35,7 +35,7 @@ def queued_job(store: Store, gpus: int, walltime: timedelta) -> int:
     spec = TaskSpec(
         host="h1", address="localhost", gpus=slots, command="true", env={}, variables={}
     )
-    job = store.jobs.create(NewJob("q", "alice", "true", queued=True, walltime=walltime), [spec])
+    job = store.jobs.create(Job("q", "alice", "true", queued=True, walltime=walltime), [spec])
     return job.tasks[0].id
 
 

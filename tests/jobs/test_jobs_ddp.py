@@ -33,8 +33,9 @@ import pytest
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
-from jupyter_gpuhive.jobs.model import Job, NewJob, TaskState, render_tasks
+from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.model import HostDecl
+from jupyter_gpuhive.model.jobs import Job, TaskState
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.sshd import SshdCluster
@@ -130,7 +131,7 @@ def quit_sessions(job_name: str) -> None:
                 subprocess.run(["screen", "-S", name, "-X", "quit"], check=False)
 
 
-def run_job(cluster: SshdCluster, spec: NewJob) -> tuple[Job, dict[int, str], float]:
+def run_job(cluster: SshdCluster, spec: Job) -> tuple[Job, dict[int, str], float]:
     """Store, start and follow the job to the end; its final state, each task's log, seconds."""
     owner = spec.owner
     log_dir = f".gpuhive/test-ddp-{uuid.uuid4().hex[:8]}"
@@ -195,7 +196,7 @@ def test_ddp_proof_torchrun_two_nodes_two_processes_each(cluster: SshdCluster, w
 
     assert torch.distributed.is_available() and torch.distributed.is_gloo_available()
     port = free_port()
-    spec = NewJob(
+    spec = Job(
         name=f"ddp-run-{uuid.uuid4().hex[:6]}",
         owner=current_user(),
         command=worker,  # torchrun starts it with its own interpreter (the venv's)
@@ -232,7 +233,7 @@ def test_ddp_proof_torchrun_two_nodes_two_processes_each(cluster: SshdCluster, w
 
 def test_ddp_proof_env_mode_one_task_per_gpu(cluster: SshdCluster, worker: str):
     port = free_port()
-    spec = NewJob(
+    spec = Job(
         name=f"ddp-env-{uuid.uuid4().hex[:6]}",
         owner=current_user(),
         command=f"{PYTHON} {{script}}",

@@ -20,8 +20,9 @@ import pytest
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
-from jupyter_gpuhive.jobs.model import Job, NewJob, TaskState, render_tasks
+from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.model import HostDecl
+from jupyter_gpuhive.model.jobs import Job, TaskState
 from jupyter_gpuhive.sim.cluster import LocalSimHost, SshdCluster
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.ports import free_port
@@ -66,14 +67,14 @@ class Hive:
         gpus = self.hosts[host].config.gpus
         return (host, "127.0.0.1", [GpuSlot(host, "127.0.0.1", i, gpus[i].uuid) for i in indices])
 
-    async def create(self, spec: NewJob, *hosts: tuple[str, str, list[GpuSlot]]) -> Job:
+    async def create(self, spec: Job, *hosts: tuple[str, str, list[GpuSlot]]) -> Job:
         return await asyncio.to_thread(self.jobs.create, spec, render_tasks(spec, list(hosts)))
 
 
-def job(command: str, **kwargs: Any) -> NewJob:
+def job(command: str, **kwargs: Any) -> Job:
     """A job of the test user with a unique name (its screen sessions never clash)."""
     name = kwargs.pop("name", f"t{uuid.uuid4().hex[:8]}")
-    return NewJob(name=name, owner=OWNER, command=command, **kwargs)
+    return Job(name=name, owner=OWNER, command=command, **kwargs)
 
 
 def sessions() -> list[str]:
@@ -286,7 +287,7 @@ async def test_start_failures_are_explained(hive: Hive, owner: pwd.struct_passwd
     report = await Launcher(hive.pool, locked).start(created)
     assert "cannot create the log directory /root/gpuhive-not-yours" in report.failures[0].reason
 
-    stranger = NewJob(name="x", owner="nosuchuser9", command="true")
+    stranger = Job(name="x", owner="nosuchuser9", command="true")
     created = await hive.create(stranger, hive.slots("jl1", 0))
     report = await hive.launcher.start(created)
     assert "could not run a command as nosuchuser9 on jl1" in report.failures[0].reason

@@ -23,9 +23,10 @@ from jupyter_gpuhive.bookings.access import Rule
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
-from jupyter_gpuhive.jobs.model import Job, NewJob, TaskState, render_tasks
+from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.jobs.queue import Scheduler, TickReport
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
+from jupyter_gpuhive.model.jobs import Job, TaskState
 from jupyter_gpuhive.monitor.sampler import Sampler, Sweep
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import preset
@@ -63,7 +64,7 @@ class Bed:
         return (host, "127.0.0.1", [GpuSlot(host, "127.0.0.1", i, self.uuid(host, i))
                                     for i in indices])  # fmt: skip
 
-    async def create(self, spec: NewJob, *hosts: tuple[str, str, list[GpuSlot]]) -> Job:
+    async def create(self, spec: Job, *hosts: tuple[str, str, list[GpuSlot]]) -> Job:
         specs = render_tasks(spec, list(hosts)) if hosts else []
         return await asyncio.to_thread(self.store.jobs.create, spec, specs)
 
@@ -96,14 +97,14 @@ def _scheduler(store: Store, launcher: Launcher) -> Scheduler:
                      sync_tasks=True)  # fmt: skip
 
 
-def queued(command: str, **kwargs: Any) -> NewJob:
+def queued(command: str, **kwargs: Any) -> Job:
     """A queued job of the test user with a unique name."""
     kwargs.setdefault("walltime", timedelta(minutes=30))
-    return NewJob(name=f"q{uuid.uuid4().hex[:8]}", owner=OWNER, command=command, queued=True,
+    return Job(name=f"q{uuid.uuid4().hex[:8]}", owner=OWNER, command=command, queued=True,
                   **kwargs)  # fmt: skip
 
 
-def probe_job(**kwargs: Any) -> NewJob:
+def probe_job(**kwargs: Any) -> Job:
     """A queued job that prints its environment and waits for SIGINT."""
     return queued("python3 -c {probe}", variables={"probe": PROBE}, **kwargs)
 
@@ -303,14 +304,14 @@ async def test_a_count_only_job_gets_gpus_on_one_host(bed: Bed) -> None:
 
 async def test_scheduled_jobs_start_and_stop_on_time(bed: Bed) -> None:
     now = datetime.now(UTC)
-    timed = NewJob(
+    timed = Job(
         name=f"s{uuid.uuid4().hex[:6]}",
         owner=OWNER,
         command="sleep 60",
         start_at=now - timedelta(seconds=1),
         stop_at=now + timedelta(seconds=3),
     )
-    later = NewJob(name=f"s{uuid.uuid4().hex[:6]}", owner=OWNER, command="sleep 60",
+    later = Job(name=f"s{uuid.uuid4().hex[:6]}", owner=OWNER, command="sleep 60",
                    start_at=now + timedelta(hours=1))  # fmt: skip
     made = await bed.create(timed, bed.slots("jq2", 2))
     planned = await bed.create(later, bed.slots("jq2", 3))

@@ -17,10 +17,11 @@ from jupyter_gpuhive.jobs.admission import (
     gpu_count,
     template_options,
 )
-from jupyter_gpuhive.jobs.model import Job, NewJob, Task, TaskState, render_tasks
+from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.jobs.queue import bookings_of, candidates, gpu_states, reserved_spans
 from jupyter_gpuhive.jobs.timeline import Line
 from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation
+from jupyter_gpuhive.model.jobs import Job, Task, TaskState
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import TaskChange
@@ -273,11 +274,11 @@ def test_store_requeue_once_replace_tasks_and_schedulable(db_url: str) -> None:
     try:
         store.inventory.sync([HostDecl("h", "10.0.0.1", gpus=(GpuDecl(0, "U0"), GpuDecl(1, "U1")))])
         slots = [("h", "10.0.0.1", [GpuSlot("h", "10.0.0.1", 0, "U0")])]
-        spec = NewJob(name="q", owner="ann", command="run", queued=True, max_retries=1)
+        spec = Job(name="q", owner="ann", command="run", queued=True, max_retries=1)
         queued = store.jobs.create(spec, render_tasks(spec, slots))
-        done = store.jobs.create(NewJob(name="d", owner="ann", command="x"),
+        done = store.jobs.create(Job(name="d", owner="ann", command="x"),
                                  render_tasks(spec, slots))  # fmt: skip
-        counted = store.jobs.create(NewJob(name="c", owner="ann", command="x", queued=True,
+        counted = store.jobs.create(Job(name="c", owner="ann", command="x", queued=True,
                                            options={"gpu_count": 1}), [])  # fmt: skip
         store.jobs.change_tasks([TaskChange(done.tasks[0].id, TaskState.SUCCEEDED)])
         found, marked = store.jobs.schedulable()

@@ -10,14 +10,9 @@ import pytest
 
 from jupyter_gpuhive.errors import Conflict, NotFound
 from jupyter_gpuhive.jobs import GpuSlot, TemplateError
-from jupyter_gpuhive.jobs.model import (
-    NewJob,
-    TaskState,
-    job_status,
-    render_tasks,
-    task_paths,
-)
+from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.model import UTC
+from jupyter_gpuhive.model.jobs import Job, TaskState, job_status, task_paths
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import TaskChange
 
@@ -39,11 +34,11 @@ def slots(host: str, count: int, *, mig: bool = False) -> tuple[str, str, list[G
     ])  # fmt: skip
 
 
-def new_job(owner: str = "alice", **kwargs: object) -> NewJob:
+def new_job(owner: str = "alice", **kwargs: object) -> Job:
     values: dict[str, object] = {"name": "train", "owner": owner, "command": "python t.py {lr}",
                                  "variables": {"lr": "0.1"}}  # fmt: skip
     values.update(kwargs)
-    return NewJob(**values)  # type: ignore[arg-type]
+    return Job(**values)  # type: ignore[arg-type]
 
 
 def test_create_get_and_list_keep_every_field(store: Store) -> None:

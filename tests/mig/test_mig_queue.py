@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
-from jupyter_gpuhive.jobs.model import Job, Task, TaskState
 from jupyter_gpuhive.jobs.queue import gpu_states
 from jupyter_gpuhive.model import Gpu
+from jupyter_gpuhive.model.jobs import Job, Task, TaskState
 from jupyter_gpuhive.monitor.sampler import Sweep
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)

@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError
 
 from jupyter_gpuhive.bookings.access import parse_rule
 from jupyter_gpuhive.hosts.config import parse_hosts
-from jupyter_gpuhive.jobs.model import NewJob
 from jupyter_gpuhive.model import UTC
+from jupyter_gpuhive.model.jobs import Job
 from jupyter_gpuhive.model.violations import Violation
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import (
@@ -47,7 +47,7 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 def new_job(store: Store, name: str) -> int:
-    return store.jobs.create(NewJob(name=name, owner="alice", command="true"), []).id
+    return store.jobs.create(Job(name=name, owner="alice", command="true"), []).id
 
 
 def new_rule(store: Store, name: str) -> int:
@@ -167,7 +167,7 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
         )
     booked = [old_reservation(old, hours) for hours in range(3)]
     new_rule(old, "a")
-    job = old.jobs.create(NewJob(name="j", owner="alice", command="true"), [])
+    job = old.jobs.create(Job(name="j", owner="alice", command="true"), [])
     with old.db.writer.begin() as conn:  # a task row, which points at its job
         conn.execute(
             text(

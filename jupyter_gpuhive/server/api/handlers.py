@@ -7,8 +7,8 @@ from typing import Any
 
 from tornado import web
 
-from ...jobs.model import Job
 from ...model import Reservation, utcnow
+from ...model.jobs import Job
 from ...privacy import job_json, reservation_json
 from ...protection.marks import mark_violations
 from .base import HiveLogic

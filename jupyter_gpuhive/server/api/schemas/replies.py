@@ -8,10 +8,11 @@ hold more. A test checks real answers against them.
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ....model import ReservationStatus
 from ....model.jobs import TaskState
 
 
@@ -51,7 +52,7 @@ class ReservationReply(Reply):
     gpu_uuids: list[str]
     created_at: datetime
     cancelled_at: datetime | None
-    status: Literal["cancelled", "upcoming", "active", "ended"]
+    status: ReservationStatus
     flagged: bool
     flag_reason: str | None
     hosts_gone: list[str] = Field(
@@ -126,7 +127,7 @@ class JobReply(Reply):
     stop_at: datetime | None
     max_retries: int
     attempts: int
-    status: str
+    status: TaskState
     gpus: list[str]
     detail: bool = Field(description="Whether the definition is shown")
     tasks: list[TaskReply]
