@@ -71,6 +71,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff format --check jupyter_gpuhive tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python -m jupyter_gpuhive.server.api.typescript --check $(LABEXT)/src/api-types.ts
 
 format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks

@@ -1,8 +1,11 @@
 /**
  * The panel's model: the shapes the gpuhive REST API returns and pure functions that turn
  * them into what the panel shows (GPU state, countdowns, times). No DOM, no JupyterLab:
- * unit-tested with jest.
+ * unit-tested with jest. Shapes the OpenAPI document states come from `api-types.ts`
+ * (generated from it); those here are what it does not state (`hosts`) or states loosely.
  */
+
+import { IdentityReply, ReservationStatus } from './api-types';
 
 /** A reservation as `hosts` gives it on each GPU (`reservation`, `next_reservation`). */
 export interface IBrief {
@@ -89,7 +92,7 @@ export const FALLBACK_SETUP: IGuidance = {
 
 export interface IReservation extends IBrief {
   gpus: string[];
-  status: string;
+  status: ReservationStatus;
   created_at?: string;
   cancelled_at?: string | null;
   flagged?: boolean;
@@ -105,11 +108,8 @@ export interface IJob {
   [key: string]: unknown;
 }
 
-export interface IMe {
-  name: string;
-  groups: string[];
-  admin: boolean;
-}
+/** `GET me`: who I am. */
+export type IMe = IdentityReply;
 
 export type GpuKind = 'free' | 'mine' | 'reserved' | 'busy' | 'down' | 'unknown';
 
