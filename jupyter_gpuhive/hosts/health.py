@@ -38,14 +38,24 @@ def worst(*found: Health) -> Health:
     return Health(state, tuple(r for h in found for r in h.reasons))
 
 
+def _at(elem: ET.Element | None, path: str) -> ET.Element | None:
+    """The element at a plain 'a/b' path: one C-level find per step (a path with '/' would
+    go through ElementPath's Python code, the most of this parser's time)."""
+    for tag in path.split("/"):
+        if elem is None:
+            return None
+        elem = elem.find(tag)
+    return elem
+
+
 def _int(elem: ET.Element | None, path: str) -> int:
-    found = elem.find(path) if elem is not None else None
+    found = _at(elem, path)
     text = (found.text or "").strip().split(" ")[0] if found is not None else ""
     return int(text) if text.isdigit() else 0
 
 
 def _yes(elem: ET.Element | None, path: str) -> bool:
-    found = elem.find(path) if elem is not None else None
+    found = _at(elem, path)
     return found is not None and (found.text or "").strip() in ("Yes", "Active")
 
 

@@ -168,7 +168,9 @@ def probe_loop_command(health: bool = True) -> str:
 
 
 PROBE_LOOP_COMMAND = probe_loop_command()
-_SECTION = re.compile(rf"^{re.escape(MARK)}(\w+) (\d+)$")
+_SECTION = re.compile(rf"{re.escape(MARK)}(\w+) (\d+)")
+_NL_MARK = f"\n{MARK}"
+_CR = re.compile(r"\r$", re.MULTILINE)
 _PROCESS_NAME = re.compile(r"<process_name>.*?</process_name>", re.DOTALL)
 
 
@@ -213,20 +215,24 @@ def without_process_names(text: str) -> str:
 
 def split_sections(text: str) -> dict[str, tuple[int, str]]:
     """The probe's answer as {section: (exit status, text)}; lines end at "\n" only."""
-    sections: dict[str, tuple[int, str]] = {}
-    name: str | None = None
-    status, lines = 0, list[str]()
-    for line in text.split("\n"):
-        line = line.removesuffix("\r")
-        match = _SECTION.match(line) if line.startswith(MARK) else None  # most lines: no regex
+    if "\r" in text:  # a line's trailing CR is not part of it
+        text = _CR.sub("", text)
+    starts = [0] if text.startswith(MARK) else []  # lines that may be marks: str.find, no
+    at = text.find(_NL_MARK)  # loop over the XML's many lines
+    while at >= 0:
+        starts.append(at + 1)
+        at = text.find(_NL_MARK, at + 1)
+    marks = []
+    for at in starts:
+        stop = text.find("\n", at)
+        match = _SECTION.fullmatch(text, at, len(text) if stop < 0 else stop)
         if match:
-            if name is not None:
-                sections[name] = (status, "\n".join(lines))
-            name, status, lines = match.group(1), int(match.group(2)), []
-        elif name is not None:
-            lines.append(line)
-    if name is not None:
-        sections[name] = (status, "\n".join(lines))
+            marks.append(match)
+    sections: dict[str, tuple[int, str]] = {}
+    for k, match in enumerate(marks):
+        end = marks[k + 1].start() - 1 if k + 1 < len(marks) else len(text)
+        body = text[match.end() + 1 : end] if match.end() < end else ""
+        sections[match.group(1)] = (int(match.group(2)), body)
     return sections
 
 
