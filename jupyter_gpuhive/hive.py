@@ -49,7 +49,7 @@ class Hive:
         self.integrations = Integrations(self.store, s.integrations, self.run, utcnow, s.privacy)
         self.jobs = Jobs(
             self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
-            privacy=s.privacy, interval=s.poll_interval, started=self.integrations.job_started,
+            privacy=s.privacy, interval=s.poll_interval, changed=self.integrations.job_changed,
         )  # fmt: skip
         self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
                                public_key=self.jobs.public_key)  # fmt: skip

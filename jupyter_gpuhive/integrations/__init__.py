@@ -76,6 +76,7 @@ class Integrations:
         self._toucher: asyncio.Task[None] | None = None
         self._writing: set[asyncio.Future[None]] = set()  # batches of edits being written
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
+        self._job_lock = asyncio.Lock()
         self._violations: set[int] | None = None  # open violations seen (None: not yet)
         self.ongoing: Callable[[], list[dict[str, Any]]] = list  # the protection's, set by Hive
 
@@ -237,13 +238,31 @@ class Integrations:
             found = {"offer": offer}  # free GPUs and a way to book them: nothing private
             await self.webhooks.emit("gpus.available", found, [sub.owner], text, found)
 
-    # --- jobs and violations (after each sweep) -----------------------------------------
+    # --- jobs (the launcher tells) and violations (after each sweep) -------------------
 
-    def job_started(self, job: Job) -> None:
-        """A job was started through the API (the sweep finds those the queue starts)."""
-        if job.id not in self._jobs:
-            self._jobs[job.id] = job.status
-            self._spawn(self._job_event("started", job))
+    def job_changed(self, job_id: int) -> None:
+        """The launcher moved a job's tasks (started, followed or stopped them): its event."""
+        self._spawn(self._job_changed(job_id))
+
+    async def _job_changed(self, job_id: int) -> None:
+        async with self._job_lock:  # one job's changes in the order they were told
+            try:
+                job = await self.run(self.store.jobs.get, job_id)
+            except NotFound:
+                self._jobs.pop(job_id, None)
+                return
+            before = self._jobs.get(job_id)
+            if job.status in ACTIVE:
+                self._jobs[job_id] = job.status
+                if before is None:
+                    await self._job_event("started", job)
+                return
+            self._jobs.pop(job_id, None)
+            if job.status in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.LOST):
+                if before is None:  # it ended as it started (or before this process saw it)
+                    await self._job_event("started", job)
+                kind = "succeeded" if job.status == TaskState.SUCCEEDED else "failed"
+                await self._job_event(kind, job)
 
     async def _job_event(self, kind: str, job: Job) -> None:
         where = ", ".join(sorted({t.host for t in job.tasks})) or "?"
@@ -263,33 +282,11 @@ class Integrations:
         await health.tell_holders(self.store, self.run, self.webhooks, changed, self.now(), offers)
 
     async def on_sweep(self, _sweep: Any) -> None:
-        """Job starts and ends, and new violations, as webhook events."""
+        """New violations as webhook events (jobs' events come from `job_changed`)."""
         try:
-            await self._sweep_jobs()
             await self._sweep_violations()
         except Exception:
-            log.exception("gpuhive: job and violation events failed")
-
-    async def _sweep_jobs(self) -> None:
-        tasks = await self.run(self.store.jobs.tasks, ACTIVE)
-        for job_id in {t.job_id for t in tasks} | set(self._jobs):
-            try:
-                job = await self.run(self.store.jobs.get, job_id)
-            except NotFound:
-                self._jobs.pop(job_id, None)
-                continue
-            before = self._jobs.get(job_id)
-            if job.status in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.LOST):
-                self._jobs.pop(job_id, None)
-                await self._job_event(
-                    "succeeded" if job.status == TaskState.SUCCEEDED else "failed", job
-                )
-            elif job.status in ACTIVE:
-                self._jobs[job_id] = job.status
-                if before is None:
-                    await self._job_event("started", job)
-            else:
-                self._jobs.pop(job_id, None)
+            log.exception("gpuhive: violation events failed")
 
     async def _sweep_violations(self) -> None:
         found = {v["violation"]: v for v in self.ongoing()}

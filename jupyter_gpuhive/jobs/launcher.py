@@ -49,9 +49,11 @@ class Launcher:
         grace: float = 10.0,
         timeout: float = 30.0,
         log_limit: int = 1 << 20,
+        changed: Callable[[int], Any] = lambda _job_id: None,
     ) -> None:
         self.pool = pool
         self.jobs = jobs
+        self._changed = changed  # told each job id whose tasks this launcher moved
         self.grace = grace
         self.timeout = timeout
         self.log_limit = log_limit
@@ -101,6 +103,7 @@ class Launcher:
                 await self._stop_tasks(
                     [t for t in fresh if t.active], self.grace, f"stopped because {first}"
                 )
+            self._changed(job_id)
             return StartReport(
                 await _db(self.jobs.get, job_id),
                 tuple(t.id for t in started),
@@ -175,6 +178,8 @@ class Launcher:
             done = set(await _db(self.jobs.change_tasks, changes, {state}))
             by_id = {t.id: t for t in todo}
             changed += [apply_change(by_id[c.task_id], c) for c in changes if c.task_id in done]
+        for job_id in dict.fromkeys(task.job_id for task in changed):
+            self._changed(job_id)
         return SyncReport(tuple(changed), unreachable)
 
     async def _sync_group(
@@ -221,6 +226,7 @@ class Launcher:
             failures = await self._stop_tasks(
                 active, self.grace if grace is None else grace, reason
             )
+            self._changed(job_id)
             return StopReport(await _db(self.jobs.get, job_id), failures)
 
     async def _stop_tasks(

@@ -38,15 +38,14 @@ class Jobs:
         interval: float,
         ssh: SshSettings,
         privacy: Privacy,
-        started: Callable[[Job], Any] = lambda _job: None,
+        changed: Callable[[int], Any] = lambda _job_id: None,
     ) -> None:
         self.store = store
         self.run = run
         self.privacy = privacy
-        self._started = started
         self.rules = JobRules(store, zone, identity_of)
         self.logins = Logins(pool, ssh)
-        self.launcher = Launcher(pool, store.jobs)
+        self.launcher = Launcher(pool, store.jobs, changed=changed)  # integrations' events
         self.scheduler = Scheduler(
             store, self.launcher, identity_of=identity_of, zone=zone, interval=interval
         )
@@ -202,5 +201,4 @@ class Jobs:
         report = await self.launcher.start(job)
         if not report.ok:
             raise Conflict(report.message, job=report.job.to_json(detail=True))
-        self._started(report.job)
         return report.job

@@ -160,3 +160,33 @@ async def test_job_events_and_violations(
         brief = violation["data"]["violation"]
         assert (brief["kind"], brief["holder"], brief["offender"]) == ("foreign", "bob", OWNER)
         assert "pids" not in brief and "commands" not in brief
+
+
+class _NoJobs:
+    """A store whose jobs repository is recorded when it is reached."""
+
+    def __init__(self, store: Any, reached: list[str]) -> None:
+        self._store, self._reached = store, reached
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "jobs":
+            self._reached.append(name)
+        return getattr(self._store, name)
+
+
+async def test_a_sweep_reads_no_jobs(
+    api: Any, running_hive: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher tells integrations which job changed (issue #32 item 2); a sweep no longer
+    reads every running job to diff its status (the events themselves: the test above)."""
+    owner = api(OWNER)
+    await until(lambda: discovered(owner), timeout=20)
+    made = await owner("POST", "jobs", {"name": "long", "gpus": ["gpu1:0"], "start": True,
+                                        "command": "sleep 30"})  # fmt: skip
+    assert made.status == 201, made
+    reached: list[str] = []
+    integrations = running_hive.integrations
+    monkeypatch.setattr(integrations, "store", _NoJobs(integrations.store, reached))
+    await integrations.on_sweep(None)
+    assert reached == []
+    await owner("POST", f"jobs/{made.body['id']}/stop")
