@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Collection
 from dataclasses import dataclass
 
 OK, DEGRADED, FAILED = "ok", "degraded", "failed"
@@ -112,8 +113,13 @@ def gpu_health(gpu: ET.Element) -> Health:
     return Health(DEGRADED, tuple(degraded)) if degraded else Health()
 
 
-def parse_health(text: str) -> dict[str, Health]:
-    """{GPU UUID: Health} from ``nvidia-smi -q -x`` (lines before the XML are skipped)."""
+def parse_health(text: str, known: Collection[str] | None = None) -> dict[str, Health]:
+    """{GPU UUID: Health} from ``nvidia-smi -q -x`` (lines before the XML are skipped).
+
+    The XML also carries process names, which a user chooses. So only the log's own `<gpu>`
+    children count, only for GPUs in `known` (the CSV query's), and a GPU that appears twice,
+    or more `<gpu>` blocks than `<attached_gpus>` says, is trusted for nothing: a forged block
+    could otherwise mark another user's GPU failed (or hide a failure)."""
     start = text.find("<?xml")
     start = text.find("<nvidia_smi_log") if start < 0 else start
     if start < 0:
@@ -122,10 +128,14 @@ def parse_health(text: str) -> dict[str, Health]:
         root = ET.fromstring(text[start:])  # noqa: S314 - nvidia-smi output, no DTD resolved
     except ET.ParseError:
         return {}
+    blocks = root.findall("gpu")
+    attached = (root.findtext("attached_gpus") or "").strip()
+    if attached.isdigit() and len(blocks) > int(attached):
+        return {}
+    uuids = [(gpu.findtext("uuid") or "").strip() for gpu in blocks]
     found = {}
-    for gpu in root.iter("gpu"):
-        uuid = (gpu.findtext("uuid") or "").strip()
-        if uuid:
+    for uuid, gpu in zip(uuids, blocks, strict=True):
+        if uuid and uuids.count(uuid) == 1 and (known is None or uuid in known):
             found[uuid] = gpu_health(gpu)
     return found
 

@@ -363,7 +363,7 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     xml = sections.get("xml", (1, ""))[1]
     xml = xml.removeprefix("|").replace("\n|", "\n")  # each line was sent behind a '|'
     xml = without_process_names(xml)
-    health = parse_health(xml) if gpus else {}
+    health = parse_health(xml, {g.uuid for g in gpus if g.uuid}) if gpus else {}
     if sections.get("xmlst", sections.get("xml", (1, "")))[0] == 0 and listings:
         try:  # unreadable XML costs the MIG slices' details, never the GPUs and processes
             slices, processes = _slices(listings, parse_query_xml(xml), processes)
