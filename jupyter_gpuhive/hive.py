@@ -58,6 +58,7 @@ class Hive:
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
             end_reservation=self._end_reservation,  # through the bookings service, built next
             mail=s.integrations.mail,  # the site's one SMTP settings object
+            opened=self.integrations.violations_opened,  # violation webhook events
         )  # fmt: skip
         self.bookings = Bookings(
             self.store, self.run, s.policy, identity_of, s.privacy,
@@ -81,11 +82,9 @@ class Hive:
         )  # fmt: skip
         self.kernel_life = end_policy(s.kernel_end, self.kernels, self.store, self.run,
                                       self.bookings, identity_of, s.protection.level)  # fmt: skip
-        self.integrations.ongoing = self.protection.ongoing
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
-        self.monitor.on_sweep(self.integrations.on_sweep)  # webhook events
         ongoing, idle_util = self.protection.ongoing, s.protection.idle_util
         self.monitor.exposition.use(scrape.sources(self.monitor, self.store, ongoing, idle_util))
         notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings.search)

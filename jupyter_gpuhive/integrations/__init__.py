@@ -77,8 +77,6 @@ class Integrations:
         self._writing: set[asyncio.Future[None]] = set()  # batches of edits being written
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
         self._job_lock = asyncio.Lock()
-        self._violations: set[int] | None = None  # open violations seen (None: not yet)
-        self.ongoing: Callable[[], list[dict[str, Any]]] = list  # the protection's, set by Hive
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run in the background: the request that caused an event never waits for it."""
@@ -238,7 +236,7 @@ class Integrations:
             found = {"offer": offer}  # free GPUs and a way to book them: nothing private
             await self.webhooks.emit("gpus.available", found, [sub.owner], text, found)
 
-    # --- jobs (the launcher tells) and violations (after each sweep) -------------------
+    # --- jobs (the launcher tells) and violations (protection tells) -------------------
 
     def job_changed(self, job_id: int) -> None:
         """The launcher moved a job's tasks (started, followed or stopped them): its event."""
@@ -281,19 +279,12 @@ class Integrations:
         with the finder's alternative per reservation (`offers`) where one was found."""
         await health.tell_holders(self.store, self.run, self.webhooks, changed, self.now(), offers)
 
-    async def on_sweep(self, _sweep: Any) -> None:
-        """New violations as webhook events (jobs' events come from `job_changed`)."""
-        try:
-            await self._sweep_violations()
-        except Exception:
-            log.exception("gpuhive: violation events failed")
+    def violations_opened(self, violations: list[dict[str, Any]]) -> None:
+        """Protection opened these violations (as `ongoing` lists them): their events."""
+        self._spawn(self._violation_events(violations))
 
-    async def _sweep_violations(self) -> None:
-        found = {v["violation"]: v for v in self.ongoing()}
-        known, self._violations = self._violations, set(found)
-        for vid, v in found.items():
-            if known is not None and vid in known:
-                continue
+    async def _violation_events(self, violations: list[dict[str, Any]]) -> None:
+        for v in violations:
             data = {k: value for k, value in v.items() if k != "commands"}
             who = v.get("offender") or "an unknown user"
             text = f"{v['kind']} use of GPU {v['gpu']} on {v['host']} by {who}"

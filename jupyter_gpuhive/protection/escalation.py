@@ -60,8 +60,9 @@ class Escalation:
         findings: Sequence[Violation],
         seen: set[str],
         held: Mapping[int, Reservation],
-    ) -> None:
-        """Open, refresh and close cases after one sweep (hosts not `seen` keep theirs)."""
+    ) -> list[int]:
+        """Open, refresh and close cases after one sweep (hosts not `seen` keep theirs); the
+        ids of the violations it opened."""
         now = {f.key: f for f in findings}
         opened = [f for key, f in now.items() if key not in self.cases]
         gone = [k for k, c in self.cases.items() if k not in now and c.host in seen]
@@ -88,6 +89,7 @@ class Escalation:
                         f.offender or "?", list(f.pids))  # fmt: skip
             res = held.get(f.reservation_id) if f.reservation_id is not None else None
             self.cases[f.key] = Case(vid, at, self._incident(vid, f, res), f.host)
+        return list(ids)
 
     def _incident(self, vid: int, v: Violation, res: Reservation | None) -> Incident:
         if res is None:

@@ -52,12 +52,14 @@ class Protection:
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
         public: bool = False,
         mail: MailSettings | None = None,
+        opened: Callable[[list[dict[str, Any]]], Any] = lambda _violations: None,
     ) -> None:
         self.settings = settings
         self.public = public  # every violation listed to every user (details: involved only)
         self.store = store
         self._run = run
         self._job_owners = job_owners
+        self._opened = opened  # told the violations each sweep opened (integrations' events)
         built = configure(settings, HandlerContext(pool, publish, mail), handler_types)
         self.policy, self.ladder, self.handlers = built.policy, built.ladder, built.handlers
         self.actions = Actions(self.handlers, store, run)
@@ -100,7 +102,9 @@ class Protection:
         findings = detect(
             samples, active, at, self.policy, job_owners=owners, unix_user=self.unix_user
         )
-        await self.escalation.track(at, findings, seen, {r.id: r for r in active})
+        opened = set(await self.escalation.track(at, findings, seen, {r.id: r for r in active}))
+        if opened:
+            self._opened([v for v in self.ongoing() if v["violation"] in opened])
         if self.settings.idle_after:
             await self.idle.track(
                 at, idle_reservations(samples, active, at, self.settings.idle_util)

@@ -163,22 +163,31 @@ async def test_job_events_and_violations(
 
 
 class _NoJobs:
-    """A store whose jobs repository is recorded when it is reached."""
+    """A store whose jobs repository records which of its methods are reached."""
 
     def __init__(self, store: Any, reached: list[str]) -> None:
         self._store, self._reached = store, reached
 
     def __getattr__(self, name: str) -> Any:
-        if name == "jobs":
-            self._reached.append(name)
-        return getattr(self._store, name)
+        found = getattr(self._store, name)
+        return _Recorded(found, self._reached) if name == "jobs" else found
+
+
+class _Recorded:
+    def __init__(self, target: Any, reached: list[str]) -> None:
+        self._target, self._reached = target, reached
+
+    def __getattr__(self, name: str) -> Any:
+        self._reached.append(name)
+        return getattr(self._target, name)
 
 
 async def test_a_sweep_reads_no_jobs(
     api: Any, running_hive: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The launcher tells integrations which job changed (issue #32 item 2); a sweep no longer
-    reads every running job to diff its status (the events themselves: the test above)."""
+    """The launcher tells integrations which job changed and protection which violations it
+    opened (issue #32 item 2): a sweep no longer has integrations list the running jobs' tasks
+    and read each job to diff its status (the events themselves: the test above)."""
     owner = api(OWNER)
     await until(lambda: discovered(owner), timeout=20)
     made = await owner("POST", "jobs", {"name": "long", "gpus": ["gpu1:0"], "start": True,
@@ -187,6 +196,6 @@ async def test_a_sweep_reads_no_jobs(
     reached: list[str] = []
     integrations = running_hive.integrations
     monkeypatch.setattr(integrations, "store", _NoJobs(integrations.store, reached))
-    await integrations.on_sweep(None)
-    assert reached == []
+    await running_hive.monitor.sampler.sweep()  # every listener, as the loop runs them
+    assert "tasks" not in reached
     await owner("POST", f"jobs/{made.body['id']}/stop")
