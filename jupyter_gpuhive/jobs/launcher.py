@@ -17,6 +17,7 @@ import shlex
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..errors import Conflict
@@ -30,6 +31,8 @@ from .outcomes import apply_change, marker, markers, observe, start_problem, to_
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
 from .tasks import TemplateError
+
+ENDED_MEMORY = timedelta(minutes=10)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +61,9 @@ class Launcher:
         self.timeout = timeout
         self.log_limit = log_limit
         self._locks: dict[int, asyncio.Lock] = {}
+        # (host, process group) of each task seen to end, and when: a sweep taken before that
+        # may still show its processes, which are then no one else's (see queue_inputs).
+        self.ended_groups: dict[tuple[str, int], datetime] = {}
 
     # --- starting -------------------------------------------------------------------
 
@@ -180,7 +186,17 @@ class Launcher:
             changed += [apply_change(by_id[c.task_id], c) for c in changes if c.task_id in done]
         for job_id in dict.fromkeys(task.job_id for task in changed):
             self._changed(job_id)
+        self._note_ended(changed)
         return SyncReport(tuple(changed), unreachable)
+
+    def _note_ended(self, changed: Sequence[Task]) -> None:
+        """Remember the process groups of tasks that just ended (for ten minutes)."""
+        now = utcnow()
+        for task in changed:
+            if not task.active and task.pgid is not None:
+                self.ended_groups[(task.host, task.pgid)] = now
+        cutoff = now - ENDED_MEMORY
+        self.ended_groups = {k: at for k, at in self.ended_groups.items() if at >= cutoff}
 
     async def _sync_group(
         self, host: str, owner: str, tasks: list[Task]

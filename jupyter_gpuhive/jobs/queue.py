@@ -319,9 +319,11 @@ class Scheduler:
         jobs, marked = self.store.jobs.schedulable()
         inventory = {gpu.uuid: gpu for gpu in self.store.inventory.gpus()}
         reserved = reserved_spans(booked(self.store, now, now + self.horizon), jobs)
-        states = gpu_states(
-            inventory.values(), reserved, jobs, sweep, now, default_walltime=self.default_walltime
-        )
+        ended = () if sweep is None else [
+            group for group, at in self.launcher.ended_groups.items() if at >= sweep.at
+        ]  # fmt: skip
+        states = gpu_states(inventory.values(), reserved, jobs, sweep, now,
+                            default_walltime=self.default_walltime, ended=ended)  # fmt: skip
         for gpu_id, condition in self.store.health.unbookable().items():
             gpu = self.store.inventory.gpu_by_id(gpu_id)  # failed or drained: given to no job
             if gpu.uuid in states and states[gpu.uuid].blocker is None:

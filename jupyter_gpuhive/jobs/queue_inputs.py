@@ -3,7 +3,7 @@ reserved spans, the candidate jobs, the access-rule check, and binding chosen GP
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 
@@ -109,11 +109,15 @@ def gpu_states(
     now: datetime,
     *,
     default_walltime: timedelta | None = None,
+    ended: Collection[tuple[str, int]] = (),
 ) -> dict[str, GpuState]:
     """Each GPU's state: who holds it (active tasks, then foreign processes) and next booking.
 
     Without a sweep (monitoring off) only the store's claims are known. A running queued job
-    releases its GPUs at its walltime (`default_walltime` when it declared none).
+    releases its GPUs at its walltime (`default_walltime` when it declared none). Processes of
+    the (host, process group)s in `ended`, tasks seen to end after the sweep was taken, are
+    leaving: they hold nothing (else a wide job's slot would look unknown for a tick, and
+    jobs behind it could pass it).
     """
     at = now.timestamp()
     holder: dict[str, Job] = {}
@@ -136,6 +140,8 @@ def gpu_states(
                     if on is None or on in foreign:
                         continue
                     pgid = getattr(proc, "pgid", None)
+                    if pgid is not None and (host, pgid) in ended:
+                        continue
                     if pgid is not None:
                         owner = group_of.get((host, pgid))
                     else:

@@ -241,6 +241,22 @@ def test_gpu_states_tell_own_processes_from_foreign_ones() -> None:
     assert gpu_states(inv, {}, [running], None, now)["h-3"].blocker is None
 
 
+def test_processes_of_a_task_seen_to_end_after_the_sweep_hold_nothing() -> None:
+    """The sweep comes before the tick's sync: a task that ended in between still has its
+    processes in the sweep. They are leaving, not someone else's: the GPU is free (else the
+    GPU's release is unknown for a tick and a wide job's slot with it)."""
+    now = datetime.fromtimestamp(NOW, UTC)
+    inv = [Gpu(1, "h", 0, "h-0")]
+    ended = _stored_job(1, "ann", "h", ["h-0"], state=TaskState.SUCCEEDED, pgid=500)
+    procs = (ProcessInfo(501, "h-0", "ann", "python", 10, 500),)
+    sweep = Sweep(now, 5.0, {"h": HostSample("h", now, processes=procs)}, {})
+    assert gpu_states(inv, {}, [ended], sweep, now)["h-0"].blocker == (
+        "h:0 runs process 501 of ann"
+    )
+    assert gpu_states(inv, {}, [ended], sweep, now, ended=[("h", 500)])["h-0"].blocker is None
+    assert gpu_states(inv, {}, [ended], sweep, now, ended=[("other", 500)])["h-0"].blocker
+
+
 def test_candidates_and_planned_runs() -> None:
     now = datetime.fromtimestamp(NOW, UTC)
     q = _stored_job(1, "ann", "h", ["h-0"], queued=True, walltime=timedelta(minutes=1))
