@@ -17,6 +17,7 @@ from .bookings import (
 )
 from .fairshare import booking_limits, charge_totals, gpu_charges_hourly, gpu_charges_monthly
 from .health import gpu_health
+from .idempotency import idempotency_keys
 from .integrations import (
     availability_subscriptions,
     calendar_events,
@@ -49,6 +50,7 @@ __all__ = [
     "host_charges_monthly",
     "host_topology",
     "hosts",
+    "idempotency_keys",
     "job_tasks",
     "jobs",
     "log_attempts",

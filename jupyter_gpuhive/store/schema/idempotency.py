@@ -1,0 +1,24 @@
+"""Idempotency keys of creating POSTs (migration 0017): a retried request gets the first answer.
+
+One row per (user, key). `fingerprint` is a digest of the method, path and body the key was
+first used with (the same key with another request is refused); `status` and `body` are the
+first request's answer, NULL while that request is still being processed.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Integer, String, Table, Text
+
+from .base import UTCDateTime, metadata
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("owner", String(128), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status", Integer),
+    Column("body", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_idempotency_keys_created_at", "created_at"),
+)
