@@ -16,18 +16,23 @@ fewer repeats; `--smoke`: 40 GPUs, 40 reservations, a few repeats; that it runs)
   series (label escaping per sample), the rest our collector and three aggregate reads.
 - `sweep_cost_ratio`: the sampler's sweep over 1,000 hosts of 4 GPUs (`--quick`: 300) with
   health over the same without it, median of 7 sweeps each (`--quick`: 3), alternating in the
-  same run: every host asked at once on its probe loop (`HostPool.ask`, as `Sampler` asks) and
-  each answer read by `parse_probe` as it comes. With health the loop is `PROBE_LOOP_COMMAND`
-  (`-q -x` on every sweep, its XML read by hosts/health.py); without, the baseline
-  `probe_loop_command(health=False)` (`-q -x` only on MIG hosts). The hosts are
-  benchmarks/sweep_fixture.py's: an asyncssh server answering each probe at once with what the
-  real probe got from the stand-in (without health: the same answer less its XML), so the ratio
-  is gpuhive's cost: the bigger answer through SSH and its parsing. Target <= 1.1. What a host
-  spends is apart and reported on stderr only: one probe of a local host whose nvidia-smi
-  replays the stand-in's recorded answers (`cat`; the extra process and the shell forwarding
-  the XML) and of the stand-in itself (whose `-q -x` is its slow full Python path, ~30 ms:
-  the stand-in's cost, no real driver's); no real driver was measured. The fixture server runs
-  at nice 19 (it stands in for other machines).
+  same run: every host asked at once on its probe loop (`HostPool.ask`, as `Sampler` asks,
+  naming the health lines' version it holds) and each answer read by `parse_probe` as it comes.
+  With health the loop is `PROBE_LOOP_COMMAND` (`-q -x` on every sweep; on a host without MIG
+  only the lines health reads, sent when they changed: a healthy host answers `xmlsame` and the
+  version); without, the baseline `probe_loop_command(health=False)` (`-q -x` only on MIG
+  hosts). The hosts are benchmarks/sweep_fixture.py's: an asyncssh server answering each probe at
+  once with what the real probe got from the stand-in (with `health_elements`: every GPU's ECC,
+  pages, rows and slowdown elements, as a real driver prints them; without health: the same
+  answer less its XML; to a client that holds the version: the `xmlsame` answer, as a real loop
+  gives it while nothing changed), so the ratio is gpuhive's cost: the bigger answer through SSH
+  and its parsing. Target <= 1.1. stderr also gives the sweep in which every host sends its
+  lines (as after a change on each, or the first sweep of new sessions): the cost of a change,
+  paid once. What a host spends is apart and reported on stderr only: one probe of a local host
+  whose nvidia-smi replays the stand-in's recorded answers (`cat`; the extra process and awk)
+  and of the stand-in itself (whose `-q -x` is its slow full Python path, ~30 ms: the stand-in's
+  cost, no real driver's); no real driver was measured. The fixture server runs at nice 19 (it
+  stands in for other machines).
 - `health_to_unbookable_s`: a Hive on one simulated host (poll interval 1 s) with its monitor
   running; the `ecc` failure preset is set in the stand-in, then a booking on that GPU is tried
   every 50 ms through the bookings service (as POST reservations does; a booking that goes
@@ -182,31 +187,36 @@ def replay_host(folder: Path, sim: LocalSimHost) -> HostDecl:
                     extra={"env": {"PATH": path, "REPLAY": str(folder)}})  # fmt: skip
 
 
-async def probe_ratio(decl: HostDecl, repeats: int) -> tuple[float, dict[str, str]]:
+async def probe_ratio(
+    decl: HostDecl, repeats: int
+) -> tuple[float, dict[str, str], dict[str, tuple[str, str]]]:
     """Median probe time with health over without on `decl`; the last answers of each."""
     pool = HostPool([decl])
     commands = {"health": PROBE_LOOP_COMMAND, "plain": probe_loop_command(health=False)}
     took: dict[str, list[float]] = {name: [] for name in commands}
     answers: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}  # by command name, as the Sampler keeps it by host
     try:
         for command in commands.values():  # start both loops: not timed
             await pool.ask(decl.name, command, end=END, timeout=30)
         for _ in range(repeats):
             for name, command in commands.items():
                 t0 = time.perf_counter()
-                answers[name] = await pool.ask(decl.name, command, end=END, timeout=30)
-                sample = parse_probe(decl.name, answers[name], utcnow())
+                held = seen.get(name)
+                answers[name] = await pool.ask(decl.name, command, end=END, timeout=30,
+                                               say=held[0] if held else "")  # fmt: skip
+                sample = parse_probe(name, answers[name], utcnow(), seen)
                 took[name].append(time.perf_counter() - t0)
                 assert len(sample.gpus) == 4, sample
                 assert not sample.gpu_error, sample
     finally:
         await pool.close()
-    assert "xml" in split_sections(answers["health"])
-    assert "xml" not in split_sections(answers["plain"])
+    assert {"xml", "xmlsame"} & set(split_sections(answers["health"]))  # unchanged: "same"
+    assert not {"xml", "xmlsame"} & set(split_sections(answers["plain"]))
     health, plain = (statistics.median(took[n]) for n in commands)
     log(f"sweep ({decl.name}): probe {health * 1000:.1f} ms with health, "
         f"{plain * 1000:.1f} ms without")  # fmt: skip
-    return health / plain, answers
+    return health / plain, answers, seen
 
 
 async def host_side(repeats: int) -> None:
@@ -215,9 +225,10 @@ async def host_side(repeats: int) -> None:
         sim = LocalSimHost("cost", Path(tmp) / "sim", preset("a100x4", "cost"))
         env = sim.env({})
         decl = HostDecl("cost", transport="local", extra={"env": {k: env[k] for k in SIM_ENV}})
-        replayed, answers = await probe_ratio(replay_host(Path(tmp) / "replay", sim), repeats)
-        stand_in, _ = await probe_ratio(decl, repeats)
-    parse = {name: _parse_ms(text) for name, text in answers.items()}
+        replay = replay_host(Path(tmp) / "replay", sim)
+        replayed, answers, seen = await probe_ratio(replay, repeats)
+        stand_in, _, _ = await probe_ratio(decl, repeats)
+    parse = {name: _parse_ms(name, text, seen) for name, text in answers.items()}
     log(f"host side: probe ratio {replayed:.3f} replayed, {stand_in:.3f} with the stand-in; "
         f"parse_probe {parse['health']:.3f} ms with health, {parse['plain']:.3f} ms "
         "without")  # fmt: skip
@@ -246,8 +257,13 @@ async def sweep_cost(hosts: int, repeats: int) -> float:
         pool = HostPool(fx.decls, fx.settings)
         names = list(pool.hosts)
 
+        # what each loop sent of its health lines, as the Sampler keeps it (one per command)
+        seen: dict[str, dict[str, tuple[str, str]]] = {command: {} for command in commands.values()}
+
         async def one(name: str, command: str) -> None:
-            sample = parse_probe(name, await pool.ask(name, command, end=END, timeout=60), utcnow())
+            held = seen[command].get(name)
+            answer = await pool.ask(name, command, end=END, timeout=60, say=held[0] if held else "")
+            sample = parse_probe(name, answer, utcnow(), seen[command])
             assert len(sample.gpus) == 4, sample
             assert not sample.gpu_error, sample
             assert bool(sample.health) == (command == PROBE_LOOP_COMMAND), sample.health
@@ -263,19 +279,25 @@ async def sweep_cost(hosts: int, repeats: int) -> float:
             for _ in range(repeats):
                 for name, command in commands.items():
                     took[name].append(await sweep(command))
+            changed = []  # every host's health lines sent anew (as after a change on each)
+            for _ in range(repeats):
+                seen[PROBE_LOOP_COMMAND].clear()
+                changed.append(await sweep(PROBE_LOOP_COMMAND))
         finally:
             await pool.close()
     health, plain = (statistics.median(took[n]) for n in commands)
-    log(f"sweep: {hosts} hosts in {health:.3f} s with health, {plain:.3f} s without")
+    log(f"sweep: {hosts} hosts in {health:.3f} s with health, {plain:.3f} s without; "
+        f"{statistics.median(changed):.3f} s when every host sends its health lines "
+        f"(ratio {statistics.median(changed) / plain:.3f})")  # fmt: skip
     return health / plain
 
 
-def _parse_ms(text: str, repeats: int = 200) -> float:
-    """Median milliseconds of `parse_probe` on one answer."""
+def _parse_ms(name: str, text: str, seen: dict[str, tuple[str, str]], repeats: int = 200) -> float:
+    """Median milliseconds of `parse_probe` on one answer (of the loop `seen` holds as `name`)."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        parse_probe("cost", text, utcnow())
+        parse_probe(name, text, utcnow(), dict(seen))
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
 

@@ -10,9 +10,10 @@ reasons are sentences a user can read. Both driver generations' element names ar
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 OK, DEGRADED, FAILED = "ok", "degraded", "failed"
@@ -68,8 +69,35 @@ def _uncorrectable(section: ET.Element | None) -> int:
     return new or _int(section, "double_bit/total")
 
 
-def gpu_health(gpu: ET.Element) -> Health:
-    """The health one ``<gpu>`` element of ``-q -x`` shows."""
+@dataclass(frozen=True)
+class Findings:
+    """What one ``<gpu>`` element says, the temperature apart (it comes with every sweep's
+    CSV query; the rest changes only when something happens to the GPU)."""
+
+    failed: tuple[str, ...] = ()
+    degraded: tuple[str, ...] = ()
+    slowdowns: tuple[str, ...] = ()  # active thermal slowdown reasons, as words
+    slow_threshold_c: int = 0  # 0: not reported
+    temperature_c: int | None = None  # the XML's own reading, where the probe kept it
+
+    def judge(self, temperature_c: int | None = None) -> Health:
+        """The health at `temperature_c` (default: the XML's reading)."""
+        temp = self.temperature_c if temperature_c is None else temperature_c
+        degraded = list(self.degraded)
+        if self.slowdowns:
+            at = f" at {temp} C" if temp is not None else ""
+            degraded.append(f"clocks slowed down ({', '.join(self.slowdowns)}){at}")
+        elif self.slow_threshold_c and temp is not None and temp >= self.slow_threshold_c:
+            degraded.append(
+                f"{temp} C, at or above the slowdown threshold of {self.slow_threshold_c} C"
+            )
+        if self.failed:
+            return Health(FAILED, self.failed + tuple(degraded))
+        return Health(DEGRADED, tuple(degraded)) if degraded else Health()
+
+
+def findings(gpu: ET.Element) -> Findings:
+    """What one ``<gpu>`` element of ``-q -x`` shows."""
     failed: list[str] = []
     degraded: list[str] = []
     ecc = gpu.find("ecc_errors")
@@ -97,47 +125,67 @@ def gpu_health(gpu: ET.Element) -> Health:
     reasons = gpu.find("clocks_event_reasons")
     if reasons is None:
         reasons = gpu.find("clocks_throttle_reasons")
-    slow = [
+    slow = tuple(
         child.tag.rsplit("_reason_", 1)[-1].replace("_", " ")
         for child in (reasons if reasons is not None else ())
         if "thermal" in child.tag and (child.text or "").strip() == "Active"
-    ]
-    temp = _int(gpu, "temperature/gpu_temp")
-    threshold = _int(gpu, "temperature/gpu_temp_slow_threshold")
-    if slow:
-        degraded.append(f"clocks slowed down ({', '.join(slow)}) at {temp} C")
-    elif threshold and temp >= threshold:
-        degraded.append(f"{temp} C, at or above the slowdown threshold of {threshold} C")
-    if failed:
-        return Health(FAILED, tuple(failed + degraded))
-    return Health(DEGRADED, tuple(degraded)) if degraded else Health()
+    )
+    reading = _at(gpu, "temperature/gpu_temp")
+    return Findings(
+        tuple(failed),
+        tuple(degraded),
+        slow,
+        _int(gpu, "temperature/gpu_temp_slow_threshold"),
+        _int(gpu, "temperature/gpu_temp") if reading is not None else None,
+    )
 
 
-def parse_health(text: str, known: Collection[str] | None = None) -> dict[str, Health]:
-    """{GPU UUID: Health} from ``nvidia-smi -q -x`` (lines before the XML are skipped).
+def gpu_health(gpu: ET.Element) -> Health:
+    """The health one ``<gpu>`` element of ``-q -x`` shows (at its own temperature reading)."""
+    return findings(gpu).judge()
+
+
+def parse_health(
+    text: str,
+    known: Collection[str] | None = None,
+    temperatures: Mapping[str, int | None] | None = None,
+) -> dict[str, Health]:
+    """{GPU UUID: Health} from ``nvidia-smi -q -x`` (lines before the XML are skipped), at
+    the temperatures given by UUID (the CSV query's; else the XML's own reading).
 
     The XML also carries process names, which a user chooses. So only the log's own `<gpu>`
     children count, only for GPUs in `known` (the CSV query's), and a GPU that appears twice,
     or more `<gpu>` blocks than `<attached_gpus>` says, is trusted for nothing: a forged block
-    could otherwise mark another user's GPU failed (or hide a failure)."""
+    could otherwise mark another user's GPU failed (or hide a failure).
+
+    The probe sends only the lines health reads, and those change only when something happens
+    to a GPU; so the reading of one text is kept (`_read`, by the text itself) and a sweep of
+    healthy hosts parses no XML."""
+    found = _read(text, None if known is None else frozenset(known))
+    temps = temperatures or {}
+    return {uuid: seen.judge(temps.get(uuid)) for uuid, seen in found}
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(text: str, known: frozenset[str] | None) -> tuple[tuple[str, Findings], ...]:
     start = text.find("<?xml")
     start = text.find("<nvidia_smi_log") if start < 0 else start
     if start < 0:
-        return {}
+        return ()
     try:
         root = ET.fromstring(text[start:])  # noqa: S314 - nvidia-smi output, no DTD resolved
     except ET.ParseError:
-        return {}
+        return ()
     blocks = root.findall("gpu")
     attached = (root.findtext("attached_gpus") or "").strip()
     if attached.isdigit() and len(blocks) > int(attached):
-        return {}
+        return ()
     uuids = [(gpu.findtext("uuid") or "").strip() for gpu in blocks]
-    found = {}
-    for uuid, gpu in zip(uuids, blocks, strict=True):
-        if uuid and uuids.count(uuid) == 1 and (known is None or uuid in known):
-            found[uuid] = gpu_health(gpu)
-    return found
+    return tuple(
+        (uuid, findings(gpu))
+        for uuid, gpu in zip(uuids, blocks, strict=True)
+        if uuid and uuids.count(uuid) == 1 and (known is None or uuid in known)
+    )
 
 
 def lost_gpus(text: str) -> tuple[tuple[str, str], ...]:

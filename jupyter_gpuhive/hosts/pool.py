@@ -127,8 +127,12 @@ class HostPool:
         results = await asyncio.gather(*(one(n) for n in names))
         return dict(zip(names, results, strict=True))
 
-    async def ask(self, host: str, command: str, *, end: str, timeout: float | None = None) -> str:
+    async def ask(
+        self, host: str, command: str, *, end: str, timeout: float | None = None, say: str = ""
+    ) -> str:
         """One answer from a long-lived `command` on `host` (see `loops`); never hangs.
+
+        The request line is a fresh token, then `say` (if any) after a space.
 
         The loop is started on first use (as the host's account) and kept; a loop that ended,
         failed or overran `timeout` is ended and the next call starts a fresh one. Failures
@@ -144,14 +148,16 @@ class HostPool:
         key = (host, command)
         async with self._loop_locks.setdefault(key, asyncio.Lock()):
             try:
-                answer = await self._ask(decl, key, end, timeout)
+                answer = await self._ask(decl, key, end, timeout, say)
             except HostUnavailable as error:
                 self._fail(host, error.reason)
                 raise
         self._ok(host)
         return answer
 
-    async def _ask(self, decl: HostDecl, key: tuple[str, str], end: str, timeout: float) -> str:
+    async def _ask(
+        self, decl: HostDecl, key: tuple[str, str], end: str, timeout: float, say: str
+    ) -> str:
         user = decl.user or self._me
         for attempt in (1, 2):
             loop = self._loops.get(key)
@@ -168,7 +174,7 @@ class HostPool:
                     self._loops[key] = loop
                 limit = timeout
                 async with asyncio.timeout(limit):
-                    await loop.send(token)
+                    await loop.send(f"{token} {say}" if say else token)
                     sent = True
                     return await loop.answer(token, end)
             except asyncio.CancelledError:

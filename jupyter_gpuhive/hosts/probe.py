@@ -108,12 +108,42 @@ n=; read -r on </sys/devices/system/cpu/online && {
 printf '%s\n' "@M@ncpu 0" "$n"
 """
 # Health (hosts/health.py): `-q -x` on every probe, in parallel with the two queries through a
-# third FIFO; its lines are sent as they come (behind a '|'), its exit status after them.
+# third FIFO; its lines are sent behind a '|', its exit status after them. Without MIG only the
+# lines health reads leave the host (`HEALTH_LINES`, by awk: nvidia-smi prints one element per
+# line): a fifth of the XML or less, no process names, and nothing that changes from sweep to
+# sweep on a healthy GPU (the temperature comes with the CSV query), so hosts/health.py keeps
+# its reading of an unchanged text. With MIG the whole XML (slices).
+HEALTH_LINES = (
+    r"^[ \t]*<\/?([?]xml|(nvidia_smi_log|gpu|ecc_errors|volatile|aggregate|double_bit|"
+    r"retired_pages|double_bit_retirement|multiple_single_bit_retirement|remapped_rows|"
+    r"clocks_event_reasons|clocks_throttle_reasons|temperature)[ >]|"
+    r"(attached_gpus|uuid|total|retired_count|pending_retirement|pending_blacklist|"
+    r"remapped_row_pending|remapped_row_failure)>|(sram|dram)_uncorrectable>|"
+    r"clocks_[a-z_]*thermal|gpu_temp_slow_threshold>)|"
+    r"Unable to determine the device handle"
+)
+# The lines are kept as version "$hid.$hv" of this loop (a new loop, a new $hid). The client
+# names the version it holds after its token; when that is the current one and no GPU is in
+# MIG mode, the answer is the `xmlsame` mark and the version, no XML: a healthy host sends
+# its health lines once. The client holds what it was sent, so "same" is never a guess.
+# The awk program (no single quote in it): every line behind a '|' where `all` is set (MIG),
+# else only the health lines, without their indentation.
+HEALTH_AWK = (
+    'all != "" { print "|" $0; next }\n'
+    f'  /{HEALTH_LINES}/ {{ sub(/^[ \\t]+/, ""); print "|" $0 }}'
+)
 _XML_ALWAYS = (
     '@XMLQ@ >"$t/x" 2>&1 </dev/null & q=$!\nexec 3<"$t/g" 4<"$t/a" 5<"$t/x"',
-    "printf '%s\\n' \"@M@xml 0\"\n"
-    'while IFS= read -r x || [ -n "$x" ]; do printf \'|%s\\n\' "$x"; done <&5\n'
-    "exec 5<&-; wait $q; st=$?; q=; printf '%s\\n' \"@M@xmlst $st\"",
+    "h=$(awk -v all=\"$mig\" '@AWK@' <&5)\n"
+    "exec 5<&-; wait $q; st=$?; q=\n"
+    'if [ -n "$mig" ] || [ "$h" != "$hprev" ]; then hv=$((hv + 1)); hprev=$h; fi\n'
+    'if [ -z "$mig" ] && [ "$have" = "$hid.$hv" ]; then\n'
+    '  printf \'%s\\n\' "@M@xmlsame 0" "$hid.$hv"\n'
+    "else\n"
+    '  printf \'%s\\n\' "@M@xml 0"; [ -z "$h" ] || printf \'%s\\n\' "$h"\n'
+    '  printf \'%s\\n\' "@M@xmlv 0" "$hid.$hv"\n'
+    "fi\n"
+    "printf '%s\\n' \"@M@xmlst $st\"",
 )
 # Without health (the benchmark's baseline): `-q -x` only where MIG is on, after the others.
 _XML_FOR_MIG = (
@@ -135,13 +165,14 @@ def _body(health: bool) -> str:
         .replace("@APPSQ@", APPS_QUERY)
         .replace("@LISTQ@", LIST_QUERY)
         .replace("@XMLQ@", XML_QUERY)
+        .replace("@AWK@", HEALTH_AWK)
         .replace("@M@", MARK)
     )
 
 
 # A private scratch folder (mktemp; else a fresh 0700 one) with the two FIFOs; no globbing.
 _SCRATCH = (
-    "set -f; old= g= a= q=\n"
+    "set -f; old= g= a= q= h= hprev= have= hv=0 hid=$$\n"
     "t=$(mktemp -d 2>/dev/null) ||\n"
     '  { t=/tmp/gpuhive.$$.$(date +%s); mkdir -m 700 "$t" || exit 1; }\n'
     'mkfifo "$t/g" "$t/a" "$t/x" || { rm -rf "$t"; exit 1; }\n'
@@ -162,8 +193,14 @@ END = f"{MARK}end "
 
 
 def probe_loop_command(health: bool = True) -> str:
-    """The probe loop; without `health`, `-q -x` runs only on MIG hosts (the old probe)."""
-    loop = f"while read -r token; do\n{_body(health)}\nprintf '%s\\n' \"{END}$token\"\ndone"
+    """The probe loop; without `health`, `-q -x` runs only on MIG hosts (the old probe).
+
+    Each request line is a token and, optionally, the version of the health lines the client
+    holds (`HostPool.ask`'s `say`; only digits and dots are taken)."""
+    loop = (
+        "hid=$$.$(date +%s)\nwhile read -r token have; do\ncase $have in *[!0-9.]*) have= ;; esac\n"
+        f"{_body(health)}\nprintf '%s\\n' \"{END}$token\"\ndone"
+    )
     return "sh -c " + shlex.quote(f"{_SCRATCH}\nexec 2>&1\n{loop}")
 
 
@@ -234,6 +271,30 @@ def split_sections(text: str) -> dict[str, tuple[int, str]]:
         body = text[match.end() + 1 : end] if match.end() < end else ""
         sections[match.group(1)] = (int(match.group(2)), body)
     return sections
+
+
+def _health_lines(
+    host: str, sections: dict[str, tuple[int, str]], seen: dict[str, tuple[str, str]] | None
+) -> str:
+    """The `-q -x` lines of this answer, or those it says are unchanged (see `parse_probe`)."""
+    same = sections.get("xmlsame")
+    if same is not None:
+        version = same[1].strip()
+        held = seen.get(host) if seen is not None else None
+        if seen is None or held is None or held[0] != version:
+            if seen is not None:  # not what was asked for: the next request asks afresh
+                seen.pop(host, None)
+            raise NvsmiParseError(f"the probe's health lines {version!r} are not known here")
+        return held[1]
+    xml = sections.get("xml", (1, ""))[1]
+    xml = xml.removeprefix("|").replace("\n|", "\n")  # each line was sent behind a '|'
+    version = sections.get("xmlv", (1, ""))[1].strip()
+    if seen is not None:
+        if version and "<processes>" not in xml:  # MIG hosts send all, every time
+            seen[host] = (version, xml)
+        else:
+            seen.pop(host, None)
+    return xml
 
 
 def _owners(text: str) -> dict[int, tuple[str, str, int]]:
@@ -320,11 +381,18 @@ def _slices(
     return slices, placed
 
 
-def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
-    """Turn the probe's answer into a HostSample; GPU trouble is reported, not raised."""
+def parse_probe(
+    host: str, text: str, taken_at: datetime, seen: dict[str, tuple[str, str]] | None = None
+) -> HostSample:
+    """Turn the probe's answer into a HostSample; GPU trouble is reported, not raised.
+
+    `seen` ({host: (version, health lines)}) is the caller's memory of the health lines each
+    host's probe loop sent: an answer with the `xmlsame` mark refers to it (the version to
+    send along with the next request is `seen[host][0]`); each answer with lines updates it."""
     sections = split_sections(text)
     if "gpus" not in sections:
         raise NvsmiParseError(f"the probe's answer has no GPU section: {text[:200]!r}")
+    xml = _health_lines(host, sections, seen)
     gpu_error = None
     gpus: list[GpuMetrics] = []
     processes: list[ProcessInfo] = []
@@ -360,10 +428,13 @@ def parse_probe(host: str, text: str, taken_at: datetime) -> HostSample:
     except NvsmiParseError as error:
         gpu_error = str(error)
         gpus, processes, listings = [], [], []
-    xml = sections.get("xml", (1, ""))[1]
-    xml = xml.removeprefix("|").replace("\n|", "\n")  # each line was sent behind a '|'
-    xml = without_process_names(xml)
-    health = parse_health(xml, {g.uuid for g in gpus if g.uuid}) if gpus else {}
+    if "<process_name" in xml:
+        xml = without_process_names(xml)
+    health = (
+        parse_health(xml, {g.uuid for g in gpus if g.uuid}, {g.uuid: g.temperature_c for g in gpus})
+        if gpus
+        else {}
+    )
     if sections.get("xmlst", sections.get("xml", (1, "")))[0] == 0 and listings:
         try:  # unreadable XML costs the MIG slices' details, never the GPUs and processes
             slices, processes = _slices(listings, parse_query_xml(xml), processes)

@@ -63,6 +63,7 @@ class Sampler:
         self._listeners: list[Listener] = []
         self.sweeps = 0
         self.recorded = 0  # samples taken in: live state is unchanged while this is
+        self.health_seen: dict[str, tuple[str, str]] = {}  # parse_probe's `seen`
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the listeners subscribed before it."""
@@ -72,7 +73,9 @@ class Sampler:
         began = asyncio.get_running_loop().time()
         try:
             # One long-lived probe loop per host: a sweep costs each host one request line.
-            answer = await self.pool.ask(name, PROBE_LOOP_COMMAND, end=END, timeout=self.timeout)
+            held = self.health_seen.get(name)
+            answer = await self.pool.ask(name, PROBE_LOOP_COMMAND, end=END, timeout=self.timeout,
+                                         say=held[0] if held else "")  # fmt: skip
         except HostUnavailable as error:
             return error.reason
         except Exception as error:  # one host's surprise must not cost the others their sample
@@ -82,7 +85,7 @@ class Sampler:
             latency[name] = asyncio.get_running_loop().time() - began
         taken = utcnow()
         try:
-            sample = parse_probe(name, answer, taken)
+            sample = parse_probe(name, answer, taken, self.health_seen)
         except NvsmiParseError as error:
             sample = HostSample(name, taken, gpu_error=f"the probe failed: {error}")
         self.record(sample)

@@ -48,6 +48,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "junk": False,
     "driver_failure": False,
     "topology": None,  # only `topo -m` reads it (the full path)
+    "health_elements": False,  # only `-q -x` reads it (the full path)
 }
 
 

@@ -114,7 +114,8 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
     power_tag = "gpu_power_readings" if major.isdigit() and int(major) >= 530 else "power_readings"
     power = None if "power.draw" in off else g.power_w
     temperature: list[Node] = [("gpu_temp", _na(fault_temperature(gpu, g.temperature_c), "C"))]
-    if gpu.fault:
+    full = bool(gpu.fault or snap.config.health_elements)
+    if full:
         temperature += [("gpu_temp_max_threshold", "92 C"), ("gpu_temp_slow_threshold", "89 C")]
     children: list[Node] = [
         ("product_name", gpu.name),
@@ -135,8 +136,9 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
                 ("memory_util", NA if "utilization.memory" in off else _na(g.util_mem, "%")),
             ],
         ),
-        # a healthy GPU prints as the samples do (they hold no health elements); a fault adds them
-        *(health_nodes(gpu, int(major) if major.isdigit() else 0) if gpu.fault else []),
+        # a healthy GPU prints as the samples do (they hold no health elements), unless the
+        # config asks for them (`health_elements`); a fault adds them
+        *(health_nodes(gpu, int(major) if major.isdigit() else 0) if full else []),
         ("temperature", temperature),
         (
             power_tag,

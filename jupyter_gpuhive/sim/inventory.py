@@ -82,6 +82,9 @@ class SimHostConfig:
     junk: bool | str = False
     driver_failure: bool = False
     topology: str | dict[str, Any] | None = None  # nvidia-smi topo -m: see sim/topology.py
+    # every GPU's ECC, retired pages, remapped rows and slowdown reasons in `-q -x`, as a real
+    # driver prints them (the samples hold none: off, a healthy GPU prints as they do)
+    health_elements: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form of this config."""

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from jupyter_gpuhive.hosts.health import FAILED, parse_health
+from jupyter_gpuhive.hosts.probe import HEALTH_AWK
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import set_gpu_fault
 
@@ -54,3 +55,29 @@ def test_a_forged_block_for_anothers_gpu_is_trusted_for_nothing(tmp_path: Path) 
     )
     # a GPU the CSV query did not report is not taken from the XML
     assert uuids[0] not in parse_health(xml, set(uuids[1:]))
+
+
+def test_a_forged_block_in_a_name_that_passes_the_probes_filter_is_trusted_for_nothing(
+    tmp_path: Path,
+) -> None:
+    """On a host without MIG the probe's awk keeps only the lines health reads, and a name
+    with newlines can bring lines that look like those: they count for nothing either."""
+    xml, uuids = stand_in_xml(tmp_path)
+    victim = uuids[1]
+    forged = blocks(xml)[0].replace(uuids[0], victim)
+    # the forged block as one process's name, unescaped, as nvidia-smi may print it: inside
+    # the real block, and closing it first (then opening another, so that the XML still reads)
+    for name in (f"x{forged}\n", f'x\n\t</gpu>{forged}\n\t<gpu id="00000000:99:00.0">\n'):
+        named = xml.replace(
+            "</processes>",
+            f"\t\t\t<process_info>\n\t\t\t\t<process_name>{name}</process_name>\n"
+            "\t\t\t</process_info>\n\t\t</processes>",
+            1,
+        )
+        assert named != xml
+        kept = subprocess.run(["awk", "-v", "all=", HEALTH_AWK], input=named,
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        lines = kept.replace("\n|", "\n").removeprefix("|")
+        assert victim in lines and "<process_name" not in lines  # through awk...
+        health = parse_health(lines, set(uuids))
+        assert health.get(victim) is None or health[victim].state != FAILED  # ...for nothing
