@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests,
 # libfaketime for make test-dates, Prometheus for tests/api/test_prometheus.py).
-APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables faketime libfaketime prometheus
+APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables faketime libfaketime prometheus haproxy
 # JupyterLab extension (labextension/): node_modules cached by a stamp, rebuilt when its sources change.
 LABEXT       := labextension
 LABEXT_STAMP := $(LABEXT)/node_modules/.installed

@@ -28,7 +28,14 @@ What it sets up:
   service with the user's own server token.
 
 Environment read here (all optional):
-  GPUHIVE_SERVICE_PORT    port the service listens on (default 10101)
+  GPUHIVE_SERVICE_URL     several replicas (docs/how-to/replicas.md): the load balancer's URL,
+                          e.g. http://127.0.0.1:10100. The Hub then starts no service: it
+                          routes /services/gpuhive/ there, and users' servers call it there
+  GPUHIVE_SERVICE_TOKEN_FILE  the service's fixed Hub token, shared with the replicas: a file
+                          with a line JUPYTERHUB_API_TOKEN=<token> (their systemd
+                          EnvironmentFile) or the bare token. Without it the Hub makes a new
+                          token at each start, which only a service it starts itself can know
+  GPUHIVE_SERVICE_PORT    port the service listens on (default 10101; without GPUHIVE_SERVICE_URL)
   GPUHIVE_SERVICE_CONFIG  the service's config file (default /etc/gpuhive/gpuhive_config.py)
   GPUHIVE_PYTHON          Python with jupyter-gpuhive installed (default: the Hub's)
   GPUHIVE_ADMIN_GROUP     Hub group whose members are gpuhive admins (default admins; empty:
@@ -44,7 +51,10 @@ c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 SERVICE = "gpuhive"
 PORT = int(os.environ.get("GPUHIVE_SERVICE_PORT", "10101"))
-SERVICE_URL = f"http://127.0.0.1:{PORT}"
+# Several replicas: the load balancer's URL (the Hub starts no service); else the one service.
+BALANCER_URL = os.environ.get("GPUHIVE_SERVICE_URL", "").rstrip("/")
+SERVICE_URL = BALANCER_URL or f"http://127.0.0.1:{PORT}"
+TOKEN_FILE = os.environ.get("GPUHIVE_SERVICE_TOKEN_FILE", "")
 SERVICE_CONFIG = os.environ.get("GPUHIVE_SERVICE_CONFIG", "/etc/gpuhive/gpuhive_config.py")
 PYTHON = os.environ.get("GPUHIVE_PYTHON", sys.executable)
 ADMIN_GROUP = os.environ.get("GPUHIVE_ADMIN_GROUP", "admins")
@@ -56,19 +66,40 @@ ACCESS_SCOPE = f"access:services!service={SERVICE}"
 # JupyterHub's defaults where you set none. An assignment (c.X.y = …) after the
 # load_subconfig line would replace these additions again: keep this file last.
 
+
+def service_token(path: str) -> str:
+    """The token in `path`: its JUPYTERHUB_API_TOKEN=… line, or the file's only content."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    for line in text.splitlines():
+        name, equals, value = line.strip().partition("=")
+        if equals and name.strip() == "JUPYTERHUB_API_TOKEN":
+            return value.strip().strip("'\"")
+    token = text.strip()
+    if not token or "\n" in token or "=" in token:
+        raise ValueError(f"{path}: expected JUPYTERHUB_API_TOKEN=<token> or only the token")
+    return token
+
+
 # --- the service ----------------------------------------------------------------------
-# The Hub starts it with JUPYTERHUB_API_TOKEN / _API_URL / _SERVICE_PREFIX / _SERVICE_URL set,
-# routes {hub}/services/gpuhive/ to it, and restarts it when it exits.
-c.JupyterHub.services.append(
-    {
-        "name": SERVICE,
-        "url": SERVICE_URL,
-        "command": [PYTHON, "-m", "jupyter_gpuhive.hub", "--config", SERVICE_CONFIG],
-        "display": False,
-        # Extra environment for the service, e.g. a libpq password file for the database:
-        # "environment": {"PGPASSFILE": "/etc/gpuhive/pgpass"},
-    }
-)
+# One service: the Hub starts it with JUPYTERHUB_API_TOKEN / _API_URL / _SERVICE_PREFIX /
+# _SERVICE_URL set, routes {hub}/services/gpuhive/ to it, and restarts it when it exits.
+# Several replicas (GPUHIVE_SERVICE_URL): the site starts them (examples/deploy/); the
+# Hub only routes to their load balancer and knows the service by the shared token.
+service: dict = {
+    "name": SERVICE,
+    "url": SERVICE_URL,
+    "display": False,
+    # Extra environment for the service, e.g. a libpq password file for the database:
+    # "environment": {"PGPASSFILE": "/etc/gpuhive/pgpass"},
+}
+if not BALANCER_URL:
+    service["command"] = [PYTHON, "-m", "jupyter_gpuhive.hub", "--config", SERVICE_CONFIG]
+if TOKEN_FILE:
+    service["api_token"] = service_token(TOKEN_FILE)
+elif BALANCER_URL:
+    raise ValueError("GPUHIVE_SERVICE_URL (replicas) needs GPUHIVE_SERVICE_TOKEN_FILE")
+c.JupyterHub.services.append(service)
 
 # --- scopes and roles -----------------------------------------------------------------
 c.JupyterHub.custom_scopes.update(

@@ -83,3 +83,32 @@ def test_the_example_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert got["groups"] == {}  # the role creates its group; members are the site's
     assert got["args"] == ["--GpuHiveApp.service_url=http://127.0.0.1:10999/services/gpuhive/"]
     assert "custom:gpuhive:admin" in got["server_token_scopes"]
+
+
+def test_replicas_behind_a_balancer_with_a_fixed_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/deploy/'s Hub drop-in: no service started, the balancer routed, a fixed token."""
+    token_file = tmp_path / "service-token.env"
+    token_file.write_text("# the replicas' EnvironmentFile\nJUPYTERHUB_API_TOKEN=0123abcd\n")
+    monkeypatch.setenv("GPUHIVE_SERVICE_URL", "http://127.0.0.1:10100/")
+    monkeypatch.setenv("GPUHIVE_SERVICE_TOKEN_FILE", str(token_file))
+    got = load(tmp_path, "c = get_config()  # noqa: F821\n", monkeypatch)
+    (gpuhive,) = got["services"]
+    assert gpuhive["url"] == "http://127.0.0.1:10100"
+    assert "command" not in gpuhive  # the replicas are the site's (systemd), not the Hub's
+    assert gpuhive["api_token"] == "0123abcd"
+    assert got["args"] == ["--GpuHiveApp.service_url=http://127.0.0.1:10100/services/gpuhive/"]
+    token_file.write_text("0123abcd\n")  # or the bare token
+    assert (
+        load(tmp_path, "c = get_config()  # noqa: F821\n", monkeypatch)["services"][0]["api_token"]
+        == "0123abcd"
+    )
+
+
+def test_replicas_without_a_token_file_stop_the_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUHIVE_SERVICE_URL", "http://127.0.0.1:10100")
+    with pytest.raises(ValueError, match="GPUHIVE_SERVICE_TOKEN_FILE"):
+        load(tmp_path, "c = get_config()  # noqa: F821\n", monkeypatch)
