@@ -5,7 +5,6 @@ What a service does lives with it (bookings, jobs, monitor, protection, integrat
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +27,11 @@ from .monitor.service import Monitor
 from .protection.health import HealthNotices
 from .protection.service import Protection
 from .store import Store
+from .store.errand import ERRAND, Dropped, Errand, in_executor
 from .store.leader import Leadership
 
 T = TypeVar("T")
-__all__ = ["Hive", "HiveSettings"]
+__all__ = ["ERRAND", "Dropped", "Errand", "Hive", "HiveSettings"]  # errands: for the web layer
 
 
 class Hive:
@@ -140,9 +140,8 @@ class Hive:
         return await self.bookings.end(res.id, PROTECTION, reason)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run blocking (database) work in the hive's thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        """Run blocking (database) work in the thread pool (a request's: see store/errand.py)."""
+        return await in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     def now(self) -> datetime:
         """The current instant (UTC)."""

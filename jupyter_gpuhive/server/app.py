@@ -72,6 +72,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
 
             self.hive.kernel_life.publish = publish_kernel
         self.settings["gpuhive"] = self.hive
+        from .api.admission import SETTING as ADMISSION
+
+        self.settings[ADMISSION] = self.intake()  # requests in flight, their deadline
         from .kernelspecs import attach
 
         attach(self.serverapp, self.hive)

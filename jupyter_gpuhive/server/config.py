@@ -94,6 +94,20 @@ class GpuHiveConfig(LoggingConfigurable):
         "5m", help="How far in the past a new reservation may start (clock skew, slow forms)."
     ).tag(config=True)
     db_workers = Int(8, help="Threads that run database work off the event loop.").tag(config=True)
+    max_requests_in_flight = Int(
+        64,
+        help="API requests one process serves at once; beyond them a request is refused at "
+        "once (503 with Retry-After: 1), before its token is checked or any database work. "
+        "Metrics scrapes (GET prometheus) and the service's health checks are not counted. "
+        "0: no bound.",
+    ).tag(config=True)
+    request_deadline = Float(
+        20.0,
+        help="Seconds an API request may wait before its database work starts: work not "
+        "started by then, or after the client closed its connection, is not started (503), "
+        "so nothing is changed for a client that gave up. Keep it below clients' timeouts "
+        "(HiveClient: 30 s).",
+    ).tag(config=True)
 
     poll_interval = Float(5.0, help="Seconds between two sweeps over all hosts.").tag(config=True)
     metrics_token = Unicode(

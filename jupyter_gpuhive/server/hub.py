@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from jupyterhub.services.auth import HubAuth, HubAuthenticated
 from tornado import web
 from tornado.httpserver import HTTPServer
-from traitlets import Float, Unicode
+from traitlets import Float, Int, Unicode
 from traitlets.config import Application
 
 from ..errors import Forbidden, HiveError, Unauthorized
@@ -32,9 +32,11 @@ from ..kernels.broker import KernelBroker
 from ..model import Identity
 from . import public_url
 from .api import routes
+from .api.admission import SETTING as ADMISSION
 from .api.base import HiveLogic
 from .app import GpuHiveApp, GpuHiveSettings
 from .heap import freeze_startup_heap
+from .heartbeat import Heartbeat
 from .hub_kernel_tokens import SETTING as KERNEL_TOKENS
 from .hub_kernel_tokens import Held, ServiceKernelTokens
 from .kernel_tokens import PREFIX as KERNEL_TOKEN_PREFIX
@@ -54,6 +56,7 @@ class HubHandler(HubAuthenticated, HiveLogic):
     kernel_token: Held | None = None  # the request came with a reservation kernel's token
 
     async def prepare(self) -> None:
+        self.admit()  # the bound on requests in flight: before the Hub is asked anything
         auth: HubAuth = self.hub_auth
         token = auth.get_token(self, in_cookie=False)
         if not token:
@@ -81,6 +84,7 @@ class HubHandler(HubAuthenticated, HiveLogic):
             needed = ", ".join(sorted(auth.access_scopes))
             raise Forbidden(f"This token does not grant {needed}.")
         self._hub_user, self.hub_token = model, token
+        await self.claim_key()
 
     def get_current_user(self) -> Any:
         return self._hub_user
@@ -144,6 +148,18 @@ class GpuHiveService(Application):
         help="How many seconds a read (GET) may use the Hub's last answer about its token. "
         "Every other request (POST, PUT, PATCH, DELETE) asks the Hub afresh.",
     ).tag(config=True)
+    health_port = Int(
+        0,
+        help="Port of a health check served from a thread of its own, on the service URL's "
+        "address (GET, any path: ok, leader, in_flight, refused, clients_gone, loop_lag_s). It "
+        "answers while the event loop is busy, and 503 when the loop is more than "
+        "health_max_lag seconds behind. For a load balancer (haproxy: `check port N`). 0: "
+        "none; PREFIX/health on the service's own port answers in any case, from the loop.",
+    ).tag(config=True)
+    health_max_lag = Float(
+        10.0,
+        help="Seconds the event loop may fall behind before the health port answers 503.",
+    ).tag(config=True)
     aliases = {"config": "GpuHiveService.config_file"}
     classes = [GpuHiveApp]
 
@@ -173,6 +189,7 @@ class GpuHiveService(Application):
             gpuhive_hosts_watcher=configured.watch_hosts_file(hive),
             hub_auth=auth,
         )
+        app.settings[ADMISSION] = configured.intake()  # requests in flight, their deadline
         app.settings[KERNEL_TOKENS] = ServiceKernelTokens(hive.kernels)
         for _, handler in api:
             handler.hub_auth = auth
@@ -188,6 +205,7 @@ class GpuHiveService(Application):
         server = HTTPServer(app, xheaders=True)
         server.listen(where.port or 80, where.hostname or "127.0.0.1")
         await hive.start()
+        heartbeat = self.heartbeat(app, hive, where.hostname or "127.0.0.1")
         watcher: HostsFileWatcher | None = app.settings["gpuhive_hosts_watcher"]
         if watcher is not None:  # as in a Jupyter server: `jupyter gpuhive hosts add` works
             watcher.start()
@@ -199,11 +217,31 @@ class GpuHiveService(Application):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         server.stop()
+        await heartbeat.stop()
         if watcher is not None:
             await watcher.stop()
         await app.settings["gpuhive_broker"].close()
         await hive.stop()
         hive.close()
+
+    def heartbeat(self, app: web.Application, hive: Hive, host: str) -> Heartbeat:
+        """The loop's heartbeat, and the health port if one is configured."""
+        admission = app.settings[ADMISSION]
+
+        def facts() -> dict[str, Any]:
+            return {
+                "leader": hive.leadership.leader,
+                "in_flight": admission.in_flight,
+                "refused": admission.refused,  # for max_requests_in_flight, since the start
+                "clients_gone": admission.gone,  # closed before their answer, since the start
+            }
+
+        heartbeat = Heartbeat(self.health_max_lag, facts)
+        heartbeat.start()
+        if self.health_port:
+            port = heartbeat.serve(host, self.health_port)
+            log.info("gpuhive health checks on http://%s:%d/", host, port)
+        return heartbeat
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ from .config import GpuHiveConfig
 if TYPE_CHECKING:
     from ..hive import Hive, HiveSettings
     from ..hosts.file import HostsFileWatcher
+    from .api.admission import Intake
 
 
 class GpuHiveSettings(GpuHiveConfig):
@@ -177,6 +178,12 @@ class GpuHiveSettings(GpuHiveConfig):
             monitor=self.monitor,
             metrics_token=self.metrics_token,
         )
+
+    def intake(self) -> Intake:
+        """The bound on requests in flight and their deadline, for one process."""
+        from .api.admission import Intake
+
+        return Intake(self.max_requests_in_flight, self.request_deadline)
 
     def watch_hosts_file(self, hive: Hive) -> HostsFileWatcher | None:
         """What gives `hive` the hosts file's hosts when it changes (None: reload is off)."""

@@ -7,6 +7,7 @@ from .clashes import Clash
 from .database import Database
 from .finder import FinderReads
 from .health import HealthStore
+from .idempotency import IdempotencyKeys
 from .integrations import Integrations
 from .inventory import Inventory
 from .jobs import Jobs
@@ -44,6 +45,7 @@ class Store:
         self.subscriptions = Subscriptions(self.db)  # availability subscriptions
         self.digests = Digests(self.db)  # who gets a daily digest, and when it was sent
         self.live_counts = LiveCountReads(self.db)  # a Prometheus scrape's aggregates
+        self.idempotency = IdempotencyKeys(self.db)  # creating POSTs' Idempotency-Key
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -23,6 +23,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from .errand import current as current_errand
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -192,10 +194,15 @@ class Database:
 
     def write(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run `work` in one write transaction, retrying transient concurrency failures."""
+        errand = current_errand()  # an API request's: its first write marks its key applied
         for attempt in range(1, attempts + 1):
             try:
                 with self._turns, self.writer.begin() as connection:
                     done = work(connection)
+                    if errand is not None:
+                        errand.writing(connection)
+                if errand is not None:
+                    errand.committed()
                 if self._checkpoints is not None:
                     self._checkpoints.wrote()
                 return done

@@ -77,15 +77,17 @@ class Team:
         return call(method, self.hub.proxied_service_url() + "api/" + path, token, body, **kw)
 
 
-def start_replica(hub: TeamHub, port: int) -> subprocess.Popen[bytes]:
-    """A second service process: the managed one's environment and config, another port."""
+def start_replica(hub: TeamHub, port: int, config: Path | None = None) -> subprocess.Popen[bytes]:
+    """A second service process: the managed one's environment and config (or `config`),
+    another port."""
     managed = service_processes(hub.service_config)
     assert len(managed) == 1, f"expected the Hub-managed service only, found {managed}"
     env = dict(next(iter(managed.values())))
     env["JUPYTERHUB_SERVICE_URL"] = f"http://127.0.0.1:{port}"
-    log = open(hub.dir / "replica.log", "wb")  # noqa: SIM115
+    log = open(hub.dir / (f"replica-{port}.log" if config else "replica.log"), "wb")  # noqa: SIM115
+    config = config or hub.service_config
     return subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuhive.hub", "--config", str(hub.service_config)],
+        [sys.executable, "-m", "jupyter_gpuhive.hub", "--config", str(config)],
         env=env,
         cwd=hub.dir,
         stdin=subprocess.DEVNULL,

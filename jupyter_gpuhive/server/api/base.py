@@ -8,10 +8,13 @@ server (identity from its IdentityProvider); the JupyterHub service has its own 
 
 from __future__ import annotations
 
+import asyncio
 import getpass
+import inspect
 import json
 import logging
 import re
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
@@ -38,10 +41,13 @@ from ...errors import (
     TooLarge,
     Unauthorized,
 )
-from ...hive import Hive
+from ...hive import ERRAND, Errand, Hive
 from ...model import ID_MAX, Identity
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
+from . import idempotency
+from .admission import SETTING as ADMISSION
+from .admission import Intake
 from .inputs import (
     DIGITS,
     MAX_BODY_BYTES,
@@ -81,6 +87,82 @@ class HiveLogic(RequestHandler):
     _who: Identity | None = None
     endpoints: tuple[tuple[str, type], ...] = ()  # the route table it is served in (routes())
     route = ""  # its path in that table (the API latency histogram's label)
+    admitted = True  # counted against max_requests_in_flight (False: metrics scrapes)
+    errand: Errand | None = None  # what its database work may still do (store/errand.py)
+    _admission: Intake | None = None  # the bound it was counted in, until it finishes
+    _key: idempotency.KeyUse | None = None  # its Idempotency-Key, claimed
+    _settling: asyncio.Future[None] | None = None  # its answer being stored under the key
+
+    async def prepare(self) -> None:
+        """Admit the request (or 503 at once), authenticate it, claim its Idempotency-Key."""
+        self.admit()
+        result = super().prepare()
+        if inspect.isawaitable(result):
+            await result
+        await self.claim_key()
+
+    def admit(self) -> None:
+        """Count the request in flight, or refuse it (503, Retry-After) before any work."""
+        admission: Intake | None = self.settings.get(ADMISSION)
+        if admission is None or not self.admitted or self._admission is not None:
+            return
+        admission.enter()
+        self._admission = admission
+        self.errand = Errand.starting(admission.deadline)
+        ERRAND.set(self.errand)
+
+    async def claim_key(self) -> None:
+        """A creating POST with an Idempotency-Key: claim it, or answer as the first time."""
+        raw = self.request.headers.get(idempotency.HEADER)
+        method = (self.request.method or "").lower()
+        declared = operation_of(type(self), method)
+        if raw is None or declared is None or not declared.keyed or self.current_user is None:
+            return
+        key = idempotency.valid_key(raw)
+        use = idempotency.KeyUse(self.hive, self.who.name, key)
+        path = self.request.path.rsplit("/api/", 1)[-1]
+        admission: Intake | None = self.settings.get(ADMISSION)
+        deadline = admission.deadline if admission is not None else 60.0
+        claim = await use.claim(idempotency.fingerprint(method, path, self.request.body), deadline)
+        if claim.outcome == "replay":
+            self.set_status(claim.status)
+            self.set_header("Content-Type", "application/json; charset=UTF-8")
+            self.set_header(idempotency.REPLAYED, "true")
+            if claim.location:
+                self.set_header("Location", claim.location)
+            self.finish(claim.body or "")
+            return
+        if self.errand is None:  # no admission control configured: an errand without deadline
+            self.errand = Errand.starting(float("inf"))
+            ERRAND.set(self.errand)
+        use.bind(self.errand)
+        self._key = use
+
+    def on_connection_close(self) -> None:
+        """The client has gone: its request starts no more database work."""
+        if self.errand is not None:
+            self.errand.closed = True
+        if self._admission is not None:
+            self._admission.gone += 1
+        super().on_connection_close()
+
+    def finish(self, chunk: Any = None, **kwargs: Any) -> Any:
+        """Finish; with an Idempotency-Key, once its answer is stored (a retry finds it)."""
+        use = self._key
+        if use is None or self._finished:
+            return super().finish(chunk, **kwargs)
+        if self._settling is None:
+            if chunk is not None:
+                self.write(chunk)
+            wrote = self.errand is not None and self.errand.wrote
+            body = b"".join(self._write_buffer)
+            answer = use.settle(self.get_status(), body, self._headers.get("Location"), wrote)
+            self._settling = asyncio.ensure_future(self._finish_after(answer, kwargs))
+        return self._settling  # tornado's own finish() while the answer is being stored
+
+    async def _finish_after(self, stored: Awaitable[None], kwargs: dict[str, Any]) -> None:
+        await stored
+        await super().finish(**kwargs)
 
     @property
     def hive(self) -> Hive:
@@ -191,6 +273,9 @@ class HiveLogic(RequestHandler):
             self.set_header("Content-Type", "application/json; charset=UTF-8")
             if error.status == 401:
                 self.set_header("WWW-Authenticate", "token")
+            retry_after = getattr(error, "retry_after", None)
+            if retry_after is not None:
+                self.set_header("Retry-After", str(retry_after))
             self.finish(json.dumps({"message": error.message, **error.details}))
             return
         super().write_error(status_code, **kwargs)
@@ -208,7 +293,12 @@ class HiveLogic(RequestHandler):
         return "_current_user" in vars(self) and self._current_user is None
 
     def on_finish(self) -> None:
-        """Count the request's latency per route and method (GET prometheus)."""
+        """Count the request's latency per route and method (GET prometheus); out of flight."""
+        if self._admission is not None:
+            self._admission.leave()
+            self._admission = None
+        if self.errand is not None:
+            self.errand.finished = True
         hive = self.settings.get("gpuhive")
         if hive is not None and self.route:
             histogram = hive.monitor.exposition.api_seconds
@@ -224,7 +314,7 @@ class HiveLogic(RequestHandler):
         super().log_exception(typ, value, tb)
 
 
-class HiveHandler(HiveLogic, APIHandler):
+class HiveHandler(HiveLogic, APIHandler):  # type: ignore[misc]  # prepare(): as APIHandler
     """Base of the REST handlers inside a Jupyter server.
 
     Besides Jupyter's own credentials it takes kernel tokens (`Authorization: token

@@ -66,6 +66,7 @@ class PersonalFeedHandler(HiveLogic):
         "Make or rotate my calendar feed; the answer's 'url' (shown only now) is the feed, and "
         "the old URL stops working (404)",
         201,
+        idempotent=False,  # its answer holds a secret the store never keeps
     )
     async def post(self) -> None:
         """Make or rotate the requester's feed: the URL is shown this once."""
@@ -89,6 +90,7 @@ class SiteFeedsHandler(HiveLogic):
         "shown only now",
         201,
         body=bodies.SiteFeed,
+        idempotent=False,  # its answer holds a secret the store never keeps
     )
     async def post(self) -> None:
         host = self.body(bodies.SiteFeed).host
@@ -119,6 +121,7 @@ class WebhooksHandler(HiveLogic):
         "now ('site': true, admins only, gets everyone's events)",
         201,
         body=bodies.NewWebhook,
+        idempotent=False,  # its answer holds a secret the store never keeps
     )
     async def post(self) -> None:
         request = self.body(bodies.NewWebhook).value()

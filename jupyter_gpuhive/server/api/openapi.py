@@ -34,7 +34,24 @@ MEANING = {
     409: "Clashes with the current state (the message names what is in the way)",
     413: f"The request body is over {MAX_BODY_BYTES} bytes",
     422: "Well-formed, but unacceptable values (the message says which and why)",
-    503: "A host cannot be reached or cannot do this now",
+    503: "A host cannot be reached or cannot do this now, or the service is busy (more "
+    "requests in flight than it serves at once, or the request waited past its deadline; "
+    "nothing was changed): retry after the Retry-After header's seconds",
+}
+# What 409 and 422 also mean where an Idempotency-Key is taken.
+KEYED_MEANING = {
+    409: " — or a request with the same Idempotency-Key is still running (retry after "
+    "Retry-After to get its answer)",
+    422: " — or the Idempotency-Key was used for a different request",
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "A new key per request (1 to 255 visible ASCII characters, e.g. a UUID), "
+    "the same with each retry of it: a retry gets the first answer again (with "
+    "'Idempotent-Replayed: true') instead of doing the work twice. Per user; kept 24 hours.",
+    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
 }
 SUCCESS = {200: "OK", 201: "Created"}
 
@@ -43,7 +60,8 @@ DESCRIPTION = (
     "sentence that says what is wrong: 400 malformed, 401 no valid credentials, 403 not "
     "allowed, 404 no such thing, 409 a clash with the current state, 413 a request body "
     f"over {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES // 1024} KiB, the one size limit), "
-    "422 unacceptable values, 503 a host cannot do it now. Ids are ASCII digits up to "
+    "422 unacceptable values, 503 a host cannot do it now or the service is busy (retry "
+    "after Retry-After). Creating POSTs take an Idempotency-Key header. Ids are ASCII digits up to "
     f"{ID_MAX}; whole-number query parameters lie within ±{INT_MAX}. Text fields are "
     "trimmed of surrounding whitespace (their limits apply to the text as sent), except a "
     "job's command, which is kept exactly as sent."
@@ -114,7 +132,9 @@ def path_parameters(path: str, kinds: dict[str, dict[str, Any]]) -> list[dict[st
     ]
 
 
-def _operation(op: Operation, path_params: list[dict[str, Any]]) -> dict[str, Any]:
+def _operation(
+    op: Operation, path_params: list[dict[str, Any]], admitted: bool = True
+) -> dict[str, Any]:
     """One operation object; the error statuses follow from its shape, plus those declared."""
     reply = _ref(op.reply) if op.reply else {"type": "object"}
     if op.media != "application/json":
@@ -126,7 +146,12 @@ def _operation(op: Operation, path_params: list[dict[str, Any]]) -> dict[str, An
         }
     }
     codes = set(op.errors) if op.public else {401, 403, *op.errors}
+    if admitted:  # counted against max_requests_in_flight, with a deadline
+        codes.add(503)
     parameters = list(path_params)
+    if op.keyed:
+        parameters.append(IDEMPOTENCY_KEY)
+        codes |= {400, 409, 422}
     if op.query is not None:
         parameters += query_parameters(op.query)
         codes |= {400, 422}  # not UTF-8; a value out of range or of the wrong kind
@@ -136,7 +161,7 @@ def _operation(op: Operation, path_params: list[dict[str, Any]]) -> dict[str, An
         codes |= {400, 413, 422}
     for code in sorted(codes):
         responses[str(code)] = {
-            "description": MEANING[code],
+            "description": MEANING[code] + (KEYED_MEANING.get(code, "") if op.keyed else ""),
             "content": {"application/json": {"schema": _ref(ErrorReply)}},
         }
     out: dict[str, Any] = {"summary": op.summary, "responses": responses}
@@ -165,7 +190,7 @@ def generate(endpoints: tuple[tuple[str, type], ...], base_url: str = "/") -> di
             op = operation_of(handler, method)
             if op is None:
                 raise TypeError(f"{handler.__name__}.{method} ({path}) declares no @operation")
-            operations[method] = _operation(op, params)
+            operations[method] = _operation(op, params, getattr(handler, "admitted", True))
             models += [m for m in (op.body, op.reply) if m is not None]
         paths[path] = operations
     return {

@@ -47,6 +47,12 @@ class Operation:
     errors: tuple[int, ...] = ()
     media: str = "application/json"
     public: bool = False  # no Jupyter credentials (a feed: the token in its URL is one)
+    idempotent: bool | None = None  # takes an Idempotency-Key (None: if it creates, 201)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it takes an Idempotency-Key (its answer is stored for retries)."""
+        return self.status == 201 if self.idempotent is None else self.idempotent
 
 
 def operation(
@@ -59,9 +65,10 @@ def operation(
     errors: tuple[int, ...] = (),
     media: str = "application/json",
     public: bool = False,
+    idempotent: bool | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler method's operation (put it under @web.authenticated)."""
-    declared = Operation(summary, status, body, query, reply, errors, media, public)
+    declared = Operation(summary, status, body, query, reply, errors, media, public, idempotent)
 
     def mark(method: F) -> F:
         setattr(method, _ATTRIBUTE, declared)

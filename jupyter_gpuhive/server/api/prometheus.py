@@ -34,6 +34,7 @@ class PrometheusHandler(HiveLogic):
     """The metrics of docs/reference/prometheus.md, built from the monitor's live state."""
 
     _scrape_token_ok = False
+    admitted = False  # a scrape is answered beyond max_requests_in_flight: overload shows
 
     def _configured(self) -> str:
         return str(getattr(self.hive.settings, "metrics_token", "") or "")

@@ -26,6 +26,7 @@ def upgrade() -> None:
         sa.Column("fingerprint", sa.String(64), nullable=False),
         sa.Column("status", sa.Integer),
         sa.Column("body", sa.Text),
+        sa.Column("location", sa.Text),
         sa.Column("created_at", UTCDateTime, nullable=False),
     )
     op.create_index("ix_idempotency_keys_created_at", "idempotency_keys", ["created_at"])

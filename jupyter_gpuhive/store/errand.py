@@ -1,0 +1,93 @@
+"""What the database work of one API request may still do: its errand.
+
+The web layer opens an errand per request (`ERRAND.set`); the Hive consults it in the
+executor thread right before each piece of blocking work starts (`Errand.check`), so work
+queued behind a busy pool is dropped once its client has gone or its deadline has passed.
+Once the request has committed a write, nothing more is dropped: its answer must be given
+(and stored under its idempotency key), since the change stays. `on_write` runs inside each
+of the request's write transactions (the idempotency key is marked applied there, so the
+booking and its key commit together).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..errors import Unavailable
+
+T = TypeVar("T")
+
+ERRAND: ContextVar[Errand | None] = ContextVar("gpuhive_errand", default=None)
+
+
+class Dropped(Unavailable):
+    """The request's work was not started: its client went away or its deadline passed."""
+
+    retry_after = 1
+
+
+@dataclass
+class Errand:
+    """One request's liveness, as its database work sees it (thread-safe enough: flags)."""
+
+    deadline: float  # time.monotonic() after which no new work starts
+    seconds: float  # the deadline as configured (for the message)
+    closed: bool = False  # the client closed its connection
+    finished: bool = False  # the answer went out: background work it spawned may run
+    wrote: bool = False  # a write of this request committed
+    on_write: Callable[[Any], None] | None = field(default=None, repr=False)
+
+    @classmethod
+    def starting(cls, seconds: float) -> Errand:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def check(self) -> None:
+        """Raise Dropped if work for this request must not start now."""
+        if self.finished or self.wrote:
+            return
+        if self.closed:
+            raise Dropped("The client closed its connection; the request was not carried out.")
+        if time.monotonic() > self.deadline:
+            raise Dropped(
+                f"The service is busy: the request waited past its deadline of "
+                f"{self.seconds:g} s and was not carried out. Retry in a moment.",
+            )
+
+    def writing(self, connection: Any) -> None:
+        """Inside each write transaction of the request (before its commit)."""
+        if self.on_write is not None and not self.finished:
+            self.on_write(connection)
+
+    def committed(self) -> None:
+        self.wrote = True
+
+
+def current() -> Errand | None:
+    """The errand of the request this code runs for, if any."""
+    return ERRAND.get()
+
+
+async def in_executor(executor: Executor, work: Callable[[], T]) -> T:
+    """Run blocking `work` in `executor`; an API request's only while its errand allows,
+    checked in the executor thread right before it starts (and in the request's context,
+    so its writes see the errand)."""
+    loop = asyncio.get_running_loop()
+    errand = current()
+    if errand is None:
+        return await loop.run_in_executor(executor, work)
+    errand.check()  # before queueing as well: no thread for work already void
+    return await loop.run_in_executor(
+        executor, contextvars.copy_context().run, _checked, errand, work
+    )
+
+
+def _checked(errand: Errand, work: Callable[[], T]) -> T:
+    errand.check()
+    return work()

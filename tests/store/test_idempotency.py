@@ -1,0 +1,109 @@
+"""Idempotency keys' rows: claims, answers, races, stale and lost claims, expiry."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from jupyter_gpuhive.model import utcnow
+from jupyter_gpuhive.store import Store
+from jupyter_gpuhive.store.errand import ERRAND, Dropped, Errand
+
+DAY, MINUTE = timedelta(hours=24), timedelta(minutes=1)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = Store(db_url).open()
+    yield opened
+    opened.close()
+
+
+def test_the_first_claim_runs_and_a_retry_gets_its_answer(store: Store) -> None:
+    keys, now = store.idempotency, utcnow()
+    assert keys.claim("alice", "k1", "fp", now, DAY, MINUTE).outcome == "claimed"
+    assert keys.claim("alice", "k1", "fp", now, DAY, MINUTE).outcome == "busy"
+    assert keys.claim("alice", "k1", "other", now, DAY, MINUTE).outcome == "mismatch"
+    assert keys.claim("bob", "k1", "other", now, DAY, MINUTE).outcome == "claimed"  # per user
+    keys.answer("alice", "k1", 201, '{"id": 7}', "/api/reservations/7")
+    replay = keys.claim("alice", "k1", "fp", now, DAY, MINUTE)
+    assert (replay.outcome, replay.status, replay.body, replay.location) == (
+        "replay", 201, '{"id": 7}', "/api/reservations/7",
+    )  # fmt: skip
+
+
+def test_a_key_is_marked_applied_in_the_transaction_of_the_write(store: Store) -> None:
+    keys, now = store.idempotency, utcnow()
+    keys.claim("alice", "k2", "fp", now, DAY, MINUTE)
+    errand = Errand.starting(60)
+    errand.on_write = lambda conn: keys.applied(conn, "alice", "k2")
+    token = ERRAND.set(errand)
+    try:
+        with pytest.raises(RuntimeError):  # the write fails: neither it nor the mark commits
+            store.db.write(lambda conn: _fail(conn))
+        assert keys.get("alice", "k2")["status"] is None  # type: ignore[index]
+        assert not errand.wrote
+        store.db.write(lambda conn: conn.execute(text("SELECT 1")))
+    finally:
+        ERRAND.reset(token)
+    assert errand.wrote
+    assert keys.get("alice", "k2")["status"] == 0  # type: ignore[index]
+    # a failed request that changed something keeps its key: release frees only clean claims
+    keys.release("alice", "k2")
+    assert keys.get("alice", "k2") is not None
+    assert keys.claim("alice", "k2", "fp", now, DAY, MINUTE).outcome == "busy"
+    later = now + 2 * MINUTE
+    assert keys.claim("alice", "k2", "fp", later, DAY, MINUTE).outcome == "lost"
+
+
+def _fail(conn: object) -> None:
+    raise RuntimeError("the write fails")
+
+
+def test_stale_clean_claims_are_taken_over_and_keys_expire(store: Store) -> None:
+    keys, now = store.idempotency, utcnow()
+    keys.claim("alice", "k3", "fp", now, DAY, MINUTE)
+    assert keys.claim("alice", "k3", "fp", now + 2 * MINUTE, DAY, MINUTE).outcome == "claimed"
+    keys.answer("alice", "k3", 201, "{}", None)
+    assert keys.claim("alice", "k3", "new", now + DAY / 2, DAY, MINUTE).outcome == "mismatch"
+    assert keys.claim("alice", "k3", "new", now + 2 * DAY, DAY, MINUTE).outcome == "claimed"
+    keys.claim("alice", "old", "fp", now - 2 * DAY, DAY, MINUTE)
+    keys._purged = 0.0  # the once-a-minute purge: due now
+    keys.claim("alice", "k4", "fp", now, DAY, MINUTE)
+    assert keys.get("alice", "old") is None
+    keys.release("alice", "k4")  # a failed request that changed nothing frees its key
+    assert keys.get("alice", "k4") is None
+
+
+def test_concurrent_claims_of_one_key_let_one_run(store: Store) -> None:
+    keys, now = store.idempotency, utcnow()
+    outcomes: list[str] = []
+    start = threading.Barrier(8)
+
+    def claim() -> None:
+        start.wait()
+        outcomes.append(keys.claim("alice", "race", "fp", now, DAY, MINUTE).outcome)
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["busy"] * 7 + ["claimed"]
+
+
+def test_an_errand_refuses_to_start_work_for_a_client_that_has_gone() -> None:
+    errand = Errand.starting(60)
+    errand.check()
+    errand.closed = True
+    with pytest.raises(Dropped, match="closed its connection"):
+        errand.check()
+    errand.committed()  # once something of it committed, the request runs to its answer
+    errand.check()
+    late = Errand.starting(-1)
+    with pytest.raises(Dropped, match="deadline of -1 s"):
+        late.check()
