@@ -6,6 +6,8 @@ import http.client
 import json
 import os
 import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -64,7 +66,16 @@ def discover() -> tuple[str, str]:
 
 
 class HiveClient:
-    """Calls `{url}gpuhive/api/…` with a token over one keep-alive connection."""
+    """Calls `{url}gpuhive/api/…` with a token over one keep-alive connection.
+
+    Every POST carries a new `Idempotency-Key`: a booking retried after a lost answer is
+    booked once. A request the service refused as busy (503 or 409 with `Retry-After`) is
+    retried after the seconds it names, up to `RETRIES` times; a POST that could not be sent
+    or whose answer was lost is retried the same way with its key.
+    """
+
+    RETRIES = 4
+    LONGEST_WAIT = 10.0  # seconds: a longer Retry-After is cut to this
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30):
         if url is None:
@@ -102,20 +113,22 @@ class HiveClient:
         if self.token:
             headers["Authorization"] = f"token {self.token}"
         payload = json.dumps(body) if body is not None else None
-        for attempt in (1, 2):
-            conn = self._connection()
+        keyed = method == "POST"
+        if keyed:
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        for attempt in range(self.RETRIES + 1):
+            last = attempt == self.RETRIES
             try:
-                conn.request(method, target, body=payload, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
+                response, raw = self._exchange(method, target, payload, headers)
+            except HiveClientError:
+                if not keyed or last:
+                    raise
+                time.sleep(min(2.0**attempt, self.LONGEST_WAIT))  # the same key: no twin
+                continue
+            wait = _retry_after(response) if response.status in (409, 503) else None
+            if wait is None or last:
                 break
-            except (http.client.HTTPException, OSError) as error:
-                conn.close()
-                self._local.conn = None
-                if attempt == 2:
-                    raise HiveClientError(
-                        f"Cannot reach the gpuhive server at {self.url}: {error}"
-                    ) from None
+            time.sleep(min(wait, self.LONGEST_WAIT))
         try:
             data = json.loads(raw) if raw else None
         except ValueError:
@@ -128,6 +141,26 @@ class HiveClient:
                 data,
             )
         return data
+
+    def _exchange(
+        self, method: str, target: str, payload: str | None, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request and its answer; a second try on a new connection if the kept-alive
+        one was closed meanwhile."""
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=payload, headers=headers)
+                response = conn.getresponse()
+                return response, response.read()
+            except (http.client.HTTPException, OSError) as error:
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise HiveClientError(
+                        f"Cannot reach the gpuhive server at {self.url}: {error}"
+                    ) from None
+        raise AssertionError("unreachable")
 
     # --- conveniences ----------------------------------------------------------------
 
@@ -148,3 +181,12 @@ class HiveClient:
 
     def cancel(self, reservation_id: int) -> dict[str, Any]:
         return self.request("DELETE", f"reservations/{reservation_id}")  # type: ignore[no-any-return]
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    """The seconds a busy answer asks to wait (Retry-After), or None: not to retry."""
+    value = response.getheader("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

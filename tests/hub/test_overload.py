@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from jupyter_gpuhive.notebook.client import HiveClient
 from jupyter_gpuhive.sim.ports import free_port
 from tests.api.helpers import booking
 from tests.conftest import soon
@@ -193,3 +194,49 @@ def test_concurrent_retries_on_both_replicas_make_one_booking(site: Site) -> Non
     assert len(made) == 1, replies
     for busy in (r for r in replies if r.status == 409):
         assert busy.headers["Retry-After"] == "1" and "still being carried out" in busy.message
+
+
+def client(site: Site, timeout: float = 30) -> HiveClient:
+    """HiveClient (the magics') on the bounded replica, as alice."""
+    return HiveClient(site.hub.service_url(site.port), site.tokens["alice"], timeout=timeout)
+
+
+def test_the_client_waits_out_a_busy_replica(site: Site) -> None:
+    title = f"patient {uuid.uuid4()}"
+    with concurrent.futures.ThreadPoolExecutor(LIMIT + 1) as pool:
+        lock = site.locked()
+        try:
+            held = [pool.submit(site.replica, "alice", "GET", "reservations") for _ in range(LIMIT)]
+            wait_for(lambda: site.health()["in_flight"] == LIMIT, 60, "requests in flight")
+            refused = site.health()["refused"]
+            booked = pool.submit(
+                client(site).reserve, title=title, gpus=["gpu2:0"], start=soon().isoformat(),
+                duration="1h",
+            )  # fmt: skip
+            wait_for(lambda: site.health()["refused"] > refused, 60, "the client refused")
+        finally:
+            lock.rollback()
+            lock.close()
+        assert all(f.result().status == 200 for f in held)
+        made = booked.result()  # it waited Retry-After and asked again
+    assert made["title"] == title
+    assert site.titles().count(title) == 1
+
+
+def test_the_client_retries_a_booking_whose_answer_was_lost_with_its_key(site: Site) -> None:
+    title = f"lost answer {uuid.uuid4()}"
+    gone = site.health()["clients_gone"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        lock = site.locked()
+        try:  # the booking waits in the database longer than the client waits for an answer
+            booked = pool.submit(
+                client(site, timeout=2).reserve, title=title, gpus=["gpu2:1"],
+                start=soon().isoformat(), duration="1h",
+            )  # fmt: skip
+            wait_for(lambda: site.health()["clients_gone"] > gone, 60, "the client to give up")
+        finally:
+            lock.rollback()
+            lock.close()
+        made = booked.result()  # a retry with the same key got the first request's answer
+    assert made["title"] == title
+    assert site.titles().count(title) == 1
