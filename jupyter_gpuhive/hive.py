@@ -52,7 +52,7 @@ class Hive:
             privacy=s.privacy, interval=s.poll_interval, changed=self.integrations.job_changed,
         )  # fmt: skip
         self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
-                               public_key=self.jobs.public_key)  # fmt: skip
+                               public_key=self.jobs.public_key, enabled=s.monitor)  # fmt: skip
         self.protection = Protection(
             s.protection, self.store, self.pool, self.run, publish=publish,
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
@@ -85,8 +85,8 @@ class Hive:
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
-        ongoing, idle_util = self.protection.ongoing, s.protection.idle_util
-        self.monitor.exposition.use(scrape.sources(self.monitor, self.store, ongoing, idle_util))
+        scraped = scrape.sources(self.monitor, self.store, s.protection.idle_util)
+        self.monitor.exposition.use(scraped)  # the same on every replica
         notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings.search)
         self.monitor.health_changed = notices.then(self.integrations.health_changed, self.now)
         self.leadership = Leadership(s.db_url, self._lead, self._follow,
@@ -100,16 +100,16 @@ class Hive:
 
     async def start(self) -> None:
         """Start leader election; the leader runs the background loops (monitoring)."""
+        await self.monitor.follow()  # the live state the leader publishes, until this leads
         self.leadership.start()
         self.kernel_life.start()  # every server: its own kernels
 
     async def _lead(self) -> None:
         self.integrations.start()  # reminders: one server sends them
-        if self.settings.monitor and self.settings.hosts:
-            self.monitor.start()
+        await self.monitor.lead()  # sweeps here when monitoring is on and there are hosts
 
     async def _follow(self) -> None:
-        await self.monitor.halt()
+        await self.monitor.follow()
         await self.jobs.settle()
 
     async def use_hosts(self, hosts: list[HostDecl], ssh: SshSettings) -> None:

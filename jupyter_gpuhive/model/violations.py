@@ -21,6 +21,7 @@ KERNEL_END = "kernel-end"  # what a kernel's end policy did at its reservation's
 GPU_HEALTH = "gpu-health"  # a GPU of the reservation failed or was drained (a notice)
 KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH)
 HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH})  # to the holder, not an offender
+OFFENCES = frozenset({FOREIGN, UNRESERVED, GHOST})  # what detection finds: the ladder's kinds
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,18 @@
 """What a Prometheus scrape reads (`prometheus.Sources`): the monitor's live state, GPU health
-and the store's live counts, with open violations counted by kind."""
+and the store's live counts, with open violations counted by kind (all from the store or the
+published sweeps: the same on every replica)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from ..model import utcnow
+from ..model.violations import OFFENCES
 from ..store import Store
 from .prometheus import Holding, LiveCounts, Sources
 from .service import Monitor
 
 
-def sources(
-    monitor: Monitor, store: Store, ongoing: Callable[[], list[dict[str, Any]]], idle_util: float
-) -> Sources:
-    """The scrape's sources over a monitor and a store; `ongoing`: the open violations."""
+def sources(monitor: Monitor, store: Store, idle_util: float) -> Sources:
+    """The scrape's sources over a monitor and a store."""
     live = monitor.sampler.live
 
     def health() -> dict[str, tuple[str, bool]]:
@@ -29,15 +26,12 @@ def sources(
         """Reservations, holdings, waiting jobs and open violations (blocking reads)."""
         reads, now = store.live_counts, utcnow()
         queued, oldest = reads.waiting_jobs()
-        kinds: dict[str, int] = {}
-        for item in ongoing():
-            kinds[str(item.get("kind"))] = kinds.get(str(item.get("kind")), 0) + 1
         return LiveCounts(
             reservations=reads.reservation_counts(now),
             holdings=tuple(Holding(*row) for row in reads.holdings(now)),
             queued=queued,
             queue_wait_max_s=(now - oldest).total_seconds() if oldest else 0.0,
-            violations=kinds,
+            violations=reads.open_violations(OFFENCES),
         )
 
     return Sources(

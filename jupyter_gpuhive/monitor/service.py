@@ -15,13 +15,15 @@ from ..errors import Invalid
 from ..hosts.guidance import advise
 from ..hosts.health import FAILED, OK
 from ..hosts.pool import HostPool, HostStatus
-from ..model import GpuDecl, Reservation, isoformat, utcnow
+from ..model import GpuDecl, Reservation, isoformat
 from ..model.health import GpuCondition
 from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
+from .holders import HolderCache
 from .metrics import GPU_FIELDS, HOST_FIELDS
 from .prometheus import Exposition
+from .replicas import Publication
 from .sampler import Listener, Sampler, Sweep
 from .slices import NOT_REPORTED, discovered_slices, process_json, slice_decls, slice_views
 from .topology import TopologyReader
@@ -57,8 +59,10 @@ class Monitor:
         interval: float = 5.0,
         history: int = 720,
         public_key: Callable[[], str | None] = lambda: None,
+        enabled: bool = True,
     ) -> None:
         self.store = store
+        self.enabled = enabled  # False: no sweeps here nor taken from a leader (monitor=False)
         self.pool = pool
         self._run = run
         self._public_key = public_key  # for the advice on hosts that refuse gpuhive's login
@@ -72,6 +76,10 @@ class Monitor:
         self._telling: asyncio.Task[None] | None = None
         self._stopping = False
         self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
+        self._answer: tuple[Any, ...] = ()  # hosts(): (its inputs..., the answer)
+        self.holders = HolderCache(store, run, interval)  # current and next per GPU
+        # Sweeps published for (leader) or taken from (the others) every replica.
+        self.publication = Publication(store, run, self._take_published, history, interval)
         # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
         # re-partition removed MIG slices.
         self.reflag: Callable[[], Awaitable[Any]] = _nothing
@@ -121,9 +129,10 @@ class Monitor:
             return
         try:
             while conn.poll():
-                sweep, statuses = conn.recv()  # what worker.main sends
+                sweep, statuses, body = conn.recv()  # what worker.main sends
                 self._statuses = statuses
                 self.sampler.take(sweep)
+                self.publication.queue(sweep.at, body)
                 self._pending = sweep
         except (EOFError, OSError):
             self._lost_worker()
@@ -134,7 +143,38 @@ class Monitor:
     async def _tell(self) -> None:
         while self._pending is not None:
             sweep, self._pending = self._pending, None
+            await self.publication.publish()  # the other replicas see it before our listeners
             await self.sampler.tell_listeners(sweep)
+
+    def _take_published(self, sweep: Sweep, statuses: dict[str, HostStatus]) -> None:
+        """Take a sweep the leader published, as the leader took it from its sampler."""
+        self._statuses = statuses
+        self.sampler.take(sweep)
+        self.latency = dict(sweep.latency)
+
+    # --- replicas --------------------------------------------------------------------------
+
+    @property
+    def _sweeping(self) -> bool:
+        return self.enabled and bool(self.pool.hosts)
+
+    async def follow(self) -> None:
+        """Stop sweeping here and serve the leader's published sweeps (every replica until
+        it leads)."""
+        await self.halt()
+        if self._sweeping:
+            self.publication.follow()
+
+    async def lead(self) -> None:
+        """Take the last published sweeps, then sweep here (and publish) from now on."""
+        await self.publication.unfollow()
+        if not self._sweeping:
+            return
+        try:
+            await self.publication.catch_up()
+        except Exception:
+            log.exception("gpuhive: could not read the published sweeps; the series starts anew")
+        self.start()
 
     def _lost_worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -152,6 +192,7 @@ class Monitor:
     async def halt(self) -> None:
         """Stop sweeping (the child closes its connections); the server's pool stays open."""
         self._stopping = True
+        await self.publication.unfollow()
         conn, process = self._conn, self._process
         self._conn = self._process = None
         if conn is not None:
@@ -297,9 +338,15 @@ class Monitor:
 
     # --- queries ------------------------------------------------------------------
 
+    def _current_statuses(self) -> dict[str, HostStatus]:
+        """The sweeper's host states (this replica's or, following, the leader's)."""
+        if self._process is None and not self.publication.following:
+            return self.pool.statuses()
+        return {name: self._statuses.get(name) or HostStatus(name) for name in self.pool.hosts}
+
     def host_states(self) -> dict[str, str]:
         """Each configured host's state: 'up', 'down' or 'unknown' (not tried yet)."""
-        statuses = self._statuses if self._process is not None else self.pool.statuses()
+        statuses = self._current_statuses()
         return {name: s.state for name, s in statuses.items() if name in self.pool.hosts}
 
     async def report(self) -> dict[str, Any]:
@@ -308,22 +355,17 @@ class Monitor:
 
     async def hosts(self) -> list[dict[str, Any]]:
         """Every host with its state, CPU/memory, GPUs, processes and who holds each GPU."""
-        now = utcnow()
-        upcoming = await self.run_blocking(
-            self.store.reservations.window, now, now + timedelta(days=30)
-        )
-        holder: dict[str, Reservation] = {}  # by GPU ref ("host:index"), as the JSON names them
-        following: dict[str, Reservation] = {}
-        for res in upcoming:
-            for gpu in res.gpus:
-                if res.start <= now:
-                    holder[gpu.ref] = res
-                elif gpu.ref not in following:
-                    following[gpu.ref] = res
-        statuses = self._statuses if self._process is not None else self.pool.statuses()
+        held = await self.holders.get()  # by GPU ref ("host:index"), as the JSON names them
         topology = await self.run_blocking(self.store.topology.all)
+        live = self._live_hosts(self._current_statuses())
+        inputs = (live, self.holders.generation, topology)
+        last = self._answer
+        if last and last[0] is live and last[1] == inputs[1] and last[2] is topology:
+            return last[-1]  # type: ignore[no-any-return]
+        holder = {ref: cur for ref, (cur, _) in held.items() if cur is not None}
+        following = {ref: nxt for ref, (_, nxt) in held.items() if nxt is not None}
         out = []
-        for host in self._live_hosts(statuses):
+        for host in live:
             gpus = [
                 {
                     **gpu,
@@ -342,6 +384,7 @@ class Monitor:
             ]
             known = topology.get(host["name"])
             out.append({**host, "gpus": gpus, "topology": known.to_json() if known else None})
+        self._answer = (*inputs, out)
         return out
 
     def _live_hosts(self, statuses: dict[str, HostStatus]) -> list[dict[str, Any]]:

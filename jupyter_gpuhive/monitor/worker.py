@@ -14,6 +14,7 @@ from multiprocessing.connection import Connection
 
 from ..hosts.pool import HostPool, SshSettings
 from ..model import HostDecl
+from .published import encode
 from .sampler import Sampler, Sweep
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,9 @@ async def _sweep_forever(
 
     async def send(sweep: Sweep) -> None:
         try:
-            conn.send((sweep, pool.statuses()))
+            statuses = pool.statuses()
+            # encoded here, on this process's interpreter, for the leader to publish as is
+            conn.send((sweep, statuses, encode(sweep, statuses)))
         except (BrokenPipeError, OSError):
             raise asyncio.CancelledError from None
 

@@ -7,11 +7,13 @@ from .clashes import Clash
 from .database import Database
 from .finder import FinderReads
 from .health import HealthStore
+from .holders import HolderReads
 from .idempotency import IdempotencyKeys
 from .integrations import Integrations
 from .inventory import Inventory
 from .jobs import Jobs
 from .limits import LimitStore
+from .live import LiveSweeps
 from .livecounts import LiveCountReads
 from .reports import ReportReads
 from .reservations import Changes, Reservations
@@ -30,6 +32,7 @@ class Store:
         self.db = Database(url)
         self.inventory = Inventory(self.db)
         self.reservations = Reservations(self.db, self.inventory)
+        self.holders = HolderReads(self.db)  # current and next holder per GPU
         self.rules = Rules(self.db)
         self.users = Users(self.db)
         self.jobs = Jobs(self.db)
@@ -46,6 +49,7 @@ class Store:
         self.digests = Digests(self.db)  # who gets a daily digest, and when it was sent
         self.live_counts = LiveCountReads(self.db)  # a Prometheus scrape's aggregates
         self.idempotency = IdempotencyKeys(self.db)  # creating POSTs' Idempotency-Key
+        self.live_sweeps = LiveSweeps(self.db)  # the leader's sweeps, for every replica
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import and_, case, func, select
 
 from .database import Database
-from .schema import gpus, job_tasks, jobs, reservation_gpus, reservations
+from .schema import gpus, job_tasks, jobs, reservation_gpus, reservations, violations
 
 
 def reservation_counts(db: Database, now: datetime) -> dict[tuple[str, str], int]:
@@ -72,3 +73,15 @@ class LiveCountReads:
     def waiting_jobs(self) -> tuple[dict[str, int], datetime | None]:
         """Waiting queued jobs per owner and the oldest one's creation (see `waiting_jobs`)."""
         return waiting_jobs(self.db)
+
+    def open_violations(self, kinds: Collection[str]) -> dict[str, int]:
+        """{kind: how many are open} of the violations of `kinds` not ended (the same on
+        every replica; the index of open violations)."""
+        v = violations
+        query = (
+            select(v.c.kind, func.count())
+            .where(v.c.ended_at.is_(None), v.c.kind.in_(sorted(kinds)))
+            .group_by(v.c.kind)
+        )
+        with self.db.read() as conn:
+            return {kind: int(n) for kind, n in conn.execute(query)}

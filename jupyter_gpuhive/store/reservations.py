@@ -57,6 +57,9 @@ class Reservations:
     def __init__(self, db: Database, inventory: Inventory) -> None:
         self.db = db
         self.inventory = inventory
+        # counts this process's writes: what was read from reservations before is current
+        # while it stays the same (other processes' writes excepted)
+        self.version = 0
 
     # --- reading -----------------------------------------------------------------
 
@@ -292,6 +295,7 @@ class Reservations:
                 )
 
         self.db.write(work)
+        self.version += 1
 
     def _lock_devices(self, conn: Connection, gpu_ids: Iterable[int]) -> None:
         """PostgreSQL: take the physical GPUs' transaction locks, in order, before writing.
@@ -323,6 +327,8 @@ class Reservations:
         except IntegrityError as error:
             if not is_overlap(error):
                 raise
+        finally:
+            self.version += 1
         # Lost a race the pre-check could not see: the database refused; name the winner.
         if start is None or end is None:
             raise Conflict("Another change to these GPUs won the race; reload and try again.")

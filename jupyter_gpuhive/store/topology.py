@@ -38,6 +38,11 @@ class TopologyStore:
             self._cache = found
         return found
 
+    def forget(self) -> None:
+        """Read the database again on the next call (another replica may have written)."""
+        with self._lock:
+            self._cache = None
+
     def get(self, host: str) -> Topology | None:
         return self.all().get(host)
 

@@ -28,6 +28,7 @@ from .integrations import (
     webhooks,
 )
 from .jobs import job_tasks, jobs
+from .live import live_sweeps
 from .rollups import host_charges_monthly, payer_charges_monthly, reserved_monthly
 from .topology import host_topology
 from .violations import violation_actions, violations
@@ -53,6 +54,7 @@ __all__ = [
     "idempotency_keys",
     "job_tasks",
     "jobs",
+    "live_sweeps",
     "log_attempts",
     "log_deliveries",
     "log_metadata",

@@ -1,5 +1,5 @@
 """Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
-0010, 0013, 0014)."""
+0010, 0013, 0014, 0018)."""
 
 from __future__ import annotations
 
@@ -128,6 +128,15 @@ reservation_gpus = Table(
     Index(None, "device_id", "start_at"),
     # the earliest-slot search reads every booked span of a window from it alone (0012)
     Index("ix_reservation_gpus_span", "start_at", "end_at", "gpu_id", "device_id", "cancelled"),
+    # each unit's live bookings by start: the current and the next holder of a GPU are one
+    # index probe each, however many bookings there are (migration 0018)
+    Index(
+        "ix_reservation_gpus_live",
+        "gpu_id",
+        "start_at",
+        sqlite_where=text("cancelled = 0"),  # as SQLAlchemy writes NOT cancelled there
+        postgresql_where=text("NOT cancelled"),
+    ),
 )
 
 # Single-row bookkeeping: the longest reservation ever stored bounds window queries.

@@ -1,4 +1,5 @@
-"""Violation history (migration 0004): every violation and idle notice, and the actions taken."""
+"""Violation history (migrations 0004, 0018): every violation and idle notice, and the actions
+taken."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from .base import UTCDateTime, metadata
@@ -35,6 +37,13 @@ violations = Table(
     Index(None, "started_at"),
     Index(None, "reservation_id"),
     Index(None, "offender", "started_at"),
+    # the open ones (counted by each scrape, continued by a new leader; migration 0018)
+    Index(
+        "ix_violations_open",
+        "kind",
+        sqlite_where=text("ended_at IS NULL"),
+        postgresql_where=text("ended_at IS NULL"),
+    ),
     sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )
 
