@@ -110,6 +110,7 @@ class Hive:
 
     async def _follow(self) -> None:
         await self.monitor.follow()
+        self.protection.pause()  # a later lead resumes the open violations from the store
         await self.jobs.settle()
 
     async def use_hosts(self, hosts: list[HostDecl], ssh: SshSettings) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..model import Reservation
-from ..model.violations import Violation
+from ..model.violations import Violation, ViolationRecord
 from ..store import Store
 from .actions import Actions, Run
 from .config import Step
@@ -90,6 +90,30 @@ class Escalation:
             res = held.get(f.reservation_id) if f.reservation_id is not None else None
             self.cases[f.key] = Case(vid, at, self._incident(vid, f, res), f.host)
         return list(ids)
+
+    def resume(self, records: Sequence[ViolationRecord], held: Mapping[int, Reservation]) -> None:
+        """Continue violations another leader opened: the same records, the ladder steps its
+        recorded actions took counted as fired, each handler's interval counted from its last
+        action (`held`: the reservations involved, by id)."""
+        for r in records:
+            res = held.get(r.reservation_id) if r.reservation_id is not None else None
+            incident = self._incident(r.id, r, res)
+            fired = {a.step for a in r.actions if a.step is not None}
+            self.cases[r.key] = Case(r.id, r.started_at, incident, r.host, fired)
+            for action in r.actions:
+                handler = self.handlers.get(action.handler)
+                if handler is None or not handler.interval:
+                    continue
+                key = (handler.name, handler.rate_key(incident))
+                if key not in self._rate or self._rate[key] < action.at:
+                    self._rate[key] = action.at
+            log.info("gpuhive: violation %d (%s on %s) continues, ladder steps taken: %s",
+                     r.id, r.kind, r.gpu, sorted(fired))  # fmt: skip
+
+    def forget(self) -> None:
+        """Drop the open cases and handler intervals (leadership lost: another leader goes on)."""
+        self.cases.clear()
+        self._rate.clear()
 
     def _incident(self, vid: int, v: Violation, res: Reservation | None) -> Incident:
         if res is None:

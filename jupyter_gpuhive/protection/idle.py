@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..model import Reservation, utcnow
-from ..model.violations import Violation
+from ..model.violations import Violation, ViolationRecord
 from ..store import Store
 from .actions import Actions, EndReservation, Run
 from .config import ProtectionSettings
@@ -94,6 +94,19 @@ class IdleWatch:
                 state.ended = True
                 self.actions.spawn(self._end_early(res, state.case.incident), "gpuhive-idle-end")
 
+    def resume(self, records: Mapping[int, tuple[ViolationRecord, Reservation]]) -> None:
+        """Continue the idle notices another leader sent (by reservation id): not sent again,
+        and ended early when due unless that leader did (its 'end-reservation' action)."""
+        for rid, (record, res) in records.items():
+            since = _since(record)
+            case = Case(record.id, since, self._incident(record.id, res, since), record.host)
+            ended = any(a.handler == "end-reservation" for a in record.actions)
+            self._idle[rid] = _Idle(since, case, ended)
+
+    def forget(self) -> None:
+        """Drop what is tracked (leadership lost: another leader goes on)."""
+        self._idle.clear()
+
     def _record(self, res: Reservation, at: datetime) -> Violation:
         """The idle notice as recorded at `at` (its detail says since when)."""
         refs = ",".join(g.ref for g in res.gpus)
@@ -123,3 +136,14 @@ class IdleWatch:
         )
         if ok:
             self.actions.notify(incident, self.settings.idle_handlers, {"message": IDLE_ENDED})
+
+
+def _since(record: ViolationRecord) -> datetime:
+    """Since when a recorded idle notice's GPUs were idle (its detail says; else its start)."""
+    detail = record.detail or ""
+    if detail.startswith("idle since "):
+        try:
+            return datetime.fromisoformat(detail.removeprefix("idle since "))
+        except ValueError:
+            pass
+    return record.started_at

@@ -7,19 +7,27 @@ the others; its outcome is logged and recorded in the history. Reservations whos
 idle are reported to their holder and, when the policy says so, ended early (idle.py);
 reservations never used are released (noshow.py). The read side is reports.py, the
 settings and handler configuration config.py.
+
+A new leader (another replica, or this server restarted) continues the violations and idle
+notices left open: the same records, no second notice, the ladder from the steps already
+recorded. Those not seen for RESUME_WITHIN (a long outage), and other notices, are closed
+at the last time they were seen, as by a previous run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from importlib.metadata import EntryPoint
 from typing import Any
 
+from ..errors import NotFound
 from ..hosts.pool import HostPool
 from ..integrations.mail import MailSettings
-from ..model import Identity
+from ..model import Identity, Reservation
+from ..model.violations import IDLE, OFFENCES, ViolationRecord
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .actions import Actions, EndReservation, Run, cannot_end
@@ -34,6 +42,10 @@ from .violations import JobOwners, detect, idle_reservations
 __all__ = ["Protection", "ProtectionSettings"]
 
 log = logging.getLogger(__name__)
+
+# An open violation last seen longer ago than this is not continued by a new leader: it is
+# closed at the last time it was seen, and the same process still running is a new one.
+RESUME_WITHIN = timedelta(minutes=10)
 
 
 class Protection:
@@ -89,12 +101,10 @@ class Protection:
         """Detect, record and escalate; register this as a Sampler listener."""
         if self.settings.level == 0 and not self.settings.idle_after and self.noshows is None:
             return
-        if not self._ready:
-            closed = await self._run(self.store.violations.close_stale)
-            if closed:
-                log.info("gpuhive: closed %d violation(s) left open by a previous run", closed)
-            self._ready = True
         at = sweep.at
+        if not self._ready:
+            await self._resume(at)
+            self._ready = True
         active = await self._run(self.store.reservations.window, at, at + timedelta(microseconds=1))
         owners = await self._job_owners(sweep) if self._job_owners else None
         samples = [s for s in sweep.samples.values() if not s.gpu_error]
@@ -112,6 +122,36 @@ class Protection:
         if self.noshows is not None:
             await self.noshows.track(at, samples, active, owners)
         self.escalation.escalate(at, seen)
+
+    async def _resume(self, at: datetime) -> None:
+        """Continue the violations and idle notices a previous leader left open; close the
+        others (see RESUME_WITHIN)."""
+        found: list[ViolationRecord] = await self._run(self.store.violations.still_open)
+        recent = [r for r in found if r.last_seen_at >= at - RESUME_WITHIN]
+        held: dict[int, Reservation] = {}
+        for rid in {r.reservation_id for r in recent if r.reservation_id is not None}:
+            with contextlib.suppress(NotFound):
+                held[rid] = await self._run(self.store.reservations.get, rid)
+        ladder = [r for r in recent if r.kind in OFFENCES]
+        idle = {
+            r.reservation_id: (r, held[r.reservation_id])
+            for r in recent
+            if r.kind == IDLE and r.reservation_id in held and self.settings.idle_after
+        }
+        self.escalation.resume(ladder, held)
+        self.idle.resume(idle)
+        kept = [r.id for r in ladder] + [r.id for r, _ in idle.values()]
+        closed = await self._run(self.store.violations.close_stale, kept)
+        if kept:
+            log.info("gpuhive: continuing %d open violation(s) and notice(s)", len(kept))
+        if closed:
+            log.info("gpuhive: closed %d violation(s) left open by a previous run", closed)
+
+    def pause(self) -> None:
+        """Leadership lost: forget the open cases (the next leader continues them)."""
+        self._ready = False
+        self.escalation.forget()
+        self.idle.forget()
 
     def notify(self, incident: Incident, names: Sequence[str], step: Mapping[str, Any]) -> None:
         """Tell the named handlers that act on it about an incident (once each, no ladder)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,17 +67,24 @@ class Violations:
         }
         self.db.write(lambda conn: conn.execute(insert(violation_actions).values(**values)))
 
-    def close_stale(self) -> int:
-        """End violations a previous run left open, at the last time they were seen."""
+    def close_stale(self, keep: Collection[int] = ()) -> int:
+        """End the violations left open (by a previous run or leader) but those in `keep`, at
+        the last time they were seen; how many."""
         v = violations
+        query = update(v).where(v.c.ended_at.is_(None))
+        if keep:
+            query = query.where(v.c.id.not_in(list(keep)))
 
         def work(conn: Connection) -> int:
-            done = conn.execute(
-                update(v).where(v.c.ended_at.is_(None)).values(ended_at=v.c.last_seen_at)
-            )
+            done = conn.execute(query.values(ended_at=v.c.last_seen_at))
             return int(done.rowcount or 0)
 
         return self.db.write(work)
+
+    def still_open(self) -> list[ViolationRecord]:
+        """The violations not ended, with their actions, oldest first."""
+        v = violations
+        return self._load(select(v).where(v.c.ended_at.is_(None)).order_by(v.c.id))
 
     def query(
         self,
