@@ -38,7 +38,7 @@ def replica_of(reply: Reply) -> str:
 @pytest.fixture(scope="module")
 def stack(postgres: PostgresCluster) -> Iterator[ReplicaStack]:
     built = ReplicaStack(postgres.new_database(), USERS, replicas=2)
-    built.start()
+    built.start(timeout=180)
     try:
         yield built
     finally:
@@ -59,7 +59,7 @@ def test_the_recipes_haproxy_cfg_is_valid(stack: ReplicaStack) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     rendered = stack.haproxy_config()
     # Only addresses were replaced: the health check and balancing are the recipe's own.
-    for line in ("option httpchk GET /services/gpuhive/health", "balance roundrobin"):
+    for line in ("option httpchk GET /health", "balance roundrobin"):
         assert line in HAPROXY_CFG.read_text() and line in rendered
 
 

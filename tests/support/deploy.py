@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ REPLICA_ENV = DEPLOY / "replica.env"
 HUB_DROPIN = DEPLOY / "jupyterhub-gpuhive.conf"
 # The addresses the recipe's files name (a site's, as docs/how-to/replicas.md shows them).
 SITE_BALANCER, SITE_STATS, SITE_HUB_API = "127.0.0.1:10100", "127.0.0.1:10109", "127.0.0.1:8081"
-SITE_REPLICAS = ("127.0.0.1:10101", "127.0.0.1:10102")
+SITE_REPLICAS = ("127.0.0.1:10101", "127.0.0.1:10102")  # gpuhive@1, gpuhive@2
+SITE_HEALTH = ("10111", "10112")  # their health ports
 SITE_CONFIG = "/etc/gpuhive/gpuhive_config.py"
 SITE_ETC = "/etc/gpuhive/"
 SITE_PYTHON = "/opt/jupyterhub/bin/python"
@@ -138,8 +140,11 @@ def unit_command(text: str, instance: str = "", *, need_exec: bool = True) -> Un
 class Replica:
     """One gpuhive@PORT.service, started from the recipe's unit file."""
 
-    def __init__(self, name: str, port: int, command: UnitCommand, log: Path) -> None:
-        self.name, self.port, self.command, self.log_path = name, port, command, log
+    def __init__(
+        self, name: str, port: int, health_port: int, command: UnitCommand, log: Path
+    ) -> None:
+        self.name, self.port, self.health_port = name, port, health_port
+        self.command, self.log_path = command, log
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, cwd: Path) -> None:
@@ -163,7 +168,12 @@ class Replica:
         return f"http://127.0.0.1:{self.port}{PREFIX}{path}"
 
     def health(self, timeout: float = 2) -> Reply:
+        """PREFIX/health on the service's own port (answered by its event loop)."""
         return call("GET", self.url("health"), timeout=timeout)
+
+    def probe(self, timeout: float = 2) -> Reply:
+        """The health port haproxy checks (answered by a thread of its own)."""
+        return call("GET", f"http://127.0.0.1:{self.health_port}/health", timeout=timeout)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -206,6 +216,7 @@ class ReplicaStack:
         self.etc.mkdir()
         self.balancer_port, self.stats_port = free_port(), free_port()
         self.replica_ports = [free_port() for _ in range(replicas)]
+        self.health_ports = [free_port() for _ in range(replicas)]
         # The shared service token: one secret file, 0600, read by the Hub and the replicas.
         self.token = secrets.token_hex(32)
         token_file = self.etc / "service-token.env"
@@ -235,6 +246,11 @@ class ReplicaStack:
                 site: f"127.0.0.1:{port}"
                 for site, port in zip(SITE_REPLICAS, self.replica_ports, strict=False)
             },
+            **{
+                f"{form}{site}": f"{form}{port}"
+                for site, port in zip(SITE_HEALTH, self.health_ports, strict=False)
+                for form in ("check port ", "health_port=")
+            },
             **extra,
             SITE_ETC: f"{self.etc}/",
             SITE_PYTHON: sys.executable,
@@ -258,29 +274,36 @@ class ReplicaStack:
             timeout=30,
         )
 
-    def replica_unit(self) -> str:
-        return self._render(REPLICA_UNIT.read_text(), **{SITE_CONFIG: str(self.hub.service_config)})
+    def replica_unit(self, instance: int) -> str:
+        """gpuhive@.service for gpuhive@`instance` (%i substituted, then rendered)."""
+        text = REPLICA_UNIT.read_text().replace("%i", str(instance))
+        return self._render(text, **{SITE_CONFIG: str(self.hub.service_config)})
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self, timeout: float = 90) -> ReplicaStack:
+        """Start the Hub and, meanwhile, the replicas and haproxy; wait until all serve."""
+        hub_error: list[BaseException] = []
+
+        def start_hub() -> None:
+            try:
+                self.hub.start(timeout)
+            except BaseException as error:  # re-raised below, in the caller's thread
+                hub_error.append(error)
+
+        hub_thread = threading.Thread(target=start_hub, name="hub-start")
+        hub_thread.start()
         try:
-            self.hub.start(timeout)
-            env_file = self.etc / "replica.env"
-            env_file.write_text(
-                render(REPLICA_ENV.read_text(), {SITE_HUB_API: f"127.0.0.1:{self.hub.hub_port}"})
-            )
-            unit = self.replica_unit()
-            for i, port in enumerate(self.replica_ports, 1):
-                command = unit_command(unit, str(port))
-                replica = Replica(f"replica{i}", port, command, self.dir / f"replica{i}.log")
-                replica.start(self.dir)
-                self.replicas.append(replica)
-                if i == 1:
-                    # Replicas that start together on a new database both create its tables
-                    # (the loser exits on a duplicate alembic_version; systemd's Restart=
-                    # would start it again): the first brings the schema up alone.
-                    self._wait_up(replica, timeout)
+            api_port = self.hub.hub_port
+            self._start_replicas(timeout)
+            hub_thread.join()
+            if hub_error:
+                raise hub_error[0]
+            if self.hub.hub_port != api_port:  # the Hub moved to other ports (one was taken)
+                for replica in self.replicas:
+                    replica.kill(signal.SIGTERM)
+                self.replicas.clear()
+                self._start_replicas(timeout)
             checked = self.check_haproxy()
             if checked.returncode != 0:
                 raise RuntimeError(f"haproxy -c: {checked.stdout}{checked.stderr}")
@@ -292,8 +315,6 @@ class ReplicaStack:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-            for replica in self.replicas:
-                self._wait_up(replica, timeout)
             wait_for(
                 lambda: self.up() == {r.name for r in self.replicas},
                 timeout,
@@ -302,11 +323,33 @@ class ReplicaStack:
                 (OSError,),
             )
         except BaseException:
+            hub_thread.join()
             tails = "".join(f"\n--- {r.name} ---\n{r.log_tail()}" for r in self.replicas)
             print(f"--- jupyterhub.log ---\n{self.hub.log_tail()}{tails}", file=sys.stderr)
             self.stop()
             raise
         return self
+
+    def _start_replicas(self, timeout: float) -> None:
+        """Every replica from the unit file, the first alone: it brings the schema up."""
+        env_file = self.etc / "replica.env"
+        env_file.write_text(
+            render(REPLICA_ENV.read_text(), {SITE_HUB_API: f"127.0.0.1:{self.hub.hub_port}"})
+        )
+        for i, (port, health) in enumerate(
+            zip(self.replica_ports, self.health_ports, strict=True), 1
+        ):
+            command = unit_command(self.replica_unit(i))
+            replica = Replica(f"replica{i}", port, health, command, self.dir / f"replica{i}.log")
+            replica.start(self.dir)
+            self.replicas.append(replica)
+            if i == 1:
+                # Replicas that start together on a new database both create its tables
+                # (the loser exits on a duplicate alembic_version; systemd's Restart=
+                # would start it again): the first brings the schema up alone.
+                self._wait_up(replica, timeout)
+        for replica in self.replicas:
+            self._wait_up(replica, timeout)
 
     def _wait_up(self, replica: Replica, timeout: float) -> None:
         wait_for(
