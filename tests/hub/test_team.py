@@ -249,6 +249,20 @@ def test_a_feed_made_through_a_users_server_has_the_address_of_the_hubs_proxy(
     assert feed.status == 200 and "BEGIN:VCALENDAR" in str(feed.body), feed
 
 
+def test_a_retry_through_the_users_own_server_is_booked_once(team: Team) -> None:
+    """Client mode passes the Idempotency-Key on and the replay's headers back."""
+    body, key = book("gpu3:3", hours=30, title="retried through my server"), "own-server-retry-1"
+    first = team.own("alice", "POST", "reservations", body, headers={"Idempotency-Key": key})
+    assert first.status == 201, first
+    again = team.own("alice", "POST", "reservations", body, headers={"Idempotency-Key": key})
+    assert again.status == 201 and again.body == first.body, again
+    assert again.headers["idempotent-replayed"] == "true"  # (the Hub's proxy: lower case)
+    assert again.headers["location"] == first.headers["location"]
+    other = team.own("alice", "POST", "reservations", {**body, "title": "else"},
+                     headers={"Idempotency-Key": key})  # fmt: skip
+    assert other.status == 422 and "different request" in other.message, other
+
+
 def test_leader_election_and_failover(team: Team) -> None:
     """Two replicas on one PostgreSQL: one leader; SIGKILL it and the other takes over."""
     hub = team.hub

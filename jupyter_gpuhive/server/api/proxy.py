@@ -15,6 +15,10 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from ..public_url import FORWARDED
 
+# What passes through besides the body: a retry's key one way, how to retry the other.
+REQUEST_HEADERS = ("Idempotency-Key",)
+ANSWER_HEADERS = ("Retry-After", "Idempotent-Replayed", "Location")
+
 
 class ProxyHandler(APIHandler):
     """Forwards `gpuhive/api/<path>` to `<service_url>api/<path>`."""
@@ -28,8 +32,8 @@ class ProxyHandler(APIHandler):
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
         headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
-        for name in FORWARDED:  # where the Hub's proxy was reached (the service's public URL)
-            if self.request.headers.get(name):
+        for name in (*FORWARDED, *REQUEST_HEADERS):  # FORWARDED: where the Hub's proxy was
+            if self.request.headers.get(name):  # reached (the service's public URL)
                 headers[name] = self.request.headers[name]
         request = HTTPRequest(
             self._target(path),
@@ -51,6 +55,9 @@ class ProxyHandler(APIHandler):
             return
         self.set_status(response.code)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
+        for name in ANSWER_HEADERS:
+            if response.headers.get(name):
+                self.set_header(name, response.headers[name])
         self.finish(response.body or b"")
 
     @web.authenticated
