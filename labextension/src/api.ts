@@ -100,13 +100,37 @@ export interface IResponseLike {
   ok: boolean;
   status: number;
   statusText?: string;
+  headers?: { get(name: string): string | null };
   text(): Promise<string>;
 }
 
-export type Fetcher = (url: string, init: { method: string; body?: string }) => Promise<IResponseLike>;
+export type FetchInit = { method: string; body?: string; headers?: Record<string, string> };
+export type Fetcher = (url: string, init: FetchInit) => Promise<IResponseLike>;
 
-/** A thin client; `fetcher` adds the server's auth (ServerConnection.makeRequest). */
+/** A new Idempotency-Key: 32 random hex digits (crypto.randomUUID needs a secure context). */
+export function newIdempotencyKey(): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  return Array.from(bytes, b => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Seconds a busy answer (503, or 409 for a key still in use) asks to wait; null: do not retry. */
+export function retryAfter(response: IResponseLike): number | null {
+  if (response.status !== 503 && response.status !== 409) {
+    return null;
+  }
+  const value = Number(response.headers?.get('Retry-After') ?? NaN);
+  return Number.isFinite(value) && value >= 0 ? Math.min(value, 10) : null;
+}
+
+/**
+ * A thin client; `fetcher` adds the server's auth (ServerConnection.makeRequest). Every POST
+ * carries a new Idempotency-Key, and a busy answer with Retry-After is asked again (same key,
+ * up to `retries` times): a booking is never made twice.
+ */
 export class HiveApi {
+  retries = 2;
+
   constructor(
     private readonly baseUrl: string,
     private readonly fetcher: Fetcher
@@ -118,11 +142,22 @@ export class HiveApi {
     options: { query?: Record<string, string | undefined>; body?: unknown } = {}
   ): Promise<T> {
     const url = apiUrl(this.baseUrl, path, options.query);
-    const init: { method: string; body?: string } = { method };
+    const init: FetchInit = { method };
     if (options.body !== undefined) {
       init.body = JSON.stringify(options.body);
     }
-    const response = await this.fetcher(url, init);
+    if (method === 'POST') {
+      init.headers = { 'Idempotency-Key': newIdempotencyKey() };
+    }
+    let response = await this.fetcher(url, init);
+    for (let attempt = 0; attempt < this.retries; attempt++) {
+      const wait = retryAfter(response);
+      if (wait === null) {
+        break;
+      }
+      await new Promise(resolve => setTimeout(resolve, wait * 1000));
+      response = await this.fetcher(url, init);
+    }
     const text = await response.text();
     if (!response.ok) {
       throw new HiveApiError(errorMessage(response.status, text, response.statusText), response.status);

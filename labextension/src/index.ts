@@ -68,7 +68,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const fetcher: Fetcher = (url, init) =>
       ServerConnection.makeRequest(
         url,
-        { method: init.method, body: init.body, headers: init.body ? { 'Content-Type': 'application/json' } : undefined },
+        {
+          method: init.method,
+          body: init.body,
+          headers: { ...(init.body ? { 'Content-Type': 'application/json' } : {}), ...init.headers }
+        },
         settings
       );
     const api = new HiveApi(settings.baseUrl, fetcher);

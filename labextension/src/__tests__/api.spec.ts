@@ -1,4 +1,4 @@
-import { HiveApi, HiveApiError, apiUrl, buildReservationRequest, errorMessage } from '../api';
+import { Fetcher, HiveApi, HiveApiError, apiUrl, buildReservationRequest, errorMessage } from '../api';
 import { fake } from './fetcher';
 
 describe('apiUrl', () => {
@@ -90,5 +90,51 @@ describe('HiveApi', () => {
   it('passes other job errors on', async () => {
     const { fetcher } = fake({ 'GET http://localhost/gpuhive/api/jobs': [500, { message: 'boom' }] });
     await expect(new HiveApi(base, fetcher).jobs('me')).rejects.toThrow('boom');
+  });
+});
+
+describe('Idempotency-Key and Retry-After', () => {
+  const url = 'http://localhost/gpuhive/api/reservations';
+  const made = { id: 9, owner: 'me', title: 't', start: 's', end: 'e', gpus: ['gpu1:0'], status: 'active' };
+  function answers(...replies: [number, unknown, string | null][]): { fetcher: Fetcher; keys: (string | undefined)[] } {
+    const keys: (string | undefined)[] = [];
+    const fetcher: Fetcher = async (_url, init) => {
+      keys.push(init.headers?.['Idempotency-Key']);
+      const [status, data, wait] = replies.shift()!;
+      return {
+        ok: status < 400,
+        status,
+        headers: { get: (name: string) => (name === 'Retry-After' ? wait : null) },
+        text: async () => JSON.stringify(data)
+      };
+    };
+    return { fetcher, keys };
+  }
+  it('sends a new key with each POST, none with a GET', async () => {
+    const { fetcher, calls } = fake({ [`POST ${url}`]: [201, made], [`GET ${url}`]: [200, { reservations: [] }] });
+    const api = new HiveApi('http://localhost/', fetcher);
+    await api.reserve({ title: 't' });
+    await api.reserve({ title: 't' });
+    await api.reservations('me');
+    const [first, second] = calls.map(c => c.headers?.['Idempotency-Key']);
+    expect(first).toMatch(/^[0-9a-f]{32}$/);
+    expect(second).toMatch(/^[0-9a-f]{32}$/);
+    expect(first).not.toBe(second);
+    expect(calls[2].headers).toBeUndefined();
+  });
+  it('asks a busy service again after Retry-After, with the same key', async () => {
+    const { fetcher, keys } = answers([503, { message: 'busy' }, '0'], [409, { message: 'still running' }, '0'], [201, made, null]);
+    expect(await new HiveApi('http://localhost/', fetcher).reserve({ title: 't' })).toEqual(made);
+    expect(keys).toHaveLength(3);
+    expect(new Set(keys).size).toBe(1);
+  });
+  it('gives up after its retries, and never retries a refusal without Retry-After', async () => {
+    const busy: [number, unknown, string | null] = [503, { message: 'The service is busy' }, '0'];
+    const { fetcher, keys } = answers(busy, busy, busy);
+    await expect(new HiveApi('http://localhost/', fetcher).reserve({})).rejects.toEqual(new HiveApiError('The service is busy', 503));
+    expect(keys).toHaveLength(3);
+    const clash = answers([409, { message: 'gpu1:0 is reserved by bob' }, null]);
+    await expect(new HiveApi('http://localhost/', clash.fetcher).reserve({})).rejects.toEqual(new HiveApiError('gpu1:0 is reserved by bob', 409));
+    expect(clash.keys).toHaveLength(1);
   });
 });

@@ -1,7 +1,7 @@
 /** A fake `fetch` for the client tests: canned replies by "METHOD url", and the calls made. */
 import { Fetcher } from '../api';
 
-export type Call = { url: string; method: string; body?: string };
+export type Call = { url: string; method: string; body?: string; headers?: Record<string, string> };
 
 export function fake(replies: Record<string, [number, unknown]>): { fetcher: Fetcher; calls: Call[] } {
   const calls: Call[] = [];
