@@ -7,19 +7,25 @@ others too, but without their PIDs, command lines and action details.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import Invalid
-from ..model import Identity
+from ..errors import Invalid, NotFound
+from ..model import Identity, Reservation
+from ..model.violations import OFFENCES
 from ..privacy import violation_brief
 from ..store import Store
 from .actions import Run
 from .escalation import Case
+from .handlers import Incident
 from .violations import KINDS
 
 MAX_QUERY = 10_000
+OPEN_FOR = 1.0  # seconds the open violations read from the store serve all requests
 
 
 class Reports:
@@ -38,6 +44,8 @@ class Reports:
         self._unix_user = unix_user
         self._cases = cases  # the escalation's open cases (live state)
         self.public = public  # every violation listed to every user (details: involved only)
+        self._open: tuple[float, list[dict[str, Any]]] = (0.0, [])  # (read at, open ones)
+        self._reading = asyncio.Lock()
 
     async def history(
         self,
@@ -93,7 +101,7 @@ class Reports:
         return {
             "start": start.isoformat(),
             "end": end.isoformat(),
-            "ongoing": self.ongoing(viewer, self.public),
+            "ongoing": await self.open_now(viewer, self.public),
             "violations": found,
         }
 
@@ -111,6 +119,33 @@ class Reports:
             viewer,
             public,
         )
+
+    async def open_now(
+        self, viewer: Identity | None = None, public: bool = False
+    ) -> list[dict[str, Any]]:
+        """The violations open now as the store has them, so the same on every replica (the
+        leader records each sweep's), as `viewer` may see them. Read at most once in OPEN_FOR
+        seconds, shared by the requests meanwhile."""
+        if time.monotonic() - self._open[0] >= OPEN_FOR:
+            async with self._reading:
+                if time.monotonic() - self._open[0] >= OPEN_FOR:
+                    self._open = (time.monotonic(), await self._run(self._read_open))
+        return self._visible(self._open[1], viewer, public)
+
+    def _read_open(self) -> list[dict[str, Any]]:
+        """(Blocking) the open violations as `ongoing` lists them, from the store."""
+        found = [r for r in self.store.violations.still_open() if r.kind in OFFENCES]
+        held: dict[int, Reservation] = {}
+        for rid in {r.reservation_id for r in found if r.reservation_id is not None}:
+            with contextlib.suppress(NotFound):
+                held[rid] = self.store.reservations.get(rid)
+        out = []
+        for r in found:
+            res = held.get(r.reservation_id) if r.reservation_id is not None else None
+            title, end = (res.title, res.end) if res else (None, None)
+            incident = Incident.of(r.id, r, None, title, end)
+            out.append({**incident.to_json(), "since": r.started_at.isoformat()})
+        return out
 
     def involves(self, viewer: Identity, holder: str | None, offender: str | None) -> bool:
         """Whether `viewer` holds the reserved GPU or (as their UNIX user) is the offender."""

@@ -210,6 +210,12 @@ class Protection:
         """The violations open right now (live state, no database), as `viewer` may see them."""
         return self.reports.ongoing(viewer, public)
 
+    async def open_now(
+        self, viewer: Identity | None = None, public: bool = False
+    ) -> list[dict[str, Any]]:
+        """The violations open now, from the store: the same on every replica (the API's)."""
+        return await self.reports.open_now(viewer, public)
+
     def involves(self, viewer: Identity, holder: str | None, offender: str | None) -> bool:
         """Whether `viewer` holds the reserved GPU or (as their UNIX user) is the offender."""
         return self.reports.involves(viewer, holder, offender)

@@ -47,7 +47,8 @@ class HostsHandler(HiveLogic):
     async def get(self) -> None:
         reply = await self.hive.monitor.report()
         public = self.hive.settings.privacy.public_violations
-        hosts = mark_violations(reply["hosts"], self.hive.protection.ongoing(self.who, public))
+        ongoing = await self.hive.protection.open_now(self.who, public)  # as on every replica
+        hosts = mark_violations(reply["hosts"], ongoing)
         self.reply({**reply, "hosts": hosts, "note": self.settings.get("gpuhive_note") or None})
 
 
