@@ -4,7 +4,9 @@ The web layer opens an errand per request (`ERRAND.set`); the Hive consults it i
 executor thread right before each piece of blocking work starts (`Errand.check`), so work
 queued behind a busy pool is dropped once its client has gone or its deadline has passed.
 Once the request has committed a write, nothing more is dropped: its answer must be given
-(and stored under its idempotency key), since the change stays. `on_write` runs inside each
+(and stored under its idempotency key), since the change stays. A request that reaches hosts
+(`whole`: a job's launch, a brokered kernel) runs to its end once its work has started: what
+it did on a host must be recorded. `on_write` runs inside each
 of the request's write transactions (the idempotency key is marked applied there, so the
 booking and its key commit together).
 """
@@ -42,15 +44,17 @@ class Errand:
     closed: bool = False  # the client closed its connection
     finished: bool = False  # the answer went out: background work it spawned may run
     wrote: bool = False  # a write of this request committed
+    whole: bool = False  # once its work has started, it runs to the end
+    started: bool = False  # a piece of its work has started
     on_write: Callable[[Any], None] | None = field(default=None, repr=False)
 
     @classmethod
-    def starting(cls, seconds: float) -> Errand:
-        return cls(time.monotonic() + seconds, seconds)
+    def starting(cls, seconds: float, whole: bool = False) -> Errand:
+        return cls(time.monotonic() + seconds, seconds, whole=whole)
 
     def check(self) -> None:
         """Raise Dropped if work for this request must not start now."""
-        if self.finished or self.wrote:
+        if self.finished or self.wrote or (self.whole and self.started):
             return
         if self.closed:
             raise Dropped("The client closed its connection; the request was not carried out.")
@@ -90,4 +94,5 @@ async def in_executor(executor: Executor, work: Callable[[], T]) -> T:
 
 def _checked(errand: Errand, work: Callable[[], T]) -> T:
     errand.check()
+    errand.started = True
     return work()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -107,3 +108,25 @@ def test_an_errand_refuses_to_start_work_for_a_client_that_has_gone() -> None:
     late = Errand.starting(-1)
     with pytest.raises(Dropped, match="deadline of -1 s"):
         late.check()
+
+
+async def test_a_request_that_reaches_hosts_runs_to_its_end_once_started() -> None:
+    """`whole`: after its first piece of work, a launch records what it did on a host even
+    if its client has gone meanwhile; other requests start nothing more."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jupyter_gpuhive.store.errand import in_executor
+
+    done: list[str] = []
+    with ThreadPoolExecutor(1) as pool:
+        for whole in (True, False):
+            errand = Errand.starting(60, whole=whole)
+            token = ERRAND.set(errand)
+            try:
+                await in_executor(pool, lambda w=whole: done.append(f"launch {w}"))
+                errand.closed = True  # the client gave up while the host did its part
+                with contextlib.suppress(Dropped):
+                    await in_executor(pool, lambda w=whole: done.append(f"record {w}"))
+            finally:
+                ERRAND.reset(token)
+    assert done == ["launch True", "record True", "launch False"]

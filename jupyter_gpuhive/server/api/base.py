@@ -88,6 +88,7 @@ class HiveLogic(RequestHandler):
     endpoints: tuple[tuple[str, type], ...] = ()  # the route table it is served in (routes())
     route = ""  # its path in that table (the API latency histogram's label)
     admitted = True  # counted against max_requests_in_flight (False: metrics scrapes)
+    runs_to_the_end = False  # True: it reaches hosts; once its work started, none is dropped
     errand: Errand | None = None  # what its database work may still do (store/errand.py)
     _admission: Intake | None = None  # the bound it was counted in, until it finishes
     _key: idempotency.KeyUse | None = None  # its Idempotency-Key, claimed
@@ -108,7 +109,7 @@ class HiveLogic(RequestHandler):
             return
         admission.enter()
         self._admission = admission
-        self.errand = Errand.starting(admission.deadline)
+        self.errand = Errand.starting(admission.deadline, self.runs_to_the_end)
         ERRAND.set(self.errand)
 
     async def claim_key(self) -> None:

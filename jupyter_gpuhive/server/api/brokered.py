@@ -24,6 +24,8 @@ ERRORS = (404, 409, 503)
 
 
 class _Brokered(HiveLogic):
+    runs_to_the_end = True  # a kernel started or signalled on a host must be recorded
+
     def broker(self, kernel_id: str) -> KernelBroker:
         broker = self.settings.get("gpuhive_broker")
         if broker is None:

@@ -241,6 +241,8 @@ class TemplatesHandler(HiveLogic):
 
 
 class JobsHandler(Shown):
+    runs_to_the_end = True  # a launch or stop on a host must be recorded
+
     @web.authenticated
     @operation(
         "Jobs, optionally of one user or in one status; others' jobs as a summary (no command, "
@@ -300,6 +302,8 @@ class JobHandler(Shown):
 
 
 class JobStartHandler(Shown):
+    runs_to_the_end = True  # a launch or stop on a host must be recorded
+
     @web.authenticated
     @operation("Start (or restart) a job now (owner/admin)", reply=replies.JobReply, errors=(409,))
     async def post(self, job_id: str) -> None:
@@ -308,6 +312,8 @@ class JobStartHandler(Shown):
 
 
 class JobStopHandler(Shown):
+    runs_to_the_end = True  # a launch or stop on a host must be recorded
+
     @web.authenticated
     @operation(
         "Stop gracefully: SIGINT, then SIGKILL after a grace", reply=replies.JobReply, errors=(409,)
