@@ -160,9 +160,9 @@ class Monitor:
 
     async def follow(self) -> None:
         """Stop sweeping here and serve the leader's published sweeps (every replica until
-        it leads)."""
+        it leads; also while it has no hosts: a new host list reaches the leader first)."""
         await self.halt()
-        if self._sweeping:
+        if self.enabled:
             self.publication.follow()
 
     async def lead(self) -> None:
