@@ -3,7 +3,8 @@
 Two Monitors on two Stores of one database (as two service replicas have), over real local
 simulated hosts (one with MIG slices) with a real GPU process: the leader sweeps in its child
 process and publishes; the follower serves the same hosts, processes, timestamps, host states
-and metric series; when it leads, it sweeps on from the series it took.
+and metric series; when it leads, it sweeps on from the series it took; a replica started
+after all that reads the same series from the kept sweeps.
 """
 
 from __future__ import annotations
@@ -116,6 +117,17 @@ async def test_a_follower_serves_the_leaders_live_state_and_keeps_its_series(
         after = _series(follower.metrics(None, None, None))
         for key, points in before.items():
             assert after[key][: len(points)] == points, key  # nothing lost, nothing rewritten
+
+        # A replica started now (or a personal server restarted) reads the kept sweeps first.
+        states = follower.host_states()
+        await follower.halt()
+        stores.append(Store(db_url).open())
+        later = Monitor(stores[-1], make_pool(decls), run, interval=0.5)
+        monitors.append(later)
+        await later.follow()
+        await until(lambda: later.publication.seen == follower.publication.seen, timeout=30)
+        assert later.metrics(None, None, None) == follower.metrics(None, None, None)
+        assert later.host_states() == states
     finally:
         for monitor in monitors:
             await monitor.halt()
