@@ -689,10 +689,12 @@ def main() -> None:
     size = SIZES["smoke" if args.smoke else "quick" if args.quick else "full"]
     workdir = Path(tempfile.mkdtemp(prefix="gpuhive-replicas-"))
     os.chmod(workdir, 0o755)
+    log(f"load average before: {os.getloadavg()} (this machine is shared: other work counts)")
     try:
         result = measure(size, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    log(f"load average after: {os.getloadavg()}")
     print(json.dumps(result))
 
 
