@@ -47,7 +47,9 @@ The figures (the last line printed is one JSON object with exactly these names):
   `--quick` 10 s, `--smoke` 3 s): its goodput over the peak. Target >= 0.9.
 - `p99_ms_at_half_saturation`: p99 latency of every request of the mix at half the
   saturating rate (same duration; a request that timed out counts its full time). Target
-  <= 100.
+  <= 100. Printed before it: the floor, GET PREFIX/health (no token, no database) through
+  haproxy at the same pacing, i.e. what this machine and the stack's plumbing cost then,
+  and the p99 of each kind of request.
 - `unacknowledged_writes`: after the load (and 5 s for work in flight), the bookings and jobs
   in PostgreSQL whose key (their title / name) no attempt of their client ever saw
   acknowledged (a 2xx). Target 0. Duplicates (two rows of one key) and the cancels applied
@@ -333,6 +335,7 @@ class Load:
         self.rng = random.Random(seed)
         self.ledger = Ledger()
         self.day0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+        self.floor = False  # True: every request is GET PREFIX/health (no token, no database)
         self.session: aiohttp.ClientSession | None = None
         self.tasks: set[asyncio.Task[Outcome]] = set()
 
@@ -356,6 +359,8 @@ class Load:
     def _pick(self) -> tuple[str, str, str, Any, int]:
         """(kind, method, path, body, user) of the next request of the mix."""
         user = self.rng.randrange(len(self.tokens))
+        if self.floor:
+            return "floor", "GET", "/health", None, user
         r = self.rng.random()
         if r < 0.70:
             pick = self.rng.random()
@@ -390,7 +395,11 @@ class Load:
         timeout = aiohttp.ClientTimeout(total=ATTEMPT_TIMEOUT)
         try:
             async with self.session.request(
-                method, self.base + "api/" + path, json=body, headers=headers, timeout=timeout
+                method,
+                self.base + (path[1:] if path.startswith("/") else "api/" + path),
+                json=body,
+                headers=headers,
+                timeout=timeout,
             ) as response:
                 data = await response.read()
                 named = response.headers.get("Retry-After")
@@ -464,6 +473,11 @@ class Load:
         outcomes = await asyncio.gather(*mine)
         good = [o for o in outcomes if o.good]
         latencies = [o.latency for o in outcomes]
+        kinds = sorted({o.kind for o in outcomes})
+        by_kind = {
+            k: round(percentile([o.latency for o in outcomes if o.kind == k], 99) * 1000, 1)
+            for k in kinds
+        }
         return {
             "offered_rps": rate,
             "requests": len(outcomes),
@@ -471,6 +485,7 @@ class Load:
             "good_share": round(len(good) / max(1, len(outcomes)), 3),
             "p50_ms": round(percentile(latencies, 50) * 1000, 1),
             "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+            "p99_ms_by_kind": by_kind,
         }
 
 
@@ -495,6 +510,10 @@ async def load_phases(
         log(f"overload at {2 * saturating} req/s: {over}")
         await load.drain()
         await asyncio.sleep(size.quiet_s + 2)
+        load.floor = True  # the same pacing, GET PREFIX/health only: the stack's own floor
+        floor = await load.run(saturating / 2, size.step_s)
+        load.floor = False
+        log(f"floor (GET health through haproxy) at {saturating / 2} req/s: {floor}")
         half = await load.run(saturating / 2, size.overload_s)
         log(f"half saturation at {saturating / 2} req/s: {half}")
         await load.drain()
