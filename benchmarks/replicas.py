@@ -312,6 +312,7 @@ class Outcome:
     good: bool
     latency: float
     status: str
+    replica: str = ""  # that answered the last attempt (haproxy's header), "" if none did
 
 
 @dataclass
@@ -387,7 +388,7 @@ class Load:
 
     async def _send(
         self, method: str, path: str, token: str, body: Any, key: str | None
-    ) -> tuple[int | str, Any, float | None]:
+    ) -> tuple[int | str, Any, float | None, str]:
         assert self.session is not None
         headers = {"Authorization": f"token {token}"}
         if key:
@@ -405,11 +406,11 @@ class Load:
                 named = response.headers.get("Retry-After")
                 retry_after = float(named) if named is not None else None
                 parsed = json.loads(data) if data else None
-                return response.status, parsed, retry_after
+                return response.status, parsed, retry_after, replica_header(response.headers)
         except (TimeoutError, asyncio.TimeoutError):
-            return "timeout", None, None
+            return "timeout", None, None, ""
         except (aiohttp.ClientError, ValueError, OSError) as error:
-            return type(error).__name__, None, None
+            return type(error).__name__, None, None, ""
 
     async def one(self, planned: float) -> Outcome:
         kind, method, path, body, user = self._pick()
@@ -423,9 +424,10 @@ class Load:
         await asyncio.sleep(delay)
         status: int | str = "none"
         data: Any = None
+        replica = ""
         lost = 0
         for attempt in range(RETRIES + 1 if key else 1):
-            status, data, retry_after = await self._send(method, path, token, body, key)
+            status, data, retry_after, replica = await self._send(method, path, token, body, key)
             busy = status in (503, 429) or (status == 409 and retry_after is not None)
             if isinstance(status, int) and status not in LOST_STATUS and not busy:
                 break
@@ -450,7 +452,7 @@ class Load:
                 self.ledger.gave_up += 1
         if kind == "cancel" and not ok:
             self.ledger.cancel_failed.add(int(body))
-        return Outcome(kind, good, time.perf_counter() - planned, str(status))
+        return Outcome(kind, good, time.perf_counter() - planned, str(status), replica)
 
     async def run(self, rate: float, seconds: float) -> dict[str, Any]:
         """Offer `rate` requests/s for `seconds` (Poisson arrivals); figures of those requests."""
@@ -473,10 +475,13 @@ class Load:
         outcomes = await asyncio.gather(*mine)
         good = [o for o in outcomes if o.good]
         latencies = [o.latency for o in outcomes]
-        kinds = sorted({o.kind for o in outcomes})
-        by_kind = {
-            k: round(percentile([o.latency for o in outcomes if o.kind == k], 99) * 1000, 1)
-            for k in kinds
+
+        def p99(keep: Any) -> float:
+            return round(percentile([o.latency for o in outcomes if keep(o)], 99) * 1000, 1)
+
+        by_kind = {k: p99(lambda o, k=k: o.kind == k) for k in sorted({o.kind for o in outcomes})}
+        by_replica = {
+            r: p99(lambda o, r=r: o.replica == r) for r in sorted({o.replica for o in outcomes})
         }
         return {
             "offered_rps": rate,
@@ -486,12 +491,14 @@ class Load:
             "p50_ms": round(percentile(latencies, 50) * 1000, 1),
             "p99_ms": round(percentile(latencies, 99) * 1000, 1),
             "p99_ms_by_kind": by_kind,
+            "p99_ms_by_replica": by_replica,
         }
 
 
 async def load_phases(
     stack: ReplicaStack, tokens: list[str], size: Size, hosts: int
 ) -> tuple[dict[str, Any], Ledger]:
+    log(f"leader during the load: {', '.join(sorted(stack.leaders()))}")
     async with Load(stack.balancer_url, tokens, hosts, seed=1) as load:
         steps = []
         for rate in size.rates:
