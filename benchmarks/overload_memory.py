@@ -8,7 +8,8 @@ the Hub-managed one, each started the way tests/hub/conftest.py starts a second 
 (max_requests_in_flight 0). Each replica in turn gets a burst of --clients concurrent
 clients (70 % GET reservations, 25 % POST reservations with an Idempotency-Key, 5 % GET
 hosts; each client gives up after 10 s, as an impatient user does) for --seconds, then
-rests for --rest seconds. RSS (VmRSS of /proc/PID/status) is read before the burst, every
+rests for --rest seconds; before each replica's turn the store forgets the bookings of the
+last (GET reservations costs more with every booking it returns). RSS (VmRSS of /proc/PID/status) is read before the burst, every
 0.5 s during it (the peak) and after the rest. The last line printed is one JSON object.
 """
 
@@ -38,6 +39,17 @@ from tests.support.waiting import wait_for  # noqa: E402
 
 USERS = {f"u{i:03d}": ["phd"] for i in range(40)}
 GPUS = [f"gpu{h}:{g}" for h in (1, 2, 3) for g in range(4)]
+
+
+def forget_bookings(db_url: str) -> None:
+    """Each replica starts from the same store: no bookings of the previous burst (GET
+    reservations costs more with every booking it returns)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE reservations, idempotency_keys CASCADE")
 
 
 def rss_mib(pid: int) -> float:
@@ -113,8 +125,10 @@ async def burst(port: int, prefix: str, tokens: list[str], clients: int, seconds
             await asyncio.sleep(0.5)
 
     await asyncio.gather(sample(), *(client(i) for i in range(clients)))
+    answered = outcomes.get("2xx", 0) + outcomes.get("409", 0)  # 409: the slot was taken
     return {"outcomes": outcomes, "peak_mib": peak,
-            "goodput_per_s": round(outcomes.get("2xx", 0) / seconds, 1)}  # fmt: skip
+            "goodput_per_s": round(outcomes.get("2xx", 0) / seconds, 1),
+            "answered_per_s": round(answered / seconds, 1)}  # fmt: skip
 
 
 def main() -> None:
@@ -135,6 +149,7 @@ def main() -> None:
         try:
             tokens = [hub.token_for(u, ["access:services!service=gpuhive"]) for u in USERS]
             for name, extra in (("bounded", ""), ("unbounded", "max_requests_in_flight = 0")):
+                forget_bookings(hub.db_url)
                 config = hub.dir / f"{name}.py"
                 lines = [f"c.GpuHiveApp.{extra}"] if extra else []
                 config.write_text(hub.service_config.read_text() + "\n".join(lines) + "\n")

@@ -4,8 +4,8 @@ Beyond `limit` requests in flight a new one is refused at once with 503 and `Ret
 before its credentials are checked or any database work is queued: past saturation the
 service keeps serving at its best rate instead of queueing work its clients give up on, and
 its memory stays bounded too (benchmarks/overload_memory.py: 400 clients for 20 s took a
-replica from 152 to 163 MiB with the bound, from 155 to 221 MiB without it, never given
-back; glibc's malloc_trim and gc.collect after the burst gave back nothing measurable).
+replica from 151 to 161 MiB with the bound, to 194-221 MiB without it, never given back;
+glibc's malloc_trim and gc.collect after the burst gave back nothing measurable).
 Each admitted request gets an errand with its deadline (`jupyter_gpuhive.store.errand`):
 database work it has not started by then, or after its client has gone, is not started.
 """
