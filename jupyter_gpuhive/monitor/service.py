@@ -15,18 +15,18 @@ from ..errors import Invalid
 from ..hosts.guidance import advise
 from ..hosts.health import FAILED, OK
 from ..hosts.pool import HostPool, HostStatus
-from ..model import GpuDecl, Reservation, isoformat
+from ..model import GpuDecl
 from ..model.health import GpuCondition
 from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
 from .holders import HolderCache
-from .metrics import GPU_FIELDS, HOST_FIELDS
 from .prometheus import Exposition
 from .replicas import Publication
 from .sampler import Listener, Sampler, Sweep
-from .slices import NOT_REPORTED, discovered_slices, process_json, slice_decls, slice_views
+from .slices import discovered_slices, slice_decls
 from .topology import TopologyReader
+from .views import HostViews
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,18 +34,6 @@ T = TypeVar("T")
 
 async def _nothing() -> None:
     """No reservations to re-flag (until the Hive hands in the bookings service's reflag)."""
-
-
-def _brief(res: Reservation | None) -> dict[str, Any] | None:
-    if res is None:
-        return None
-    return {
-        "id": res.id,
-        "owner": res.owner,
-        "title": res.title,
-        "start": isoformat(res.start),
-        "end": isoformat(res.end),
-    }
 
 
 class Monitor:
@@ -75,9 +63,8 @@ class Monitor:
         self._pending: Sweep | None = None
         self._telling: asyncio.Task[None] | None = None
         self._stopping = False
-        self._hosts_cache: tuple[Any, list[dict[str, Any]]] | None = None
-        self._answer: tuple[Any, ...] = ()  # hosts(): (its inputs..., the answer)
         self.holders = HolderCache(store, run, interval)  # current and next per GPU
+        self.views = HostViews(store, pool, self.sampler, self.holders, self.run_blocking)
         # Sweeps published for (leader) or taken from (the others) every replica.
         self.publication = Publication(store, run, self._take_published, history, interval)
         # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
@@ -355,126 +342,8 @@ class Monitor:
 
     async def hosts(self) -> list[dict[str, Any]]:
         """Every host with its state, CPU/memory, GPUs, processes and who holds each GPU."""
-        held = await self.holders.get()  # by GPU ref ("host:index"), as the JSON names them
-        topology = await self.run_blocking(self.store.topology.all)
-        live = self._live_hosts(self._current_statuses())
-        inputs = (live, self.holders.generation, topology)
-        last = self._answer
-        if last and last[0] is live and last[1] == inputs[1] and last[2] is topology:
-            return last[-1]  # type: ignore[no-any-return]
-        holder = {ref: cur for ref, (cur, _) in held.items() if cur is not None}
-        following = {ref: nxt for ref, (_, nxt) in held.items() if nxt is not None}
-        out = []
-        for host in live:
-            gpus = [
-                {
-                    **gpu,
-                    "reservation": _brief(holder.get(gpu["id"])),
-                    "next_reservation": _brief(following.get(gpu["id"])),
-                    "slices": [
-                        {
-                            **part,
-                            "reservation": _brief(holder.get(part["id"])),
-                            "next_reservation": _brief(following.get(part["id"])),
-                        }
-                        for part in gpu.get("slices", ())
-                    ],
-                }
-                for gpu in host["gpus"]
-            ]
-            known = topology.get(host["name"])
-            out.append({**host, "gpus": gpus, "topology": known.to_json() if known else None})
-        self._answer = (*inputs, out)
-        return out
-
-    def _live_hosts(self, statuses: dict[str, HostStatus]) -> list[dict[str, Any]]:
-        """Every host's live part of `hosts()` (no reservations), built once per sweep.
-
-        It changes only with a sweep, the inventory or a host's state, so requests between
-        sweeps share it (100s of hosts: most of the endpoint's work).
-        """
-        inventory = self.store.inventory
-        key = (
-            self.sampler.recorded,
-            inventory.version,
-            tuple(self.pool.hosts),
-            tuple((n, s.state, s.error, s.failures) for n, s in statuses.items()),
-        )
-        if self._hosts_cache is not None and self._hosts_cache[0] == key:
-            return self._hosts_cache[1]
-        out = []
-        for host in inventory.hosts():
-            if host.name not in self.pool.hosts:
-                continue  # no longer configured: its reservations stay, it has no live state
-            live = self.sampler.live.get(host.name)
-            sample = live.sample if live else None
-            status = statuses.get(host.name)
-            metrics = {g.uuid: g for g in sample.gpus} if sample else {}
-            slice_refs = {part.uuid: part.ref for part in host.slices}
-            procs: dict[str, list[dict[str, Any]]] = {}
-            for p in sample.processes if sample else ():
-                procs.setdefault(p.gpu_uuid or "", []).append(process_json(p, slice_refs))
-            gpus = []
-            for gpu in host.gpus:
-                m = metrics.get(gpu.uuid)
-                parts = [part for part in host.slices if part.parent_id == gpu.id]
-                gpus.append(
-                    {
-                        **gpu.to_json(),
-                        "util": m.util_gpu if m else None,
-                        "util_label": NOT_REPORTED if m and m.util_gpu is None else None,
-                        "mem_used_mib": m.mem_used_mib if m else None,
-                        "mem_total_mib": m.mem_total_mib if m else gpu.memory_mib,
-                        "temperature_c": m.temperature_c if m else None,
-                        "power_w": m.power_w if m else None,
-                        "mig": list(sample.mig_uuids.get(gpu.uuid, ())) if sample else [],
-                        "processes": procs.get(gpu.uuid, []),
-                        "slices": slice_views(sample, gpu, parts, slice_refs),
-                    }
-                )
-            mem_used = None
-            if sample and sample.mem_total_mib is not None and sample.mem_available_mib is not None:
-                mem_used = sample.mem_total_mib - sample.mem_available_mib
-            out.append(
-                {
-                    "name": host.name,
-                    "address": host.address,
-                    "port": host.port,
-                    "transport": host.transport,
-                    **(status.to_json() if status else {"state": "unknown"}),
-                    "updated_at": isoformat(live.updated_at) if live else None,
-                    "gpu_error": sample.gpu_error if sample else None,
-                    "cpu_percent": live.cpu_percent if live else None,
-                    "cpu_count": sample.cpu_count if sample else None,
-                    "mem_used_mib": mem_used,
-                    "mem_total_mib": sample.mem_total_mib if sample else None,
-                    "gpus": gpus,
-                }
-            )
-        self._hosts_cache = (key, out)
-        return out
+        return await self.views.hosts(self._current_statuses())
 
     def metrics(self, host: str | None, gpu: str | None, since: datetime | None) -> dict[str, Any]:
         """Time series for the chosen host/GPU (all when none chosen) newer than `since`."""
-        inventory = self.store.inventory
-        after = since.timestamp() if since else 0.0
-        buffer = self.sampler.metrics
-        hosts = inventory.hosts()
-        if host is not None:
-            hosts = [h for h in hosts if h.name == host]
-            if not hosts:
-                raise Invalid(f"Unknown host '{host}'.")
-        gpus = [g for h in hosts for g in h.units()]  # MIG slices too (util: null)
-        if gpu is not None:
-            found = inventory.gpu(gpu)
-            if found is None:
-                raise Invalid(f"Unknown GPU '{gpu}'.")
-            gpus, hosts = [found], []
-        return {
-            "interval": self.sampler.interval,
-            "hosts": {h.name: buffer.to_json(f"host:{h.name}", HOST_FIELDS, after) for h in hosts},
-            "gpus": {
-                g.ref: {"uuid": g.uuid, **buffer.to_json(f"gpu:{g.uuid}", GPU_FIELDS, after)}
-                for g in gpus
-            },
-        }
+        return self.views.metrics(host, gpu, since)
