@@ -41,16 +41,18 @@ The figures (the last line printed is one JSON object with exactly these names):
   reservations (`--smoke` 300; written straight into PostgreSQL, over the next 30 days on
   every GPU, then deleted) over the same with none. Target <= 1.5.
 - `goodput_ratio_overload`: saturation is found by stepping the arrival rate (8 s per
-  step, `--quick` 5 s, `--smoke` 2 s; 3 s of quiet between steps); the saturating rate is
+  step, `--quick` 5 s, `--smoke` 2 s; between runs, until no replica has a request in flight
+  (their health ports' `in_flight`), then 3 s of quiet); the saturating rate is
   the highest step whose goodput (good requests/s) was at least 95 % of the offered rate,
   the peak goodput the best of any step. Then twice the saturating rate is offered (16 s,
   `--quick` 10 s, `--smoke` 3 s): its goodput over the peak. Target >= 0.9.
 - `p99_ms_at_half_saturation`: p99 latency of every request of the mix at half the
-  saturating rate (same duration; a request that timed out counts its full time). Target
+  saturating rate (same duration, run before the overload; a request that timed out counts
+  its full time). Target
   <= 100. Printed before it: the floor, GET PREFIX/health (no token, no database) through
   haproxy at the same pacing, i.e. what this machine and the stack's plumbing cost then,
   and the p99 of each kind of request.
-- `unacknowledged_writes`: after the load (and 5 s for work in flight), the bookings and jobs
+- `unacknowledged_writes`: after the load (once no request is in flight), the bookings and jobs
   in PostgreSQL whose key (their title / name) no attempt of their client ever saw
   acknowledged (a 2xx). Target 0. Duplicates (two rows of one key) and the cancels applied
   whose client saw them fail are printed on the lines before.
@@ -495,6 +497,27 @@ class Load:
         }
 
 
+async def settle(stack: ReplicaStack, quiet: float, timeout: float = 60) -> None:
+    """Wait until no replica has a request in flight (their health ports say), then `quiet` s.
+
+    Work whose client left goes on until the replica's request deadline: through haproxy a
+    replica does not see its client leave, so a run right after an overload would measure
+    the overload's leftovers.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = 0
+        for replica in stack.replicas:
+            with contextlib.suppress(OSError):
+                reply = await asyncio.to_thread(replica.probe)
+                if isinstance(reply.body, dict):
+                    busy += int(reply.body.get("in_flight") or 0)
+        if busy == 0:
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(quiet)
+
+
 async def load_phases(
     stack: ReplicaStack, tokens: list[str], size: Size, hosts: int
 ) -> tuple[dict[str, Any], Ledger]:
@@ -505,7 +528,7 @@ async def load_phases(
             step = await load.run(rate, size.step_s)
             steps.append(step)
             log(f"step {rate} req/s offered: {step}")
-            await asyncio.sleep(size.quiet_s)
+            await settle(stack, size.quiet_s)
             if step["goodput_rps"] < 0.8 * rate:
                 break  # well past saturation
         saturating = max(
@@ -513,17 +536,18 @@ async def load_phases(
             default=size.rates[0],
         )
         peak = max(s["goodput_rps"] for s in steps)
-        over = await load.run(2 * saturating, size.overload_s)
-        log(f"overload at {2 * saturating} req/s: {over}")
-        await load.drain()
-        await asyncio.sleep(size.quiet_s + 2)
         load.floor = True  # the same pacing, GET PREFIX/health only: the stack's own floor
         floor = await load.run(saturating / 2, size.step_s)
         load.floor = False
         log(f"floor (GET health through haproxy) at {saturating / 2} req/s: {floor}")
+        await settle(stack, size.quiet_s)
         half = await load.run(saturating / 2, size.overload_s)
         log(f"half saturation at {saturating / 2} req/s: {half}")
+        await settle(stack, size.quiet_s)
+        over = await load.run(2 * saturating, size.overload_s)
+        log(f"overload at {2 * saturating} req/s: {over}")
         await load.drain()
+        await settle(stack, size.quiet_s)
         figures = {
             "steps": steps,
             "saturating_rps": saturating,
