@@ -70,7 +70,7 @@ def test_requests_through_the_balancer_reach_both_replicas(stack: ReplicaStack, 
         assert (me.status, me.body["name"]) == (200, "alice"), me
         answered.add(replica_of(me))
     assert answered == {"replica1", "replica2"}
-    assert len(stack.leaders()) == 1
+    wait_for(lambda: len(stack.leaders()) == 1, 30, "one replica leads")
 
 
 def test_a_booking_through_the_balancer_is_read_back_through_the_other_replica(
