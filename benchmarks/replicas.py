@@ -685,8 +685,8 @@ def measure(size: Size, workdir: Path) -> dict[str, Any]:
             "starting PostgreSQL, JupyterHub, 2 replicas, haproxy; "
             f"{size.hosts} hosts × {GPUS_PER_HOST} GPUs, {size.users} users"
         )
-        stack.start(timeout=180)
         try:
+            stack.start(timeout=180)
             log("up; making tokens")
             tokens = make_tokens(stack, names)
             wait_discovered(stack, tokens[0], size.hosts)

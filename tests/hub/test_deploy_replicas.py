@@ -38,8 +38,8 @@ def replica_of(reply: Reply) -> str:
 @pytest.fixture(scope="module")
 def stack(postgres: PostgresCluster) -> Iterator[ReplicaStack]:
     built = ReplicaStack(postgres.new_database(), USERS, replicas=2)
-    built.start(timeout=180)
     try:
+        built.start(timeout=180)
         yield built
     finally:
         built.cleanup()
