@@ -150,7 +150,7 @@ class HiveLogic(RequestHandler):
     def finish(self, chunk: Any = None, **kwargs: Any) -> Any:
         """Finish; with an Idempotency-Key, once its answer is stored (a retry finds it)."""
         use = self._key
-        if use is None or self._finished:
+        if use is None:  # no key, or its answer is stored (then tornado says if finished twice)
             return super().finish(chunk, **kwargs)
         if self._settling is None:
             if chunk is not None:
@@ -163,6 +163,7 @@ class HiveLogic(RequestHandler):
 
     async def _finish_after(self, stored: Awaitable[None], kwargs: dict[str, Any]) -> None:
         await stored
+        self._key = None  # stored: what finishes now is tornado's own
         await super().finish(**kwargs)
 
     @property
