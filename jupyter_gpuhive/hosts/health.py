@@ -140,11 +140,6 @@ def findings(gpu: ET.Element) -> Findings:
     )
 
 
-def gpu_health(gpu: ET.Element) -> Health:
-    """The health one ``<gpu>`` element of ``-q -x`` shows (at its own temperature reading)."""
-    return findings(gpu).judge()
-
-
 def parse_health(
     text: str,
     known: Collection[str] | None = None,
