@@ -185,3 +185,33 @@ def running_hive(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     jp_asyncio_loop.run_until_complete(hive.start())
     yield hive
     jp_asyncio_loop.run_until_complete(hive.stop())
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Any]:
+    """A dockerd of this session's own (tests/support/containers.py); skipped where none can run."""
+    from tests.support.containers import running_dockerd, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with running_dockerd() as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def container_image(docker_engine: Any) -> Any:
+    """The test image (the venv's Python, a shell, coreutils), built once per session."""
+    from tests.support.containers import build_test_image
+
+    return build_test_image(docker_engine)
+
+
+@pytest.fixture
+def docker(docker_engine: Any) -> Iterator[Any]:
+    """The session's engine; containers the test started are removed after it."""
+    before = set(docker_engine.run("ps", "-aq", "--no-trunc").stdout.split())
+    yield docker_engine
+    left = set(docker_engine.run("ps", "-aq", "--no-trunc").stdout.split()) - before
+    if left:
+        docker_engine.run("rm", "-f", *sorted(left), check=False, timeout=120)
