@@ -6,6 +6,7 @@ import shlex
 import zlib
 from typing import Any
 
+from . import resume
 from .tasks import TaskSpec, TemplateError
 from .template import COMMON_FIELDS, Node, Option, Template, choice_option, int_option
 
@@ -53,9 +54,18 @@ class PyTorchTemplate(Template):
             "task",
             str,
         ),
+        **resume.OPTIONS,
     }
     example = "train.py --epochs 10 --lr {lr}"
-    env_names = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK")
+    env_names = (
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "RANK",
+        "LOCAL_RANK",
+        *resume.ENV_NAMES,
+    )
 
     def _render(
         self,
@@ -88,7 +98,10 @@ class PyTorchTemplate(Template):
             "WORLD_SIZE": str(world_size),
         }
         if mode == "torchrun":
-            return self._torchrun(job_name, command_template, nodes, variables, options, shared)
+            nodes_tasks = self._torchrun(
+                job_name, command_template, nodes, variables, options, shared
+            )
+            return resume.resumable(nodes_tasks, options)
         tasks: list[TaskSpec] = []
         offset = 0  # global rank of the node's first process: GPU counts may differ per node
         for node_rank, node in enumerate(nodes):
@@ -123,7 +136,7 @@ class PyTorchTemplate(Template):
                     )
                 )
             offset += len(node.gpus)
-        return tasks
+        return resume.resumable(tasks, options)
 
     def _torchrun(
         self,

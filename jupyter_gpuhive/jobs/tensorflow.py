@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import resume
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import COMMON_FIELDS, Node, Option, Template, host_port, int_option
 
@@ -96,9 +97,10 @@ class TensorFlowTemplate(Template):
         **_LAYOUT_OPTIONS,
         "chief": Option("make the first task the chief", False, bool),
         "ps": Option("number of parameter servers (no GPUs)", 0, int),
+        **resume.OPTIONS,
     }
     example = "python train.py --epochs 10 --lr {lr}"
-    env_names = ("TF_CONFIG",)
+    env_names = ("TF_CONFIG", *resume.ENV_NAMES)
 
     def _render(
         self,
@@ -138,7 +140,7 @@ class TensorFlowTemplate(Template):
                     role=member.role,
                 )
             )
-        return tasks
+        return resume.resumable(tasks, options)
 
 
 class ClusterSpecTemplate(Template):
