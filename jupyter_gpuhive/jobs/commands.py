@@ -59,14 +59,22 @@ def env_file(task: TaskSpec, host_env: Mapping[str, str] | None = None) -> str:
 
 
 def screen_script(
-    task: TaskSpec, log_path: str, exit_path: str, env: str | None = None, *, clean: bool = False
+    task: TaskSpec,
+    log_path: str,
+    exit_path: str,
+    env: str | None = None,
+    *,
+    clean: bool = False,
+    run: str | None = None,
 ) -> str:
     """The bash script a screen session runs: the task, its log, then its exit status.
 
     The task sources its environment file `env` (default: `env_path(exit_path)`), enters its
     workdir and runs its command with the umask its session had (`$GPUHIVE_UMASK`; the log
     and exit file keep the start script's 077). With `clean` (the local transport) it starts
-    from an empty environment that keeps only `KEPT_NAMES` of the session's.
+    from an empty environment that keeps only `KEPT_NAMES` of the session's. `run` (shell
+    text, already quoted, that ends in `exec`) replaces sourcing the env file and running the
+    command: a container task's engine line, which hands the env file to the engine.
     """
     env = env or env_path(exit_path)
     for what, value in (("log path", log_path), ("exit path", exit_path), ("env path", env)):
@@ -75,11 +83,12 @@ def screen_script(
     temporary = shlex.quote(exit_path + ".tmp")
     _check("command", task.command)
     source = env if "/" in env else "./" + env  # `. NAME` would search PATH
-    run = f". {shlex.quote(source)} && "
-    if task.workdir:
-        _check("workdir", task.workdir)
-        run += f"cd -- {shlex.quote(task.workdir)} && "
-    run += f"exec bash -c {shlex.quote(task.command)}"
+    if run is None:
+        run = f". {shlex.quote(source)} && "
+        if task.workdir:
+            _check("workdir", task.workdir)
+            run += f"cd -- {shlex.quote(task.workdir)} && "
+        run += f"exec bash -c {shlex.quote(task.command)}"
     start = f"bash --noprofile --norc -c {shlex.quote(run)}"
     if clean:
         names = " ".join(KEPT_NAMES)
@@ -107,6 +116,7 @@ def screen_command(
     env: str | None = None,
     *,
     clean: bool = False,
+    run: str | None = None,
 ) -> str:
     """`screen -dmS SESSION bash -c SCRIPT`: the task detached in GNU screen, logged, exit kept.
 
@@ -117,7 +127,7 @@ def screen_command(
             f"screen session name {session!r} may only contain letters, digits, '_', '.', '-' "
             "(use session_name())"
         )
-    script = screen_script(task, log_path, exit_path, env, clean=clean)
+    script = screen_script(task, log_path, exit_path, env, clean=clean, run=run)
     return f"screen -dmS {shlex.quote(session)} bash -c {shlex.quote(script)}"
 
 

@@ -26,7 +26,7 @@ from ..hosts.pool import CommandResult, HostPool, HostUnavailable
 from ..model import utcnow
 from ..model.jobs import ACTIVE, FINAL, Job, Task, TaskState
 from ..store.jobs import Jobs, TaskChange
-from . import commands, scripts
+from . import commands, containers, scripts
 from .outcomes import apply_change, marker, markers, observe, start_problem, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
@@ -127,11 +127,15 @@ class Launcher:
         # SSH the host's login environment is the base (sshd builds it, not this server).
         clean = decl is None or decl.transport == "local"
         try:
-            spec = task.spec()
-            line = commands.screen_command(
-                task.session, spec, log_path, exit_path, env_path, clean=clean
-            )
-            env_text = commands.env_file(spec, host_env(decl) if decl else None)
+            if task.container is not None:  # the engine's run in the screen session
+                paths = (log_path, exit_path, env_path)
+                line, env_text = containers.start_line(task, decl, paths, clean=clean)
+            else:
+                spec = task.spec()
+                line = commands.screen_command(
+                    task.session, spec, log_path, exit_path, env_path, clean=clean
+                )
+                env_text = commands.env_file(spec, host_env(decl) if decl else None)
         except TemplateError as error:
             return str(error)
         command = scripts.sh_command(task.session, log_dir, exit_path, log_path, env_path)
@@ -284,6 +288,12 @@ class Launcher:
             return f"could not stop it, host unavailable: {error.reason}"
         if result.exit_status != 0:
             return f"could not stop it: {output_tail(result)}"
+        removal = containers.removal(self.pool.hosts.get(host), tasks)
+        if removal:  # a container outlives its killed client: remove it with the task
+            try:
+                await self._run(host, owner, removal, "sh -s", timeout=self.timeout)
+            except HostUnavailable as error:
+                log.warning("gpuhive: containers on %s not removed: %s", host, error.reason)
         gone = {words[0] for words in markers(result.stdout, "gone")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
                  markers(result.stdout, "exit")}  # fmt: skip

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..bookings import access
 from ..errors import Conflict, Forbidden, Invalid, NotFound
-from ..model import ID_MAX, Gpu, Identity, units_conflict, utcnow
+from ..model import ID_MAX, Gpu, HostDecl, Identity, units_conflict, utcnow
+from ..model.containers import ContainerSpec
 from ..model.jobs import Job
 from ..model.requests import JobRequest
 from ..store import Store
+from . import containers
 from .admission import (
     SAME_HOST,
     gpu_count,
@@ -51,8 +53,10 @@ class JobRules:
         zone: tzinfo,
         identity_of: Callable[[str], Identity],
         clock: Callable[[], datetime] = utcnow,
+        hosts: Callable[[], Mapping[str, HostDecl]] = dict,
     ) -> None:
         self.store = store
+        self.hosts = hosts  # the configured hosts (their container engines)
         self.zone = zone
         self.identity_of = identity_of
         self.now = clock
@@ -115,6 +119,8 @@ class JobRules:
             stop_at=request.stop_at,
             max_retries=request.max_retries,
         )
+        if request.image is not None or request.mounts:
+            job = replace(job, container=self._container(request))
         if job.start_at and job.stop_at and job.stop_at <= job.start_at:
             raise Invalid("'stop_at' must be after 'start_at'.")
         try:
@@ -130,7 +136,19 @@ class JobRules:
             specs = render_tasks(job, self._layout(self._gpus(who, request)))
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None
+        if job.container is not None:
+            hosts = list(dict.fromkeys(spec.host for spec in specs))
+            containers.requested(job.container.image, job.container.mounts, None, hosts,
+                                 self.hosts())  # fmt: skip
+            containers.check_env(specs)
         return job, specs
+
+    def _container(self, request: JobRequest) -> ContainerSpec | None:
+        """The request's image and mounts, checked against the allow-lists of some host."""
+        return containers.requested(
+            request.image, request.mounts, request.reservation, None, self.hosts(),
+            request.template,
+        )  # fmt: skip
 
     def _check_count_only(self, job: Job, request: JobRequest, count: int) -> list[TaskSpec]:
         """A job that names only a GPU count: queued, GPUs chosen at admission, no tasks yet."""

@@ -43,7 +43,7 @@ class Jobs:
         self.store = store
         self.run = run
         self.privacy = privacy
-        self.rules = JobRules(store, zone, identity_of)
+        self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
         self.logins = Logins(pool, ssh)
         self.launcher = Launcher(pool, store.jobs, changed=changed)  # integrations' events
         self.scheduler = Scheduler(

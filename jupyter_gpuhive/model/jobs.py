@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from .containers import ContainerSpec
 from .core import isoformat
 
 DEFAULT_LOG_DIR = "~/.gpuhive/jobs"
@@ -126,6 +127,7 @@ class Task:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     last_error: str | None = None
+    container: ContainerSpec | None = None  # the job's, when it runs in an image
 
     @property
     def active(self) -> bool:
@@ -203,6 +205,7 @@ class Job:
     start_at: datetime | None = None
     stop_at: datetime | None = None
     max_retries: int = 0
+    container: ContainerSpec | None = None  # runs in an image (issue #29)
     id: int = 0
     attempts: int = 0
     created_at: datetime | None = None
@@ -252,6 +255,7 @@ class Job:
                 sweep={name: list(values) for name, values in self.sweep.items()},
                 env=masked(self.env),
                 workdir=self.workdir,
+                container=self.container.to_json() if self.container else None,
             )
         data["tasks"] = [task.to_json(detail=detail, secret=self.env) for task in self.tasks]
         return data

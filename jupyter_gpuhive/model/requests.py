@@ -65,6 +65,8 @@ class JobRequest:
     stop_at: datetime | None = None
     max_retries: int = 0
     start: bool = False  # run it now (when not queued and not scheduled)
+    image: str | None = None  # run each task in this container image (issue #29)
+    mounts: tuple[str, ...] = ()  # allowed host paths to mount besides the home
 
 
 @dataclass(frozen=True)

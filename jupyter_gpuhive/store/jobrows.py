@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from ..model.containers import ContainerSpec
 from ..model.jobs import Job, Task, TaskState
 from .schema import job_tasks, jobs
 
@@ -16,7 +17,7 @@ from .schema import job_tasks, jobs
 def task_query() -> Any:
     """Tasks with their job's owner, by job and index."""
     return (
-        select(job_tasks, jobs.c.owner)
+        select(job_tasks, jobs.c.owner, jobs.c.container)
         .join(jobs, jobs.c.id == job_tasks.c.job_id)
         .order_by(job_tasks.c.job_id, job_tasks.c.idx)
     )
@@ -45,6 +46,7 @@ def job_values(job: Job) -> dict[str, Any]:
         "start_at": job.start_at,
         "stop_at": job.stop_at,
         "max_retries": job.max_retries,
+        "container": job.container.dumps() if job.container else None,
     }
 
 
@@ -67,6 +69,7 @@ def job_of(row: Any, tasks: Sequence[Task]) -> Job:
         start_at=row.start_at,
         stop_at=row.stop_at,
         max_retries=row.max_retries,
+        container=ContainerSpec.loads(row.container),
         attempts=row.attempts,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -101,6 +104,7 @@ def task_of(row: Any) -> Task:
         started_at=row.started_at,
         ended_at=row.ended_at,
         last_error=row.last_error,
+        container=ContainerSpec.loads(row.container),
     )
 
 

@@ -204,6 +204,10 @@ export interface NewJob {
   max_retries?: number;
   /** Run now */
   start?: boolean;
+  /** Run each task in this container image (the host's allow-list decides) */
+  image?: string | null;
+  /** Container jobs: host paths to mount, among those the host allows */
+  mounts?: string[] | null;
 }
 
 /** Book GPUs from `start` (default: now) to `end`, or for `duration`. */

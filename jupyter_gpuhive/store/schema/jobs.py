@@ -41,6 +41,8 @@ jobs = Table(
     Column("updated_by", String(128)),
     # Set while the scheduler stops a queued job to put it back in the queue (crash-safe).
     Column("requeue_reason", Text),
+    # A container job's image, mounts and reservation as JSON (migration 0020); NULL: bare.
+    Column("container", Text),
     Index(None, "owner"),
     sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )

@@ -45,9 +45,10 @@ from .fields import (
     text,
     whole,
 )
-from .jobfields import GpuNames, Options, StrMap, Sweep
+from .jobfields import GpuNames, Mounts, Options, StrMap, Sweep
 
 NAME_MAX, TEXT_MAX, COMMAND_MAX, PATH_MAX, HOST_MAX = 120, 4000, 100_000, 4096, 253
+IMAGE_MAX = 255
 
 
 class Body(BaseModel):
@@ -224,6 +225,10 @@ class NewJob(Body):
     stop_at: MaybeInstant = None
     max_retries: Annotated[int, whole(0, 10)] = 0
     start: Flag = Field(False, description="Run now")
+    image: Annotated[str | None, maybe(text(IMAGE_MAX, code=True))] = Field(
+        None, description="Run each task in this container image (the host's allow-list decides)"
+    )
+    mounts: Mounts = ()
 
     def value(self) -> JobRequest:
         return JobRequest(**{name: getattr(self, name) for name in type(self).model_fields})

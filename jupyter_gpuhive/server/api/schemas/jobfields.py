@@ -55,6 +55,14 @@ def _sweep(value: Any) -> dict[str, list[str]]:
     )
 
 
+def _paths(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise refuse('{field} must be a list of host paths such as ["/data"].', 400)
+    return tuple(value)
+
+
 _NULL = {"type": "null"}  # each of these may be null: the same as leaving it out
 
 GpuNames = Annotated[
@@ -74,6 +82,16 @@ Options = Annotated[
         {
             "anyOf": [{"type": "object"}, _NULL],
             "description": "Template options (GET templates lists them), e.g. gpu_count",
+        },
+    ),
+]
+Mounts = Annotated[
+    tuple[str, ...],
+    Check(
+        _paths,
+        {
+            "anyOf": [{"type": "array", "items": {"type": "string"}}, _NULL],
+            "description": "Container jobs: host paths to mount, among those the host allows",
         },
     ),
 ]

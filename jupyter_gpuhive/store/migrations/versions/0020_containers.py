@@ -1,4 +1,7 @@
-"""Containers (issue #29): placeholder, filled in by the work on that issue.
+"""Containers (issue #29): a job may run in an image.
+
+`jobs.container`: the image, the allowed mounts the job picked and the reservation it was
+created from, as JSON; NULL for a bare job (every job before this revision).
 
 Revision ID: 0020
 Revises: 0019
@@ -7,6 +10,9 @@ Create Date: 2026-11-27
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+from alembic import op
+
 revision = "0020"
 down_revision = "0019"
 branch_labels = None
@@ -14,8 +20,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("container", sa.Text, nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("container")

@@ -1,0 +1,174 @@
+"""Container jobs without an engine: the host's settings, the allow-lists and the run line."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from jupyter_gpuhive.errors import Invalid
+from jupyter_gpuhive.hosts.engines import Engine, Mount, parse_engine, run_line
+from jupyter_gpuhive.jobs import containers
+from jupyter_gpuhive.jobs.tasks import TaskSpec, TemplateError
+from jupyter_gpuhive.model import HostDecl
+from jupyter_gpuhive.model.containers import ContainerSpec
+from jupyter_gpuhive.model.jobs import Task
+
+SITE = {
+    "engine": "docker",
+    "images": ["lab/*", "registry.example:5000/team/torch:2.*"],
+    "mounts": ["/data", {"path": "/opt/venv", "read_only": True}],
+    "gpu_flags": "nvidia",
+}
+
+
+def decl(spec: object = SITE, name: str = "gpu1") -> HostDecl:
+    return HostDecl(name=name, transport="local", extra={"containers": spec})
+
+
+def task(**changes: object) -> Task:
+    values: dict[str, object] = dict(
+        id=1, job_id=7, index=0, owner="alice", host="gpu1", address="localhost", role="task",
+        gpus=("GPU-aaaa", "MIG-bbbb"), gpu_indices=(0, 1), command="python train.py 'x y'",
+        env={"CUDA_VISIBLE_DEVICES": "GPU-aaaa,MIG-bbbb", "TOKEN": "s3cret"}, workdir=None,
+        variables={}, session="gpuhive-7-train-0", log_path="~/.gpuhive/jobs/7-0.log",
+        exit_path="~/.gpuhive/jobs/7-0.exit",
+        container=ContainerSpec("lab/torch:1", ("/data",), reservation=3),
+    )  # fmt: skip
+    values.update(changes)
+    return Task(**values)  # type: ignore[arg-type]
+
+
+def words_of(line: str) -> list[str]:
+    """The words bash makes of a run line (its $(…) and $HOME left as written)."""
+    return shlex.split(line.replace('"$HOME"', "HOME_DIR").replace('"$(id -u):$(id -g)"', "U:G"))
+
+
+def test_host_settings_are_checked_and_defaulted() -> None:
+    engine = parse_engine("gpu1", {"engine": "podman"})
+    assert (engine.binary, engine.gpu_flags, engine.images) == ("/usr/bin/podman", "cdi", ())
+    assert parse_engine("gpu1", SITE).mount("/opt/venv/") == Mount("/opt/venv", True)
+    bad = [
+        ({"engine": "lxc"}, "engine"),
+        ({"binary": "docker"}, "absolute"),
+        ({"gpu_flags": "all"}, "gpu_flags"),
+        ({"mounts": ["/var/run/docker.sock"]}, "may not be mounted"),
+        ({"mounts": ["/"]}, "may not be mounted"),
+        ({"mounts": ["/data:/etc"]}, "absolute"),
+        ({"mounts": ["/data/../etc"]}, ".."),
+        ({"privileged": True}, "unknown key"),
+        ({"engine": "podman", "socket": "unix:///x.sock"}, "Docker only"),
+        ("docker", "mapping"),
+    ]
+    for spec, words in bad:
+        with pytest.raises(Invalid, match=words):
+            parse_engine("gpu1", spec)
+
+
+def test_the_run_line_gives_the_reserved_gpus_and_nothing_more() -> None:
+    engine = parse_engine("gpu1", SITE)
+    t = task()
+    run = containers.task_run(
+        engine, t, image="lab/torch:1", mounts=[Mount("/data")], env_path="./.gpuhive/x.env",
+        reservation=3,
+    )  # fmt: skip
+    words = words_of(run)
+    assert words[:3] == ["/usr/bin/docker", "run", "--rm"]
+    assert words[words.index("--gpus") + 1] == '"device=GPU-aaaa,MIG-bbbb"'
+    assert words[words.index("--user") + 1] == "U:G"
+    assert words[words.index("--cap-drop") + 1] == "ALL"
+    assert words[words.index("--security-opt") + 1] == "no-new-privileges"
+    assert words[words.index("--name") + 1] == "gpuhive-7-train-0"
+    assert words[words.index("--env-file") + 1] == "./.gpuhive/x.env"
+    labels = {words[i + 1] for i, w in enumerate(words) if w == "--label"}
+    assert labels == {"gpuhive=1", "gpuhive.owner=alice", "gpuhive.job=7", "gpuhive.task=0",
+                      "gpuhive.reservation=3"}  # fmt: skip
+    volumes = [words[i + 1] for i, w in enumerate(words) if w == "-v"]
+    assert volumes == ["HOME_DIR:HOME_DIR", "/data:/data"]
+    assert words[-4:] == ["lab/torch:1", "sh", "-c", "python train.py 'x y'"]
+    # Never generated, whatever the job says; its env values stay off the command line.
+    for forbidden in ("--privileged", "--pid", "--ipc", "--cap-add", "--device", "s3cret"):
+        assert not any(w.startswith(forbidden) for w in words), forbidden
+    assert "--network" not in words
+
+
+def test_gpu_flags_follow_the_host_setting() -> None:
+    t = task()
+    common = dict(image="lab/a", mounts=[], env_path="e")
+    cdi = words_of(containers.task_run(Engine(engine="podman", gpu_flags="cdi"), t, **common))
+    assert [cdi[i + 1] for i, w in enumerate(cdi) if w == "--device"] == [
+        "nvidia.com/gpu=GPU-aaaa", "nvidia.com/gpu=MIG-bbbb"]  # fmt: skip
+    assert cdi[cdi.index("--userns") + 1] == "keep-id"
+    none = words_of(containers.task_run(Engine(gpu_flags="none"), t, **common, host_network=True))
+    assert "--gpus" not in none and "--device" not in none
+    assert none[none.index("--network") + 1] == "host"
+
+
+def test_hostile_values_stay_single_words_in_bash(tmp_path) -> None:
+    """An image, a workdir and a command full of shell syntax reach the engine as one word each
+    (bash runs the line against a fake engine that prints its argv)."""
+    fake = tmp_path / "engine"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    engine = Engine(binary=str(fake), gpu_flags="none")
+    nasty = "$(touch /tmp/pwned); `id`; echo ' \" \\"
+    t = task(command=nasty, workdir=f"~/w {nasty}")
+    line = run_line(engine, image="lab/a", name=t.session, owner="alice", argv=["sh", "-c", nasty],
+                    uuids=["GPU-1"], env_file=f"e {nasty}", workdir=t.workdir)  # fmt: skip
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True,
+                         env={"HOME": "/home/alice", "PATH": "/usr/bin:/bin"}).stdout  # fmt: skip
+    argv = out.split("\n")[:-1]
+    assert argv[-1] == nasty and argv[-4:-1] == ["lab/a", "sh", "-c"]
+    assert f"e {nasty}" in argv
+    assert f"/home/alice/w {nasty}" in argv
+    assert "HOME=/home/alice" in argv
+
+
+def test_images_mounts_and_flags_are_refused_in_words() -> None:
+    hosts = {"gpu1": decl(), "gpu2": HostDecl(name="gpu2")}
+    ok = containers.requested("lab/torch:1", ["/data/"], 4, ["gpu1"], hosts, "pytorch")
+    assert ok == ContainerSpec("lab/torch:1", ("/data/",), 4, True)
+    assert containers.requested(None, [], None, ["gpu2"], hosts) is None
+    cases = [
+        ("--privileged", [], ["gpu1"], "engine flags are never accepted"),
+        ("lab/a --privileged", [], ["gpu1"], "engine flags"),
+        ("ubuntu:22.04", [], ["gpu1"], "not allowed on host gpu1 .allowed: lab/"),
+        ("lab/a", ["/etc"], ["gpu1"], "Mount '/etc' is not allowed"),
+        ("lab/a", ["/var/run/docker.sock"], ["gpu1"], "not allowed"),
+        ("lab/a", ["data"], ["gpu1"], "absolute host path"),
+        ("lab/a", [], ["gpu2"], "Host gpu2 runs no container engine"),
+        ("ubuntu", [], None, "not allowed on host gpu1"),
+    ]
+    for image, mounts, on, words in cases:
+        with pytest.raises(Invalid, match=words):
+            containers.requested(image, mounts, None, on, hosts)
+    with pytest.raises(Invalid, match="give 'image' too"):
+        containers.requested(None, ["/data"], None, ["gpu1"], hosts)
+
+
+def test_env_file_is_verbatim_and_refuses_line_breaks() -> None:
+    spec = TaskSpec("gpu1", "a", (), "true", {"A": "it's $HOME", "B": ""}, {})
+    assert containers.env_file(spec, {"H": "1"}) == "H=1\nA=it's $HOME\nB=\n"
+    with pytest.raises(TemplateError, match="line breaks"):
+        containers.env_file(TaskSpec("gpu1", "a", (), "true", {"A": "x\nB=y"}, {}))
+    assert containers.exported("export A='x y'\nexport B=2\n") == {"A": "x y", "B": "2"}
+    with pytest.raises(TemplateError):
+        containers.exported("rm -rf ~\n")
+
+
+def test_start_line_and_removal_need_the_host_engine() -> None:
+    t = task()
+    paths = ("./l.log", "./l.exit", "./l.env")
+    line, env = containers.start_line(t, decl(), paths, clean=True, extra_env="export R=1\n")
+    assert "screen -dmS gpuhive-7-train-0" in line
+    assert "rm -f gpuhive-7-train-0" in line and "s3cret" not in line
+    assert "TOKEN=s3cret\n" in env and "R=1\n" in env
+    with pytest.raises(TemplateError, match="runs no container engine"):
+        containers.start_line(t, HostDecl(name="gpu1"), paths, clean=True)
+    with pytest.raises(TemplateError, match="not allowed"):
+        containers.start_line(task(container=ContainerSpec("evil/x")), decl(), paths, clean=True)
+    assert containers.removal(decl(), [t, task(container=None)]) == (
+        "/usr/bin/docker rm -f gpuhive-7-train-0 >/dev/null 2>&1 || true"
+    )
+    assert containers.removal(decl(), [task(container=None)]) is None
