@@ -233,3 +233,26 @@ def test_pinning_is_refused_once_a_framework_holds_cuda(
     assert "TensorFlow has already set up CUDA" in bundle(shell, done)["text/plain"]
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     shell.run_line_magic("gpureserve", f"--cancel {done['id']}")
+
+
+def test_gpujob_options_are_typed_and_preemption_flags_checked(shell: Any) -> None:
+    with capture_output():
+        preview = shell.run_cell_magic(
+            "gpujob",
+            "gpu1:0 --template pytorch --option mode=env --option resume=yes "
+            "--option checkpoint_every=5 --dry-run",
+            "python3 train.py",
+        )
+    env = preview[0]["env"]
+    assert env["GPUHIVE_CHECKPOINT_EVERY"] == "5" and "GPUHIVE_CHECKPOINT_SOURCE" in env
+    for line, words in (
+        ("gpu1:0 --template pytorch --option resume=maybe --dry-run", "takes true or false"),
+        ("gpu1:0 --template pytorch --option checkpoint_every=x --dry-run", "whole number"),
+        ("gpu1:0 --preempt-signal SIGUSR1", "go with --preemptible"),
+        ("gpu1:0 --grace 5", "go with --preemptible"),
+        ("gpu1:0 --preemptible --grace -1", "0 or more"),
+    ):
+        with pytest.raises(UsageError, match=words):
+            shell.run_cell_magic("gpujob", line, "true")
+    with pytest.raises(UsageError, match="--reclaim-before-start has no use"):
+        shell.run_line_magic("gpureserve", "gpu1:0 --no-lend --reclaim-before-start")

@@ -42,3 +42,24 @@ def test_gpustatus_with_a_host_down_shows_its_fix_after_the_table() -> None:
     assert html.index("data-state='mine'") < html.index("data-state='free'")
     assert "data-state='down'" in html
     assert "<code" in html and "ssh-ed25519 AAAAkey gpuhive</code>" in html
+
+
+def test_a_reservation_says_to_which_job_it_is_lent_and_what_a_reclaim_did() -> None:
+    from jupyter_gpuhive.notebook.lending import reclaimed_text
+    from jupyter_gpuhive.notebook.magicviews import ReservationList, ReservationResult
+
+    res = {"id": 5, "title": "t", "gpus": ["gpu1:0"], "start": "2030-01-01T09:00:00+00:00",
+           "end": "2030-01-01T10:00:00+00:00", "owner": "me", "status": "upcoming",
+           "lent_to": [{"job": 42, "name": "n", "owner": "bob", "preemptible": True}]}  # fmt: skip
+    card = bundle(ReservationResult(res, "Reservation 5"))
+    assert "Lending      lent to job 42 (preemptible) until you start" in card["text/plain"]
+    listed = bundle(ReservationList([res]))["text/plain"]
+    assert "upcoming (lent to job 42 (preemptible) until you start)" in listed
+    never = bundle(ReservationResult({**res, "lent_to": [], "lend": False}, "R"))["text/plain"]
+    assert "Lending      never lent" in never
+    assert "Lending" not in bundle(ReservationResult({**res, "lent_to": []}, "R"))["text/plain"]
+    answer = {"reclaimed": [42, 43], "free_by": "2030-01-01T09:00:31+00:00"}
+    text = reclaimed_text(5, answer)
+    assert text.startswith("Reservation 5: preemptible jobs 42, 43 signalled to save and stop")
+    assert "free by" in text and ":00:31" in text
+    assert "nothing was running" in reclaimed_text(5, {"reclaimed": [], "free_by": None})

@@ -16,6 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..model.jobs import FINAL
 from .args import parse_gpu_args
 from .client import HiveClientError
+from .lending import SIGNALS
 from .magics import GpuHiveMagics
 from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows
 
@@ -28,6 +29,39 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
             raise UsageError(f"{what} must look like name=value, not {item!r}.")
         out[name.strip()] = value
     return out
+
+
+def typed(name: str, text: str, kind: str | None) -> Any:
+    """An --option value as its option's type: `resume=true`, `checkpoint_every=50`."""
+    if kind == "bool":
+        word = text.strip().lower()
+        if word in ("true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+        raise UsageError(f"--option {name} takes true or false, not {text!r}.")
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise UsageError(f"--option {name} takes a whole number, not {text!r}.") from None
+    return text
+
+
+def preemption_body(args: Any) -> dict[str, Any]:
+    """The job's preemption fields (--preemptible implies --queue: it runs when placed)."""
+    if not args.preemptible:
+        if args.preempt_signal or args.grace is not None:
+            raise UsageError("--preempt-signal and --grace go with --preemptible.")
+        return {}
+    if args.grace is not None and args.grace < 0:
+        raise UsageError("--grace is a number of seconds, 0 or more.")
+    body: dict[str, Any] = {"preemptible": True}
+    if args.preempt_signal:
+        body["preempt_signal"] = args.preempt_signal
+    if args.grace is not None:
+        body["grace_s"] = args.grace
+    return body
 
 
 @magics_class
@@ -53,6 +87,17 @@ class GpuJobMagics(GpuHiveMagics):
                    "when they fit one host); one host if one is free, else few (preferred); "
                    "anywhere (any)")  # fmt: skip
     @argument("--walltime", help="Declared run time (for the queue), e.g. 2h")
+    @argument("--preemptible", action="store_true",
+              help="Queue it as preemptible: it may also run on reserved GPUs their holder does "
+                   "not use, and is stopped (signal, grace, then kill) and requeued when the "
+                   "holder needs them. Save checkpoints: --option resume=true with the pytorch "
+                   "or tensorflow template, or read GPUHIVE_CHECKPOINT_DIR")  # fmt: skip
+    @argument("--preempt-signal", choices=SIGNALS,
+              help="With --preemptible: the signal that asks it to save and stop (default "
+                   "SIGTERM)")  # fmt: skip
+    @argument("--grace", type=int, metavar="S",
+              help="With --preemptible: seconds between the signal and the kill (default and "
+                   "most: the site's)")  # fmt: skip
     @argument("--release", action="store_true",
               help="End the reservation as soon as the job finishes")  # fmt: skip
     @argument("--dry-run", action="store_true", help="Show the exact commands and environment")
@@ -75,12 +120,15 @@ class GpuJobMagics(GpuHiveMagics):
         if args.dry_run:
             tasks = self._call(self.client.request, "POST", "jobs/preview", body)["tasks"]
             return JobPreview(tasks)
-        job = self._call(self.client.request, "POST", "jobs", {**body, "start": not args.queue})
+        queued = bool(body["queued"])
+        job = self._call(self.client.request, "POST", "jobs", {**body, "start": not queued})
         where = ", ".join(job["gpus"]) or "its GPUs"
-        verb = "queued" if args.queue else "started"
+        verb = "queued" if queued else "started"
+        if job.get("preemptible"):
+            verb += " (preemptible)"
         later = [f"Later: %gpujob attach {job['id']} · %gpujob log {job['id']} · "
                  f"%gpujob stop {job['id']}"]  # fmt: skip
-        if args.no_follow or args.queue:
+        if args.no_follow or queued:
             return JobResult(job, f"Job {job['id']} ({job['name']}) {verb} on {where}.", later)
         print(f"Job {job['id']} ({job['name']}) {verb} on {where}; its output follows "
               "(interrupt the kernel to stop or detach).")  # fmt: skip
@@ -108,7 +156,7 @@ class GpuJobMagics(GpuHiveMagics):
             "template": args.template,
             "command": command,
             "variables": _pairs(args.var, "--var"),
-            "options": _pairs(args.option, "--option"),
+            "options": self._options(args.template, _pairs(args.option, "--option")),
             "sweep": list(args.sweep or []),
             "queued": bool(args.queue),
         }
@@ -116,11 +164,14 @@ class GpuJobMagics(GpuHiveMagics):
             body["workdir"] = str(Path.cwd())
         if args.walltime:
             body["walltime"] = args.walltime
+        body.update(preemption_body(args))
+        if body.get("preemptible"):
+            body["queued"] = True
         if args.reservation is not None:
             body["reservation"] = args.reservation
         else:
             gpus, count = parse_gpu_args(args.gpus) if args.gpus else ([], None)
-            if count is not None and args.queue:
+            if count is not None and body["queued"]:
                 body["options"] = {**body["options"], "gpu_count": count}
             elif count is not None or not gpus:
                 raise UsageError("Name the GPUs (gpu1:0,1), give --reservation ID, or queue a "
@@ -130,6 +181,19 @@ class GpuJobMagics(GpuHiveMagics):
         if args.same_host:
             body["same_host"] = args.same_host
         return body
+
+    def _options(self, template: str, given: dict[str, str]) -> dict[str, Any]:
+        """--option values as the template's option types (bool, int) ask; str as given."""
+        if not given:
+            return {}
+        listed = self._call(self.client.request, "GET", "templates")["templates"]
+        kinds = {
+            name: spec.get("type")
+            for found in listed
+            if found["name"] == template
+            for name, spec in found["options"].items()
+        }
+        return {name: typed(name, value, kinds.get(name)) for name, value in given.items()}
 
     def _follow(self, job_id: int, poll: float = 1.0) -> dict[str, Any]:
         """Stream every task's new output, rank-prefixed, until the job ends."""

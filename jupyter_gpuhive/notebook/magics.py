@@ -20,6 +20,7 @@ from .client import HiveClient, HiveClientError
 from .earliest import earliest, expected_wait
 from .kernelswitch import HELP as KERNEL_HELP
 from .kernelswitch import switch_to
+from .lending import reclaimed_text
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
 
@@ -113,6 +114,24 @@ class GpuHiveMagics(Magics):
     @argument("--list", action="store_true", help="List my current and upcoming reservations")
     @argument("--cancel", type=int, metavar="ID", help="Cancel (or end now) reservation ID")
     @argument("--extend", type=int, metavar="ID", help="Extend reservation ID by --for")
+    @argument(
+        "--reclaim",
+        type=int,
+        metavar="ID",
+        help="I need my GPUs now: stop the preemptible jobs running on reservation ID's GPUs "
+        "(they get their signal and grace time to save a checkpoint)",
+    )
+    @argument(
+        "--no-lend",
+        action="store_true",
+        help="Never lend these GPUs to preemptible jobs while I do not use them",
+    )
+    @argument(
+        "--reclaim-before-start",
+        action="store_true",
+        help="Lend them only until shortly before the reservation starts (a site-set time), "
+        "so that they are free when it begins",
+    )
     @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
     @argument("--kernel", action="store_true", help=KERNEL_HELP)
     @argument("--notify", action="store_true", help="If not free now, tell me when they are")
@@ -144,6 +163,10 @@ class GpuHiveMagics(Magics):
             what = "cancelled" if done["status"] == "cancelled" else "ended early"
             headline = f"Reservation {done['id']} {what}: its GPUs are free."
             return self._give(ReservationResult(done, headline), args.output)
+        if args.reclaim is not None:
+            path = f"reservations/{args.reclaim}/reclaim"
+            answer = self._call(self.client.request, "POST", path)
+            return self._give(Notice(answer, reclaimed_text(args.reclaim, answer)), args.output)
         if args.extend is not None:
             if not args.length:
                 raise UsageError("--extend needs --for, e.g. --extend 12 --for 1h.")
@@ -214,13 +237,14 @@ class GpuHiveMagics(Magics):
             raise UsageError("Name GPUs (gpu1:0,1) or a count (2); see %gpureserve --help.")
         start, end = self._span(args)
         deadline = time.monotonic() + self._length(args.timeout).total_seconds()
+        lending = lending_body(args)
         attempt = 0
         while True:
             attempt += 1
             try:
                 chosen = gpus or self._choose(count or 0, args.host, start, end)
                 body = {"title": args.title, "gpus": chosen, "start": start.isoformat(),
-                        "end": end.isoformat()}  # fmt: skip
+                        "end": end.isoformat(), **lending}  # fmt: skip
                 done = self.client.reserve(**body)
                 break
             except HiveClientError as error:
@@ -288,6 +312,18 @@ class GpuHiveMagics(Magics):
             if not hosts:
                 raise UsageError(f"There is no host {args.host!r}; %gpustatus lists them all.")
         return GpuStatus(hosts, self._call(self.client.me)["name"])
+
+
+def lending_body(args: Any) -> dict[str, bool]:
+    """The booking's lending fields, only when they differ from the defaults."""
+    body: dict[str, bool] = {}
+    if args.no_lend:
+        body["lend"] = False
+    if args.reclaim_before_start:
+        if args.no_lend:
+            raise UsageError("--no-lend never lends them: --reclaim-before-start has no use.")
+        body["reclaim_before_start"] = True
+    return body
 
 
 def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:

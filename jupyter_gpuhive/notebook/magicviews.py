@@ -15,6 +15,7 @@ from typing import Any
 
 from ..hosts.guidance import setup, setup_text
 from .clock import local_zone
+from .lending import lending_choice, lent_text
 
 COLOURS = {
     "free": "var(--jp-success-color1, #388e3c)",
@@ -117,13 +118,17 @@ class ReservationResult(Rich, dict):  # type: ignore[type-arg]
 
     def facts(self) -> list[tuple[str, str]]:
         flag = f" (flagged: {self.get('flag_reason')})" if self.get("flagged") else ""
-        return [
+        facts = [
             ("Reservation", f"{self.get('id')} · {self.get('title', '')}"),
             ("GPUs", ", ".join(self.get("gpus", []))),
             ("When", f"{local(self.get('start'))} – {local(self.get('end'))}"),
             ("Owner", str(self.get("owner", ""))),
             ("Status", f"{self.get('status', '')}{flag}"),
         ]
+        lending = lent_text(self) or lending_choice(self)
+        if lending:
+            facts.append(("Lending", lending))
+        return facts
 
     def html(self) -> str:
         rows = "".join(
@@ -151,7 +156,8 @@ class ReservationList(Rich, list):  # type: ignore[type-arg]
     def rows(self) -> list[tuple[Any, ...]]:
         return [
             (r["id"], ", ".join(r["gpus"]), local(r["start"]), local(r["end"]),
-             r["status"] + (" (flagged)" if r.get("flagged") else ""), r["title"])
+             r["status"] + (" (flagged)" if r.get("flagged") else "")
+             + (f" ({lent})" if (lent := lent_text(r)) else ""), r["title"])
             for r in self
         ]  # fmt: skip
 

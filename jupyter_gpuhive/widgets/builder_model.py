@@ -14,6 +14,7 @@ from typing import Any
 
 from ..notebook.client import HiveClientError
 from ..notebook.clock import UTC, iso, parse
+from ..notebook.lending import lent_text
 from .calendar_model import gpus_of
 from .job_form import (
     MODES,
@@ -22,6 +23,7 @@ from .job_form import (
     convert_option,
     parse_pairs,
     parse_sweeps,
+    preemption_fields,
     task_text,
 )
 from .joblist_model import job_gpus
@@ -88,7 +90,11 @@ class JobBuilderModel:
     def reservation_label(self, r: dict[str, Any]) -> str:
         when = parse(r["start"]).strftime("%a %d %b %H:%M")
         until = parse(r["end"]).strftime("%H:%M")
-        return f"#{r['id']} {r['title']} — {', '.join(r['gpus'])} ({when}–{until}, {r['status']})"
+        lent = f", {text}" if (text := lent_text(r)) else ""
+        return (
+            f"#{r['id']} {r['title']} — {', '.join(r['gpus'])} "
+            f"({when}–{until}, {r['status']}{lent})"
+        )
 
     # --- editing the form --------------------------------------------------------------
 
@@ -238,6 +244,7 @@ class JobBuilderModel:
             body["walltime"] = f.walltime.strip()
         if f.max_retries:
             body["max_retries"] = int(f.max_retries)
+        body.update(preemption_fields(f))
         return body
 
     def request(self, action: str = "submit") -> tuple[str, str, dict[str, Any]]:
@@ -297,6 +304,8 @@ class JobBuilderModel:
             return None
         self.job = job
         verb = {"now": "started", "schedule": "scheduled", "queue": "queued"}[self.form.mode]
+        if job.get("preemptible"):
+            verb += " (preemptible)"
         where = ", ".join(job_gpus(job)) or "its GPUs"
         self.message = f"Job {job['id']} ({job['name']}) {verb} on {where}: {job['status']}."
         if self.form.mode == "schedule" and self.form.start_at is not None:

@@ -24,6 +24,7 @@ from ..notebook.clock import (
     midnight,
     parse,
 )
+from ..notebook.lending import lent_text
 from . import palette
 from .messages import error_text, hosts_notice
 
@@ -46,10 +47,12 @@ class Box:
     mine: bool
     colour: str
     status: str
+    lent: str = ""  # 'lent to job 42 (preemptible) until you start', or ""
 
     @property
     def label(self) -> str:
-        return f"{self.owner}: {self.title}"
+        lent = f" · {self.lent}" if self.lent else ""
+        return f"{self.owner}: {self.title}{lent}"
 
     def contains(self, x: float, y: float) -> bool:
         return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
@@ -213,12 +216,13 @@ class CalendarModel:
                 owner, palette.user_colour(owner, self.me)
             )
             mine = owner == self.me
+            lent = lent_text(r, mine) or ""
             for day, y0, y1 in day_segments(parse(r["start"]), parse(r["end"]), dates, self.zone):
                 for gpu in shown:
                     col = day * width + position[gpu]
                     boxes.append(
                         Box(r["id"], gpu, col, col + PAD, col + 1 - PAD, y0, y1, owner,
-                            r["title"], mine, colour, r.get("status", ""))
+                            r["title"], mine, colour, r.get("status", ""), lent)
                     )  # fmt: skip
         self.boxes = boxes
         self.unrestricted = bool(coverage.get("unrestricted", True))

@@ -74,12 +74,41 @@ def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
     return str(value)
 
 
+def preemption_fields(form: JobForm) -> dict[str, Any]:
+    """The job's preemption fields from the form (none unless preemptible)."""
+    if not form.preemptible:
+        return {}
+    if form.mode != "queue":
+        raise FormError("A preemptible job waits in the queue for GPUs: choose Queue.")
+    out: dict[str, Any] = {"preemptible": True}
+    if form.preempt_signal:
+        out["preempt_signal"] = form.preempt_signal
+    if str(form.grace).strip():
+        try:
+            grace = int(str(form.grace).strip())
+        except ValueError:
+            raise FormError(f"The grace time is whole seconds, not '{form.grace}'.") from None
+        if grace < 0:
+            raise FormError("The grace time cannot be negative.")
+        out["grace_s"] = grace
+    return out
+
+
+LONG_VALUE = 160  # longer environment values are shortened in previews (a shipped module)
+
+
+def _shown(value: str) -> str:
+    if len(value) <= LONG_VALUE:
+        return value
+    return f"{value[:40]}… ({len(value)} characters)"
+
+
 def task_text(task: dict[str, Any]) -> str:
     """One previewed task as the lines a terminal would show (environment, then the shell)."""
     head = f"# task {task['index']} on {task['host']} ({', '.join(task['gpus']) or 'no GPUs'})"
     if task.get("role"):
         head += f" role={task['role']}"
-    env = [f"#   {k}={v}" for k, v in sorted(task.get("env", {}).items())]
+    env = [f"#   {k}={_shown(v)}" for k, v in sorted(task.get("env", {}).items())]
     return "\n".join([head, *env, task.get("shell") or task.get("command", "")])
 
 
@@ -105,3 +134,6 @@ class JobForm:
     max_retries: int = 0
     gpu_count: int = 0  # queue this many GPUs, chosen by the queue (instead of picking GPUs)
     same_host: str = ""  # with gpu_count: required, preferred, any ("": the default)
+    preemptible: bool = False  # queue only: may run on reserved GPUs their holder leaves idle
+    preempt_signal: str = ""  # "": the default (SIGTERM)
+    grace: str = ""  # seconds from the signal to the kill ("": the site's)

@@ -10,6 +10,7 @@ import ipywidgets as w
 
 from ..model.jobs import LIVE
 from ..notebook.client import HiveClientError
+from ..notebook.lending import SIGNALS
 from .builder_model import JobBuilderModel
 from .display import Shown
 from .job_form import MODES, FormError, task_text
@@ -97,6 +98,14 @@ class JobBuilderView(Shown):
         self.placement = w.Dropdown(description="Placement", value=f.same_host, options=[
             ("default", ""), ("one host, wait for it", "required"),
             ("one host if free, else few", "preferred"), ("anywhere", "any")])  # fmt: skip
+        self.preemptible = w.Checkbox(value=f.preemptible, description="Preemptible",
+                                      tooltip="Queue only: may also run on reserved GPUs "
+                                      "their holder leaves idle; stopped and requeued when "
+                                      "the holder needs them")  # fmt: skip
+        self.preempt_signal = w.Dropdown(description="Signal", value=f.preempt_signal,
+                                         options=[("SIGTERM (default)", ""), *[
+                                             (name, name) for name in SIGNALS[1:]]])  # fmt: skip
+        self.grace = w.Text(description="Grace (s)", value=f.grace, placeholder="site default")
         self.preview_button = w.Button(description="Preview", icon="eye")
         self.preview_button.on_click(lambda _b: self.preview())
         self.submit_button = w.Button(description="Submit", button_style="primary", icon="play")
@@ -109,7 +118,8 @@ class JobBuilderView(Shown):
              self.reservation, w.HBox([self.count, self.placement]),
              w.HBox([self.variables, self.sweeps]),
              w.HBox([self.env, self.workdir]), self.mode, w.HBox([self.start_at, self.stop_at]),
-             self.walltime, w.HBox([self.preview_button, self.submit_button]), self.status,
+             self.walltime, w.HBox([self.preemptible, self.preempt_signal, self.grace]),
+             w.HBox([self.preview_button, self.submit_button]), self.status,
              self.preview_out]
         )  # fmt: skip
         model.listeners.append(self.render)
@@ -162,7 +172,8 @@ class JobBuilderView(Shown):
             sweeps=self.sweeps.value, env=self.env.value, workdir=self.workdir.value,
             mode=self.mode.value, start_at=self.start_at.value, stop_at=self.stop_at.value,
             walltime=self.walltime.value, gpu_count=self.count.value,
-            same_host=self.placement.value,
+            same_host=self.placement.value, preemptible=self.preemptible.value,
+            preempt_signal=self.preempt_signal.value, grace=self.grace.value,
             options={n: wd.value for n, wd in self.option_widgets.items()},
         )  # fmt: skip
 
