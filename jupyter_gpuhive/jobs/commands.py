@@ -97,12 +97,13 @@ def screen_script(
             f'done; env -i "$@" {start}'
         )
     # `trap : INT`: Ctrl-C (SIGINT to the process group) stops the task, not this shell, so the
-    # exit status is still written. `tee -i` ignores SIGINT so the last output reaches the log.
+    # exit status is still written; so do a preemptible job's signals (TERM, USR1, USR2).
+    # `tee` ignores them all so the last output (a checkpoint's message) reaches the log.
     # The status goes through a temporary file so a reader never sees a half-written one.
     return (
-        "trap : INT; "
+        "trap : INT TERM USR1 USR2; "
         f'{{ umask "${{GPUHIVE_UMASK:-022}}"; unset GPUHIVE_UMASK; {start}; }} 2>&1 '
-        f"| tee -i -a {shlex.quote(log_path)}; "
+        f"| (trap '' TERM USR1 USR2; exec tee -i -a {shlex.quote(log_path)}); "
         'status="${PIPESTATUS[0]}"; '
         f'echo "$status" > {temporary} && mv -f -- {temporary} {exit_file}'
     )

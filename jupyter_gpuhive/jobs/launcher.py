@@ -15,7 +15,7 @@ import codecs
 import logging
 import shlex
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from ..store.jobs import Jobs, TaskChange
 from . import commands, containers, scripts
 from .outcomes import apply_change, marker, markers, observe, start_problem, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
+from .preemption import PreemptionSettings, env_lines
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
 from .tasks import TemplateError
 
@@ -64,6 +65,10 @@ class Launcher:
         # (host, process group) of each task seen to end, and when: a sweep taken before that
         # may still show its processes, which are then no one else's (see queue_inputs).
         self.ended_groups: dict[tuple[str, int], datetime] = {}
+        # Preemptible jobs: their tasks' variables, and what a start waits for first (the
+        # Scheduler reclaims GPUs lent to others there: the holder's claim wins).
+        self.preemption = PreemptionSettings()
+        self.before_start: Callable[[Job], Awaitable[None]] = _nothing
 
     # --- starting -------------------------------------------------------------------
 
@@ -88,7 +93,9 @@ class Launcher:
                 back = [TaskChange(i, TaskState.PENDING) for i in claimed]
                 await _db(self.jobs.change_tasks, back, {TaskState.STARTING})
                 raise Conflict(f"Job {job_id} changed while it was being started; try again.")
-            outcomes = await asyncio.gather(*(self._start_task(t) for t in current.tasks))
+            await self.before_start(current)
+            extra = env_lines(current, self.preemption, self.jobs.log_dir)
+            outcomes = await asyncio.gather(*(self._start_task(t, extra) for t in current.tasks))
             now = utcnow()
             started: list[Task] = []
             failures: list[StartFailure] = []
@@ -116,7 +123,7 @@ class Launcher:
                 tuple(failures),
             )
 
-    async def _start_task(self, task: Task) -> TaskChange | str:
+    async def _start_task(self, task: Task, extra_env: str = "") -> TaskChange | str:
         """Start one task's screen session; its new state, or why it failed."""
         log_path = scripts.host_path(task.log_path)
         exit_path = scripts.host_path(task.exit_path)
@@ -135,7 +142,7 @@ class Launcher:
                 line = commands.screen_command(
                     task.session, spec, log_path, exit_path, env_path, clean=clean
                 )
-                env_text = commands.env_file(spec, host_env(decl) if decl else None)
+                env_text = commands.env_file(spec, host_env(decl) if decl else None) + extra_env
         except TemplateError as error:
             return str(error)
         command = scripts.sh_command(task.session, log_dir, exit_path, log_path, env_path)
@@ -229,10 +236,16 @@ class Launcher:
     # --- stopping -------------------------------------------------------------------
 
     async def stop(
-        self, job: Job | int, *, grace: float | None = None, reason: str | None = None
+        self,
+        job: Job | int,
+        *,
+        grace: float | None = None,
+        reason: str | None = None,
+        signal: str = "SIGINT",
+        patience: float = KILL_PATIENCE,
     ) -> StopReport:
-        """SIGINT each task's process group, after `grace` SIGTERM then SIGKILL; record it
-        (with `reason` as the tasks' last error, when given)."""
+        """`signal` (SIGINT) to each task's process group, after `grace` SIGTERM, after
+        `patience` SIGKILL; record it (with `reason` as the tasks' last error, when given)."""
         job_id = job if isinstance(job, int) else job.id
         async with self._lock(job_id):
             current = await _db(self.jobs.get, job_id)
@@ -244,13 +257,18 @@ class Launcher:
             await _db(self.jobs.change_tasks, pending, {TaskState.PENDING})
             active = [t for t in current.tasks if t.active]
             failures = await self._stop_tasks(
-                active, self.grace if grace is None else grace, reason
+                active, self.grace if grace is None else grace, reason, signal, patience
             )
             self._changed(job_id)
             return StopReport(await _db(self.jobs.get, job_id), failures)
 
     async def _stop_tasks(
-        self, tasks: Sequence[Task], grace: float, reason: str | None = None
+        self,
+        tasks: Sequence[Task],
+        grace: float,
+        reason: str | None = None,
+        signal: str = "SIGINT",
+        patience: float = KILL_PATIENCE,
     ) -> dict[int, str]:
         """Stop tasks (the job's lock is held); the tasks whose host could not be reached."""
         marks = [TaskChange(t.id, TaskState.STOPPING) for t in tasks]
@@ -259,7 +277,10 @@ class Launcher:
         for task in tasks:
             groups[(task.host, task.owner)].append(task)
         results = await asyncio.gather(
-            *(self._stop_group(h, o, group, grace) for (h, o), group in groups.items())
+            *(
+                self._stop_group(h, o, group, grace, signal, patience)
+                for (h, o), group in groups.items()
+            )
         )
         failures: dict[int, str] = {}
         changes: list[TaskChange] = []
@@ -274,12 +295,19 @@ class Launcher:
         return failures
 
     async def _stop_group(
-        self, host: str, owner: str, tasks: list[Task], grace: float
+        self,
+        host: str,
+        owner: str,
+        tasks: list[Task],
+        grace: float,
+        signal: str = "SIGINT",
+        patience: float = KILL_PATIENCE,
     ) -> list[TaskChange] | str:
-        args: list[str | int] = [round(grace / TICK), round(KILL_PATIENCE / TICK)]
+        first = signal.removeprefix("SIG")
+        args: list[str | int] = [round(grace / TICK), round(patience / TICK), first]
         for task in tasks:
             args += [task.session, scripts.host_path(task.exit_path)]
-        timeout = grace + KILL_PATIENCE + self.timeout
+        timeout = grace + patience + self.timeout
         try:
             result = await self._run(
                 host, owner, scripts.STOP, scripts.sh_command(*args), timeout=timeout
@@ -370,3 +398,7 @@ class Launcher:
 async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Database work off the event loop."""
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _nothing(_job: Job) -> None:
+    return None

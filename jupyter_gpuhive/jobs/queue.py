@@ -36,10 +36,11 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
 from ..errors import Conflict, NotFound
-from ..model import Identity, utcnow
-from ..model.jobs import Job, TaskState
+from ..model import Identity, Reservation, utcnow
+from ..model.jobs import ACTIVE, Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
+from ..store.preemption import EXHAUSTED, RESUMED
 from .admission import (
     RESERVATION_DEPTH,
     Candidate,
@@ -48,6 +49,20 @@ from .admission import (
     gpu_count,
 )
 from .launcher import KILL_PATIENCE, Launcher
+from .preemption import (
+    PREEMPT_PATIENCE,
+    Lending,
+    PreemptionSettings,
+    Watch,
+    borrowers,
+    free_by,
+    holder_process,
+    job_groups,
+    judge,
+    lending_states,
+    probe_host,
+    samples_of,
+)
 from .queue_inputs import (
     RuleCheck,
     Snapshot,
@@ -99,6 +114,9 @@ class Scheduler:
         horizon: timedelta = timedelta(days=14),
         sync_tasks: bool = False,
         clock: Callable[[], datetime] = utcnow,
+        preemption: PreemptionSettings | None = None,
+        unix_user: Callable[[str], str] = lambda name: name,
+        preempted: Callable[[dict[str, Any]], Any] = lambda _event: None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -116,6 +134,16 @@ class Scheduler:
         self._lock = asyncio.Lock()
         self._stopping: dict[int, asyncio.Task[None]] = {}
         self._plan: dict[int, Slot] = {}  # the slots the last pass kept, by job
+        # Preemptible jobs (see `preemption`): the launcher reclaims lent GPUs before a
+        # holder's job starts; the watch probes lent GPUs between sweeps.
+        self.preemption = preemption or PreemptionSettings()
+        self.unix_user = unix_user
+        self.preempted = preempted  # told each `job.preempted` event
+        launcher.preemption = self.preemption
+        launcher.before_start = self._before_start
+        self.watch = Watch(lambda host: probe_host(launcher.pool, host), self._lent,
+                           self.reclaim, self.preemption.watch_interval)  # fmt: skip
+        self.watch.unix_user = unix_user
 
     def lead_time(self, interval: float | None = None) -> float:
         """Seconds before a reservation at which a queued job on its GPUs is stopped."""
@@ -139,18 +167,21 @@ class Scheduler:
             if await self._housekeeping(snap, report, self.lead_time(interval)):
                 snap = await _db(self.snapshot, now, sweep)
             await self._admit(snap, report, self.lead_time(interval))
+            if snap.lending is not None and (snap.lending.loans or report.admitted):
+                self.watch.ensure()
             self.last_report = report
             return report
 
     async def settle(self) -> None:
-        """Wait for the stops that ticks started in the background."""
+        """Stop the watch, wait for the stops that ticks started in the background."""
+        await self.watch.stop()
         while self._stopping:
             await asyncio.gather(*self._stopping.values(), return_exceptions=True)
 
     async def _housekeeping(self, snap: Snapshot, report: TickReport, lead: float) -> bool:
         """Steps 1-4 of the module doc; whether the store changed."""
         now, jobs = snap.now, self.store.jobs
-        changed = False
+        changed = await self._reclaimed(snap)
         starts: list[int] = []
         for job in snap.jobs:
             status = job.status
@@ -173,6 +204,8 @@ class Scheduler:
             elif job.queued and active and (over := self._overran(job, now)) is not None:
                 report.stopping[job.id] = over
                 self._stop_later(job.id, over, requeue=False, reason=over)
+            elif job.queued and active and job.preemptible and snap.lending is not None:
+                changed |= await self._borrowing(job, snap, report, lead)
             elif job.queued and active:
                 soon = _reserved_soon(job, snap, now.timestamp() + lead)
                 if soon is not None:
@@ -223,21 +256,57 @@ class Scheduler:
                        horizon=until)  # fmt: skip
         return queued, result
 
+    def _lending_pass(self, snap: Snapshot, queued: list[Candidate], first: Any) -> list[Any]:
+        """The second pass: preemptible jobs the first left waiting, on lent GPUs too."""
+        if snap.lending is None:
+            return []
+        by_id = {job.id: job for job in snap.jobs}
+        started = {a.job_id for a in first.admitted}
+        wanting = [c for c in borrowers(queued, by_id, self.preemption) if c.job_id not in started]
+        if not wanting:
+            return []
+        now = snap.now.timestamp()
+        taken = [uuid for a in first.admitted for uuid in a.gpus]
+        mine = {c.job_id for c in wanting}  # their own slots: they may start now instead
+        kept = [(slot.start, slot.end, slot.gpus) for job_id, slot in first.planned.items()
+                if job_id not in mine]  # fmt: skip
+        states, spans = lending_states(snap.gpus, snap.reserved, snap.lending, self.preemption,
+                                       now, taken, kept)  # fmt: skip
+        until = (snap.now + self.horizon).timestamp()
+        second = admit(wanting, states, now, access=RuleCheck(snap, self.zone), reserved=spans,
+                       depth=0, horizon=until)  # fmt: skip
+        return list(second.admitted)
+
+    def _open_loans(self, job_id: int, gpus: Sequence[str], snap: Snapshot, lead: float) -> None:
+        """Open the loans of the lending bookings on `gpus` that begin within `lead`."""
+        lending = snap.lending
+        assert lending is not None
+        at = snap.now.timestamp()
+        for res in lending.on(gpus, at, at + lead):
+            mine = set(gpus).intersection(g.uuid for g in res.gpus)
+            self.store.preemption.lend(job_id, res.id, mine, snap.now)
+
     async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
         queued, result = await _db(self._pass, snap, lead, self.depth)
         self._plan = dict(result.planned)
         if not queued:
             return
         report.waiting = result.waiting
+        borrowed = await _db(self._lending_pass, snap, queued, result)
+        for admission in borrowed:
+            report.waiting.pop(admission.job_id, None)
         by_id = {job.id: job for job in snap.jobs}
         todo: list[int] = []
-        for admission in result.admitted:
+        lent = {a.job_id for a in borrowed}
+        for admission in [*result.admitted, *borrowed]:
             job = by_id[admission.job_id]
             try:
                 if gpu_count(job.options) is not None:
                     chosen = [snap.inventory[u] for u in admission.gpus]
                     specs = await _db(bind, job, chosen, self.store)
                     await _db(self.store.jobs.replace_tasks, job.id, specs)
+                if admission.job_id in lent:
+                    await _db(self._open_loans, job.id, admission.gpus, snap, lead)
             except (TemplateError, ValueError, Conflict, NotFound) as error:
                 report.failures[job.id] = f"could not place the job: {error}"
                 continue
@@ -246,8 +315,11 @@ class Scheduler:
             if outcome is None:
                 report.admitted.append(job_id)
                 log.info("gpuhive queue: started job %s", job_id)
+                await self._resumed(by_id[job_id], snap)
             else:
                 report.failures[job_id] = outcome
+                if job_id in lent:
+                    await _db(self.store.preemption.end_loans, job_id, snap.now)
 
     async def _start_all(self, job_ids: Sequence[int]) -> list[str | None]:
         """Start jobs, a few at a time; None for each that started, else why not."""
@@ -264,24 +336,45 @@ class Scheduler:
         return list(await asyncio.gather(*(one(i) for i in job_ids)))
 
     def _stop_later(
-        self, job_id: int, why: str, *, requeue: bool, reason: str | None = None
+        self,
+        job_id: int,
+        why: str,
+        *,
+        requeue: bool,
+        reason: str | None = None,
+        preempt: tuple[str, float] | None = None,
     ) -> None:
         """Stop a job in the background (a graceful stop takes seconds); once at a time.
-        `reason` is recorded on its tasks."""
+        `reason` is recorded on its tasks; `preempt` (signal, grace): a reclaim."""
         if job_id in self._stopping:
             return
-        task = asyncio.create_task(self._stop(job_id, why, requeue, reason))
+        task = asyncio.create_task(self._stop(job_id, why, requeue, reason, preempt))
         self._stopping[job_id] = task
         task.add_done_callback(lambda _: self._stopping.pop(job_id, None))
 
-    async def _stop(self, job_id: int, why: str, requeue: bool, reason: str | None) -> None:
+    async def _stop(
+        self,
+        job_id: int,
+        why: str,
+        requeue: bool,
+        reason: str | None,
+        preempt: tuple[str, float] | None = None,
+    ) -> None:
         try:
-            stopped = await self.launcher.stop(job_id, reason=reason)
+            if preempt is not None:
+                signal, grace = preempt
+                stopped = await self.launcher.stop(
+                    job_id, grace=grace, signal=signal, patience=PREEMPT_PATIENCE, reason=why
+                )
+            else:
+                stopped = await self.launcher.stop(job_id, reason=reason)
             if stopped.failures:
                 log.warning("gpuhive queue: job %s did not stop: %s", job_id, stopped.failures)
                 return  # still marked: the next tick tries again
             log.info("gpuhive queue: stopped job %s: %s", job_id, why)
-            if requeue:
+            if preempt is not None:
+                await self._requeue_preempted(job_id, why)
+            elif requeue:
                 jobs = self.store.jobs
                 if not await _db(jobs.requeue, job_id, expect={"stopped"}, note=why):
                     await _db(jobs.mark_requeue, job_id, None)
@@ -289,6 +382,171 @@ class Scheduler:
             pass
         except Exception:
             log.exception("gpuhive queue: stopping job %s failed", job_id)
+
+    # --- preemptible jobs -----------------------------------------------------------
+
+    async def reclaim(self, job: Job, why: str, reservation: int) -> bool:
+        """Take lent GPUs back from a job: its signal now, its grace, then the ladder; it is
+        requeued once stopped. False when a reclaim of it is already under way."""
+        grace = self.preemption.grace(job)
+        now = self.clock()
+        done = await _db(self.store.preemption.reclaim, job.id, now, why, job.preempt_signal,
+                         grace)  # fmt: skip
+        if not done:
+            return False
+        log.info("gpuhive queue: reclaiming job %s: %s", job.id, why)
+        self._stop_later(job.id, why, requeue=True, preempt=(job.preempt_signal, grace))
+        self.preempted({"job": job.id, "owner": job.owner, "reservation": reservation,
+                        "signal": job.preempt_signal, "grace_s": grace,
+                        "restarts": job.restarts + 1})  # fmt: skip
+        return True
+
+    async def reclaim_reservation(self, reservation: int, why: str) -> tuple[list[int], datetime]:
+        """Reclaim every loan of a reservation: the jobs signalled, and when all are gone."""
+        loans = await _db(self.store.preemption.open_loans, reservation)
+        now = self.clock()
+        latest = now
+        jobs: list[int] = []
+        for loan in loans:
+            job = await _db(self.store.jobs.get, loan.job_id)
+            if loan.reclaimed_at is None:
+                await self.reclaim(job, why, reservation)
+            latest = max(latest, free_by(loan.reclaimed_at or now, self.preemption.grace(job)))
+            jobs.append(job.id)
+        return jobs, latest
+
+    async def _before_start(self, job: Job) -> None:
+        """Before one of a holder's jobs starts: reclaim the GPUs it needs from borrowers and
+        wait for them (at most their grace and the kill patience, then it starts anyway)."""
+        wanted = set(job.gpus)
+        if not wanted:
+            return
+        loans = [loan for loan in await _db(self.store.preemption.open_loans)
+                 if loan.job_id != job.id and wanted.intersection(loan.gpus)]  # fmt: skip
+        waits = []
+        for loan in loans:
+            res = await _db(self.store.reservations.get, loan.reservation_id)
+            if res.owner != job.owner:
+                continue
+            other = await _db(self.store.jobs.get, loan.job_id)
+            await self.reclaim(other, f"{job.owner} starts job {job.id} on a lent GPU", res.id)
+            if other.id in self._stopping:
+                waits.append(self._stopping[other.id])
+        if waits:
+            limit = self.preemption.grace_s + PREEMPT_PATIENCE + self.launcher.timeout
+            await asyncio.wait(waits, timeout=limit)
+
+    async def lent_processes(self, sweep: Sweep) -> dict[tuple[str, int], int]:
+        """GPU processes of jobs on loan: (host, pid) -> the reservation that lends."""
+
+        def read() -> dict[tuple[str, int], int]:
+            loans = self.store.preemption.open_loans()
+            if not loans:
+                return {}
+            by_job = {loan.job_id: loan.reservation_id for loan in loans}
+            groups = {(t.host, t.pgid): by_job[t.job_id] for t in
+                      self.store.jobs.tasks(ACTIVE) if t.job_id in by_job and t.pgid}  # fmt: skip
+            return {
+                (host, proc.pid): groups[(host, proc.pgid)]
+                for host, sample in sweep.samples.items()
+                for proc in sample.processes
+                if proc.pgid is not None and (host, proc.pgid) in groups
+            }
+
+        return await _db(read)
+
+    async def _lent(self) -> list[tuple[Job, Reservation]]:
+        """(job, reservation) of each loan the watch looks after: open, not reclaimed, of a
+        reservation that is active now."""
+
+        def read() -> list[tuple[Job, Reservation]]:
+            now = self.clock()
+            out = []
+            for loan in self.store.preemption.open_loans():
+                if loan.reclaimed_at is not None:
+                    continue
+                res = self.store.reservations.get(loan.reservation_id)
+                if not res.cancelled and res.start <= now < res.end:
+                    out.append((self.store.jobs.get(loan.job_id), res))
+            return out
+
+        return await _db(read)
+
+    async def _borrowing(self, job: Job, snap: Snapshot, report: TickReport, lead: float) -> bool:
+        """A running preemptible job: open its loans, end those that are over, reclaim, or
+        requeue it before a booking that does not lend; whether the store changed."""
+        lending = snap.lending
+        assert lending is not None
+        if any(loan.job_id == job.id and loan.reclaimed_at for loan in lending.loans):
+            return False  # being reclaimed (`_reclaimed`)
+        samples, groups = samples_of(self._sweep), job_groups(job)
+        verdict = judge(
+            job, lending, self.preemption, snap.now.timestamp(), lead,
+            lambda res, uuids: holder_process(samples, res, uuids, self.unix_user, groups),
+        )  # fmt: skip
+        changed = False
+        for rid in verdict.end:
+            await _db(self.store.preemption.end_loans, job.id, snap.now, rid)
+            changed = True
+        if verdict.requeue is not None:
+            await _db(self.store.jobs.mark_requeue, job.id, verdict.requeue)
+            report.stopping[job.id] = verdict.requeue
+            self._stop_later(job.id, verdict.requeue, requeue=True)
+            return True
+        have = {loan.reservation_id for loan in lending.loans if loan.job_id == job.id}
+        for rid, uuids in verdict.lend:
+            if rid not in have:
+                await _db(self.store.preemption.lend, job.id, rid, uuids, snap.now)
+                changed = True
+        if verdict.reclaim is not None:
+            why, rid = verdict.reclaim
+            if await self.reclaim(replace(job, lent_from=rid), why, rid):
+                report.stopping[job.id] = why
+                changed = True
+        return changed
+
+    async def _reclaimed(self, snap: Snapshot) -> bool:
+        """Finish reclaims a previous leader (or a failed stop) left: stop the job again, or
+        requeue it if it stopped."""
+        if snap.lending is None:
+            return False
+        by_id = {job.id: job for job in snap.jobs}
+        changed = False
+        for job_id in dict.fromkeys(n.job_id for n in snap.lending.loans if n.reclaimed_at):
+            job = by_id.get(job_id)
+            if job_id in self._stopping:
+                continue
+            if job is not None and any(t.active for t in job.tasks):
+                why = next(n.reclaim_reason for n in snap.lending.loans if n.job_id == job_id)
+                self._stop_later(job_id, why or "reclaimed", requeue=True,
+                                 preempt=(job.preempt_signal, 0.0))  # fmt: skip
+            else:
+                await self._requeue_preempted(job_id, "reclaimed by its lender")
+            changed = True
+        return changed
+
+    async def _requeue_preempted(self, job_id: int, why: str) -> None:
+        """Back to the queue after a reclaim; told when it may no longer borrow."""
+        now = self.clock()
+        if not await _db(self.store.preemption.requeue, job_id, now, f"{why}; back in the queue"):
+            return
+        job = await _db(self.store.jobs.get, job_id)
+        limit = self.preemption.max_preemptions
+        if job.preemptible and job.restarts == limit:
+            detail = (f"preempted {job.restarts} times, the site's limit: it waits for GPUs "
+                      "nobody booked from now on")  # fmt: skip
+            await _db(self.store.preemption.event, job_id, now, EXHAUSTED, detail)
+        self.launcher._changed(job_id)
+
+    async def _resumed(self, job: Job, snap: Snapshot) -> None:
+        if not job.preemptible or not job.restarts:
+            return
+        fresh = await _db(self.store.jobs.get, job.id)
+        where = (
+            f"on reservation {fresh.lent_from}'s GPUs" if fresh.lent_from else "in unbooked time"
+        )
+        detail = f"started again after {job.restarts} preemption(s), {where}"
+        await _db(self.store.preemption.event, job.id, snap.now, RESUMED, detail, fresh.lent_from)
 
     # --- what the UI asks ------------------------------------------------------------
 
@@ -332,7 +590,14 @@ class Scheduler:
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}
-        return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities)
+        lending = None
+        if any(job.preemptible for job in jobs):
+            loans = self.store.preemption.open_loans()
+            bookings = self.store.reservations.window(now, now + self.horizon)
+            choice = self.store.preemption.lending(r.id for r in bookings)
+            lending = Lending(bookings, choice, loans)
+        return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities,
+                        lending)  # fmt: skip
 
 
 async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

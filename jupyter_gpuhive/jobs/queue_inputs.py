@@ -23,6 +23,7 @@ from .admission import (
     template_options,
 )
 from .model import render_tasks
+from .preemption import Lending
 from .tasks import GpuSlot, TaskSpec
 
 Spans = dict[str, list[tuple[float, float]]]
@@ -40,6 +41,7 @@ class Snapshot:
     inventory: dict[str, Gpu]
     rules: list[Rule]
     identities: dict[str, Identity]
+    lending: Lending | None = None  # bookings and loans, when a preemptible job is about
 
 
 def candidates(

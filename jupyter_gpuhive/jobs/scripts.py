@@ -94,7 +94,8 @@ done
 # $1 grace ticks, $2 kill ticks (0.1 s each), then pairs of (session, exit file).
 # SIGINT to each session's process group; after the grace SIGTERM, then SIGKILL and quit.
 STOP = f"""{_PRELUDE}{_SESSION_PID}
-grace=$1; patience=$2; shift 2
+grace=$1; patience=$2; first=$3; shift 3
+case $first in INT|TERM|USR1|USR2) ;; *) first=INT ;; esac
 targets=""
 name=""
 for arg in "$@"; do
@@ -104,7 +105,7 @@ for arg in "$@"; do
     echo "gone $name"
   else
     pgid=$(session_group "$spid")
-    [ -n "$pgid" ] && kill -s INT -- "-$pgid" 2>/dev/null
+    [ -n "$pgid" ] && kill -s "$first" -- "-$pgid" 2>/dev/null
     echo "interrupted $name $spid ${{pgid:--}}"
     targets="$targets $name:$spid:${{pgid:--}}"
   fi

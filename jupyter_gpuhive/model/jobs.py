@@ -40,6 +40,44 @@ def session_name(job_name: str, task_index: int) -> str:
     return f"{SESSION_PREFIX}-{part}-{int(task_index)}"
 
 
+# The signals a preemptible job may ask for on reclaim (SIGKILL/SIGSTOP cannot be handled).
+PREEMPT_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One entry of a job's history: `preempted`, `resumed` or `exhausted` (preempted too
+    often: it runs in unbooked time only from then on)."""
+
+    at: datetime
+    kind: str
+    detail: str
+    reservation: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": isoformat(self.at),
+            "event": self.kind,
+            "reservation": self.reservation,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Loan:
+    """GPUs of a reservation lent to a preemptible job; open while `ended_at` is None, being
+    reclaimed (the job signalled, its grace running) once `reclaimed_at` is set."""
+
+    id: int
+    job_id: int
+    reservation_id: int
+    gpus: tuple[str, ...]
+    since: datetime
+    reclaimed_at: datetime | None = None
+    reclaim_reason: str | None = None
+    ended_at: datetime | None = None
+
+
 class TemplateError(ValueError):
     """A job template, its variables, options or sweep specification is invalid."""
 
@@ -206,8 +244,14 @@ class Job:
     stop_at: datetime | None = None
     max_retries: int = 0
     container: ContainerSpec | None = None  # runs in an image (issue #29)
+    preemptible: bool = False
+    preempt_signal: str = "SIGTERM"
+    grace_s: int | None = None  # None: the site's preemption grace
     id: int = 0
     attempts: int = 0
+    restarts: int = 0  # times preempted
+    lent_from: int | None = None  # the reservation whose GPUs it runs on now
+    history: tuple[JobEvent, ...] = ()
     created_at: datetime | None = None
     updated_at: datetime | None = None
     updated_by: str | None = None
@@ -238,6 +282,12 @@ class Job:
             "stop_at": isoformat(self.stop_at),
             "max_retries": self.max_retries,
             "attempts": self.attempts,
+            "preemptible": self.preemptible,
+            "preempt_signal": self.preempt_signal,
+            "grace_s": self.grace_s,
+            "restarts": self.restarts,
+            "lent_from": self.lent_from,
+            "history": [event.to_json() for event in self.history],
             "created_at": isoformat(self.created_at),
             "updated_at": isoformat(self.updated_at),
             "updated_by": self.updated_by,

@@ -4,7 +4,9 @@ Protection levels: 0 off; 1 a process on a reserved GPU whose owner is not the h
 any process on a GPU nobody reserved. With MIG, each slice is judged on its own: a process on
 my slice (or on any slice of a GPU I reserved whole) is mine to defend; one on a neighbouring
 slice that someone else holds is not. The holder's own processes and the processes of the
-holder's own gpuhive jobs never count, nor do allow-listed users and commands. "Ghost"
+holder's own gpuhive jobs never count, nor do allow-listed users and commands, nor the
+processes of a preemptible job the reservation lends its GPUs to (`lent`: until the job is
+stopped, the grace of a reclaim included; after it the job is killed). "Ghost"
 occupancy (memory or utilization on a GPU that lists no process) is flagged at level 1 on
 reserved GPUs and at level 2 on every GPU.
 """
@@ -30,6 +32,7 @@ __all__ = [
     "DetectionPolicy",
     "GpuView",
     "JobOwners",
+    "LentProcesses",
     "detect",
     "gpu_views",
     "holders",
@@ -39,6 +42,8 @@ __all__ = [
 
 # (host, pid) -> the gpuhive user whose job runs that process.
 JobOwners = Mapping[tuple[str, int], str]
+# (host, pid) -> the reservation that lends its GPUs to the job that runs that process.
+LentProcesses = Mapping[tuple[str, int], int]
 
 
 def same_name(user: str) -> str:
@@ -152,6 +157,7 @@ def detect(
     *,
     job_owners: JobOwners | None = None,
     unix_user: Callable[[str], str] = same_name,
+    lent: LentProcesses | None = None,
 ) -> list[Violation]:
     """The violations in one sweep, one per (kind, GPU, offender), as first seen at `at`."""
     if policy.level == 0:
@@ -180,6 +186,8 @@ def detect(
             job_owner = jobs.get((view.host, proc.pid))
             if res is not None and job_owner is not None and job_owner == res.owner:
                 continue
+            if res is not None and lent and lent.get((view.host, proc.pid)) == res.id:
+                continue
             if policy.allows(proc):
                 continue
             offenders.setdefault(proc.user, []).append(proc)
@@ -187,13 +195,20 @@ def detect(
         for user, procs in sorted(offenders.items()):
             pids = tuple(sorted(p.pid for p in procs))
             commands = tuple(p.command for p in sorted(procs, key=lambda p: p.pid))
+            where = _in_containers(procs)
             found.append(Violation(kind, view.host, view.ref, uuid, user, holder, rid,
-                                   policy.level, pids, commands, None, at))  # fmt: skip
+                                   policy.level, pids, commands, where, at))  # fmt: skip
         ghost = _ghost(view, policy) if view.parent is None else None
         if ghost:
             found.append(Violation(GHOST, view.host, view.ref, uuid, None, holder, rid,
                                    policy.level, (), (), ghost, at))  # fmt: skip
     return found
+
+
+def _in_containers(procs: Iterable[ProcessInfo]) -> str | None:
+    """'in container NAME (ID12, image …; how its owner is known)' for those in containers."""
+    seen = sorted({p.container.describe() for p in procs if p.container is not None})
+    return "in " + "; ".join(seen) if seen else None
 
 
 def _ghost(view: GpuView, policy: DetectionPolicy) -> str | None:

@@ -15,6 +15,7 @@ from .jobs import Jobs
 from .limits import LimitStore
 from .live import LiveSweeps
 from .livecounts import LiveCountReads
+from .preemption import Preemption
 from .reports import ReportReads
 from .reservations import Changes, Reservations
 from .rules import Rules
@@ -50,6 +51,7 @@ class Store:
         self.live_counts = LiveCountReads(self.db)  # a Prometheus scrape's aggregates
         self.idempotency = IdempotencyKeys(self.db)  # creating POSTs' Idempotency-Key
         self.live_sweeps = LiveSweeps(self.db)  # the leader's sweeps, for every replica
+        self.preemption = Preemption(self.db)  # loans of reserved GPUs to preemptible jobs
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ..model.containers import ContainerSpec
-from ..model.jobs import Job, Task, TaskState
+from ..model.jobs import Job, JobEvent, Task, TaskState
 from .schema import job_tasks, jobs
 
 
@@ -47,11 +47,20 @@ def job_values(job: Job) -> dict[str, Any]:
         "stop_at": job.stop_at,
         "max_retries": job.max_retries,
         "container": job.container.dumps() if job.container else None,
+        "preemptible": job.preemptible,
+        "preempt_signal": job.preempt_signal,
+        "grace_s": job.grace_s,
+        "restarts": 0,
     }
 
 
-def job_of(row: Any, tasks: Sequence[Task]) -> Job:
-    """The Job of a jobs row and its tasks."""
+def job_of(
+    row: Any,
+    tasks: Sequence[Task],
+    history: Sequence[JobEvent] = (),
+    lent_from: int | None = None,
+) -> Job:
+    """The Job of a jobs row, its tasks, history and the reservation it runs on now."""
     return Job(
         id=row.id,
         name=row.name,
@@ -71,6 +80,12 @@ def job_of(row: Any, tasks: Sequence[Task]) -> Job:
         max_retries=row.max_retries,
         container=ContainerSpec.loads(row.container),
         attempts=row.attempts,
+        preemptible=bool(row.preemptible),
+        preempt_signal=row.preempt_signal,
+        grace_s=row.grace_s,
+        restarts=row.restarts,
+        lent_from=lent_from,
+        history=tuple(history),
         created_at=row.created_at,
         updated_at=row.updated_at,
         updated_by=row.updated_by,

@@ -27,6 +27,7 @@ from ..model.jobs import (
 )
 from .database import Database
 from .jobrows import job_of, job_values, pending_values, seconds, task_of, task_query
+from .preemption import histories, lent_from
 from .schema import job_tasks, jobs
 
 _KEEP: Any = object()
@@ -345,7 +346,13 @@ class Jobs:
                 for row in conn.execute(tasks_query).all():
                     task = task_of(row)
                     by_job.setdefault(task.job_id, []).append(task)
-        return [job_of(row, by_job.get(row.id, [])) for row in rows]
+            preemptible = [row.id for row in rows if row.preemptible]
+            history = histories(conn, preemptible) if preemptible else {}
+            lent = lent_from(conn, preemptible) if preemptible else {}
+        return [
+            job_of(row, by_job.get(row.id, []), history.get(row.id, ()), lent.get(row.id))
+            for row in rows
+        ]
 
 
 __all__ = ["EDITABLE", "Jobs", "TaskChange"]

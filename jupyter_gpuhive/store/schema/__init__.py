@@ -29,6 +29,7 @@ from .integrations import (
 )
 from .jobs import job_tasks, jobs
 from .live import live_sweeps
+from .preemption import job_events, job_loans, reservation_lending
 from .rollups import host_charges_monthly, payer_charges_monthly, reserved_monthly
 from .topology import host_topology
 from .violations import violation_actions, violations
@@ -52,6 +53,8 @@ __all__ = [
     "host_topology",
     "hosts",
     "idempotency_keys",
+    "job_events",
+    "job_loans",
     "job_tasks",
     "jobs",
     "live_sweeps",
@@ -61,6 +64,7 @@ __all__ = [
     "metadata",
     "payer_charges_monthly",
     "reservation_gpus",
+    "reservation_lending",
     "reservation_stats",
     "reservation_usage",
     "reservations",

@@ -1,4 +1,4 @@
-"""Jobs and their tasks (migrations 0003, 0005): one row per job, one per task."""
+"""Jobs and their tasks (migrations 0003, 0005, 0019): one row per job, one per task."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ jobs = Table(
     Column("requeue_reason", Text),
     # A container job's image, mounts and reservation as JSON (migration 0020); NULL: bare.
     Column("container", Text),
+    # Preemptible jobs (migration 0019): may run on lent GPUs; restarts counts preemptions.
+    Column("preemptible", Boolean, nullable=False, default=False),
+    Column("preempt_signal", String(16), nullable=False, default="SIGTERM"),
+    Column("grace_s", Integer),
+    Column("restarts", Integer, nullable=False, default=0),
     Index(None, "owner"),
     sqlite_autoincrement=True,  # ids are never reused (migration 0006)
 )

@@ -1,0 +1,194 @@
+"""Loans of reserved GPUs to preemptible jobs, the jobs' preemption history, and each
+reservation's lending choice (migration 0019)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from ..errors import NotFound
+from ..model.jobs import JobEvent, Loan
+from .database import Database
+from .jobrows import pending_values
+from .schema import job_events, job_loans, job_tasks, jobs, reservation_lending
+
+PREEMPTED = "preempted"
+RESUMED = "resumed"
+EXHAUSTED = "exhausted"
+
+
+def loan_of(row: Any) -> Loan:
+    return Loan(
+        id=row.id,
+        job_id=row.job_id,
+        reservation_id=row.reservation_id,
+        gpus=tuple(json.loads(row.gpus)),
+        since=row.since,
+        reclaimed_at=row.reclaimed_at,
+        reclaim_reason=row.reclaim_reason,
+        ended_at=row.ended_at,
+    )
+
+
+def event_of(row: Any) -> JobEvent:
+    return JobEvent(row.at, row.kind, row.detail, row.reservation_id)
+
+
+def histories(conn: Connection, job_ids: Collection[int]) -> dict[int, list[JobEvent]]:
+    """The history of each of `job_ids` that has one, oldest first."""
+    query = select(job_events).where(job_events.c.job_id.in_(list(job_ids)))
+    found: dict[int, list[JobEvent]] = {}
+    for row in conn.execute(query.order_by(job_events.c.id)).all():
+        found.setdefault(row.job_id, []).append(event_of(row))
+    return found
+
+
+def lent_from(conn: Connection, job_ids: Collection[int]) -> dict[int, int]:
+    """The reservation each of `job_ids` runs on now (its open loan), where it has one."""
+    query = select(job_loans.c.job_id, job_loans.c.reservation_id).where(
+        job_loans.c.job_id.in_(list(job_ids)), job_loans.c.ended_at.is_(None)
+    )
+    return {row.job_id: row.reservation_id for row in conn.execute(query.order_by(job_loans.c.id))}
+
+
+class Preemption:
+    """Loans, lending choices and preemption events; each change is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- lending choices ----------------------------------------------------------------
+
+    def lending(self, reservation_ids: Iterable[int]) -> dict[int, tuple[bool, bool]]:
+        """(lend, reclaim_before_start) of each reservation; the defaults (True, False)
+        where the booking made no choice."""
+        ids = list(reservation_ids)
+        found = dict.fromkeys(ids, (True, False))
+        if not ids:
+            return found
+        with self.db.read() as conn:
+            query = select(reservation_lending).where(reservation_lending.c.reservation_id.in_(ids))
+            for row in conn.execute(query).all():
+                found[row.reservation_id] = (bool(row.lend), bool(row.reclaim_before_start))
+        return found
+
+    def set_lending(self, reservation_id: int, lend: bool, reclaim_before_start: bool) -> None:
+        """Record a booking's lending choice."""
+
+        def work(conn: Connection) -> None:
+            table = reservation_lending
+            conn.execute(delete(table).where(table.c.reservation_id == reservation_id))
+            values = {"lend": lend, "reclaim_before_start": reclaim_before_start}
+            conn.execute(insert(table).values(reservation_id=reservation_id, **values))
+
+        self.db.write(work)
+
+    # --- loans -------------------------------------------------------------------------
+
+    def open_loans(self, reservation_id: int | None = None) -> list[Loan]:
+        """Loans not ended (of one reservation when given), oldest first."""
+        query = select(job_loans).where(job_loans.c.ended_at.is_(None)).order_by(job_loans.c.id)
+        if reservation_id is not None:
+            query = query.where(job_loans.c.reservation_id == reservation_id)
+        with self.db.read() as conn:
+            return [loan_of(row) for row in conn.execute(query).all()]
+
+    def lend(self, job_id: int, reservation_id: int, gpus: Iterable[str], at: datetime) -> Loan:
+        """Open a loan of `gpus` of the reservation to the job (the open one if there is)."""
+
+        def work(conn: Connection) -> int:
+            same = select(job_loans.c.id).where(
+                job_loans.c.job_id == job_id,
+                job_loans.c.reservation_id == reservation_id,
+                job_loans.c.ended_at.is_(None),
+            )
+            found = conn.execute(same).scalar()
+            if found is not None:
+                return int(found)
+            values = {"job_id": job_id, "reservation_id": reservation_id,
+                      "gpus": json.dumps(sorted(gpus)), "since": at}  # fmt: skip
+            return int(conn.execute(insert(job_loans).values(**values)).inserted_primary_key[0])  # type: ignore[index]
+
+        loan_id = self.db.write(work)
+        with self.db.read() as conn:
+            return loan_of(conn.execute(select(job_loans).where(job_loans.c.id == loan_id)).one())
+
+    def reclaim(self, job_id: int, at: datetime, reason: str, signal: str, grace: float) -> bool:
+        """Mark the job's open loans reclaimed, count the preemption (`restarts`) and write
+        the `preempted` event, in one transaction; False when it was reclaimed already (or
+        has no open loan): each reclaim is acted on once."""
+
+        def work(conn: Connection) -> bool:
+            open_ = (job_loans.c.job_id == job_id) & job_loans.c.ended_at.is_(None)
+            loans = conn.execute(select(job_loans).where(open_)).all()
+            if not loans or any(row.reclaimed_at is not None for row in loans):
+                return False
+            conn.execute(update(job_loans).where(open_).values(reclaimed_at=at,
+                                                               reclaim_reason=reason))  # fmt: skip
+            row = conn.execute(select(jobs.c.restarts).where(jobs.c.id == job_id)).one()
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(restarts=row.restarts + 1))
+            detail = f"{reason}; sent {signal}, {grace:g} s to checkpoint"
+            conn.execute(insert(job_events).values(job_id=job_id, at=at, kind=PREEMPTED,
+                         reservation_id=loans[0].reservation_id, detail=detail))  # fmt: skip
+            return True
+
+        return self.db.write(work)
+
+    def end_loans(self, job_id: int, at: datetime, reservation_id: int | None = None) -> int:
+        """End the job's open loans (of one reservation when given); how many ended."""
+
+        def work(conn: Connection) -> int:
+            stmt = update(job_loans).where(
+                job_loans.c.job_id == job_id, job_loans.c.ended_at.is_(None)
+            )
+            if reservation_id is not None:
+                stmt = stmt.where(job_loans.c.reservation_id == reservation_id)
+            return int(conn.execute(stmt.values(ended_at=at)).rowcount)
+
+        return self.db.write(work)
+
+    def requeue(self, job_id: int, at: datetime, note: str) -> bool:
+        """Put a preempted job that has stopped back to pending and end its loans, in one
+        transaction; False (no change) when it is not stopped (it ended by itself)."""
+
+        def work(conn: Connection) -> bool:
+            states = set(conn.execute(
+                select(job_tasks.c.state).where(job_tasks.c.job_id == job_id)
+            ).scalars())  # fmt: skip
+            conn.execute(update(job_loans).where(job_loans.c.job_id == job_id,
+                         job_loans.c.ended_at.is_(None)).values(ended_at=at))  # fmt: skip
+            if not states or states - {"stopped", "pending"}:
+                return False
+            conn.execute(update(jobs).where(jobs.c.id == job_id)
+                         .values(requeue_reason=None, updated_at=at))  # fmt: skip
+            conn.execute(
+                update(job_tasks).where(job_tasks.c.job_id == job_id).values(**pending_values(note))
+            )
+            return True
+
+        return self.db.write(work)
+
+    # --- history -----------------------------------------------------------------------
+
+    def event(self, job_id: int, at: datetime, kind: str, detail: str,
+              reservation_id: int | None = None) -> None:  # fmt: skip
+        """Add an entry to the job's history."""
+
+        def work(conn: Connection) -> None:
+            if conn.execute(select(jobs.c.id).where(jobs.c.id == job_id)).first() is None:
+                raise NotFound(f"There is no job {job_id}.")
+            conn.execute(insert(job_events).values(job_id=job_id, at=at, kind=kind,
+                         reservation_id=reservation_id, detail=detail))  # fmt: skip
+
+        self.db.write(work)
+
+    def history(self, job_id: int) -> list[JobEvent]:
+        with self.db.read() as conn:
+            return histories(conn, [job_id]).get(job_id, [])
+
+
+__all__ = ["EXHAUSTED", "PREEMPTED", "RESUMED", "Preemption", "histories", "lent_from"]

@@ -1,0 +1,222 @@
+"""Preemptible jobs end to end: the real Scheduler, launcher, probe and processes.
+
+A real Python job, run in screen as the real test user on a simulated GPU host, borrows an
+idle reservation's GPU; the holder (another real user) starts a process on it; the job gets
+its signal, checkpoints to `$GPUHIVE_CHECKPOINT_DIR`, is stopped and requeued, later resumes
+from the checkpoint and finishes with the right sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jupyter_gpuhive.jobs.preemption import PreemptionSettings
+from jupyter_gpuhive.model.jobs import Job
+from jupyter_gpuhive.protection.violations import DetectionPolicy, detect
+from jupyter_gpuhive.sim.users import start_gpu_process
+from jupyter_gpuhive.store import Changes
+from tests.jobs import test_jobs_queue
+from tests.jobs.test_jobs_queue import OTHER, Bed, queued
+
+# The queue tests' bed: store, pool, launcher, sampler and scheduler over simulated hosts.
+users = test_jobs_queue.users
+bed = test_jobs_queue.bed
+
+# Sums 0..STEPS-1, one step every 0.1 s; saves every 10 steps and when told to stop (by the
+# signal gpuhive names in GPUHIVE_PREEMPT_SIGNAL), resumes from the saved state.
+WORKER = """\
+import json, os, signal, sys, time
+path = os.path.join(os.environ["GPUHIVE_CHECKPOINT_DIR"], "state.json")
+state = {"step": 0, "total": 0}
+if os.path.exists(path):
+    with open(path) as f:
+        state = json.load(f)
+    print(f"resumed from step {state['step']} restarts {os.environ['GPUHIVE_RESTARTS']}",
+          flush=True)
+told = []
+signal.signal(getattr(signal, os.environ["GPUHIVE_PREEMPT_SIGNAL"]), lambda *_: told.append(1))
+print(f"grace {os.environ['GPUHIVE_GRACE_S']}", flush=True)
+def save():
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+steps = int(os.environ.get("STEPS", "60"))
+while state["step"] < steps:
+    if told:
+        save()
+        print(f"checkpointed at step {state['step']}", flush=True)
+        sys.exit(0)
+    time.sleep(0.1)
+    state["total"] += state["step"]
+    state["step"] += 1
+    print(f"step {state['step']}", flush=True)
+    if state["step"] % 10 == 0:
+        save()
+print(f"result {state['total']}", flush=True)
+"""
+STEPS = 40
+
+
+def preemptible(**kwargs: Any) -> Job:
+    kwargs.setdefault("env", {"STEPS": str(STEPS)})
+    return queued("python3 -c {worker}", variables={"worker": WORKER}, preemptible=True,
+                  **kwargs)  # fmt: skip
+
+
+def book(bed: Bed, owner: str, host: str, index: int, start: datetime, hours: float = 1) -> int:
+    gpu = bed.store.inventory.gpu(f"{host}:{index}")
+    assert gpu is not None
+    end = start + timedelta(hours=hours)
+    return bed.store.reservations.create(owner, "lent", "", start, end, [gpu.id]).id
+
+
+async def log_text(bed: Bed, job_id: int) -> str:
+    return (await bed.launcher.log(bed.job(job_id).tasks[0])).text
+
+
+async def until(check: Any, seconds: float = 20) -> None:
+    async with asyncio.timeout(seconds):
+        while not await check():
+            await asyncio.sleep(0.1)
+
+
+def _settings(bed: Bed, **kwargs: Any) -> None:
+    bed.scheduler.preemption = PreemptionSettings(**kwargs)
+    bed.launcher.preemption = bed.scheduler.preemption
+
+
+async def test_a_preemptible_job_gives_the_gpu_back_checkpoints_and_resumes(bed: Bed) -> None:
+    _settings(bed, grace_s=5, watch_interval=0.2)
+    rid = book(bed, OTHER, "jq1", 0, datetime.now(UTC) - timedelta(minutes=1))
+    made = await bed.create(preemptible(preempt_signal="SIGUSR1", grace_s=3),
+                            bed.slots("jq1", 0))  # fmt: skip
+
+    report = await bed.tick()
+    assert report.admitted == [made.id], report.waiting
+    running = bed.job(made.id)
+    assert running.lent_from == rid and running.restarts == 0
+    loans = bed.store.preemption.open_loans(rid)
+    assert [(loan.job_id, loan.gpus) for loan in loans] == [(made.id, (bed.uuid("jq1", 0),))]
+
+    async def stepping() -> bool:
+        return "step 5\n" in await log_text(bed, made.id)
+
+    await until(stepping)
+    text = await log_text(bed, made.id)
+    assert "grace 3\n" in text  # the job asked for less than the site's 5 s
+
+    holder = start_gpu_process(bed.sims["jq1"].name, [bed.uuid("jq1", 0)], user=OTHER)
+    try:
+        # The holder's process and the job's share the GPU during the grace: no violation
+        # against either of them.
+        sweep = await bed.sampler.sweep()
+        res = bed.store.reservations.get(rid)
+        lent = await bed.scheduler.lent_processes(sweep)
+        found = detect(sweep.samples.values(), [res], sweep.at, DetectionPolicy(level=1),
+                       lent=lent)  # fmt: skip
+        assert found == [], found
+
+        async def requeued() -> bool:
+            return bed.job(made.id).status == "pending"
+
+        await until(requeued)
+        await bed.scheduler.settle()
+        back = bed.job(made.id)
+        assert back.restarts == 1 and back.lent_from is None
+        assert [e.kind for e in back.history] == ["preempted"]
+        assert "process" in back.history[0].detail and OTHER in back.history[0].detail
+        assert "SIGUSR1" in back.history[0].detail
+        text = await log_text(bed, made.id)
+        assert "checkpointed at step" in text
+        saved = int(text.split("checkpointed at step ")[1].split()[0])
+        assert 5 <= saved < STEPS
+        assert bed.store.preemption.open_loans(rid) == []
+
+        # The holder still computes: the job waits.
+        report = await bed.tick()
+        assert report.admitted == [] and made.id in report.waiting
+    finally:
+        holder.kill()
+        holder.wait()
+
+    # The holder is done (its process gone): the GPU is lent again, the job resumes.
+    async def resumed() -> bool:
+        sweep = await bed.sampler.sweep()
+        return made.id in (await bed.scheduler.tick(sweep)).admitted
+
+    await until(resumed)
+
+    async def finished() -> bool:
+        return bed.job(made.id).status in ("succeeded", "failed")
+
+    async def synced() -> bool:
+        await bed.launcher.sync()
+        return await finished()
+
+    await until(synced)
+    done = bed.job(made.id)
+    assert done.status == "succeeded"
+    text = await log_text(bed, made.id)
+    assert f"resumed from step {saved} restarts 1" in text
+    assert f"result {sum(range(STEPS))}\n" in text
+    assert [e.kind for e in done.history] == ["preempted", "resumed"]
+
+
+async def test_no_lending_when_the_booking_or_the_site_forbids_it(bed: Bed) -> None:
+    rid = book(bed, OTHER, "jq2", 0, datetime.now(UTC) - timedelta(minutes=1))
+    bed.store.preemption.set_lending(rid, lend=False, reclaim_before_start=False)
+    made = await bed.create(preemptible(), bed.slots("jq2", 0))
+    report = await bed.tick()
+    assert report.admitted == [] and "reserved" in report.waiting[made.id]
+
+    bed.store.preemption.set_lending(rid, lend=True, reclaim_before_start=False)
+    _settings(bed, lending=False)
+    report = await bed.tick()
+    assert report.admitted == [] and "reserved" in report.waiting[made.id]
+
+    plain = await bed.create(queued("sleep 30"), bed.slots("jq2", 0))
+    _settings(bed, lending=True)
+    report = await bed.tick()
+    assert report.admitted == [made.id]  # not the plain job: only preemptible ones borrow
+    assert "reserved" in report.waiting[plain.id] or "runs job" in report.waiting[plain.id]
+
+
+async def test_reclaim_before_start_and_by_request(bed: Bed) -> None:
+    _settings(bed, grace_s=2, reclaim_before_start_s=3600)
+    soon = datetime.now(UTC) + timedelta(minutes=30)
+    early = book(bed, OTHER, "jq2", 1, soon)
+    bed.store.preemption.set_lending(early, lend=True, reclaim_before_start=True)
+    made = await bed.create(preemptible(walltime=timedelta(hours=2)), bed.slots("jq2", 1))
+    report = await bed.tick()
+    assert report.admitted == [] and "reserved" in report.waiting[made.id]
+
+    bed.store.preemption.set_lending(early, lend=True, reclaim_before_start=False)
+    report = await bed.tick()
+    assert report.admitted == [made.id], report.waiting
+    bed.store.reservations.modify(early, lambda _: Changes(start=datetime.now(UTC)
+                                                           - timedelta(minutes=1)))  # fmt: skip
+    await bed.tick()
+    assert bed.job(made.id).lent_from == early
+    jobs, free_by = await bed.scheduler.reclaim_reservation(early, "the holder asked")
+    assert jobs == [made.id] and free_by > datetime.now(UTC)
+    again, _ = await bed.scheduler.reclaim_reservation(early, "the holder asked")
+    assert again == [made.id]  # still on its way out: not signalled twice
+    await bed.scheduler.settle()
+    back = bed.job(made.id)
+    assert back.status == "pending" and back.restarts == 1
+    assert "the holder asked" in back.history[0].detail
+
+
+async def test_a_job_preempted_too_often_runs_in_unbooked_time_only(bed: Bed) -> None:
+    _settings(bed, grace_s=1, max_preemptions=1)
+    rid = book(bed, OTHER, "jq1", 3, datetime.now(UTC) - timedelta(minutes=1))
+    made = await bed.create(preemptible(), bed.slots("jq1", 3))
+    assert (await bed.tick()).admitted == [made.id]
+    await bed.scheduler.reclaim_reservation(rid, "the holder asked")
+    await bed.scheduler.settle()
+    back = bed.job(made.id)
+    assert [e.kind for e in back.history] == ["preempted", "exhausted"]
+    report = await bed.tick()
+    assert report.admitted == [] and "reserved" in report.waiting[made.id]
