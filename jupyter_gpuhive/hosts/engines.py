@@ -202,6 +202,8 @@ def run_line(
     if host_network:
         words += ["--network", "host"]
     words += ["--env-file", shlex.quote(env_file), f"-e HOME={home}", '-e "USER=$(id -un)"']
+    if engine.engine == "docker":  # docker-init (tini) passes a stop's SIGINT to the whole group
+        words += ["-e", "TINI_KILL_PROCESS_GROUP=1"]
     words += [w for n in extra_env for w in ("-e", shlex.quote(n))]
     for key, value in (label_values or {}).items():
         words += ["--label", shlex.quote(f"{key}={value}")]

@@ -199,7 +199,9 @@ def start_line(
     spec = task.spec()
     spec = replace(spec, env={**spec.env, **exported(extra_env)})
     line = screen_command(task.session, spec, log_path, exit_path, env_path, clean=clean, run=run)
-    return line, env_file(spec, host_env(decl) if decl else None)
+    # The host's env reaches the container too, except PATH (the image has its own).
+    hosted = {k: v for k, v in (host_env(decl) if decl else {}).items() if k != "PATH"}
+    return line, env_file(spec, hosted)
 
 
 def exported(text: str) -> dict[str, str]:
