@@ -159,10 +159,22 @@ def sim_hosts(count: int, workdir: Path) -> list[LocalSimHost]:
 
 
 def at_lowest_priority(command: Path) -> None:
-    """Run `command` at nice 19: the simulated hosts stand in for other machines."""
+    """Run `command` at the lowest priority: the simulated hosts stand in for other machines.
+
+    Nice alone is not enough: with the kernel's autogroups (`kernel.sched_autogroup_enabled`,
+    on in Debian) CPU is shared fairly between *sessions*, and nice only orders processes
+    within one. The stand-in ran in the leader replica's session, so each sweep's 20
+    `nvidia-smi` runs took a full share of the two cores from both replicas, every poll
+    interval: the p99 of every kind of request, on both replicas, was about 0.5 s, all of it
+    in bursts at the poll interval. So each run gets a session of its own (`setsid`), whose
+    autogroup is set to nice 19 too (a machine without autogroups only has the nice).
+    """
     real = command.with_name(command.name + ".sim")
     command.rename(real)
-    command.write_text(f'#!/bin/sh\nexec nice -n 19 {shlex.quote(str(real))} "$@"\n')
+    inner = "echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 \"$0\" \"$@\""
+    command.write_text(
+        f'#!/bin/sh\nexec setsid -w sh -c {shlex.quote(inner)} {shlex.quote(str(real))} "$@"\n'
+    )
     command.chmod(0o755)
 
 

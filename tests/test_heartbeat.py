@@ -47,3 +47,29 @@ async def test_the_health_port_answers_while_the_loop_is_blocked() -> None:
             raise AssertionError("the loop ran again, but the health port never said so")
     finally:
         await beat.stop()
+
+
+def test_a_checker_that_hangs_up_leaves_no_traceback(capsys: Any) -> None:
+    """haproxy resets its check connection once it has read the status: the server's thread
+    then fails writing the body, and that is no error for the service's log; other errors
+    still are."""
+    from jupyter_gpuhive.server.heartbeat import _QuietServer
+
+    beat = Heartbeat(max_lag=1, facts=dict)
+    port = beat.serve("127.0.0.1", free_port())
+    server = beat._server
+    assert isinstance(server, _QuietServer)
+    try:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            server.handle_error(None, ("127.0.0.1", port))
+        assert "Traceback" not in capsys.readouterr().err
+        try:
+            raise ValueError("a real fault")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", port))
+        assert "ValueError: a real fault" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()

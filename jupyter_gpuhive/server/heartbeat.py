@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A checker that hangs up before reading its answer (haproxy resets its connection
+    once it has the status line) is no error worth a traceback in the service's log."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class Heartbeat:
@@ -71,7 +82,7 @@ class Heartbeat:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: a load balancer checks every few seconds."""
 
-        server = ThreadingHTTPServer((host, port), Answer)
+        server = _QuietServer((host, port), Answer)
         server.daemon_threads = True
         self._server = server
         threading.Thread(target=server.serve_forever, name="gpuhive-health", daemon=True).start()
