@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..model import GpuDecl, HostDecl
+from .engines import parse_engine
 from .environment import SAFE_PATH
 
 TRANSPORTS = ("ssh", "local")
@@ -47,6 +48,8 @@ def parse_host(spec: Any) -> HostDecl:
         )
     for index in range(len(gpus), int(spec.get("gpu_count", 0))):
         gpus.append(GpuDecl(index, stable_uuid(name, index), spec.get("gpu_model")))
+    if spec.get("containers") is not None:
+        parse_engine(name, spec["containers"])  # a site's mistake shows when config is read
     known = {k for k in spec if k not in {"name", "address", "port", "user", "transport"}}
     return HostDecl(
         name=name,

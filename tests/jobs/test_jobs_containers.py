@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from jupyter_gpuhive.errors import Invalid
+from jupyter_gpuhive.hosts.config import parse_host
 from jupyter_gpuhive.hosts.engines import Engine, Mount, parse_engine, run_line
 from jupyter_gpuhive.jobs import containers
 from jupyter_gpuhive.jobs.tasks import TaskSpec, TemplateError
@@ -172,3 +173,9 @@ def test_start_line_and_removal_need_the_host_engine() -> None:
         "/usr/bin/docker rm -f gpuhive-7-train-0 >/dev/null 2>&1 || true"
     )
     assert containers.removal(decl(), [task(container=None)]) is None
+
+
+def test_a_bad_containers_entry_is_refused_with_the_configuration() -> None:
+    assert parse_host({"name": "gpu1", "containers": SITE}).extra["containers"] == SITE
+    with pytest.raises(Invalid, match=r"Host gpu1: containers: /var/run/docker\.sock may not"):
+        parse_host({"name": "gpu1", "containers": {"mounts": ["/var/run/docker.sock"]}})
