@@ -4,6 +4,7 @@
  * extension, a fake in the unit tests). No JupyterLab imports here.
  */
 
+import { IReclaimed } from './lending';
 import { IHost, IHostsReply, IJob, IMe, IReservation } from './model';
 
 export const API_PREFIX = 'gpuhive/api/';
@@ -206,6 +207,11 @@ export class HiveApi {
       }
       throw error;
     }
+  }
+
+  /** "I need my GPUs now": stop the preemptible jobs on reservation `id`'s GPUs. */
+  reclaim(id: number): Promise<IReclaimed> {
+    return this.request<IReclaimed>('POST', `reservations/${encodeURIComponent(String(id))}/reclaim`);
   }
 
   stopJob(id: number | string): Promise<unknown> {

@@ -99,6 +99,20 @@ export interface IReservation extends IBrief {
   flag_reason?: string | null;
   /** Hosts of its GPUs that are no longer configured. */
   hosts_gone?: string[];
+  /** Whether its GPUs are lent to preemptible jobs while unused (default true). */
+  lend?: boolean;
+  /** Lent only until shortly before its start. */
+  reclaim_before_start?: boolean;
+  /** The preemptible jobs running on its GPUs now. */
+  lent_to?: ILoan[];
+}
+
+/** A preemptible job that runs on GPUs of a reservation (`lent_to`). */
+export interface ILoan {
+  job: number;
+  name: string;
+  owner: string;
+  preemptible: boolean;
 }
 
 export interface IJob {

@@ -13,6 +13,7 @@ import { button, el, section, sendForm } from './dom';
 import { EarliestSection } from './earliest';
 import { HealthRows } from './healthUi';
 import { IntegrationSections } from './integrationsPanel';
+import { lentText, reclaimedText } from './lending';
 import {
   FALLBACK_SETUP,
   IGuidance,
@@ -317,6 +318,7 @@ export class GpuHivePanel extends Widget {
     const verb = running ? 'End now' : 'Cancel';
     const action = button(verb, `${verb}: reservation '${r.title}'`, () => void this._cancel(r), 'jp-gpuhive-cancel');
     const countdown = el('span', { class: 'jp-gpuhive-countdown', 'data-start': r.start, 'data-end': r.end }, reservationCountdown(r, now));
+    const lent = lentText(r);
     return el(
       'li',
       { class: `jp-gpuhive-reservation${running ? ' jp-mod-running' : ''}`, 'data-reservation-id': String(r.id) },
@@ -325,7 +327,11 @@ export class GpuHivePanel extends Widget {
       el('div', { class: 'jp-gpuhive-res-time' }, `${formatTime(r.start, now)}–${formatTime(r.end, now)} · `, countdown),
       r.flagged ? el('div', { class: 'jp-gpuhive-flag' }, `⚠ ${r.flag_reason ?? 'no longer allowed by the access rules'}`) : '',
       r.hosts_gone?.length ? el('div', { class: 'jp-gpuhive-flag jp-gpuhive-host-gone' }, hostGoneText(r.hosts_gone)) : '',
+      lent ? el('div', { class: 'jp-gpuhive-lent' }, lent) : '',
       action,
+      lent
+        ? button('I need my GPUs now', `Stop the preemptible jobs on reservation '${r.title}'`, () => void this._reclaim(r), 'jp-gpuhive-reclaim')
+        : '',
       this._extras?.(r, now) ?? ''
     );
   }
@@ -417,6 +423,16 @@ export class GpuHivePanel extends Widget {
       await this.refresh();
     } catch (error) {
       await showErrorMessage('Could not change the reservation', (error as Error).message);
+    }
+  }
+
+  private async _reclaim(r: IReservation): Promise<void> {
+    try {
+      const reply = await this._api.reclaim(r.id);
+      Notification.success(reclaimedText(r.id, reply), { autoClose: 8000 });
+      await this.refresh();
+    } catch (error) {
+      await showErrorMessage('Could not take the GPUs back', (error as Error).message);
     }
   }
 
