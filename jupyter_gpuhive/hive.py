@@ -21,7 +21,7 @@ from .jobs.service import Jobs
 from .kernels.lifecycle import end_policy
 from .kernels.registry import KernelRegistry
 from .model import HostDecl, Reservation, utcnow
-from .monitor import scrape
+from .monitor import containers, scrape
 from .monitor.accounting import Meter
 from .monitor.service import Monitor
 from .protection.health import HealthNotices
@@ -82,6 +82,7 @@ class Hive:
         )  # fmt: skip
         self.kernel_life = end_policy(s.kernel_end, self.kernels, self.store, self.run,
                                       self.bookings, identity_of, s.protection.level)  # fmt: skip
+        self.monitor.containers = containers.for_site(self.pool, s.protection, self.store, self.run)
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from .containers import Container, cgroups_after_ps, container_of
 from .health import Health, lost_gpus, parse_health, without_lost
 from .nvsmi import (
     QUERY_APPS_FIELDS,
@@ -54,9 +55,15 @@ XML_QUERY = "nvidia-smi -q -x"
 # process group after it was first seen keeps its first line; GPU jobs do not do that.)
 # The XML holds process names as nvidia-smi prints them (newlines too): each of its lines is
 # sent behind a '|', so none can pass for a section mark.
+# A new GPU process that runs in a container (its /proc/PID/cgroup names docker or libpod) has
+# that file's lines after its `ps` line, each behind a '=' (a `ps` line starts with its PID),
+# kept with it like the `ps` line (hosts/containers.py reads them).
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _BODY_TEMPLATE = r"""
+cg() { y=; c=; while IFS= read -r l; do y="$y
+=$l"; case $l in *docker*|*libpod*) c=1 ;; esac; done 2>/dev/null </proc/$1/cgroup
+[ -z "$c" ] || x="$x$y"; }
 @GPUQ@ >"$t/g" 2>&1 </dev/null & g=$!
 @APPSQ@ >"$t/a" 2>&1 </dev/null & a=$!
 @XSTART@
@@ -88,7 +95,7 @@ if [ -n "$new" ]; then
   out=$(ps -ww -o pid=,pgid=,user:64=,args= -p "${new#,}" </dev/null)
   while IFS= read -r x; do
     set -- $x; case $1 in ''|*[!0-9]*) continue ;; esac; eval "k=\${s_$1-}"
-    [ -z "$k" ] || { eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
+    [ -z "$k" ] || { cg "$1"; eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
   done <<PS
 $out
 PS
@@ -222,6 +229,7 @@ class ProcessInfo:
     used_memory_mib: int | None
     pgid: int | None = None  # process group: tells a gpuhive job's processes apart
     mig_uuid: str | None = None  # the MIG slice it runs on, where MIG is on
+    container: Container | None = None  # the container it runs in (hosts/containers.py)
 
 
 @dataclass(frozen=True)
@@ -413,13 +421,17 @@ def parse_probe(
             raise NvsmiParseError("nvidia-smi listed no GPUs")
         status, body = sections.get("apps", (0, ""))
         check_driver(body, status)
-        owners = _owners(sections.get("ps", (0, ""))[1])
+        ps = sections.get("ps", (0, ""))[1]
+        owners = _owners(ps)
+        cgroups = cgroups_after_ps(ps) if "\n=" in ps else {}
         for proc in parse_compute_apps(body):
             found = owners.get(proc.pid)
             user, command, pgid = found if found else (None, proc.process_name or "", None)
+            cgroup = cgroups.get(proc.pid)
             processes.append(
-                ProcessInfo(proc.pid, proc.gpu_uuid, user, command, proc.used_memory_mib, pgid)
-            )
+                ProcessInfo(proc.pid, proc.gpu_uuid, user, command, proc.used_memory_mib, pgid,
+                            container=container_of(cgroup) if cgroup and found else None)
+            )  # fmt: skip
         status, body = sections.get("list", (1, ""))
         listings = parse_gpu_list(body) if status == 0 else []
         for listing in listings:

@@ -57,6 +57,10 @@ class Publication:
         """A sweep this replica took from its sampler, to publish (in order) next."""
         self._outbox.append((at, body))
 
+    def replace(self, at: datetime, body: bytes) -> None:
+        """Publish `body` instead of what was queued for the sweep at `at` (attributed since)."""
+        self._outbox = [(when, body if when == at else old) for when, old in self._outbox]
+
     async def publish(self) -> None:
         """Write the queued sweeps; a failure is logged and those sweeps stay unpublished."""
         sent, self._outbox = self._outbox, []

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from ..hosts.nvsmi import NvsmiParseError
 from ..hosts.pool import HostPool, HostUnavailable
@@ -64,6 +65,8 @@ class Sampler:
         self.sweeps = 0
         self.recorded = 0  # samples taken in: live state is unchanged while this is
         self.health_seen: dict[str, tuple[str, str]] = {}  # parse_probe's `seen`
+        # Runs on each sweep made here before the listeners (the Monitor's container owners).
+        self.prepare: Callable[[Sweep], Awaitable[Any]] | None = None
 
     def on_sweep(self, listener: Listener) -> None:
         """Call `listener` with every sweep, after the listeners subscribed before it."""
@@ -129,6 +132,8 @@ class Sampler:
             else:
                 sweep.samples[name] = result
         self.sweeps += 1
+        if self.prepare is not None:
+            await self.prepare(sweep)
         await self.tell_listeners(sweep)
         return sweep
 

@@ -20,8 +20,10 @@ from ..model.health import GpuCondition
 from ..store import Store
 from ..store.usage import GpuReading
 from . import worker
+from .containers import ContainerOwners
 from .holders import HolderCache
 from .prometheus import Exposition
+from .published import encode
 from .replicas import Publication
 from .sampler import Listener, Sampler, Sweep
 from .slices import discovered_slices, slice_decls
@@ -56,6 +58,10 @@ class Monitor:
         self._public_key = public_key  # for the advice on hosts that refuse gpuhive's login
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.on_sweep(self._after_sweep)
+        # Charges container processes to their owners before anyone sees a sweep (the Hive
+        # sets the site's rule and gpuhive's own containers).
+        self.containers = ContainerOwners(pool)
+        self.sampler.prepare = self._attribute
         self.topology = TopologyReader(store, pool, self.run_blocking)  # nvidia-smi topo -m
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
@@ -130,8 +136,24 @@ class Monitor:
     async def _tell(self) -> None:
         while self._pending is not None:
             sweep, self._pending = self._pending, None
+            if await self._attribute(sweep):
+                self.publication.replace(sweep.at, encode(sweep, self._statuses))
             await self.publication.publish()  # the other replicas see it before our listeners
             await self.sampler.tell_listeners(sweep)
+
+    async def _attribute(self, sweep: Sweep) -> bool:
+        """Charge the sweep's container processes to their owners, also in the live state."""
+        try:
+            if not await self.containers.attribute_sweep(sweep):
+                return False
+        except Exception:  # the sweep goes on unattributed rather than not at all
+            log.exception("gpuhive: could not attribute containers")
+            return False
+        for host, sample in sweep.samples.items():
+            live = self.sampler.live.get(host)
+            if live is not None and live.sample is not None and live.updated_at == sample.taken_at:
+                live.sample = sample
+        return True
 
     def _take_published(self, sweep: Sweep, statuses: dict[str, HostStatus]) -> None:
         """Take a sweep the leader published, as the leader took it from its sampler."""

@@ -58,6 +58,8 @@ def process_json(proc: ProcessInfo, slice_refs: dict[str, str]) -> dict[str, Any
     }
     if proc.mig_uuid is not None:
         out["slice"] = slice_refs.get(proc.mig_uuid, proc.mig_uuid)
+    if proc.container is not None:  # `user` is then the container's owner (None: exempt)
+        out["container"] = {**proc.container.to_json(), "process_user": proc.container.process_user}
     return out
 
 

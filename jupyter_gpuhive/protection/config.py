@@ -48,6 +48,10 @@ class ProtectionSettings:
     noshow_handlers: Sequence[str] = ("event",)
     health_handlers: Sequence[str] = ("event",)  # holders of a failed or drained GPU
     user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user
+    # Rootful containers gpuhive did not start (hosts/containers.py): the label the site
+    # trusts to name their owner (None: none), and what an unattributed one is.
+    container_owner_label: str | None = None
+    unattributed_containers: str = "violation"
 
 
 def parse_ladder(raw: Any) -> list[Step]:

@@ -169,6 +169,20 @@ class GpuHiveConfig(LoggingConfigurable):
     protection_allow_users = Set(
         Unicode(), help="UNIX users whose GPU processes are never violations (e.g. 'root')."
     ).tag(config=True)
+    container_owner_label = Unicode(
+        "",
+        help="A container label (e.g. 'gpuhive.owner') that names the gpuhive user who answers "
+        "for a rootful container gpuhive did not start. Anyone who may run containers sets any "
+        "label: trust one only where users cannot start containers themselves (gpuhive's own "
+        "containers are known from the job table, rootless Podman ones by their uid). Empty: "
+        "no label is trusted.",
+    ).tag(config=True)
+    unattributed_containers = Unicode(
+        "violation",
+        help="A GPU process in a rootful container with no known owner: 'violation' (judged as "
+        "the engine's owner, root, never the uid the container picked; the kill step removes "
+        "the container) or 'exempt' (never a violation).",
+    ).tag(config=True)
     protection_allow_commands = List(
         Unicode(),
         default_value=[r"(^|/)Xorg( |$)", r"(^|/)gnome-shell( |$)"],

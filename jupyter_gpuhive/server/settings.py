@@ -117,6 +117,8 @@ class GpuHiveSettings(GpuHiveConfig):
             idle_end_after=seconds(self.idle_end_after, "idle_end_after"),
             idle_handlers=list(self.idle_handlers),
             user_map=dict(self.unix_users),
+            container_owner_label=self.container_owner_label or None,
+            unattributed_containers=self.unattributed_containers,
             noshow_after=seconds(self.noshow_after, "noshow_after"),
             noshow_release_after=seconds(self.noshow_release_after, "noshow_release_after"),
             noshow_handlers=list(self.noshow_handlers),

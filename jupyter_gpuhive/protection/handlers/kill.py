@@ -1,4 +1,9 @@
-"""Kill handler: SIGINT then SIGKILL, as the offender or via sudo."""
+"""Kill handler: SIGINT then SIGKILL, as the offender or via sudo.
+
+A process in a rootful container is not signalled: its container is stopped and removed with
+the host's engine (the engine would restart a container whose process alone died), run as
+gpuhive's account on the host (mode user: it must be allowed to use the engine) or via sudo.
+Which container a pid runs in is read again from its cgroup when the step runs."""
 
 from __future__ import annotations
 
@@ -8,6 +13,14 @@ import shlex
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+from ...hosts.containers import (
+    CGROUPS_OF,
+    Container,
+    cgroups_after_ps,
+    container_of,
+    engine_words,
+    remove_command,
+)
 from ...hosts.pool import HostUnavailable
 from ..violations import FOREIGN, UNRESERVED
 from .base import HandlerConfigError, HandlerFailed, Incident, Options, ViolationHandler
@@ -88,10 +101,59 @@ class KillHandler(ViolationHandler):
                 found[state].append(int(pid))
         return found
 
+    async def _containers(self, incident: Incident) -> dict[int, Container]:
+        """The offending pids that run in rootful containers now, by their cgroups."""
+        command = "sh -c " + shlex.quote(CGROUPS_OF) + " sh " + shlex.join(map(str, incident.pids))
+        try:
+            result = await self._pool().run(incident.host, command, timeout=self.timeout)
+        except HostUnavailable as error:
+            raise HandlerFailed(f"cannot reach {incident.host}: {error.reason}") from None
+        found = {pid: container_of(text) for pid, text in cgroups_after_ps(result.stdout).items()}
+        return {pid: c for pid, c in found.items() if c is not None and c.rootless_uid is None}
+
+    async def _remove(
+        self, incident: Incident, containers: Iterable[Container], grace: float
+    ) -> str:
+        """Stop and remove the containers with the host's engine; what was done."""
+        decl = self._pool().hosts.get(incident.host)
+        by_engine: dict[str, set[str]] = {}
+        for c in containers:
+            by_engine.setdefault(c.engine, set()).add(c.id)
+        removed = []
+        for engine, ids in sorted(by_engine.items()):
+            command = remove_command(engine_words(decl, engine), ids, grace)
+            if self.mode == "sudo":
+                command = f"{self.sudo} sh -c {shlex.quote(command)}"
+            try:
+                result = await self._pool().run(
+                    incident.host, command, timeout=self.timeout + grace
+                )
+            except HostUnavailable as error:
+                raise HandlerFailed(f"cannot reach {incident.host}: {error.reason}") from None
+            gone = [cid[:12] for cid in sorted(ids) if cid in result.stdout]
+            if not gone:
+                said = (result.stderr or result.stdout).strip()[:300]
+                short = ", ".join(i[:12] for i in sorted(ids))
+                raise HandlerFailed(f"{engine} did not remove container(s) {short}: {said}")
+            removed += gone
+        return f"container(s) {', '.join(removed)} stopped and removed"
+
     async def handle(self, incident: Incident, step: Mapping[str, Any]) -> str:
         signal = self._signal(step.get("signal", self.signal))
         grace = float(step.get("grace", self.grace))
-        found = await self._send(incident, signal, incident.pids)
+        boxed = await self._containers(incident)
+        if boxed:
+            done = await self._remove(incident, boxed.values(), grace)
+            rest = [p for p in incident.pids if p not in boxed]
+            if not rest:
+                return done
+            return f"{done}; " + await self._signal_processes(incident, signal, grace, rest)
+        return await self._signal_processes(incident, signal, grace, incident.pids)
+
+    async def _signal_processes(
+        self, incident: Incident, signal: str, grace: float, pids: Iterable[int]
+    ) -> str:
+        found = await self._send(incident, signal, pids)
         notes = []
         if found["gone"]:
             notes.append(f"already gone: {_pids(found['gone'])}")

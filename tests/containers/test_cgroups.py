@@ -1,0 +1,79 @@
+"""Which container a process runs in, from /proc/PID/cgroup: what a user cannot forge (#29)."""
+
+from __future__ import annotations
+
+from jupyter_gpuhive.hosts.containers import (
+    GPUHIVE,
+    LABEL,
+    ROOTLESS,
+    UNATTRIBUTED,
+    Container,
+    SiteRule,
+    attribute,
+    cgroups_after_ps,
+    container_of,
+    parse_inspect,
+)
+
+A = "a" * 64
+B = "b" * 64
+V1 = "\n".join(f"{i}:{c}:/docker/{A}" for i, c in enumerate(["", "cpu", "memory", "pids"]))
+
+
+def test_the_engines_own_cgroups_name_the_container() -> None:
+    assert container_of(V1) == Container("docker", A)
+    assert container_of(f"0::/system.slice/docker-{A}.scope\n") == Container("docker", A)
+    assert container_of(f"0::/machine.slice/libpod-{A}.scope/container") == Container("podman", A)
+    rootless = f"0::/user.slice/user-1001.slice/user@1001.service/user.slice/libpod-{A}.scope"
+    assert container_of(rootless) == Container("podman", A, rootless_uid=1001)
+    assert container_of("0::/user.slice/user-1001.slice/session-3.scope") is None
+    assert container_of(f"0::/docker/{A[:12]}") is None  # only the full id at the fixed place
+
+
+def test_a_user_cannot_name_a_rootful_container_from_their_own_cgroups() -> None:
+    """Below user@UID.service a user creates cgroups with any name (systemd delegates it)."""
+    mine = "0::/user.slice/user-1000.slice/user@1000.service/app.slice"
+    assert container_of(f"{mine}/docker/{A}") is None  # not at the root: not the engine's
+    # A name with a line break that passes for another hierarchy's line:
+    assert container_of(f"{mine}/x\n7:memory:/docker/{A}") is None
+    assert container_of(f"{mine}/x\n0::/docker/{A}") is None  # a hierarchy twice
+    # ... or for another user's rootless container:
+    other = f"/user.slice/user-1001.slice/user@1001.service/libpod-{A}.scope"
+    assert container_of(f"{mine}/x\n9:zz:{other}") is None
+    assert container_of(f"{V1}\n9:x:/docker/{B}") is None  # two containers: neither
+
+
+def test_cgroup_lines_follow_their_ps_line() -> None:
+    text = f"  12 12 root sleep 1\n={V1.replace(chr(10), chr(10) + '=')}\n  13 13 bob python\n"
+    assert cgroups_after_ps(text) == {12: V1}
+    assert cgroups_after_ps(text + f"  12 12 root x\n=0::/docker/{B}\n") == {}  # a pid twice
+
+
+def test_inspect_lines_and_owner_rules() -> None:
+    line = f'"{A}"\t"/train-1"\t"lab/torch:2"\t{{"gpuhive.owner":"alice","x":"1"}}'
+    text = f"{line}\nnot json\t1\t2\t3\n@@rc 1\n@@uids\nbob:x:1001:1001::/home/bob:/bin/sh\n"
+    found, names = parse_inspect(text, "docker")
+    seen = found[A]
+    assert (seen.name, seen.image, seen.labels["gpuhive.owner"]) == (
+        "train-1",
+        "lab/torch:2",
+        "alice",
+    )
+    assert names == {1001: "bob"}
+
+    raw = Container("docker", A)
+    plain = SiteRule()
+    assert (attribute(raw, seen, {}, plain, {}).source, attribute(raw, seen, {}, plain, {}).owner) == (
+        UNATTRIBUTED, "root"
+    )  # fmt: skip
+    assert attribute(raw, seen, {}, SiteRule(unattributed="exempt"), {}).owner is None
+    trusting = SiteRule("gpuhive.owner")
+    assert (attribute(raw, seen, {}, trusting, {}).owner, attribute(raw, seen, {}, trusting, {}).source) == (
+        "alice", LABEL
+    )  # fmt: skip
+    own = attribute(raw, seen, {"train-1": "carol"}, trusting, {})  # the job table wins
+    assert (own.owner, own.source) == ("carol", GPUHIVE)
+    gone = attribute(raw, None, {}, trusting, {})  # the engine did not know it
+    assert (gone.owner, gone.source) == ("root", UNATTRIBUTED)
+    rootless = attribute(Container("podman", B, 1001), None, {}, plain, {1001: "bob"})
+    assert (rootless.owner, rootless.source) == ("bob", ROOTLESS)
