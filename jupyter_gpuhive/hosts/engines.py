@@ -59,6 +59,7 @@ class Engine:
     socket: str | None = None  # docker -H unix:///…; default: the engine's own
     home: str | None = None  # mounted instead of the owner's home ('{user}' is the owner)
     kernel_image: str | None = None
+    kernel_python: str = "python3"  # the interpreter inside kernel images (with ipykernel)
 
     def allows_image(self, image: str) -> bool:
         """Whether `image` matches one of the site's patterns (fnmatch, case-sensitive)."""
@@ -95,7 +96,8 @@ def parse_engine(host: str, spec: Any) -> Engine:
 
     if not isinstance(spec, Mapping):
         raise bad("must be a mapping such as {engine: docker, images: ['lab/*']}.")
-    known = {"engine", "binary", "gpu_flags", "images", "mounts", "socket", "home", "kernel_image"}
+    known = {"engine", "binary", "gpu_flags", "images", "mounts", "socket", "home",
+             "kernel_image", "kernel_python"}  # fmt: skip
     unknown = sorted(set(spec) - known)
     if unknown:
         raise bad(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))}).")
@@ -125,8 +127,13 @@ def parse_engine(host: str, spec: Any) -> Engine:
         isinstance(kernel_image, str) and IMAGE.match(kernel_image)
     ):
         raise bad(f"kernel_image must be an image reference, not {kernel_image!r}.")
+    kernel_python = spec.get("kernel_python", "python3")
+    if not isinstance(kernel_python, str) or not (
+        _PATH.match(kernel_python) or _NAME.match(kernel_python)
+    ):
+        raise bad(f"kernel_python must be a path or a command name, not {kernel_python!r}.")
     return Engine(engine, binary, gpu_flags, tuple(images), tuple(mounts), socket, home,
-                  kernel_image)  # fmt: skip
+                  kernel_image, kernel_python)  # fmt: skip
 
 
 def _mount(entry: Any, bad: Any) -> Mount:
@@ -177,12 +184,13 @@ def run_line(
     owner: str,
     argv: Sequence[str],
     uuids: Sequence[str],
-    env_file: str,
+    env_file: str | None,
     workdir: str | None,
     mounts: Sequence[Mount] = (),
     label_values: Mapping[str, str] | None = None,
     host_network: bool = False,
     extra_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> str:
     """`ENGINE run --rm … IMAGE ARGV` as shell text for bash, run as the owner.
 
@@ -201,7 +209,11 @@ def run_line(
     words += ["--security-opt", "no-new-privileges"]
     if host_network:
         words += ["--network", "host"]
-    words += ["--env-file", shlex.quote(env_file), f"-e HOME={home}", '-e "USER=$(id -un)"']
+    if interactive:
+        words.append("-i")
+    if env_file is not None:
+        words += ["--env-file", shlex.quote(env_file)]
+    words += [f"-e HOME={home}", '-e "USER=$(id -un)"']
     if engine.engine == "docker":  # docker-init (tini) passes a stop's SIGINT to the whole group
         words += ["-e", "TINI_KILL_PROCESS_GROUP=1"]
     words += [w for n in extra_env for w in ("-e", shlex.quote(n))]

@@ -46,6 +46,7 @@ class Launch:
     signature_scheme: str
     timeout: float = 60.0
     orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
+    image: str | None = None  # run the kernel in this container image (local hosts)
 
 
 def python_command(python: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hosts.environment import command_env
-from . import launch_script, sockdirs
+from . import images, launch_script, sockdirs
 from .launch import PORTS, Launch, LaunchError, Output, shell_command
 from .remote import KernelProcess
 
@@ -55,6 +55,8 @@ class LocalKernel(KernelProcess):
         self.base: str | None = None  # ours: the links, and each launch's directory
         self.parent = ""  # where `base` was made
         self.uid = -1
+        self.ids: dict[str, Any] = {}  # the owner's uid, gid and groups for subprocesses
+        self.image_dir: str | None = None  # the folder of the launch running in an image
 
     @property
     def address(self) -> str:
@@ -74,12 +76,19 @@ class LocalKernel(KernelProcess):
             ids = {"user": account.pw_uid, "group": account.pw_gid,
                    "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}  # fmt: skip
         self.uid = account.pw_uid
+        self.ids = ids
+        await self._remove_container()  # a restart: the last launch's container goes first
         self._lend(account.pw_uid, account.pw_gid)
+        assert self.dir is not None
+        line = shell_command(launch.python)
+        if launch.image is not None:
+            line = images.command(launch, self.dir)
+            self.image_dir = self.dir
         env = command_env(launch.host, launch.user)  # never the server's environment
         home = account.pw_dir if Path(account.pw_dir).is_dir() else "/"  # noqa: ASYNC240
         try:
             process = await asyncio.create_subprocess_exec(
-                "sh", "-c", shell_command(launch.python), env=env, cwd=home,
+                "sh", "-c", line, env=env, cwd=home,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True, **ids,
             )  # fmt: skip
@@ -142,6 +151,11 @@ class LocalKernel(KernelProcess):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.base, name))
 
+    async def _remove_container(self) -> None:
+        if self.image_dir is not None:
+            await images.remove(self.launch, self.image_dir, self.ids)
+            self.image_dir = None
+
     def _write(self, data: str) -> None:
         if self.process is not None and self.process.stdin is not None:
             self.process.stdin.write(data.encode())
@@ -174,6 +188,7 @@ class LocalKernel(KernelProcess):
 
     async def close(self) -> None:
         await self.signal(signal.SIGKILL)  # a launch that failed half-way: our child goes
+        await self._remove_container()
         await self.end()
         self._unlink()
         if self.base is not None:

@@ -35,6 +35,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
+from ..hosts.engines import engine_of
 from ..model import utcnow
 from ..model.kernel import KernelState
 from . import registry as registries
@@ -94,6 +95,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     )  # fmt: skip
     host = Unicode(None, allow_none=True, config=True,
                    help="Which host of a reservation on several (default: most GPUs).")  # fmt: skip
+    image = Unicode(None, allow_none=True, config=True,
+                    help="A container image for the kernel, among those the host allows "
+                    "(default: the host's containers.kernel_image, else none).")  # fmt: skip
     launch_timeout = Float(60.0, config=True, help="Seconds a kernel may take to start.")
     orphan_timeout = Float(
         20.0, config=True,
@@ -186,8 +190,20 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         km = self.parent
         key = km.session.key if km is not None else b""
         scheme = km.session.signature_scheme if km is not None else "hmac-sha256"
+        engine = engine_of(decl)
+        if self.image is not None and (engine is None or not engine.allows_image(self.image)):
+            allowed = ", ".join(engine.images) if engine is not None else "no engine there"
+            raise Invalid(f"Image {self.image!r} is not allowed for kernels on {decl.name} "
+                          f"(allowed: {allowed or 'none'}).")  # fmt: skip
+        image = self.image or (engine.kernel_image if engine is not None else None)
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
-                        key.decode(), scheme, self.launch_timeout, self.orphan_timeout)  # fmt: skip
+                        key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
+                        image)  # fmt: skip
+        if image is not None and decl.transport != "local":
+            raise Unavailable(
+                f"Kernels in images run on hosts with the local transport for now; {decl.name} "
+                "uses SSH. Leave the image out of this kernelspec or the host's kernel_image."
+            )
         if self._kernel is None or self._kernel.lost:
             self._kernel = (LocalKernel(launch) if decl.transport == "local"
                             else SshKernel(launch, registry.pool))  # fmt: skip

@@ -8,9 +8,7 @@ and uses `gpu_flags: none` (no NVIDIA toolkit here): the simulated GPUs follow
 
 from __future__ import annotations
 
-import grp
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +16,13 @@ import pytest
 
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS
+from tests.support.engine_access import engine_user
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run jobs as a user")
 
 OWNER = "hivecjob1"
-GROUP = "gpuhivedock"  # may use the test dockerd, as Docker's own group would
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
-
-
-def engine_user(engine: Any, user: str) -> None:
-    """Let `user` use the session's dockerd (its socket, group-owned by GROUP)."""
-    try:
-        grp.getgrnam(GROUP)
-    except KeyError:
-        subprocess.run(["groupadd", GROUP], check=True, capture_output=True)
-    ensure_user(user)
-    subprocess.run(["usermod", "-aG", GROUP, user], check=True, capture_output=True)
-    socket = Path(engine.host.removeprefix("unix://"))
-    socket.parent.chmod(0o711)
-    os.chown(socket, 0, grp.getgrnam(GROUP).gr_gid)
-    socket.chmod(0o660)
 
 
 @pytest.fixture

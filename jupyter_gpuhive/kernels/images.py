@@ -1,0 +1,78 @@
+"""Reservation kernels in container images (issue #29): the engine line that runs the launch
+script in the image, and the container's removal.
+
+The kernel keeps every guarantee of a bare one: the engine's client runs as the owner (and
+the container as their uid:gid), the launch JSON (HMAC key, environment) still arrives on
+stdin (`-i`), never in argv, the private socket folder gpuhive lent is mounted at its own
+path so its Unix sockets are reached from the host as before, and signals to the client's
+group reach the kernel (the client passes them on; `--init` spreads them to the group). The
+reserved GPUs are given by UUID as for container jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from ..hosts.engines import Engine, Mount, engine_of, labels, remove_line, run_line
+from ..hosts.environment import command_env, host_env
+from .launch import SCRIPT, Launch, LaunchError
+
+
+def engine_for(launch: Launch) -> Engine:
+    """The host's engine, which must allow the launch's image (LaunchError saying why)."""
+    where = launch.host.name
+    engine = engine_of(launch.host)
+    if engine is None:
+        raise LaunchError(f"Cannot start a kernel in an image on {where}: it runs no engine.")
+    if launch.image != engine.kernel_image and not engine.allows_image(str(launch.image)):
+        raise LaunchError(
+            f"Cannot start a kernel in image {launch.image!r} on {where}: the host does not "
+            f"allow it (allowed: {', '.join(engine.images) or 'none'})."
+        )
+    return engine
+
+
+def kernel_name(user: str, folder: str) -> str:
+    """The container's name: the owner and the launch's private folder (unique per launch)."""
+    return f"gpuhive-kernel-{user}-{os.path.basename(folder)}"
+
+
+def command(launch: Launch, folder: str) -> str:
+    """The sh command that becomes the kernel's container (exec: the client keeps our pid)."""
+    engine = engine_for(launch)
+    uuids = [u for u in launch.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u]
+    # The host's env reaches the kernel by name from the client's own environment (not argv).
+    passed = sorted(name for name in host_env(launch.host) if name != "PATH")
+    reservation = launch.env.get("GPUHIVE_KERNEL_RESERVATION")
+    line = run_line(
+        engine,
+        image=str(launch.image),
+        name=kernel_name(launch.user, folder),
+        owner=launch.user,
+        argv=[engine.kernel_python, "-I", "-S", "-c", SCRIPT, "boot"],
+        uuids=uuids,
+        env_file=None,
+        workdir=None,
+        mounts=[*engine.mounts, Mount(folder)],
+        label_values=labels(launch.user, kernel=os.path.basename(folder), reservation=reservation),
+        extra_env=passed,
+        interactive=True,
+    )
+    return f"exec {line}"
+
+
+async def remove(launch: Launch, folder: str, ids: dict[str, Any]) -> None:
+    """Remove the kernel's container (as its owner, `ids`: subprocess user and groups): a
+    killed client leaves it running until the kernel notices its silent stdin."""
+    engine = engine_of(launch.host)
+    if engine is None:
+        return
+    line = remove_line(engine, [kernel_name(launch.user, folder)])
+    env = command_env(launch.host, launch.user)
+    with contextlib.suppress(OSError, TimeoutError):
+        process = await asyncio.create_subprocess_exec("sh", "-c", line, env=env, **ids)
+        async with asyncio.timeout(30):
+            await process.wait()
