@@ -37,6 +37,12 @@ Two parts.
    work per preemption (the JSON takes the live one when the live part ran; stderr shows
    both).
 
+The JSON: `util_ratio_vs_no_lending` (replay), `holder_wait_p99_s` and
+`violations_against_holders` (live; null when the live part could not run: they are never
+taken from the model), `lost_work_per_preemption_s` (live, else the replay's), each part's
+grace and checkpoint interval (`live_*`, `replay_*`) and the replay's own holder wait and lost
+work (`replay_*`).
+
 Not modelled: bookings that ask for `reclaim_before_start` (the GPUs come back before the
 start, so the holder never waits), holders that start a gpuhive job (the same reclaim), and the
 no-show release of idle bookings (it would shorten the bookings that lend).
@@ -434,6 +440,14 @@ def live_figures(smoke: bool) -> dict[str, Any] | None:
     return figures
 
 
+def live_interval() -> float | None:
+    """The live job's checkpoint interval (its steps between saves times a step's length)."""
+    from benchmarks import preemption_live
+
+    every, step = (getattr(preemption_live, n, None) for n in ("SAVE_EVERY", "STEP_S"))
+    return round(every * step, 3) if every is not None and step is not None else None
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -450,22 +464,22 @@ def main() -> None:
     lost = replay["with"]["lost_work_per_preemption_s"]
     figures: dict[str, Any] = {
         "util_ratio_vs_no_lending": round(replay["ratio"], 3),
-        "holder_wait_p99_s": None,
+        "holder_wait_p99_s": None,  # measured on real processes only (the live part)
         "lost_work_per_preemption_s": lost,
-        "violations_against_holders": None,
-        "grace_s": GRACE_S,
-        "checkpoint_interval_s": CHECKPOINT_S,
+        "violations_against_holders": None,  # likewise
+        "replay_grace_s": GRACE_S,
+        "replay_checkpoint_interval_s": CHECKPOINT_S,
         "replay_holder_wait_p99_s": replay["with"]["holder_wait_p99_s"],
         "replay_lost_work_per_preemption_s": lost,
+        "replay_lost_work_max_s": replay["with"]["lost_work_max_s"],
     }
     if live is not None:
         for name in ("holder_wait_p99_s", "violations_against_holders"):
             figures[name] = live.get(name)
         if live.get("lost_work_per_preemption_s") is not None:
             figures["lost_work_per_preemption_s"] = live["lost_work_per_preemption_s"]
-        for name in ("grace_s", "checkpoint_interval_s"):
-            if name in live:
-                figures[f"live_{name}"] = live[name]
+        figures["live_grace_s"] = live.get("grace_s")
+        figures["live_checkpoint_interval_s"] = live_interval()
     print(json.dumps(figures))
 
 
