@@ -105,6 +105,7 @@ from tests.support.team_hub import call  # noqa: E402
 
 GPUS_PER_HOST = 8
 ATTEMPT_TIMEOUT = 2.0
+TIMEOUT_HEADER = f"{ATTEMPT_TIMEOUT:g}"
 # As HiveClient (jupyter_gpuhive/client.py) retries a POST: 4 retries; a busy answer (503,
 # 429, or 409 with Retry-After) after the seconds it names (at most 10), a lost one (timeout,
 # connection error, haproxy's 502/504) after 1, 2, 4, 8 s.
@@ -171,7 +172,7 @@ def at_lowest_priority(command: Path) -> None:
     """
     real = command.with_name(command.name + ".sim")
     command.rename(real)
-    inner = "echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 \"$0\" \"$@\""
+    inner = 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$0" "$@"'
     command.write_text(
         f'#!/bin/sh\nexec setsid -w sh -c {shlex.quote(inner)} {shlex.quote(str(real))} "$@"\n'
     )
@@ -404,7 +405,9 @@ class Load:
         self, method: str, path: str, token: str, body: Any, key: str | None
     ) -> tuple[int | str, Any, float | None, str]:
         assert self.session is not None
-        headers = {"Authorization": f"token {token}"}
+        # how long this attempt waits: the replica changes nothing after it (counted from
+        # haproxy's X-Request-Start), so a write is applied only if its answer can arrive
+        headers = {"Authorization": f"token {token}", "Gpuhive-Client-Timeout": TIMEOUT_HEADER}
         if key:
             headers["Idempotency-Key"] = key
         timeout = aiohttp.ClientTimeout(total=ATTEMPT_TIMEOUT)

@@ -69,9 +69,11 @@ class HiveClient:
     """Calls `{url}gpuhive/api/…` with a token over one keep-alive connection.
 
     Every POST carries a new `Idempotency-Key`: a booking retried after a lost answer is
-    booked once. A request the service refused as busy (503 or 409 with `Retry-After`) is
-    retried after the seconds it names, up to `RETRIES` times; a POST that could not be sent
-    or whose answer was lost is retried the same way with its key.
+    booked once. Every request says how long the client waits (`Gpuhive-Client-Timeout`,
+    its `timeout`): past that, the service carries nothing out. A request the service
+    refused as busy (503 or 409 with `Retry-After`) is retried after the seconds it names,
+    up to `RETRIES` times; a POST that could not be sent or whose answer was lost is retried
+    the same way with its key.
     """
 
     RETRIES = 4
@@ -109,7 +111,12 @@ class HiveClient:
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         if clean:
             target += "?" + urlencode(clean)
-        headers = {"Content-Type": "application/json"}
+        # how long this client waits: the service changes nothing after that (its answer
+        # would reach no one), so a booking is never made whose 201 this client missed
+        headers = {
+            "Content-Type": "application/json",
+            "Gpuhive-Client-Timeout": f"{self.timeout:g}",
+        }
         if self.token:
             headers["Authorization"] = f"token {self.token}"
         payload = json.dumps(body) if body is not None else None

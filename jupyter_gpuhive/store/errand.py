@@ -26,6 +26,10 @@ from ..errors import Unavailable
 
 T = TypeVar("T")
 
+# A first write is rolled back this long before its client's deadline: the commit and the
+# answer's way back take time too (milliseconds here; a slow disk's fsync is longer).
+COMMIT_MARGIN = 0.1
+
 ERRAND: ContextVar[Errand | None] = ContextVar("gpuhive_errand", default=None)
 
 
@@ -47,6 +51,9 @@ class Errand:
     whole: bool = False  # once its work has started, it runs to the end
     started: bool = False  # a piece of its work has started
     on_write: Callable[[Any], None] | None = field(default=None, repr=False)
+    # time.monotonic() after which the client no longer listens (it said how long it waits,
+    # `Gpuhive-Client-Timeout`): no work starts, and no first write commits, after it
+    client_deadline: float | None = None
 
     @classmethod
     def starting(cls, seconds: float, whole: bool = False) -> Errand:
@@ -54,10 +61,12 @@ class Errand:
 
     def check(self) -> None:
         """Raise Dropped if work for this request must not start now."""
-        if self.finished or self.wrote or (self.whole and self.started):
+        if self._bound():
             return
         if self.closed:
             raise Dropped("The client closed its connection; the request was not carried out.")
+        if self._client_gone():
+            raise Dropped(_CLIENT_GONE)
         if time.monotonic() > self.deadline:
             raise Dropped(
                 f"The service is busy: the request waited past its deadline of "
@@ -65,12 +74,33 @@ class Errand:
             )
 
     def writing(self, connection: Any) -> None:
-        """Inside each write transaction of the request (before its commit)."""
+        """Inside each write transaction of the request (before its commit).
+
+        The request's first write is rolled back (Dropped) when its client stopped waiting
+        before the commit: applied, it could never be acknowledged; rolled back, the
+        client's retry with the same Idempotency-Key carries it out once."""
+        if not self._bound() and self._client_gone(COMMIT_MARGIN):
+            raise Dropped(_CLIENT_GONE)
         if self.on_write is not None and not self.finished:
             self.on_write(connection)
 
+    def _bound(self) -> bool:
+        """Its answer must be given: it went out, a write committed, or host work started."""
+        return self.finished or self.wrote or (self.whole and self.started)
+
+    def _client_gone(self, margin: float = 0.0) -> bool:
+        if self.client_deadline is None:
+            return False
+        return time.monotonic() > self.client_deadline - margin
+
     def committed(self) -> None:
         self.wrote = True
+
+
+_CLIENT_GONE = (
+    "The service is busy: this request could not be carried out within the time its client "
+    "said it waits (Gpuhive-Client-Timeout), so nothing was changed. Retry in a moment."
+)
 
 
 def current() -> Errand | None:

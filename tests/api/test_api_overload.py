@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,11 +43,18 @@ class Reply:
 @pytest.fixture
 def fetch(http_server_client: Any, jp_base_url: str) -> Any:
     async def fetch(
-        method: str, path: str, body: Any = None, *, user: str = "alice", key: str | None = None
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        user: str = "alice",
+        key: str | None = None,
+        extra: dict[str, str] | None = None,
     ) -> Reply:
         headers = {"Authorization": f"token {TOKENS[user]}"} if user else {}
         if key is not None:
             headers["Idempotency-Key"] = key
+        headers.update(extra or {})
         payload = json.dumps(body).encode() if body is not None else None
         response = await http_server_client.fetch(
             f"{jp_base_url}gpuhive/api/{path}", method=method, body=payload, headers=headers,
@@ -156,6 +164,43 @@ async def test_work_past_its_deadline_is_not_started_and_frees_its_key(
         "POST", "reservations", booking(["gpu1:1"], soon(), soon(2), "late"), key="k-late"
     )
     assert again.status == 201, again  # the dropped request released its key
+
+
+async def test_a_booking_whose_client_stopped_waiting_is_not_made_and_its_retry_is(
+    fetch: Any, admission: Any, gate: threading.Event
+) -> None:
+    """The client says how long it waits (Gpuhive-Client-Timeout), counted from when the load
+    balancer received the request (X-Request-Start) where one says so: past that, nothing
+    is carried out, so no booking exists whose client never saw it acknowledged."""
+    body = booking(["gpu2:1"], soon(), soon(2), "impatient")
+    waiting = asyncio.ensure_future(
+        fetch("POST", "reservations", body, key="k-impatient",
+              extra={"Gpuhive-Client-Timeout": "0.5"})
+    )  # fmt: skip
+    await until(lambda: admission.in_flight == 1, "the booking in flight")
+    await asyncio.sleep(1.0)  # its client's half second passes while it waits for a thread
+    gate.set()
+    reply = await waiting
+    assert reply.status == 503, reply
+    assert "Gpuhive-Client-Timeout" in reply.message and reply.headers["Retry-After"] == "1"
+    assert "impatient" not in await titles(fetch)
+
+    # a request the load balancer received 5 s ago, from a client that waits 2 s: too late
+    stale = f"t={int((time.time() - 5) * 1e6)}"  # haproxy's form: microseconds
+    late = await fetch("POST", "reservations", body, key="k-impatient",
+                       extra={"Gpuhive-Client-Timeout": "2", "X-Request-Start": stale})  # fmt: skip
+    assert late.status == 503, late
+    assert "impatient" not in await titles(fetch)
+
+    retry = await fetch("POST", "reservations", body, key="k-impatient",
+                        extra={"Gpuhive-Client-Timeout": "30"})  # fmt: skip
+    assert retry.status == 201, retry  # the dropped attempts released the key
+    assert (await titles(fetch)).count("impatient") == 1
+
+    for bad in ("soon", "0", "-1", "1e9", "nan"):
+        refused = await fetch("GET", "me", extra={"Gpuhive-Client-Timeout": bad})
+        assert refused.status == 400, (bad, refused)
+        assert "Gpuhive-Client-Timeout header must be the seconds" in refused.message
 
 
 async def test_a_retry_with_the_same_key_gets_the_same_reservation(fetch: Any) -> None:

@@ -95,6 +95,22 @@ def test_a_booking_through_the_balancer_is_read_back_through_the_other_replica(
     assert refused.status == 409, refused
 
 
+def test_a_clients_wait_counts_from_haproxys_reception(stack: ReplicaStack, token: str) -> None:
+    """haproxy stamps X-Request-Start (replacing a client's); a replica changes nothing past
+    the client's Gpuhive-Client-Timeout counted from that stamp."""
+    import time
+
+    later = iso(SLOT + timedelta(days=1))  # outside the window the client-mode test lists
+    body = {"title": "patient", "gpus": ["gpu1:1"], "start": later, "duration": "1h"}
+    stale = {"Gpuhive-Client-Timeout": "2", "X-Request-Start": f"t={int((time.time() - 5) * 1e6)}"}
+    direct = call("POST", stack.replicas[0].url("api/reservations"), token, body=body,
+                  headers=stale)  # fmt: skip
+    assert direct.status == 503, direct  # its own stamp says its client left 3 s ago
+    assert "Gpuhive-Client-Timeout" in direct.body["message"]
+    made = via_balancer(stack, token, "POST", "reservations", body=body, headers=stale)
+    assert made.status == 201, made  # haproxy's stamp replaced the client's
+
+
 def test_a_users_server_in_client_mode_calls_the_balancer(stack: ReplicaStack) -> None:
     """The example config points every user's server at the balancer (no service on 10101)."""
     hub = stack.hub

@@ -130,3 +130,48 @@ async def test_a_request_that_reaches_hosts_runs_to_its_end_once_started() -> No
             finally:
                 ERRAND.reset(token)
     assert done == ["launch True", "record True", "launch False"]
+
+
+def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Store) -> None:
+    """The client said how long it waits (Gpuhive-Client-Timeout): a write that would commit
+    after that is rolled back, key mark included, so the client's retry carries it out once;
+    a later write of a request whose first write committed is never rolled back."""
+    import time
+
+    from jupyter_gpuhive.store.errand import COMMIT_MARGIN
+
+    keys, now = store.idempotency, utcnow()
+    keys.claim("alice", "k3", "fp", now, DAY, MINUTE)
+    store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t3 (n INTEGER)")))
+    errand = Errand.starting(60)
+    errand.on_write = lambda conn: keys.applied(conn, "alice", "k3")
+    errand.client_deadline = time.monotonic() + COMMIT_MARGIN + 0.2
+    errand.check()  # the client still waits when the work starts
+
+    def slow_insert(conn: object) -> None:
+        conn.execute(text("INSERT INTO t3 (n) VALUES (1)"))  # type: ignore[attr-defined]
+        time.sleep(0.3)  # the commit would come after the client stopped waiting
+
+    token = ERRAND.set(errand)
+    try:
+        with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
+            store.db.write(slow_insert)
+        with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
+            errand.check()  # nor does more work start
+    finally:
+        ERRAND.reset(token)
+    assert not errand.wrote
+    with store.db.read() as conn:
+        assert conn.execute(text("SELECT count(*) FROM t3")).scalar() == 0
+    assert keys.get("alice", "k3")["status"] is None  # type: ignore[index]
+
+    bound = Errand.starting(60)
+    bound.committed()  # its first write committed: the answer must be given
+    bound.client_deadline = time.monotonic() - 1
+    token = ERRAND.set(bound)
+    try:
+        store.db.write(lambda conn: conn.execute(text("INSERT INTO t3 (n) VALUES (2)")))
+    finally:
+        ERRAND.reset(token)
+    with store.db.read() as conn:
+        assert conn.execute(text("SELECT count(*) FROM t3")).scalar() == 1

@@ -12,11 +12,20 @@ database work it has not started by then, or after its client has gone, is not s
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
-from ...errors import Conflict, Unavailable
+from ...errors import BadRequest, Conflict, Unavailable
 
 SETTING = "gpuhive_admission"  # the tornado setting that holds the process's Intake
+# How long the client waits for this answer, in seconds (HiveClient sends its timeout):
+# after it, the request's work is not started and its first write is not committed.
+TIMEOUT_HEADER = "Gpuhive-Client-Timeout"
+# When the load balancer received the request (haproxy: `t=` and microseconds; see
+# examples/deploy/haproxy.cfg): the client's wait began then, not when a replica got it.
+START_HEADER = "X-Request-Start"
+LONGEST_TIMEOUT = 3600.0
 
 
 class Overloaded(Unavailable):
@@ -54,3 +63,43 @@ class Intake:
     def leave(self) -> None:
         """Count a request out."""
         self.in_flight -= 1
+
+
+def client_deadline(request: Any) -> float | None:
+    """The time.monotonic() at which the request's client stops waiting, or None (it did
+    not say). Raises BadRequest for a timeout that is not a number of seconds in range."""
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is None:
+        return None
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = float("nan")
+    if not 0 < timeout <= LONGEST_TIMEOUT:  # also false for nan
+        raise BadRequest(
+            f"The {TIMEOUT_HEADER} header must be the seconds the client waits for the "
+            f"answer, more than 0 and at most {LONGEST_TIMEOUT:g} (got {raw[:40]!r})."
+        )
+    now = time.time()
+    began = _balancer_start(request.headers.get(START_HEADER), now)
+    if began is None:
+        began = now - request.request_time()  # when this process began reading it
+    return time.monotonic() + (began + timeout - now)
+
+
+def _balancer_start(raw: str | None, now: float) -> float | None:
+    """The load balancer's reception time (epoch seconds) from `t=NUMBER` in seconds,
+    milliseconds or microseconds; None when absent, unreadable or not in the last minute
+    (a clock that disagrees is not believed: this process's own time is used instead)."""
+    if not raw:
+        return None
+    text = raw.strip().removeprefix("t=")
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    for scale in (1.0, 1e3, 1e6):  # seconds, milliseconds, microseconds since the epoch
+        seconds = number / scale
+        if now - 60 <= seconds <= now + 1:
+            return seconds
+    return None

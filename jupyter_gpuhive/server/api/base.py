@@ -47,7 +47,7 @@ from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
 from . import idempotency
 from .admission import SETTING as ADMISSION
-from .admission import Intake
+from .admission import Intake, client_deadline
 from .inputs import (
     DIGITS,
     MAX_BODY_BYTES,
@@ -110,6 +110,7 @@ class HiveLogic(RequestHandler):
         admission.enter()
         self._admission = admission
         self.errand = Errand.starting(admission.deadline, self.runs_to_the_end)
+        self.errand.client_deadline = client_deadline(self.request)
         ERRAND.set(self.errand)
 
     async def claim_key(self) -> None:
@@ -135,6 +136,7 @@ class HiveLogic(RequestHandler):
             return
         if self.errand is None:  # no admission control configured: an errand without deadline
             self.errand = Errand.starting(float("inf"))
+            self.errand.client_deadline = client_deadline(self.request)
             ERRAND.set(self.errand)
         use.bind(self.errand)
         self._key = use

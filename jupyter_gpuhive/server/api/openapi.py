@@ -35,7 +35,8 @@ MEANING = {
     413: f"The request body is over {MAX_BODY_BYTES} bytes",
     422: "Well-formed, but unacceptable values (the message says which and why)",
     503: "A host cannot be reached or cannot do this now, or the service is busy (more "
-    "requests in flight than it serves at once, or the request waited past its deadline; "
+    "requests in flight than it serves at once, or the request waited past its deadline or "
+    "past the time its client said it waits; "
     "nothing was changed): retry after the Retry-After header's seconds",
 }
 # What 409 and 422 also mean where an Idempotency-Key is taken.
@@ -61,7 +62,10 @@ DESCRIPTION = (
     "allowed, 404 no such thing, 409 a clash with the current state, 413 a request body "
     f"over {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES // 1024} KiB, the one size limit), "
     "422 unacceptable values, 503 a host cannot do it now or the service is busy (retry "
-    "after Retry-After). Creating POSTs take an Idempotency-Key header. Ids are ASCII digits up to "
+    "after Retry-After). Creating POSTs take an Idempotency-Key header. A client may say how "
+    "many seconds it waits for an answer (Gpuhive-Client-Timeout header, more than 0 and at "
+    "most 3600; counted from the load balancer's X-Request-Start where one sets it): past "
+    "that, the request changes nothing and is answered 503. Ids are ASCII digits up to "
     f"{ID_MAX}; whole-number query parameters lie within ±{INT_MAX}. Text fields are "
     "trimmed of surrounding whitespace (their limits apply to the text as sent), except a "
     "job's command, which is kept exactly as sent."
