@@ -26,7 +26,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 # modules of benchmarks/ that other benchmarks import (or run) and are no benchmark themselves
 FIXTURES = frozenset(
-    {"__init__", "preemption_live", "sweep_api", "sweep_baseline", "sweep_fixture", "sweep_sshd"}
+    {
+        "__init__",
+        "container_attribution",
+        "preemption_live",
+        "sweep_api",
+        "sweep_baseline",
+        "sweep_fixture",
+        "sweep_sshd",
+    }
 )
 TIMEOUT_S = 120.0
 
