@@ -191,10 +191,19 @@ def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
     return "free", f"free until {local(nxt['start'])}" if nxt else "free"
 
 
+def in_container(proc: dict[str, Any]) -> str:
+    """' in container NAME (IMAGE)' for a process in a container, else ''."""
+    box = proc.get("container")
+    if not box:
+        return ""
+    name = box.get("name") or str(box.get("id", ""))[:12]
+    return f" in container {name}" + (f" ({box['image']})" if box.get("image") else "")
+
+
 def violation_line(gpu: str, proc: dict[str, Any], me: str) -> str:
     """One process that breaks a reservation, as `me` reads it under %gpustatus's table."""
     program = (proc.get("command") or "").split(" ", 1)[0].rsplit("/", 1)[-1]
-    what = f"process {proc.get('pid')}{f' ({program})' if program else ''}"
+    what = f"process {proc.get('pid')}{f' ({program})' if program else ''}{in_container(proc)}"
     user = proc.get("user") or "an unknown user"
     who = f"Your {what}" if user == me else f"{user}'s {what}"
     holder = (proc.get("violation") or {}).get("holder")
@@ -225,9 +234,10 @@ class GpuStatus(Rich):
                 if g.get("mem_used_mib") is not None:
                     mem = f"{g['mem_used_mib']}/{g.get('mem_total_mib') or '?'} MiB"
                 procs = g.get("processes", [])
-                users = sorted({p.get("user") or "?" for p in procs if not p.get("violation")})
-                bad = sorted({f"⚠ {p.get('user') or '?'} (violation)" for p in procs
-                              if p.get("violation")})  # fmt: skip
+                users = sorted({(p.get("user") or "?") + in_container(p) for p in procs
+                                if not p.get("violation")})  # fmt: skip
+                bad = sorted({f"⚠ {p.get('user') or '?'}{in_container(p)} (violation)"
+                              for p in procs if p.get("violation")})  # fmt: skip
                 nxt = g.get("next_reservation")
                 after = f"{nxt['owner']} {local(nxt['start'])}" if nxt else ""
                 rows.append((kind, (g["id"], label, util, mem, ", ".join(bad + users), after)))

@@ -34,6 +34,7 @@ class ProcessRow:
     memory_mib: int | None
     holder: str | None
     violation: bool
+    container: str = ""  # 'NAME (IMAGE)' when it runs in a container (its owner is `user`)
 
 
 class Series:
@@ -161,9 +162,13 @@ class DashboardModel:
                     on = p.get("slice")  # the MIG slice it runs on: that slice's holder counts
                     who = (held.get(on) or holder) if on else holder
                     bad = who is not None and user != self.unix_user(who)
+                    box = p.get("container") or {}
+                    name = box.get("name") or str(box.get("id") or "")[:12]
+                    image = f" ({box['image']})" if box.get("image") else ""
                     rows.append(
                         ProcessRow(h["name"], on or g["id"], int(p["pid"]), user,
-                                   p.get("command") or "", p.get("used_memory_mib"), who, bad)
+                                   p.get("command") or "", p.get("used_memory_mib"), who, bad,
+                                   f"{name}{image}" if box else "")
                     )  # fmt: skip
         return rows
 

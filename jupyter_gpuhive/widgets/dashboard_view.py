@@ -70,22 +70,23 @@ class Chart:
             self._empty_axis()
 
 
+PROCESS_COLUMNS = ("Host", "GPU", "PID", "Owner", "Container", "Command", "Memory",
+                   "Reserved by", "Violation")  # fmt: skip
+
+
 def process_table(model: DashboardModel) -> str:
     """The process table as HTML; violating processes in red."""
-    head = "".join(
-        f"<th style='text-align:left;padding:2px 8px'>{h}</th>"
-        for h in ("Host", "GPU", "PID", "Owner", "Command", "Memory", "Reserved by", "Violation")
-    )
+    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in PROCESS_COLUMNS)
     body = []
     for p in model.processes:
         style = "background:#fdd" if p.violation else ""
-        cells = (p.host, p.gpu, p.pid, p.user, p.command[:60],
+        cells = (p.host, p.gpu, p.pid, p.user, p.container, p.command[:60],
                  "" if p.memory_mib is None else f"{p.memory_mib} MiB", p.holder or "—",
                  "yes" if p.violation else "")  # fmt: skip
         row = "".join(f"<td style='padding:2px 8px'>{html.escape(str(c))}</td>" for c in cells)
         body.append(f"<tr style='{style}'>{row}</tr>")
     if not body:
-        body.append("<tr><td colspan='8'>No GPU processes.</td></tr>")
+        body.append("<tr><td colspan='9'>No GPU processes.</td></tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 

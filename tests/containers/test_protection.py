@@ -19,8 +19,12 @@ from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.model.containers import ContainerSpec
 from jupyter_gpuhive.model.jobs import Job, TaskState
 from jupyter_gpuhive.monitor.containers import ContainerOwners, own_containers
+from jupyter_gpuhive.monitor.slices import process_json
+from jupyter_gpuhive.notebook.magicviews import violation_line
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.store.jobs import TaskChange
+from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
+from jupyter_gpuhive.widgets.dashboard_view import process_table
 from tests.protection.conftest import SIM_ENV, USER_MAP
 from tests.support.waiting import until
 
@@ -103,9 +107,19 @@ async def test_forged_container_on_a_reserved_gpu_is_a_violation_and_is_removed(
     assert procs[bobs].container.process_user == "gh-alice"  # the uid bob picked: not trusted
     assert procs[bobs].container.image == container_image.tag
 
-    # The hosts listing shows the container beside the process.
+    # The hosts listing, %gpustatus and the dashboard show the container beside the process.
     live = rig.monitor.sampler.live[host.name].sample
     assert {p.container.name for p in live.processes if p.container} == {task.session, bobs_name}
+    shown = process_json(procs[bobs], {})
+    assert shown["user"] == "root" and shown["container"]["name"] == bobs_name
+    assert shown["container"]["process_user"] == "gh-alice"
+    line = violation_line(f"{host.name}:0", {**shown, "violation": {"holder": "alice"}}, "alice")
+    assert f"in container {bobs_name} ({container_image.tag})" in line
+    listing = [{"name": host.name, "gpus": [{"id": f"{host.name}:0", "processes": [shown]}]}]
+    dashboard = DashboardModel(None)
+    (row,) = dashboard.processes = dashboard.process_rows(listing)
+    assert row.container == f"{bobs_name} ({container_image.tag})"
+    assert f"<td style='padding:2px 8px'>{bobs_name} (" in process_table(dashboard)
 
     (violation,) = await until(lambda: [v for v in rig.history() if v.actions], timeout=20)
     await rig.protection.actions.drain()
