@@ -202,7 +202,10 @@ def run_line(
         raise Invalid(f"{image!r} is not an image reference.")
     home = shlex.quote(engine.home.replace("{user}", owner)) if engine.home else '"$HOME"'
     words = [shlex.quote(w) for w in engine.words()]
-    words += ["run", "--rm", "--init", "--pull", "never", "--name", shlex.quote(name)]
+    # --log-driver none: the output reaches the task's log through the attached client; the
+    # engine keeps no second copy of it under its (root's) data root.
+    words += ["run", "--rm", "--init", "--pull", "never", "--log-driver", "none"]
+    words += ["--name", shlex.quote(name)]
     if engine.engine == "podman":
         words += ["--userns", "keep-id"]
     words += ['--user "$(id -u):$(id -g)"', "--cap-drop", "ALL"]

@@ -163,7 +163,7 @@ def test_start_line_and_removal_need_the_host_engine() -> None:
     paths = ("./l.log", "./l.exit", "./l.env")
     line, env = containers.start_line(t, decl(), paths, clean=True, extra_env="export R=1\n")
     assert "screen -dmS gpuhive-7-train-0" in line
-    assert "rm -f gpuhive-7-train-0" in line and "s3cret" not in line
+    assert "run --rm" in line and "s3cret" not in line
     assert "TOKEN=s3cret\n" in env and "R=1\n" in env
     with pytest.raises(TemplateError, match="runs no container engine"):
         containers.start_line(t, HostDecl(name="gpu1"), paths, clean=True)

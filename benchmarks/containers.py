@@ -1,0 +1,226 @@
+"""Containers (#29): what running a job or a reservation kernel in an image costs at start.
+
+Run: ``.venv/bin/python benchmarks/containers.py [--smoke]`` as root (it starts its own
+dockerd, tests/support/containers.py, builds the test image, and runs jobs and kernels as a
+real test user who may use that dockerd).
+
+On one simulated local host (the `local` transport, the nvidia-smi stand-in), measured the
+same way, alternating, in the same run:
+
+- job start: from ``Launcher.start`` to the task's command having run its first statement
+  (it creates a file in the owner's home), for a bare job and for the same job in the test
+  image (``docker run --rm --init``…, ``gpu_flags: none``); ``container_job_start_ratio`` is
+  the ratio of the medians (target <= 2.0);
+- kernel start: from ``start_kernel`` to the first ``kernel_info`` reply, a bare reservation
+  kernel (a world-usable venv with ipykernel, tests/support/kernel_python.py) against the same
+  reservation's kernel in the test image (the project's venv, mounted read-only);
+  ``container_kernel_start_ratio`` is the ratio of the medians (target <= 2.0). The two
+  interpreters differ (the image holds the project's Python, which test users cannot run on
+  the host), which the figure includes.
+
+``attribution_ms`` and ``misattributed`` come from ``benchmarks/container_attribution.py``
+(its own dockerd and containers). The last line printed is one JSON object with those four
+figures and the medians behind the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pwd
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jupyter_client.ioloop import AsyncIOLoopKernelManager
+from jupyter_client.kernelspec import KernelSpec
+
+from jupyter_gpuhive.hosts.config import parse_hosts
+from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
+from jupyter_gpuhive.jobs import GpuSlot
+from jupyter_gpuhive.jobs.launcher import Launcher
+from jupyter_gpuhive.jobs.model import render_tasks
+from jupyter_gpuhive.kernels.registry import KernelRegistry
+from jupyter_gpuhive.model import Identity, utcnow
+from jupyter_gpuhive.model.containers import ContainerSpec
+from jupyter_gpuhive.model.jobs import Job
+from jupyter_gpuhive.sim.cluster import LocalSimHost
+from jupyter_gpuhive.store import Store
+from jupyter_gpuhive.store.jobs import Jobs
+from tests.support.containers import build_test_image, running_dockerd
+from tests.support.engine_access import engine_user
+from tests.support.kernel_python import kernel_python
+
+USER = "gh-alice"
+HOST = "cbench1"
+SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
+BEGAN = time.perf_counter()
+
+
+def say(message: str) -> None:
+    print(f"[{time.perf_counter() - BEGAN:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+async def appears(path: Path, limit: float = 60.0) -> float:
+    """Wait until `path` exists; the perf_counter time it was seen."""
+    deadline = time.perf_counter() + limit
+    while not os.path.exists(path):  # noqa: ASYNC240 - a stat per poll; a thread hop would add its own delay to the figure
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{path} did not appear within {limit} s")
+        await asyncio.sleep(0.005)
+    return time.perf_counter()
+
+
+async def job_starts(store: Store, pool: HostPool, runs: int, image: str) -> dict[str, list[float]]:
+    """Seconds from Launcher.start to the command's first statement, bare and in the image."""
+    home = Path(pwd.getpwnam(USER).pw_dir)
+    marks = home / f".gpuhive-bench-{uuid.uuid4().hex[:8]}"
+    marks.mkdir()
+    shutil.chown(marks, USER, USER)
+    jobs = Jobs(store.db, log_dir=f"~/.gpuhive/bench-{uuid.uuid4().hex[:8]}")
+    launcher = Launcher(pool, jobs, grace=1.0)
+    gpu = pool.hosts[HOST].gpus[0].uuid
+    layout = [(HOST, "127.0.0.1", [GpuSlot(HOST, "127.0.0.1", 0, gpu)])]
+    out: dict[str, list[float]] = {"bare": [], "container": []}
+    try:
+        for i in range(runs):
+            for kind in ("bare", "container"):
+                mark = marks / f"{kind}-{i}"
+                spec = Job(name=f"{kind}{i}", owner=USER, command=f": > {mark} && exec sleep 60",
+                           container=ContainerSpec(image) if kind == "container" else None)  # fmt: skip
+                job = await asyncio.to_thread(jobs.create, spec, render_tasks(spec, layout))
+                began = time.perf_counter()
+                report = await launcher.start(job)
+                if report.failures:
+                    raise RuntimeError(f"{kind} job did not start: {report.failures}")
+                out[kind].append(await appears(mark) - began)
+                await launcher.stop(job.id, grace=1.0)
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(home / jobs.log_dir[2:], ignore_errors=True)
+    return out
+
+
+def kernel_spec(reservation_id: int, image: str | None) -> KernelSpec:
+    config: dict[str, Any] = {"reservation_id": reservation_id}
+    if image:
+        config["image"] = image
+    metadata = {"kernel_provisioner": {"provisioner_name": "gpuhive", "config": config}}
+    return KernelSpec(argv=["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                      display_name="bench", language="python", metadata=metadata)  # fmt: skip
+
+
+async def kernel_start(spec: KernelSpec) -> float:
+    """Seconds from start_kernel to the first kernel_info reply; the kernel is shut down."""
+    km = AsyncIOLoopKernelManager()
+    km._kernel_spec = spec
+    began = time.perf_counter()
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        took = time.perf_counter() - began
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+    return took
+
+
+async def kernel_starts(
+    store: Store, pool: HostPool, runs: int, image: str
+) -> dict[str, list[float]]:
+    async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    KernelRegistry(store, pool, run, identity_of=Identity).activate()
+    begin = utcnow() - timedelta(seconds=1)
+    gpu = store.inventory.gpu(f"{HOST}:0")
+    assert gpu is not None
+    res = store.reservations.create(USER, "bench", "", begin, begin + timedelta(hours=2),
+                                    [gpu.id])  # fmt: skip
+    out: dict[str, list[float]] = {"bare": [], "container": []}
+    for _ in range(runs):
+        out["bare"].append(await kernel_start(kernel_spec(res.id, None)))
+        out["container"].append(await kernel_start(kernel_spec(res.id, image)))
+    return out
+
+
+def attribution(smoke: bool) -> dict[str, Any]:
+    """The figures of benchmarks/container_attribution.py (its own engine and containers)."""
+    from benchmarks import container_attribution
+
+    found = container_attribution.measure(smoke)
+    return {"attribution_ms": found["attribution_ms"], "misattributed": found["misattributed"]}
+
+
+async def run(smoke: bool, work: Path) -> dict[str, Any]:
+    job_runs, kernel_runs = (2, 1) if smoke else (10, 5)
+    with running_dockerd() as engine:
+        image = build_test_image(engine)
+        say(f"dockerd and image {image.tag} ready")
+        engine_user(engine, USER)
+        sim = LocalSimHost(HOST, work / "sim")
+        env = sim.env()
+        containers = {
+            "engine": "docker", "binary": engine.binary, "socket": engine.host,
+            "gpu_flags": "none", "images": [image.tag],
+            "mounts": [{"path": str(image.venv), "read_only": True}],
+            "kernel_python": image.venv_python,
+        }  # fmt: skip
+        decls = parse_hosts([{"name": HOST, "transport": "local", "containers": containers,
+                              "env": {k: env[k] for k in SIM_ENV},
+                              "gpus": [{"index": g.index, "uuid": g.uuid} for g in sim.config.gpus],
+                              "kernel_python": kernel_python()}])  # fmt: skip
+        store = Store(f"sqlite:///{work / 'hive.sqlite'}").open()
+        store.inventory.sync(decls)
+        pool = HostPool(decls, SshSettings(connect_timeout=5, command_timeout=60))
+        try:
+            jobs = await job_starts(store, pool, job_runs, image.tag)
+            say(f"job starts: {jobs}")
+            kernels = await kernel_starts(store, pool, kernel_runs, image.tag)
+            say(f"kernel starts: {kernels}")
+        finally:
+            await pool.close()
+            store.close()
+    job_bare, job_boxed = statistics.median(jobs["bare"]), statistics.median(jobs["container"])
+    k_bare, k_boxed = statistics.median(kernels["bare"]), statistics.median(kernels["container"])
+    return {
+        "container_job_start_ratio": round(job_boxed / job_bare, 2),
+        "container_kernel_start_ratio": round(k_boxed / k_bare, 2),
+        "job_start_bare_s": round(job_bare, 3),
+        "job_start_container_s": round(job_boxed, 3),
+        "kernel_start_bare_s": round(k_bare, 3),
+        "kernel_start_container_s": round(k_boxed, 3),
+        "runs": {"jobs": job_runs, "kernels": kernel_runs},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="2 job and 1 kernel start each")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (it starts its own dockerd and runs jobs as a test user)")
+    work = Path(tempfile.mkdtemp(prefix="gpuhive-bench-containers-"))
+    work.chmod(0o755)
+    try:
+        figures = asyncio.run(run(args.smoke, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures.update(attribution(args.smoke))
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
