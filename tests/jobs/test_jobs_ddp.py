@@ -131,13 +131,19 @@ def quit_sessions(job_name: str) -> None:
                 subprocess.run(["screen", "-S", name, "-X", "quit"], check=False)
 
 
-def run_job(cluster: SshdCluster, spec: Job) -> tuple[Job, dict[int, str], float]:
-    """Store, start and follow the job to the end; its final state, each task's log, seconds."""
+def run_job(
+    cluster: SshdCluster, spec: Job, extra: dict[str, Any] | None = None
+) -> tuple[Job, dict[int, str], float]:
+    """Store, start and follow the job to the end; its final state, each task's log, seconds
+    (`extra`: more settings of every host, e.g. its container engine)."""
     owner = spec.owner
     log_dir = f".gpuhive/test-ddp-{uuid.uuid4().hex[:8]}"
 
     async def scenario(jobs: Jobs) -> tuple[Job, dict[int, str], float]:
-        decls = [HostDecl(name, cluster[name].address, port=cluster[name].port) for name in HOSTS]
+        decls = [
+            HostDecl(name, cluster[name].address, port=cluster[name].port, extra=extra or {})
+            for name in HOSTS
+        ]
         settings = SshSettings(
             client_keys=[str(cluster.client_key)],
             known_hosts=[str(cluster.known_hosts)],
