@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.preemption import CHECKPOINT_S, GRACE_S, Replay, workload
 from jupyter_gpuhive.jobs.preemption import PREEMPT_PATIENCE
+from tests.support.lending_replay import CHECKPOINT_S, GRACE_S, Replay, workload
 
 
 @pytest.fixture(scope="module")
