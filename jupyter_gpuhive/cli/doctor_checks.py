@@ -3,8 +3,9 @@
 Every nvidia-smi query the probe sends (hosts/probe.py), the MIG listing and `topo -m`
 (hosts/topology.py) run one by one and are read by gpuhive's own parsers; GPU health as the
 monitor judges it (hosts/health.py); the connection (SSH: the host key and the login), GNU
-screen (jobs) and the kernel Python (ipykernel, isolated with `-I`, as kernels start). There is
-no container-engine setting in gpuhive, so no container engine is checked.
+screen (jobs) and the kernel Python (ipykernel, isolated with `-I`, as kernels start). A host's
+container engine (its `containers` entry) is not checked yet: its settings are checked when
+the configuration is read, and a container job's start failure names the engine's error.
 """
 
 from __future__ import annotations
