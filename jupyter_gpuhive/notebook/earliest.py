@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from ..model import describe_duration, parse_ref
 from .args import parse_gpu_args, parse_when
 from .client import HiveClientError
+from .lending import lending_body
 from .magicviews import ReservationResult, Rows, local
 
 UTC = timezone.utc
@@ -74,7 +75,7 @@ def earliest(magics: Magics, args: Any) -> Any:
         return Rows(slots, columns, "No slot fits.")
     first = slots[0]
     body = {"title": args.title, "gpus": first["gpus"], "start": first["start"],
-            "end": first["end"]}  # fmt: skip
+            "end": first["end"], **lending_body(args)}  # fmt: skip
     try:
         done = magics.client.reserve(**body)
     except HiveClientError as error:

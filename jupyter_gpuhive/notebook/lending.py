@@ -1,4 +1,5 @@
-"""How the magics and widgets word the lending of reserved GPUs to preemptible jobs (#31)."""
+"""Lending reserved GPUs to preemptible jobs (#31) in the magics and widgets: a booking's
+lending fields, and how a loan and a reclaim are worded."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from IPython.core.error import UsageError
+
+from ..model.jobs import PREEMPT_SIGNALS as SIGNALS
 from .clock import local_zone
 
-SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+__all__ = ["SIGNALS", "lending_body", "lending_choice", "lent_text", "reclaimed_text"]
 
 
 def lent_text(reservation: Mapping[str, Any], mine: bool = True) -> str | None:
@@ -29,6 +33,18 @@ def lending_choice(reservation: Mapping[str, Any]) -> str | None:
     if reservation.get("reclaim_before_start"):
         return "lent only until shortly before its start"
     return None
+
+
+def lending_body(args: Any) -> dict[str, bool]:
+    """The booking's lending fields, only when they differ from the defaults."""
+    body: dict[str, bool] = {}
+    if args.no_lend:
+        body["lend"] = False
+    if args.reclaim_before_start:
+        if args.no_lend:
+            raise UsageError("--no-lend never lends them: --reclaim-before-start has no use.")
+        body["reclaim_before_start"] = True
+    return body
 
 
 def reclaimed_text(reservation_id: int, answer: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from .client import HiveClient, HiveClientError
 from .earliest import earliest, expected_wait
 from .kernelswitch import HELP as KERNEL_HELP
 from .kernelswitch import switch_to
-from .lending import reclaimed_text
+from .lending import lending_body, reclaimed_text
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
 
@@ -312,18 +312,6 @@ class GpuHiveMagics(Magics):
             if not hosts:
                 raise UsageError(f"There is no host {args.host!r}; %gpustatus lists them all.")
         return GpuStatus(hosts, self._call(self.client.me)["name"])
-
-
-def lending_body(args: Any) -> dict[str, bool]:
-    """The booking's lending fields, only when they differ from the defaults."""
-    body: dict[str, bool] = {}
-    if args.no_lend:
-        body["lend"] = False
-    if args.reclaim_before_start:
-        if args.no_lend:
-            raise UsageError("--no-lend never lends them: --reclaim-before-start has no use.")
-        body["reclaim_before_start"] = True
-    return body
 
 
 def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:
