@@ -45,8 +45,11 @@ _SLICE = re.compile(r"/user\.slice/user-(\d+)\.slice")
 # A user name a trusted label may give (the POSIX portable set; no leading '-').
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
-# Who answered for a container (Container.source).
+# Who answered for a container (Container.source). SUBUID: a process whose uid lies in a
+# user's subordinate range (/etc/subuid, root's file): a rootless container where the engine
+# made no cgroup of its own (cgroup v1 without systemd), or any user namespace of that user.
 GPUHIVE, ROOTLESS, LABEL, UNATTRIBUTED = "gpuhive", "rootless", "label", "unattributed"
+SUBUID = "subuid"
 # What an unattributed container is (the site's choice).
 UNATTRIBUTED_LEVELS = ("violation", "exempt")
 ENGINE_OWNER = "root"  # who runs a rootful engine's containers, whatever uid they show
@@ -73,6 +76,8 @@ class Container:
 
     def describe(self) -> str:
         """'container NAME (ID12, image IMAGE; owner: SOURCE)' for violation details."""
+        if not self.id:
+            return f"a user namespace of {self.owner} (uid {self.rootless_uid}; {SUBUID})"
         what = f"{self.name} ({self.short_id}" if self.name else f"{self.short_id} ("
         image = f"image {self.image}" if self.image else "image unknown"
         sep = ", " if self.name else ""
@@ -262,3 +267,19 @@ def remove_command(words: Sequence[str], ids: Iterable[str], grace: float = 0.0)
     stop = shlex.join([*words, "stop", "--time", str(int(grace)), *ids])
     remove = shlex.join([*words, "rm", "-f", *ids])
     return f"{stop} >/dev/null 2>&1; {remove}"
+
+
+def subuid_ranges(text: str) -> list[tuple[int, int, str]]:
+    """``/etc/subuid`` lines (``user:start:count``) as (start, count, user)."""
+    ranges = []
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] and parts[1].isdigit() and parts[2].isdigit():
+            ranges.append((int(parts[1]), int(parts[2]), parts[0]))
+    return ranges
+
+
+def subuid_owner(uid: int, ranges: Sequence[tuple[int, int, str]]) -> str | None:
+    """The one user whose subordinate range holds `uid` (None: nobody's, or two users')."""
+    owners = {user for start, count, user in ranges if start <= uid < start + count}
+    return owners.pop() if len(owners) == 1 else None

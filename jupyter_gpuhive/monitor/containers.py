@@ -19,15 +19,18 @@ from typing import Any
 from ..hosts.containers import (
     GPUHIVE,
     LABEL,
+    SUBUID,
     Container,
     SiteRule,
     attribute,
     engine_words,
     inspect_command,
     parse_inspect,
+    subuid_owner,
+    subuid_ranges,
 )
 from ..hosts.pool import HostPool, HostUnavailable
-from ..hosts.probe import HostSample
+from ..hosts.probe import HostSample, ProcessInfo
 from ..model.jobs import ACTIVE
 from ..store import Store
 from .sampler import Sweep
@@ -62,6 +65,8 @@ class ContainerOwners:
         self.keep = keep
         self.known: dict[tuple[str, str], Container | None] = {}  # (host, id) -> inspected
         self.uid_names: dict[tuple[str, int], str] = {}
+        self.subuids: dict[str, tuple[float, list[tuple[int, int, str]]]] = {}  # host -> read
+        self.subuid_seconds = 60.0  # how long a host's /etc/subuid is kept
         self.inspections = 0  # engine round trips (tests, benchmarks)
 
     async def attribute_sweep(self, sweep: Sweep) -> bool:
@@ -83,9 +88,13 @@ class ContainerOwners:
         await self._inspect(host, [p.container for p in sample.processes if p.container])
         names = {name: owner for (h, name), owner in own.items() if h == host}
         uid_names = {uid: n for (h, uid), n in self.uid_names.items() if h == host}
+        ranges = await self._subuids(host) if any(map(_numeric, sample.processes)) else []
         processes = []
         for proc in sample.processes:
             found = proc.container
+            if found is None and _numeric(proc):
+                processes.append(_in_user_namespace(proc, ranges))
+                continue
             if found is None or found.source is not None:
                 processes.append(proc)
                 continue
@@ -130,6 +139,22 @@ class ContainerOwners:
             for uid, name in names.items():
                 self.uid_names[(host, uid)] = name
 
+    async def _subuids(self, host: str) -> list[tuple[int, int, str]]:
+        """The host's /etc/subuid ranges (root's file), read again after `subuid_seconds`."""
+        now = asyncio.get_running_loop().time()
+        held = self.subuids.get(host)
+        if held is not None and now - held[0] < self.subuid_seconds:
+            return held[1]
+        try:
+            result = await self.pool.run(
+                host, "cat /etc/subuid 2>/dev/null; true", timeout=self.timeout
+            )
+        except HostUnavailable:
+            return held[1] if held else []
+        ranges = subuid_ranges(result.stdout)
+        self.subuids[host] = (now, ranges)
+        return ranges
+
     def _forget(self, host: str, current: set[str]) -> None:
         """Drop what is kept about this host's containers that no GPU process runs in any more
         (once more than `keep` are kept)."""
@@ -144,8 +169,26 @@ def _answered(stdout: str) -> bool:
     return "\n@@rc 0\n" in f"\n{stdout}"
 
 
+def _numeric(proc: ProcessInfo) -> bool:
+    """A process outside any container whose uid has no name on its host (`ps` prints it)."""
+    return proc.container is None and bool(proc.user) and str(proc.user).isdigit()
+
+
+def _in_user_namespace(proc: ProcessInfo, ranges: list[tuple[int, int, str]]) -> ProcessInfo:
+    """A process with a subordinate uid, charged to the user whose range holds it."""
+    uid = int(str(proc.user))
+    owner = subuid_owner(uid, ranges)
+    if owner is None:
+        return proc
+    box = Container("userns", "", uid, source=SUBUID, owner=owner, process_user=proc.user)
+    return replace(proc, user=owner, container=box)
+
+
 def _unresolved(sample: HostSample) -> bool:
-    return any(p.container is not None and p.container.source is None for p in sample.processes)
+    return any(
+        (p.container is not None and p.container.source is None) or _numeric(p)
+        for p in sample.processes
+    )
 
 
 def _rootful(sample: HostSample) -> bool:

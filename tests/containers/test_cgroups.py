@@ -13,6 +13,8 @@ from jupyter_gpuhive.hosts.containers import (
     cgroups_after_ps,
     container_of,
     parse_inspect,
+    subuid_owner,
+    subuid_ranges,
 )
 
 A = "a" * 64
@@ -77,3 +79,12 @@ def test_inspect_lines_and_owner_rules() -> None:
     assert (gone.owner, gone.source) == ("root", UNATTRIBUTED)
     rootless = attribute(Container("podman", B, 1001), None, {}, plain, {1001: "bob"})
     assert (rootless.owner, rootless.source) == ("bob", ROOTLESS)
+
+
+def test_a_subordinate_uid_is_its_users_only_when_one_range_holds_it() -> None:
+    ranges = subuid_ranges("alice:100000:65536\nbob:165536:65536\n# x\nmallory:165536:10\n")
+    assert subuid_owner(100999, ranges) == "alice"
+    assert subuid_owner(165540, ranges) is None  # two users' ranges: nobody's
+    assert subuid_owner(231071, ranges) == "bob"
+    assert subuid_owner(231072, ranges) is None
+    assert subuid_owner(99999, ranges) is None

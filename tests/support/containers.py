@@ -369,6 +369,22 @@ def python_rootfs(venv: Path) -> tuple[_RootFs, str]:
     return fs, python
 
 
+def tools_rootfs(tools: Iterable[str] = ("sh", "sleep", "id", "cat")) -> _RootFs:
+    """A root file system of a few of this machine's programs and the libraries they load."""
+    fs = _RootFs()
+    paths = [p for p in (shutil.which(t, path="/usr/bin:/bin") for t in tools) if p]
+    for path in paths:
+        fs.add(path)
+    for lib in _shared_libraries(os.path.realpath(p) for p in paths):
+        fs.add(lib)
+    fs.add("/bin/sh")
+    fs.add_dir("tmp", 0o1777)
+    for name in ("proc", "sys", "dev", "etc", "run"):
+        if name not in fs.entries:
+            fs.add_dir(name, 0o755)
+    return fs
+
+
 def build_test_image(engine: Engine, venv: Path | None = None) -> TestImage:
     """Build the test image from this machine's files and import it under a per-run tag."""
     started = time.monotonic()
