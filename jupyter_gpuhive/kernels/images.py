@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..hosts.engines import Engine, Mount, engine_of, labels, remove_line, run_line
@@ -35,9 +36,20 @@ def engine_for(launch: Launch) -> Engine:
     return engine
 
 
-def kernel_name(user: str, folder: str) -> str:
-    """The container's name: the owner and the launch's private folder (unique per launch)."""
-    return f"gpuhive-kernel-{user}-{os.path.basename(folder)}"
+def kernel_name(kernel_id: str) -> str:
+    """The container's name: the kernel's id (a restart removes the last one first)."""
+    return f"gpuhive-kernel-{kernel_id}"
+
+
+def own_kernel_containers(registry: Any) -> Callable[[], Awaitable[dict[tuple[str, str], str]]]:
+    """gpuhive's own kernel containers, (host, container name) -> the kernel's owner, from the
+    registry's live kernels (root's own record, not the container's labels, which any user
+    of the engine can set): for the attribution of container processes."""
+
+    async def read() -> dict[tuple[str, str], str]:
+        return {(r.host, kernel_name(r.kernel_id)): r.owner for r in registry.live()}
+
+    return read
 
 
 def command(launch: Launch, folder: str) -> str:
@@ -50,7 +62,7 @@ def command(launch: Launch, folder: str) -> str:
     line = run_line(
         engine,
         image=str(launch.image),
-        name=kernel_name(launch.user, folder),
+        name=launch.container,
         owner=launch.user,
         argv=[engine.kernel_python, "-I", "-S", "-c", SCRIPT, "boot"],
         uuids=uuids,
@@ -64,13 +76,13 @@ def command(launch: Launch, folder: str) -> str:
     return f"exec {line}"
 
 
-async def remove(launch: Launch, folder: str, ids: dict[str, Any]) -> None:
+async def remove(launch: Launch, ids: dict[str, Any]) -> None:
     """Remove the kernel's container (as its owner, `ids`: subprocess user and groups): a
     killed client leaves it running until the kernel notices its silent stdin."""
     engine = engine_of(launch.host)
     if engine is None:
         return
-    line = remove_line(engine, [kernel_name(launch.user, folder)])
+    line = remove_line(engine, [launch.container])
     env = command_env(launch.host, launch.user)
     with contextlib.suppress(OSError, TimeoutError):
         process = await asyncio.create_subprocess_exec("sh", "-c", line, env=env, **ids)

@@ -47,6 +47,7 @@ class Launch:
     timeout: float = 60.0
     orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
     image: str | None = None  # run the kernel in this container image (local hosts)
+    container: str = ""  # the container's name (images.kernel_name of the kernel id)
 
 
 def python_command(python: str) -> str:

@@ -56,7 +56,7 @@ class LocalKernel(KernelProcess):
         self.parent = ""  # where `base` was made
         self.uid = -1
         self.ids: dict[str, Any] = {}  # the owner's uid, gid and groups for subprocesses
-        self.image_dir: str | None = None  # the folder of the launch running in an image
+        self.boxed: Launch | None = None  # the last launch that ran in an image
 
     @property
     def address(self) -> str:
@@ -83,7 +83,7 @@ class LocalKernel(KernelProcess):
         line = shell_command(launch.python)
         if launch.image is not None:
             line = images.command(launch, self.dir)
-            self.image_dir = self.dir
+            self.boxed = launch
         env = command_env(launch.host, launch.user)  # never the server's environment
         home = account.pw_dir if Path(account.pw_dir).is_dir() else "/"  # noqa: ASYNC240
         try:
@@ -152,9 +152,9 @@ class LocalKernel(KernelProcess):
                     os.unlink(os.path.join(self.base, name))
 
     async def _remove_container(self) -> None:
-        if self.image_dir is not None:
-            await images.remove(self.launch, self.image_dir, self.ids)
-            self.image_dir = None
+        if self.boxed is not None:
+            await images.remove(self.boxed, self.ids)
+            self.boxed = None
 
     def _write(self, data: str) -> None:
         if self.process is not None and self.process.stdin is not None:

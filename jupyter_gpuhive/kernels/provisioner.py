@@ -39,6 +39,7 @@ from ..hosts.engines import engine_of
 from ..model import utcnow
 from ..model.kernel import KernelState
 from . import registry as registries
+from .images import kernel_name
 from .launch import PORTS, Launch
 from .local import LocalKernel
 from .registry import KernelRecord, KernelRegistry
@@ -198,7 +199,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         image = self.image or (engine.kernel_image if engine is not None else None)
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
-                        image)  # fmt: skip
+                        image, kernel_name(record.kernel_id))  # fmt: skip
         if image is not None and decl.transport != "local":
             raise Unavailable(
                 f"Kernels in images run on hosts with the local transport for now; {decl.name} "

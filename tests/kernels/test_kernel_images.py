@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpuhive.kernels.images import own_kernel_containers
 from tests.conftest import USERS, book
 from tests.kernels.remote_helpers import REPORT, Notebook, kernels_api, report, write_spec
 from tests.support.engine_access import engine_user
@@ -73,7 +74,9 @@ async def test_a_kernel_in_an_image_prints_its_gpus_and_ends_with_its_container(
     assert seen["user"] == OWNER and seen["cuda"] == record.gpu_uuids[0]
     assert (await nb.run(INSIDE)).text.split() == ["True", str(pwd.getpwnam(OWNER).pw_uid)]
     names = docker.run("ps", "--format", "{{.Names}}").stdout.split()
-    assert [n for n in names if n.startswith(f"gpuhive-kernel-{OWNER}-")], names
+    assert f"gpuhive-kernel-{kid}" in names, names
+    owners = await own_kernel_containers(started.web_app.settings["gpuhive"].kernels)()
+    assert owners == {(HOST, f"gpuhive-kernel-{kid}"): OWNER}
 
     # Interrupt reaches the kernel through the engine's client.
     cell = nb.send("import time; time.sleep(60)")
@@ -95,7 +98,7 @@ async def test_a_kernel_in_an_image_prints_its_gpus_and_ends_with_its_container(
 
 def _kernel_containers(docker: Any) -> list[str]:
     names = docker.run("ps", "-a", "--format", "{{.Names}}").stdout.split()
-    return [n for n in names if n.startswith(f"gpuhive-kernel-{OWNER}-")]
+    return [n for n in names if n.startswith("gpuhive-kernel-")]
 
 
 async def test_a_kernelspec_image_off_the_allow_list_is_refused(
