@@ -8,6 +8,7 @@ import asyncio
 import os
 import pwd
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from jupyter_gpuhive.hosts.containers import SiteRule
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.model import render_tasks
-from jupyter_gpuhive.model import HostDecl
+from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.model.containers import ContainerSpec
 from jupyter_gpuhive.model.jobs import Job, TaskState
 from jupyter_gpuhive.monitor.containers import ContainerOwners, own_containers
@@ -152,6 +153,10 @@ async def test_the_site_may_trust_a_label_for_containers_it_did_not_start(
     asked = rig.monitor.containers.inspections
     await rig.sweep()  # known containers are not asked about again
     assert rig.monitor.containers.inspections == asked
+    # Usage is charged to the owner, not to the uid (0) the labelled container runs as.
+    now = utcnow()
+    usage = await run(rig.store.usage.window, now - timedelta(hours=1), now + timedelta(hours=1))
+    assert {name for name, _ in usage["users"]} == {"root", "gh-bob"}
 
     rig.monitor.containers.rule = SiteRule(unattributed="exempt")
     rig.monitor.containers.known.clear()
