@@ -24,12 +24,36 @@ export interface IProcessViolation {
   since?: string | null;
 }
 
+/** The container a process runs in (GET hosts); the process's `user` is then its owner. */
+export interface IContainer {
+  id: string;
+  engine?: string | null;
+  image?: string | null;
+  name?: string | null;
+  owner?: string | null;
+  /** How the owner is known: gpuhive, rootless, subuid, label or unattributed. */
+  source?: string | null;
+  /** The UNIX user the process runs as, which the container chose. */
+  process_user?: string | null;
+}
+
 export interface IProcess {
   pid: number;
   user: string | null;
   command?: string | null;
   used_memory_mib?: number | null;
   violation?: IProcessViolation | null;
+  container?: IContainer | null;
+}
+
+/** ' in container NAME (IMAGE)' for a process in a container, else ''. */
+export function containerText(p: IProcess): string {
+  const c = p.container;
+  if (!c) {
+    return '';
+  }
+  const name = c.name || c.id.slice(0, 12) || `a user namespace of ${c.owner ?? '?'}`;
+  return ` in container ${name}${c.image ? ` (${c.image})` : ''}`;
 }
 
 export interface IGpu {
@@ -313,7 +337,7 @@ export function violationNotes(gpu: IGpu, me: string): string[] {
       continue;
     }
     const program = (p.command ?? '').trim().split(/\s+/)[0]?.split('/').pop();
-    const what = `process ${p.pid}${program ? ` (${program})` : ''}`;
+    const what = `process ${p.pid}${program ? ` (${program})` : ''}${containerText(p)}`;
     const who = p.user === me ? `Your ${what}` : `${p.user ?? 'An unknown user'}’s ${what}`;
     const holder = p.violation.holder;
     const where = holder ? (holder === me ? 'your reservation' : `${holder}’s reservation`) : 'a GPU nobody reserved';

@@ -202,6 +202,21 @@ describe('violationNotes', () => {
     expect(violationNotes(marked, 'alice')).toEqual(['⚠ Violation: me’s process 42 (sleep) runs on your reservation']);
   });
 
+  it('names the container a violating process runs in', () => {
+    const boxed = gpu([
+      {
+        pid: 43,
+        user: 'root',
+        command: 'sleep 600',
+        violation: { kind: 'foreign', holder: 'alice' },
+        container: { id: 'ab'.repeat(32), name: 'bobs-run', image: 'lab/torch:2', source: 'unattributed' }
+      }
+    ]);
+    expect(violationNotes(boxed, 'alice')).toEqual([
+      '⚠ Violation: root’s process 43 (sleep) in container bobs-run (lab/torch:2) runs on your reservation'
+    ]);
+  });
+
   it('says nothing for processes without a violation', () => {
     expect(violationNotes(gpu([{ pid: 1, user: 'me', command: 'python' }]), 'me')).toEqual([]);
     expect(violationNotes(gpu(undefined), 'me')).toEqual([]);
