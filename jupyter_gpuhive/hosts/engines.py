@@ -26,6 +26,7 @@ ENGINES = ("docker", "podman")
 GPU_FLAGS = ("nvidia", "cdi", "none")
 DEFAULT_BINARY = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}
 DEFAULT_GPU_FLAGS = {"docker": "nvidia", "podman": "cdi"}
+NETWORKS = ("default", "none", "host")
 LABEL_PREFIX = "gpuhive"
 
 # An image reference: [registry[:port]/]name[:tag][@digest]; never a word that starts with '-'.
@@ -60,6 +61,8 @@ class Engine:
     home: str | None = None  # mounted instead of the owner's home ('{user}' is the owner)
     kernel_image: str | None = None
     kernel_python: str = "python3"  # the interpreter inside kernel images (with ipykernel)
+    network: str = "default"  # default (the engine's), none or host; distributed: always host
+    init_path: str | None = None  # Podman: the init binary, where catatonit is not installed
 
     def allows_image(self, image: str) -> bool:
         """Whether `image` matches one of the site's patterns (fnmatch, case-sensitive)."""
@@ -97,7 +100,7 @@ def parse_engine(host: str, spec: Any) -> Engine:
     if not isinstance(spec, Mapping):
         raise bad("must be a mapping such as {engine: docker, images: ['lab/*']}.")
     known = {"engine", "binary", "gpu_flags", "images", "mounts", "socket", "home",
-             "kernel_image", "kernel_python"}  # fmt: skip
+             "kernel_image", "kernel_python", "network", "init_path"}  # fmt: skip
     unknown = sorted(set(spec) - known)
     if unknown:
         raise bad(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))}).")
@@ -132,8 +135,14 @@ def parse_engine(host: str, spec: Any) -> Engine:
         _PATH.match(kernel_python) or _NAME.match(kernel_python)
     ):
         raise bad(f"kernel_python must be a path or a command name, not {kernel_python!r}.")
+    network = spec.get("network", "default")
+    if network not in NETWORKS:
+        raise bad(f"network must be one of {', '.join(NETWORKS)}, not {network!r}.")
+    init_path = spec.get("init_path")
+    if init_path is not None and (engine != "podman" or not _PATH.match(str(init_path))):
+        raise bad(f"init_path must be an absolute path (Podman only), not {init_path!r}.")
     return Engine(engine, binary, gpu_flags, tuple(images), tuple(mounts), socket, home,
-                  kernel_image, kernel_python)  # fmt: skip
+                  kernel_image, kernel_python, network, init_path)  # fmt: skip
 
 
 def _mount(entry: Any, bad: Any) -> Mount:
@@ -206,19 +215,21 @@ def run_line(
     # engine keeps no second copy of it under its (root's) data root.
     words += ["run", "--rm", "--init", "--pull", "never", "--log-driver", "none"]
     words += ["--name", shlex.quote(name)]
+    if engine.init_path:
+        words += ["--init-path", shlex.quote(engine.init_path)]
     if engine.engine == "podman":
         words += ["--userns", "keep-id"]
     words += ['--user "$(id -u):$(id -g)"', "--cap-drop", "ALL"]
     words += ["--security-opt", "no-new-privileges"]
-    if host_network:
-        words += ["--network", "host"]
+    if host_network or engine.network != "default":
+        words += ["--network", "host" if host_network else engine.network]
     if interactive:
         words.append("-i")
     if env_file is not None:
         words += ["--env-file", shlex.quote(env_file)]
     words += [f"-e HOME={home}", '-e "USER=$(id -un)"']
-    if engine.engine == "docker":  # docker-init (tini) passes a stop's SIGINT to the whole group
-        words += ["-e", "TINI_KILL_PROCESS_GROUP=1"]
+    # docker-init (tini; or tini as Podman's init_path) passes a stop's SIGINT to the group.
+    words += ["-e", "TINI_KILL_PROCESS_GROUP=1"]
     words += [w for n in extra_env for w in ("-e", shlex.quote(n))]
     for key, value in (label_values or {}).items():
         words += ["--label", shlex.quote(f"{key}={value}")]

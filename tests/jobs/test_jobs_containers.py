@@ -60,6 +60,8 @@ def test_host_settings_are_checked_and_defaulted() -> None:
         ({"mounts": ["/data/../etc"]}, ".."),
         ({"privileged": True}, "unknown key"),
         ({"engine": "podman", "socket": "unix:///x.sock"}, "Docker only"),
+        ({"network": "bridge"}, "network must be one of default, none, host"),
+        ({"init_path": "/usr/bin/tini"}, "Podman only"),
         ("docker", "mapping"),
     ]
     for spec, words in bad:
@@ -104,6 +106,10 @@ def test_gpu_flags_follow_the_host_setting() -> None:
     none = words_of(containers.task_run(Engine(gpu_flags="none"), t, **common, host_network=True))
     assert "--gpus" not in none and "--device" not in none
     assert none[none.index("--network") + 1] == "host"
+    podman = Engine(engine="podman", gpu_flags="none", network="none", init_path="/usr/bin/tini")
+    quiet = words_of(containers.task_run(podman, t, **common))
+    assert quiet[quiet.index("--network") + 1] == "none"
+    assert quiet[quiet.index("--init-path") + 1] == "/usr/bin/tini"
 
 
 def test_hostile_values_stay_single_words_in_bash(tmp_path) -> None:
