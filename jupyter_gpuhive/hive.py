@@ -18,8 +18,7 @@ from .hive_settings import HiveSettings
 from .hosts.pool import HostPool, SshSettings
 from .integrations import Integrations
 from .jobs.service import Jobs
-from .kernels.lifecycle import end_policy
-from .kernels.registry import KernelRegistry
+from .kernels import images, lifecycle, registry
 from .model import HostDecl, Reservation, utcnow
 from .monitor import containers, scrape
 from .monitor.accounting import Meter
@@ -76,13 +75,14 @@ class Hive:
             max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
             user_of=self.protection.gpuhive_user,
         )  # fmt: skip
-        self.kernels = KernelRegistry(
+        self.kernels = registry.KernelRegistry(
             self.store, self.pool, self.run, identity_of=identity_of,
             unix_user=self.protection.unix_user, zone=s.policy.zone,
         )  # fmt: skip
-        self.kernel_life = end_policy(s.kernel_end, self.kernels, self.store, self.run,
+        self.kernel_life = lifecycle.end_policy(s.kernel_end, self.kernels, self.store, self.run,
                                       self.bookings, identity_of, s.protection.level)  # fmt: skip
-        self.monitor.containers = containers.for_site(self.pool, s.protection, self.store, self.run)
+        self.monitor.containers = containers.for_site(
+            self.monitor, s.protection, images.own_kernel_containers(self.kernels))  # fmt: skip
         self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
         self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers

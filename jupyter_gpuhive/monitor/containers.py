@@ -213,10 +213,18 @@ def own_containers(store: Store, run: Callable[..., Awaitable[Any]]) -> OwnConta
     return read
 
 
-def for_site(
-    pool: HostPool, settings: Any, store: Store, run: Callable[..., Awaitable[Any]]
-) -> ContainerOwners:
-    """The container owners as the site configured them (`settings`: ProtectionSettings)."""
+def for_site(monitor: Any, settings: Any, *more: OwnContainers) -> ContainerOwners:
+    """The container owners as the site configured them (`settings`: ProtectionSettings):
+    gpuhive's own containers from the job table of `monitor`'s store and from `more` (the
+    kernels' registry: kernels.images.own_kernel_containers)."""
     rule = SiteRule(settings.container_owner_label, settings.unattributed_containers)
     user_map = dict(settings.user_map)
-    return ContainerOwners(pool, rule, own_containers(store, run), lambda n: user_map.get(n, n))
+    sources = (own_containers(monitor.store, monitor.run_blocking), *more)
+
+    async def own() -> dict[tuple[str, str], str]:
+        found: dict[tuple[str, str], str] = {}
+        for source in sources:
+            found.update(await source())
+        return found
+
+    return ContainerOwners(monitor.pool, rule, own, lambda n: user_map.get(n, n))

@@ -19,7 +19,7 @@ from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.model.containers import ContainerSpec
 from jupyter_gpuhive.model.jobs import Job, TaskState
-from jupyter_gpuhive.monitor.containers import ContainerOwners, own_containers
+from jupyter_gpuhive.monitor.containers import ContainerOwners, for_site, own_containers
 from jupyter_gpuhive.monitor.slices import process_json
 from jupyter_gpuhive.notebook.magicviews import violation_line
 from jupyter_gpuhive.protection.service import ProtectionSettings
@@ -162,3 +162,19 @@ async def test_the_site_may_trust_a_label_for_containers_it_did_not_start(
     rig.monitor.containers.known.clear()
     sample = (await rig.sweep()).samples[host.name]
     assert {p.container.id: p.user for p in sample.processes} == {root_run: None, labelled: None}
+
+
+async def test_gpuhive_knows_its_containers_from_the_job_table_and_the_kernels(
+    make_local_host, make_rig
+) -> None:
+    host = make_local_host()
+    rig = make_rig([HostDecl(host.name, transport="local")], ProtectionSettings(level=0))
+    task = await run(alices_container_job, rig.store, host.name, "GPU-x", "lab/x:1")
+
+    async def kernels() -> dict[tuple[str, str], str]:  # as kernels.images reads its registry
+        return {(host.name, "gpuhive-kernel-k1"): "bob"}
+
+    owners = for_site(rig.monitor, ProtectionSettings(user_map=USER_MAP), kernels)
+    assert await owners.own() == {(host.name, task.session): "alice",
+                                  (host.name, "gpuhive-kernel-k1"): "bob"}  # fmt: skip
+    assert owners.unix_user("alice") == "gh-alice"
