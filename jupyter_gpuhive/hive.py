@@ -49,15 +49,15 @@ class Hive:
         self.jobs = Jobs(
             self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
             privacy=s.privacy, interval=s.poll_interval, changed=self.integrations.job_changed,
+            preemption=s.preemption, preempted=self.integrations.job_preempted,
         )  # fmt: skip
         self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
                                public_key=self.jobs.public_key, enabled=s.monitor)  # fmt: skip
         self.protection = Protection(
-            s.protection, self.store, self.pool, self.run, publish=publish,
+            s.protection, self.store, self.pool, self.run, publish=publish, lent=self.jobs.lent,
             job_owners=self.jobs.owners, public=s.privacy.public_violations,
             end_reservation=self._end_reservation,  # through the bookings service, built next
-            mail=s.integrations.mail,  # the site's one SMTP settings object
-            opened=self.integrations.violations_opened,  # violation webhook events
+            mail=s.integrations.mail, opened=self.integrations.violations_opened,  # SMTP, webhooks
         )  # fmt: skip
         self.bookings = Bookings(
             self.store, self.run, s.policy, identity_of, s.privacy,

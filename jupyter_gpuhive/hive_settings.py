@@ -9,6 +9,7 @@ from .bookings.fairshare import FairShareSettings
 from .bookings.reservations import Policy
 from .hosts.pool import SshSettings
 from .integrations import IntegrationSettings
+from .jobs.preemption import PreemptionSettings
 from .kernels.endpolicy import EndSettings
 from .model import HostDecl
 from .privacy import Privacy
@@ -35,4 +36,5 @@ class HiveSettings:
     integrations: IntegrationSettings = field(default_factory=IntegrationSettings)
     fairshare: FairShareSettings = field(default_factory=FairShareSettings)
     kernel_end: EndSettings = field(default_factory=EndSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     metrics_token: str = ""  # the Prometheus scrape's bearer token ("": admins only)

@@ -129,6 +129,9 @@ class Bookings:
         """Book GPUs for `who` (or, for admins, for the owner the booking names)."""
         await self._remember(who)
         made: Reservation = await self.run(self.reservations.create, who, booking)
+        if not booking.lend or booking.reclaim_before_start:  # no row: the defaults
+            await self.run(self.store.preemption.set_lending, made.id, booking.lend,
+                           booking.reclaim_before_start)  # fmt: skip
         self._changed("created", made, who.name, None)
         return made
 
@@ -137,6 +140,11 @@ class Bookings:
     ) -> Reservation:
         """Change a reservation's title, description, span or GPUs (`reason`: why, if not asked)."""
         changed: Reservation = await self.run(self.reservations.update, who, reservation_id, change)
+        if change.lend is not None or change.reclaim_before_start is not None:
+            had = (await self.run(self.store.preemption.lending, [reservation_id]))[reservation_id]
+            lend = had[0] if change.lend is None else change.lend
+            early = had[1] if change.reclaim_before_start is None else change.reclaim_before_start
+            await self.run(self.store.preemption.set_lending, reservation_id, lend, early)
         self._changed("changed", changed, who.name, reason)
         return changed
 

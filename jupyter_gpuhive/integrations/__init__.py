@@ -262,6 +262,23 @@ class Integrations:
                 kind = "succeeded" if job.status == TaskState.SUCCEEDED else "failed"
                 await self._job_event(kind, job)
 
+    def job_preempted(self, event: dict[str, Any]) -> None:
+        """A lender took its GPUs back from a preemptible job: `job.preempted` to the job's
+        owner and the holder ({job, owner, reservation, signal, grace_s, restarts})."""
+        self._spawn(self._job_preempted(dict(event)))
+
+    async def _job_preempted(self, event: dict[str, Any]) -> None:
+        try:
+            res = await self.run(self.store.reservations.get, event["reservation"])
+            holder: str | None = res.owner
+        except NotFound:
+            holder = None
+        text = (f"{event['owner']}'s preemptible job {event['job']} gives back the GPUs of "
+                f"reservation {event['reservation']}: {event['signal']}, {event['grace_s']:g} s "
+                f"to checkpoint, then back in the queue (restart {event['restarts']})")  # fmt: skip
+        users = [u for u in (event["owner"], holder) if u]
+        await self.webhooks.emit("job.preempted", event, users, text + ".", event)
+
     async def _job_event(self, kind: str, job: Job) -> None:
         where = ", ".join(sorted({t.host for t in job.tasks})) or "?"
         text = f"{job.owner}'s job {job.id} '{job.name}' on {where} {kind}"

@@ -48,6 +48,7 @@ EVENTS = (
     "job.started",
     "job.succeeded",
     "job.failed",
+    "job.preempted",
     "violation",
     "gpu.health",
 )

@@ -66,6 +66,11 @@ class PreemptionSettings:
     max_preemptions: int = 3
     reclaim_before_start_s: int = 300
     watch_interval: float = 0.5
+    user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user
+
+    def unix_user(self, name: str) -> str:
+        """The UNIX user whose processes are `name`'s (protection's `user_map`)."""
+        return self.user_map.get(name, name)
 
     def grace(self, job: Job) -> float:
         """The job's grace: the site's, or less when the job asked for less."""
@@ -83,13 +88,13 @@ class PreemptionSettings:
 def check_request(preemptible: bool, signal: str, grace_s: int | None, site_grace: int) -> None:
     """Refuse (ValueError) a preemption request the site cannot honour."""
     if signal not in PREEMPT_SIGNALS:
-        raise ValueError(f"preempt_signal must be one of {', '.join(PREEMPT_SIGNALS)}")
+        raise ValueError(f"preempt_signal must be one of {', '.join(PREEMPT_SIGNALS)}.")
     if grace_s is not None and grace_s < 0:
-        raise ValueError("grace_s must be 0 or more")
+        raise ValueError("grace_s must be 0 or more.")
     if grace_s is not None and grace_s > site_grace:
-        raise ValueError(f"grace_s may be at most the site's preemption grace, {site_grace} s")
+        raise ValueError(f"grace_s may be at most the site's preemption grace, {site_grace} s.")
     if not preemptible and (signal != "SIGTERM" or grace_s is not None):
-        raise ValueError("preempt_signal and grace_s need preemptible: true")
+        raise ValueError("preempt_signal and grace_s are for preemptible jobs (preemptible: true).")
 
 
 def checkpoint_dir(job: Job, log_dir: str) -> str:

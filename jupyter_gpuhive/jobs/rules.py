@@ -25,6 +25,7 @@ from .admission import (
 )
 from .commands import shell_command
 from .model import render_tasks
+from .preemption import check_request
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
 DEFAULT_WALLTIME = timedelta(hours=1)
@@ -60,6 +61,7 @@ class JobRules:
         self.zone = zone
         self.identity_of = identity_of
         self.now = clock
+        self.preempt_grace_s = 30  # the site's preemption grace: a job may ask for less
 
     # --- building jobs -----------------------------------------------------------------
 
@@ -118,7 +120,18 @@ class JobRules:
             start_at=request.start_at,
             stop_at=request.stop_at,
             max_retries=request.max_retries,
+            preemptible=request.preemptible,
+            preempt_signal=request.preempt_signal,
+            grace_s=request.grace_s,
         )
+        try:
+            check_request(request.preemptible, request.preempt_signal, request.grace_s,
+                          self.preempt_grace_s)  # fmt: skip
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        if request.preemptible and not request.queued:
+            raise Invalid("A preemptible job must be queued ('queued': true): the queue places "
+                          "it on lent GPUs.")  # fmt: skip
         if request.image is not None or request.mounts:
             job = replace(job, container=self._container(request))
         if job.start_at and job.stop_at and job.stop_at <= job.start_at:

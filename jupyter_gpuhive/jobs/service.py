@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Conflict, Invalid, Unavailable
+from ..errors import Conflict, Forbidden, Invalid, Unavailable
 from ..hosts.pool import HostPool, HostUnavailable, SshSettings
-from ..model import Identity, isoformat
+from ..model import Identity, isoformat, utcnow
 from ..model.jobs import ACTIVE, LIVE, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
@@ -17,6 +17,7 @@ from ..store import Store
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
+from .preemption import PreemptionSettings
 from .queue import Scheduler
 from .rules import JobRules
 
@@ -39,6 +40,8 @@ class Jobs:
         ssh: SshSettings,
         privacy: Privacy,
         changed: Callable[[int], Any] = lambda _job_id: None,
+        preemption: PreemptionSettings | None = None,
+        preempted: Callable[[dict[str, Any]], Any] = lambda _event: None,
     ) -> None:
         self.store = store
         self.run = run
@@ -46,9 +49,12 @@ class Jobs:
         self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
         self.logins = Logins(pool, ssh)
         self.launcher = Launcher(pool, store.jobs, changed=changed)  # integrations' events
+        self.preemption = preemption or PreemptionSettings()
+        self.rules.preempt_grace_s = self.preemption.grace_s
         self.scheduler = Scheduler(
-            store, self.launcher, identity_of=identity_of, zone=zone, interval=interval
-        )
+            store, self.launcher, identity_of=identity_of, zone=zone, interval=interval,
+            preemption=self.preemption, unix_user=self.preemption.unix_user, preempted=preempted,
+        )  # fmt: skip
 
     # --- after each sweep (leader only) ------------------------------------------------
 
@@ -60,6 +66,28 @@ class Jobs:
     async def settle(self) -> None:
         """Wait for the queue's work in flight (this server stops leading)."""
         await self.scheduler.settle()
+
+    async def lent(self, sweep: Sweep) -> dict[tuple[str, int], int]:
+        """GPU processes of jobs on loan: (host, pid) → the reservation that lends."""
+        return await self.scheduler.lent_processes(sweep)
+
+    async def reclaim(self, who: Identity, reservation_id: int) -> dict[str, Any]:
+        """The holder (or an admin) takes a reservation's lent GPUs back now: every job on
+        loan gets its signal; when the GPUs are free at the latest."""
+        res = await self.run(self.store.reservations.get, reservation_id)
+        if res.owner != who.name and not who.is_admin:
+            raise Forbidden(f"Only {res.owner} (or an admin) may take back the GPUs of "
+                            f"reservation {reservation_id}.")  # fmt: skip
+        now = utcnow()
+        if res.cancelled or res.end <= now:
+            raise Conflict(f"Reservation {reservation_id} is over: it has no GPUs to take back.")
+        why = f"{who.name} took the GPUs of reservation {reservation_id} back"
+        jobs, free_by = await self.scheduler.reclaim_reservation(reservation_id, why)
+        return {"reclaimed": jobs, "free_by": isoformat(free_by)}
+
+    async def lent_to(self, reservation_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+        """The jobs that run on each reservation's GPUs now (public: job, name, owner)."""
+        return await self.run(self.store.preemption.lent_to, reservation_ids)
 
     async def owners(self, sweep: Sweep) -> dict[tuple[str, int], str]:
         """GPU processes that belong to running gpuhive jobs: (host, pid) → job owner."""

@@ -24,6 +24,8 @@ class Booking:
     duration: timedelta | None = None
     description: str = ""
     owner: str | None = None  # admins only: book for someone else
+    lend: bool = True  # its GPUs may run preemptible jobs while the holder does not use them
+    reclaim_before_start: bool = False  # take lent GPUs back before the start (site's time)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class BookingChange:
     end: datetime | None = None
     duration: timedelta | None = None
     gpus: tuple[str, ...] | None = None
+    lend: bool | None = None
+    reclaim_before_start: bool | None = None
 
     @property
     def moves_end(self) -> bool:
@@ -67,6 +71,9 @@ class JobRequest:
     start: bool = False  # run it now (when not queued and not scheduled)
     image: str | None = None  # run each task in this container image (issue #29)
     mounts: tuple[str, ...] = ()  # allowed host paths to mount besides the home
+    preemptible: bool = False  # may run on GPUs reservations lend (issue #31)
+    preempt_signal: str = "SIGTERM"  # sent when the lender takes the GPUs back
+    grace_s: int | None = None  # seconds to checkpoint after it; None: the site's
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Per GPU and interval between two consecutive samples (t0, t1]:
 
-- who pays: the holder of a reservation on the GPU at t1 (kind 'reserved'); else the owner
+- who pays: the holder of a reservation on the GPU at t1 (kind 'reserved'), unless a
+  preemptible job runs on it on loan from that reservation: then the job's owner ('queued',
+  never the lender); else the owner
   of a gpuhive job running on it ('queued' for a queued job, 'job' otherwise); else the users
   whose processes run on it, each an equal share ('unreserved'); else nobody ('idle', payer
   ''). Every second of every GPU is charged to exactly one payer, so per-user totals add up
@@ -88,6 +90,7 @@ class Payers:
     holders: Mapping[str, Reservation]
     tasks: Mapping[str, RunningTask]
     user_of: Callable[[str], str]  # UNIX user → gpuhive user
+    lent: frozenset[int] = frozenset()  # jobs on GPUs a reservation lends: they pay
 
     @classmethod
     def at(
@@ -96,6 +99,7 @@ class Payers:
         active: Sequence[Reservation],
         tasks: Sequence[RunningTask],
         user_of: Callable[[str], str],
+        lent: frozenset[int] = frozenset(),
     ) -> Payers:
         held = {
             g.uuid: r
@@ -103,7 +107,7 @@ class Payers:
             if not r.cancelled and r.start <= instant < r.end
             for g in r.gpus
         }
-        return cls(held, {uuid: t for t in tasks for uuid in t.gpus}, user_of)
+        return cls(held, {uuid: t for t in tasks for uuid in t.gpus}, user_of, lent)
 
 
 def charge(
@@ -133,7 +137,10 @@ def charge(
     month = month_of(after.at, zone)
     holder, task = payers.holders.get(uuid), payers.tasks.get(uuid)
     subjects: tuple[tuple[str, int], ...] = (("job", task.job_id),) if task else ()
-    if holder is not None:
+    if holder is not None and task is not None and task.job_id in payers.lent:
+        who = [(task.owner, QUEUED)]  # a preemptible job on lent GPUs: never the lender
+        subjects = (("reservation", holder.id), *subjects)
+    elif holder is not None:
         who = [(holder.owner, RESERVED)]
         subjects = (("reservation", holder.id), *subjects)
     elif task is not None:
@@ -183,7 +190,8 @@ class Meter:
             at + timedelta(seconds=1),
         )
         tasks = await self._run(self.store.accounting.running_tasks)
-        charges = self.charges(now, active, tasks)
+        loans = await self._run(self.store.preemption.open_loans)
+        charges = self.charges(now, active, tasks, frozenset(loan.job_id for loan in loans))
         if charges:
             await self._run(self.store.accounting.record, charges)
 
@@ -192,8 +200,10 @@ class Meter:
         now: Mapping[str, Reading],
         active: Sequence[Reservation],
         tasks: Sequence[RunningTask],
+        lent: frozenset[int] = frozenset(),
     ) -> list[Charge]:
-        """The charges between the previous readings and `now` (and remember `now`)."""
+        """The charges between the previous readings and `now` (and remember `now`); the
+        jobs in `lent` run on GPUs a reservation lends them: their owners pay, not the holder."""
         inventory = self.store.inventory
         out: list[Charge] = []
         payers_at: dict[datetime, Payers] = {}
@@ -208,6 +218,7 @@ class Meter:
                 continue
             payers = payers_at.get(after.at)
             if payers is None:
-                payers = payers_at[after.at] = Payers.at(after.at, active, tasks, self.user_of)
+                payers = payers_at[after.at] = Payers.at(after.at, active, tasks, self.user_of,
+                                                         lent)  # fmt: skip
             out.extend(charge(gpu.id, uuid, before, after, payers, self.zone, self.idle_util))
         return out

@@ -37,7 +37,7 @@ from .handlers import HandlerContext, Incident, ViolationHandler
 from .idle import IdleWatch
 from .noshow import NoShows
 from .reports import Reports
-from .violations import JobOwners, detect, idle_reservations
+from .violations import JobOwners, LentProcesses, detect, idle_reservations
 
 __all__ = ["Protection", "ProtectionSettings"]
 
@@ -60,6 +60,7 @@ class Protection:
         *,
         publish: Callable[[dict[str, Any]], Any] | None = None,
         job_owners: Callable[[Sweep], Awaitable[JobOwners]] | None = None,
+        lent: Callable[[Sweep], Awaitable[LentProcesses]] | None = None,
         end_reservation: EndReservation = cannot_end,
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
         public: bool = False,
@@ -71,6 +72,7 @@ class Protection:
         self.store = store
         self._run = run
         self._job_owners = job_owners
+        self._lent = lent  # processes of preemptible jobs on a reservation's lent GPUs
         self._opened = opened  # told the violations each sweep opened (integrations' events)
         built = configure(settings, HandlerContext(pool, publish, mail), handler_types)
         self.policy, self.ladder, self.handlers = built.policy, built.ladder, built.handlers
@@ -107,11 +109,11 @@ class Protection:
             self._ready = True
         active = await self._run(self.store.reservations.window, at, at + timedelta(microseconds=1))
         owners = await self._job_owners(sweep) if self._job_owners else None
+        lent = await self._lent(sweep) if self._lent else None
         samples = [s for s in sweep.samples.values() if not s.gpu_error]
         seen = {s.host for s in samples}
-        findings = detect(
-            samples, active, at, self.policy, job_owners=owners, unix_user=self.unix_user
-        )
+        findings = detect(samples, active, at, self.policy, job_owners=owners,
+                          unix_user=self.unix_user, lent=lent)  # fmt: skip
         opened = set(await self.escalation.track(at, findings, seen, {r.id: r for r in active}))
         if opened:
             self._opened([v for v in self.ongoing() if v["violation"] in opened])

@@ -110,6 +110,27 @@ class GpuHiveConfig(LoggingConfigurable):
     ).tag(config=True)
 
     poll_interval = Float(5.0, help="Seconds between two sweeps over all hosts.").tag(config=True)
+    lending = Bool(
+        True,
+        help="Let preemptible queued jobs run on reserved GPUs while their holder has no process "
+        "on them; the holder's start takes them back (see the how-to on preemptible jobs). A "
+        "booking may opt out ('lend': false).",
+    ).tag(config=True)
+    preempt_grace_s = Int(
+        30,
+        help="Seconds a preemptible job has, after its signal, to checkpoint before it is "
+        "stopped (SIGTERM, then SIGKILL); a job may ask for less, not more.",
+    ).tag(config=True)
+    max_preemptions = Int(
+        3,
+        help="Preemptions after which a job no longer borrows GPUs: it is told and waits for "
+        "GPUs nobody booked.",
+    ).tag(config=True)
+    reclaim_before_start_s = Int(
+        300,
+        help="Seconds before its start at which a booking that chose 'reclaim_before_start' "
+        "takes lent GPUs back.",
+    ).tag(config=True)
     metrics_token = Unicode(
         "",
         help="Bearer token a Prometheus scrape of GET {base_url}gpuhive/api/prometheus sends "

@@ -67,6 +67,7 @@ class GpuHiveSettings(GpuHiveConfig):
         from ..hive import HiveSettings
         from ..hosts.ssh import SshSettings, ensure_client_key
         from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
+        from ..jobs.preemption import PreemptionSettings
         from ..kernels.endpolicy import EndSettings
         from ..model.limits import parse_table
         from ..privacy import Privacy
@@ -161,7 +162,18 @@ class GpuHiveSettings(GpuHiveConfig):
             extend_by=span(self.kernel_extend_by, "kernel_extend_by"),
             tick=min(5.0, max(0.2, self.poll_interval)),
         )
+        for name in ("preempt_grace_s", "max_preemptions", "reclaim_before_start_s"):
+            if getattr(self, name) < 0:
+                raise Invalid(f"c.GpuHiveApp.{name} must be 0 or more.")
+        preemption = PreemptionSettings(
+            lending=self.lending,
+            grace_s=self.preempt_grace_s,
+            max_preemptions=self.max_preemptions,
+            reclaim_before_start_s=self.reclaim_before_start_s,
+            user_map=dict(protection.user_map),
+        )
         return HiveSettings(
+            preemption=preemption,
             kernel_end=kernel_end,
             fairshare=fairshare,
             integrations=integrations,

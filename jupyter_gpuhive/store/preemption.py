@@ -172,6 +172,25 @@ class Preemption:
 
         return self.db.write(work)
 
+    def lent_to(self, reservation_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+        """Per reservation, the jobs its open loans run (job, name, owner, preemptible)."""
+        ids = list(reservation_ids)
+        found: dict[int, list[dict[str, Any]]] = {rid: [] for rid in ids}
+        if not ids:
+            return found
+        query = (
+            select(job_loans.c.reservation_id, jobs.c.id, jobs.c.name, jobs.c.owner)
+            .join(jobs, jobs.c.id == job_loans.c.job_id)
+            .where(job_loans.c.reservation_id.in_(ids), job_loans.c.ended_at.is_(None))
+            .order_by(job_loans.c.id)
+        )
+        with self.db.read() as conn:
+            for row in conn.execute(query).all():
+                found[row.reservation_id].append(
+                    {"job": row.id, "name": row.name, "owner": row.owner, "preemptible": True}
+                )
+        return found
+
     # --- history -----------------------------------------------------------------------
 
     def event(self, job_id: int, at: datetime, kind: str, detail: str,

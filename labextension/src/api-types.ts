@@ -59,6 +59,14 @@ export interface IdentityReply {
   admin: boolean;
 }
 
+export interface JobEventReply {
+  at: string;
+  /** preempted, resumed or exhausted (no more borrowing) */
+  event: string;
+  reservation: number | null;
+  detail: string;
+}
+
 export interface JobList {
   jobs: JobReply[];
 }
@@ -75,6 +83,14 @@ export interface JobReply {
   stop_at: string | null;
   max_retries: number;
   attempts: number;
+  preemptible?: boolean;
+  preempt_signal?: string;
+  grace_s?: number | null;
+  /** Times preempted (GPUHIVE_RESTARTS) */
+  restarts?: number;
+  /** The reservation whose GPUs it runs on */
+  lent_from?: number | null;
+  history?: JobEventReply[];
   status: TaskState;
   gpus: string[];
   /** Whether the definition is shown */
@@ -143,6 +159,13 @@ export interface LaunchReply {
   kernel: { [key: string]: unknown } | null;
 }
 
+export interface LentTo {
+  job: number;
+  name: string;
+  owner: string;
+  preemptible: boolean;
+}
+
 /** Limits of one scope; null or absent leaves a limit to the next level. */
 export interface LimitValues {
   /** GPUs held at once */
@@ -208,6 +231,11 @@ export interface NewJob {
   image?: string | null;
   /** Container jobs: host paths to mount, among those the host allows */
   mounts?: string[] | null;
+  /** Queued jobs: may also run on GPUs reservations lend, and is stopped (after preempt_signal and grace_s) and requeued when the holder takes them back */
+  preemptible?: boolean;
+  preempt_signal?: 'SIGTERM' | 'SIGINT' | 'SIGUSR1' | 'SIGUSR2';
+  /** Seconds to checkpoint after the signal (null: the site's; 422 above it) */
+  grace_s?: number | null;
 }
 
 /** Book GPUs from `start` (default: now) to `end`, or for `duration`. */
@@ -221,6 +249,10 @@ export interface NewReservation {
   duration?: (string | number) | string | null;
   /** Admins only: book for someone else */
   owner?: string | null;
+  /** Preemptible jobs may use its GPUs while the holder has no process on them, and give them back when the holder starts (false: never lend my GPUs) */
+  lend?: boolean;
+  /** Take lent GPUs back the site's reclaim_before_start_s before the start */
+  reclaim_before_start?: boolean;
 }
 
 /** Tell me when `gpus` GPUs (on `host`, of `model`) are free for `duration`. */
@@ -243,7 +275,7 @@ export interface NewSubscription {
 export interface NewWebhook {
   url: string;
   format?: 'json' | 'slack';
-  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'violation' | 'gpu.health' | '*')[];
+  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | '*')[];
   /** Admins only: everyone's events */
   site?: boolean;
 }
@@ -274,6 +306,13 @@ export interface ProcessReply {
   reason: string | null;
 }
 
+export interface ReclaimReply {
+  /** The jobs signalled (or on their way out) */
+  reclaimed: number[];
+  /** When the GPUs are free at the latest */
+  free_by: string;
+}
+
 export interface ReportReply {
   months: string[];
   timezone: string;
@@ -291,6 +330,10 @@ export interface ReservationChange {
   duration?: string | number;
   /** GPUs ('host:index' or UUID) and MIG slices ('host:index/migGI' or MIG UUID); a whole GPU holds all of its slices */
   gpus?: string[];
+  /** Preemptible jobs may use its GPUs while the holder has no process on them, and give them back when the holder starts (false: never lend my GPUs) */
+  lend?: boolean;
+  /** Take lent GPUs back the site's reclaim_before_start_s before the start */
+  reclaim_before_start?: boolean;
 }
 
 export interface ReservationList {
@@ -315,6 +358,11 @@ export interface ReservationReply {
   flag_reason: string | null;
   /** Hosts of its GPUs that are no longer configured (removed from the hosts file or the configuration): those GPUs are not monitored and cannot run kernels */
   hosts_gone?: string[];
+  /** Whether preemptible jobs may use its idle GPUs */
+  lend?: boolean;
+  reclaim_before_start?: boolean;
+  /** Preemptible jobs that run on its GPUs now */
+  lent_to?: LentTo[];
 }
 
 /** Where a reservation is at an instant: cancelled, upcoming, active or ended. */

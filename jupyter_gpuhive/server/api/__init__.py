@@ -39,6 +39,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/reservations/search", fi.SlotSearchHandler),
     ("/reservations/{id}", h.ReservationHandler),
     ("/reservations/{id}/usage", h.ReservationUsageHandler),
+    ("/reservations/{id}/reclaim", h.ReclaimHandler),
     ("/overview", h.OverviewHandler),
     ("/rules", h.RulesHandler),
     ("/rules/coverage", h.CoverageHandler),

@@ -16,6 +16,9 @@ from .openapi import generate
 from .operations import operation
 from .schemas import bodies, queries, replies
 
+# A listing's lending choices (reservation -> lend, reclaim early) and loans (-> jobs).
+Lending = tuple[dict[int, tuple[bool, bool]], dict[int, list[dict[str, Any]]]]
+
 
 class Shown(HiveLogic):
     """Serializes jobs and reservations as the requester may see them (privacy.py)."""
@@ -23,11 +26,39 @@ class Shown(HiveLogic):
     def job(self, job: Job) -> dict[str, Any]:
         return job_json(job, self.who, self.hive.settings.privacy)
 
-    def reservation(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:
+    def reservation(
+        self, res: Reservation, now: datetime | None = None, lending: Lending | None = None
+    ) -> dict[str, Any]:
         data = reservation_json(res, self.who, self.hive.settings.privacy, now)
         configured = {host.name for host in self.hive.settings.hosts}
         data["hosts_gone"] = sorted({gpu.host for gpu in res.gpus} - configured)
+        if lending is not None:
+            choice, lent = lending
+            data["lend"], data["reclaim_before_start"] = choice.get(res.id, (True, False))
+            data["lent_to"] = lent.get(res.id, [])
         return data
+
+    async def lending(self, found: list[Reservation]) -> Lending:
+        """Each reservation's lending choice and the jobs its GPUs run now."""
+        ids = [r.id for r in found]
+        choice = await self.hive.run(self.hive.store.preemption.lending, ids)
+        return choice, await self.hive.jobs.lent_to(ids)
+
+    async def shown(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:
+        return self.reservation(res, now, await self.lending([res]))
+
+
+class ReclaimHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "Take the reservation's lent GPUs back now (holder or admin): every preemptible job on "
+        "them gets its signal, then its grace, then is stopped and requeued",
+        reply=replies.ReclaimReply,
+        errors=(403, 404, 409),
+    )
+    async def post(self, reservation_id: str) -> None:
+        rid = self.id_arg(reservation_id, "reservation")
+        self.reply(await self.hive.jobs.reclaim(self.who, rid))
 
 
 class MeHandler(HiveLogic):
@@ -106,7 +137,8 @@ class ReservationsHandler(Shown):
             include_cancelled=q.include_cancelled,
             limit=1000 if q.limit is None else q.limit,
         )
-        self.reply({"reservations": [self.reservation(r, now) for r in found]})
+        lending = await self.lending(found)
+        self.reply({"reservations": [self.reservation(r, now, lending) for r in found]})
 
     @web.authenticated
     @operation(
@@ -117,7 +149,7 @@ class ReservationsHandler(Shown):
             self.who, self.body(bodies.NewReservation).value()
         )
         self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
-        self.reply(self.reservation(created), status=201)
+        self.reply(await self.shown(created), status=201)
 
 
 class ReservationHandler(Shown):
@@ -125,7 +157,7 @@ class ReservationHandler(Shown):
     @operation("One reservation", reply=replies.ReservationReply)
     async def get(self, reservation_id: str) -> None:
         found = await self.hive.bookings.get(self.id_arg(reservation_id, "reservation"))
-        self.reply(self.reservation(found))
+        self.reply(await self.shown(found))
 
     @web.authenticated
     @operation(
@@ -138,7 +170,7 @@ class ReservationHandler(Shown):
         rid = self.id_arg(reservation_id, "reservation")
         change = self.body(bodies.ReservationChange).value()
         changed = await self.hive.bookings.update(self.who, rid, change)
-        self.reply(self.reservation(changed))
+        self.reply(await self.shown(changed))
 
     @web.authenticated
     @operation(
@@ -149,7 +181,7 @@ class ReservationHandler(Shown):
     async def delete(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
         done = await self.hive.bookings.cancel(self.who, rid)
-        self.reply(self.reservation(done))
+        self.reply(await self.shown(done))
 
 
 class OverviewHandler(HiveLogic):

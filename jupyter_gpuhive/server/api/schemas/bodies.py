@@ -19,6 +19,7 @@ from ....integrations.webhooks import EVENTS, FORMATS, URL_MAX
 from ....jobs.admission import PLACEMENTS
 from ....jobs.catalog import TEMPLATES
 from ....model import ID_MAX
+from ....model.jobs import PREEMPT_SIGNALS
 from ....model.requests import (
     Booking,
     BookingChange,
@@ -30,6 +31,7 @@ from ....model.requests import (
 from ....model.rules import Rule, parse_rule
 from .fields import (
     DURATION,
+    FLAG,
     INSTANT,
     Check,
     Duration,
@@ -90,6 +92,13 @@ TITLE = text(TITLE_MAX, required=True)
 DESCRIPTION = text(DESCRIPTION_MAX)
 
 
+_LEND = (
+    "Preemptible jobs may use its GPUs while the holder has no process on them, and give "
+    "them back when the holder starts (false: never lend my GPUs)"
+)
+_EARLY = "Take lent GPUs back the site's reclaim_before_start_s before the start"
+
+
 class NewReservation(Body):
     """Book GPUs from `start` (default: now) to `end`, or for `duration`."""
 
@@ -102,6 +111,8 @@ class NewReservation(Body):
     owner: Annotated[str | None, maybe(text(NAME_MAX, required=True))] = Field(
         None, description="Admins only: book for someone else"
     )
+    lend: Flag = Field(True, description=_LEND)
+    reclaim_before_start: Flag = Field(False, description=_EARLY)
 
     def value(self) -> Booking:
         return Booking(
@@ -112,6 +123,8 @@ class NewReservation(Body):
             duration=self.duration,
             description=self.description or "",
             owner=self.owner,
+            lend=self.lend,
+            reclaim_before_start=self.reclaim_before_start,
         )
 
 
@@ -127,6 +140,8 @@ class ReservationChange(Closed):
     end: Annotated[datetime | None, INSTANT] = None
     duration: Annotated[timedelta | None, DURATION] = None
     gpus: Annotated[tuple[str, ...] | None, GPU_REFS] = None
+    lend: Annotated[bool | None, FLAG] = Field(None, description=_LEND)
+    reclaim_before_start: Annotated[bool | None, FLAG] = Field(None, description=_EARLY)
 
     def value(self) -> BookingChange:
         return BookingChange(
@@ -136,6 +151,8 @@ class ReservationChange(Closed):
             end=self.end,
             duration=self.duration,
             gpus=self.gpus,
+            lend=self.lend,
+            reclaim_before_start=self.reclaim_before_start,
         )
 
 
@@ -229,6 +246,14 @@ class NewJob(Body):
         None, description="Run each task in this container image (the host's allow-list decides)"
     )
     mounts: Mounts = ()
+    preemptible: Flag = Field(
+        False, description="Queued jobs: may also run on GPUs reservations lend, and is stopped "
+        "(after preempt_signal and grace_s) and requeued when the holder takes them back"
+    )  # fmt: skip
+    preempt_signal: Annotated[str, choice(PREEMPT_SIGNALS)] = "SIGTERM"
+    grace_s: Annotated[int | None, maybe(whole(0, 86400))] = Field(
+        None, description="Seconds to checkpoint after the signal (null: the site's; 422 above it)"
+    )
 
     def value(self) -> JobRequest:
         return JobRequest(**{name: getattr(self, name) for name in type(self).model_fields})

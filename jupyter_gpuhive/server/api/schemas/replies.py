@@ -37,6 +37,25 @@ class IdentityReply(Reply):
     admin: bool
 
 
+class LentTo(Reply):
+    job: int
+    name: str
+    owner: str
+    preemptible: bool
+
+
+class JobEventReply(Reply):
+    at: datetime
+    event: str = Field(description="preempted, resumed or exhausted (no more borrowing)")
+    reservation: int | None
+    detail: str
+
+
+class ReclaimReply(Reply):
+    reclaimed: list[int] = Field(description="The jobs signalled (or on their way out)")
+    free_by: datetime = Field(description="When the GPUs are free at the latest")
+
+
 class ReservationReply(Reply):
     id: int
     owner: str
@@ -59,6 +78,11 @@ class ReservationReply(Reply):
         default_factory=list,
         description="Hosts of its GPUs that are no longer configured (removed from the hosts "
         "file or the configuration): those GPUs are not monitored and cannot run kernels",
+    )
+    lend: bool = Field(True, description="Whether preemptible jobs may use its idle GPUs")
+    reclaim_before_start: bool = False
+    lent_to: list[LentTo] = Field(
+        default_factory=list, description="Preemptible jobs that run on its GPUs now"
     )
 
 
@@ -127,6 +151,12 @@ class JobReply(Reply):
     stop_at: datetime | None
     max_retries: int
     attempts: int
+    preemptible: bool = False
+    preempt_signal: str = "SIGTERM"
+    grace_s: int | None = None
+    restarts: int = Field(0, description="Times preempted (GPUHIVE_RESTARTS)")
+    lent_from: int | None = Field(None, description="The reservation whose GPUs it runs on")
+    history: list[JobEventReply] = Field(default_factory=list)
     status: TaskState
     gpus: list[str]
     detail: bool = Field(description="Whether the definition is shown")
