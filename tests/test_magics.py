@@ -187,6 +187,11 @@ def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
         shell.run_cell_magic("gpujob", "--name nothing", "echo hi")
     with pytest.raises(UsageError, match="caffe"):
         shell.run_cell_magic("gpujob", "gpu1:0 --template caffe", "echo hi")
+    # --image and --mount reach the server, which refuses them in words (no host has an engine).
+    with pytest.raises(UsageError, match="No host runs a container engine"):
+        shell.run_cell_magic("gpujob", "gpu1:0 --image lab/x:1 --mount /data --dry-run", "true")
+    with pytest.raises(UsageError, match="engine flags are never accepted"):
+        shell.run_cell_magic("gpujob", "gpu1:0 --image=--privileged", "true")
 
 
 def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer) -> None:

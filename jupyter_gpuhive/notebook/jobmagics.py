@@ -98,6 +98,11 @@ class GpuJobMagics(GpuHiveMagics):
     @argument("--grace", type=int, metavar="S",
               help="With --preemptible: seconds between the signal and the kill (default and "
                    "most: the site's)")  # fmt: skip
+    @argument("--image", help="Run each task in this container image (the host's allow-list "
+              "decides)")  # fmt: skip
+    @argument("--mount", action="append", metavar="PATH",
+              help="With --image: mount this host path, among those the host allows "
+                   "(repeatable)")  # fmt: skip
     @argument("--release", action="store_true",
               help="End the reservation as soon as the job finishes")  # fmt: skip
     @argument("--dry-run", action="store_true", help="Show the exact commands and environment")
@@ -164,6 +169,8 @@ class GpuJobMagics(GpuHiveMagics):
             body["workdir"] = str(Path.cwd())
         if args.walltime:
             body["walltime"] = args.walltime
+        if args.image is not None or args.mount:
+            body.update(image=args.image, mounts=list(args.mount or []))
         body.update(preemption_body(args))
         if body.get("preemptible"):
             body["queued"] = True
