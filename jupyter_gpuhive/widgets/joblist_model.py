@@ -28,11 +28,21 @@ class JobRow:
     tasks: int
     queued: bool
     created: str
+    preemption: str = ""  # "preemptible", "preemptible, preempted 2×" or ""
 
     @property
     def label(self) -> str:
-        queued = " (queued)" if self.queued else ""
-        return f"#{self.id} {self.name} — {self.status}{queued} — {self.gpus}"
+        kinds = [k for k in ("queued" if self.queued else "", self.preemption) if k]
+        shown = f" ({', '.join(kinds)})" if kinds else ""
+        return f"#{self.id} {self.name} — {self.status}{shown} — {self.gpus}"
+
+
+def preemption_text(job: dict[str, Any]) -> str:
+    """'preemptible', with how often it was preempted ('preempted 2×'), or ''."""
+    if not job.get("preemptible"):
+        return ""
+    restarts = int(job.get("restarts") or 0)
+    return f"preemptible, preempted {restarts}×" if restarts else "preemptible"
 
 
 class JobListModel:
@@ -70,7 +80,7 @@ class JobListModel:
         return [
             JobRow(j["id"], j["name"], j["status"], j.get("template", ""),
                    ", ".join(job_gpus(j)), len(j.get("tasks", [])), bool(j.get("queued")),
-                   j.get("created_at") or "")
+                   j.get("created_at") or "", preemption_text(j))
             for j in self.jobs
         ]  # fmt: skip
 

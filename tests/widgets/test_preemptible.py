@@ -85,3 +85,23 @@ def test_previews_shorten_the_shipped_checkpoint_module() -> None:
     text = task_text(task)
     assert "#   GPUHIVE_CHECKPOINT_SOURCE=H4sI" in text and "(3004 characters)" in text
     assert "#   LR=0.1" in text and len(text) < 300
+
+
+def test_the_job_list_says_which_jobs_are_preemptible_and_how_often_preempted() -> None:
+    from jupyter_gpuhive.widgets.joblist_model import JobListModel
+    from tests.widgets.test_jobs import Recorder
+
+    jobs = [
+        {"id": 1, "name": "plain", "status": "running", "tasks": []},
+        {"id": 2, "name": "borrower", "status": "pending", "queued": True, "tasks": [],
+         "preemptible": True, "restarts": 2},
+        {"id": 3, "name": "fresh", "status": "running", "queued": True, "tasks": [],
+         "preemptible": True, "restarts": 0},
+    ]  # fmt: skip
+    client = Recorder({("GET", "jobs"): {"jobs": jobs}})
+    model = JobListModel(client, user="ann")
+    model.refresh()
+    labels = {row.id: row.label for row in model.rows()}
+    assert labels[1] == "#1 plain — running — "
+    assert labels[2] == "#2 borrower — pending (queued, preemptible, preempted 2×) — "
+    assert labels[3] == "#3 fresh — running (queued, preemptible) — "
