@@ -7,6 +7,7 @@ it (tests/containers/test_cgroups.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -19,8 +20,9 @@ import pytest
 
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.protection.service import ProtectionSettings
-from tests.protection.conftest import SIM_ENV
+from tests.protection.conftest import SIM_ENV, USER_MAP
 from tests.support.containers import tools_rootfs
+from tests.support.waiting import until
 
 PODMAN = "/usr/bin/podman"
 pytestmark = pytest.mark.skipif(
@@ -65,13 +67,19 @@ def first_subuid(user: str) -> int:
     return int(next(line for line in lines if line.startswith(f"{user}:")).split(":")[1])
 
 
-async def test_rootless_podman_processes_are_their_users(
+async def test_rootless_podman_processes_are_their_users_and_she_stops_them(
     podman_as_alice, make_local_host, make_rig
 ) -> None:
     host = make_local_host()
     env = host.env()
     decl = HostDecl(host.name, transport="local", extra={"env": {k: env[k] for k in SIM_ENV}})
-    rig = make_rig([decl], ProtectionSettings(level=0))
+    settings = ProtectionSettings(
+        level=1, user_map=USER_MAP, handlers={"kill": {"mode": "user"}},
+        ladder=[{"after": 0, "handler": "kill", "signal": "KILL"}],
+    )  # fmt: skip
+    rig = make_rig([decl], settings)
+    await rig.sweep()  # discovery fills the inventory
+    await asyncio.to_thread(rig.reserve, "bob", f"{host.name}:0")
     gpu = ["-e", f"GPUHIVE_SIM_HOST={host.name}", "-e", "CUDA_VISIBLE_DEVICES=0"]
     for user in ("0", "1000"):  # her own uid outside; a subordinate uid of hers
         podman_as_alice("run", "-d", "--network", "none", "--user", user, *gpu,
@@ -81,3 +89,14 @@ async def test_rootless_podman_processes_are_their_users(
     assert seen == [("gh-alice", ""), ("gh-alice", "subuid")]
     (inside,) = [p for p in sample.processes if p.container]
     assert inside.container.process_user == str(first_subuid("gh-alice") + 999)  # 1000 inside
+
+    # On bob's GPU both are hers: one violation, and the kill step, as her, stops both.
+    await until(lambda: [v for v in rig.history() if v.actions], timeout=20)
+    await rig.protection.actions.drain()
+    (violation,) = rig.history()
+    assert (violation.offender, violation.holder) == ("gh-alice", "bob")
+    pids = sorted(p.pid for p in sample.processes)
+    assert violation.pids == tuple(pids)
+    (kill,) = violation.actions
+    assert kill.outcome == "ok" and kill.detail.startswith(f"SIGKILL sent to {pids[0]}, {pids[1]}")
+    await until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), timeout=20)

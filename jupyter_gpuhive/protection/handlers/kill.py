@@ -31,13 +31,20 @@ log = logging.getLogger(__name__)
 SIGNALS = ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "KILL")
 
 # $1 user, $2 signal, $3 sudo prefix (may be empty), then the pids. Checks the owner of each
-# pid first, so a pid reused by someone else is never touched.
+# pid first, so a pid reused by someone else is never touched. A uid with no name counts as the
+# user's when it lies in the user's /etc/subuid range and in nobody else's (a rootless
+# container's other uids: monitor/containers.py charges them to that user).
 _KILL = r"""
 user=$1; sig=$2; sudo=$3; shift 3
+sub() {
+  case $1 in ''|*[!0-9]*) return 1 ;; esac
+  awk -F: -v u="$user" -v id="$1" '$3 ~ /^[0-9]+$/ && id >= $2 && id < $2 + $3 {
+    if ($1 == u) f = 1; else o = 1 } END { exit !(f && !o) }' /etc/subuid 2>/dev/null
+}
 for p in "$@"; do
   owner=$(ps -o user:64= -p "$p" 2>/dev/null | tr -d ' ')
   if [ -z "$owner" ]; then echo "gone $p"
-  elif [ "$owner" != "$user" ]; then echo "other $p"
+  elif [ "$owner" != "$user" ] && ! sub "$owner"; then echo "other $p"
   elif $sudo kill -s "$sig" "$p" 2>/dev/null; then echo "sent $p"
   else echo "refused $p"; fi
 done
