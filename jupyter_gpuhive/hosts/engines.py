@@ -61,7 +61,9 @@ class Engine:
     home: str | None = None  # mounted instead of the owner's home ('{user}' is the owner)
     kernel_image: str | None = None
     kernel_python: str = "python3"  # the interpreter inside kernel images (with ipykernel)
-    network: str = "default"  # default (the engine's), none or host; distributed: always host
+    # host (as a bare task: no namespace to set up), none, or default (the engine's own);
+    # the distributed templates always use host.
+    network: str = "host"
     init_path: str | None = None  # Podman: the init binary, where catatonit is not installed
 
     def allows_image(self, image: str) -> bool:
@@ -135,7 +137,7 @@ def parse_engine(host: str, spec: Any) -> Engine:
         _PATH.match(kernel_python) or _NAME.match(kernel_python)
     ):
         raise bad(f"kernel_python must be a path or a command name, not {kernel_python!r}.")
-    network = spec.get("network", "default")
+    network = spec.get("network", "host")
     if network not in NETWORKS:
         raise bad(f"network must be one of {', '.join(NETWORKS)}, not {network!r}.")
     init_path = spec.get("init_path")

@@ -93,7 +93,7 @@ def test_the_run_line_gives_the_reserved_gpus_and_nothing_more() -> None:
     # Never generated, whatever the job says; its env values stay off the command line.
     for forbidden in ("--privileged", "--pid", "--ipc", "--cap-add", "--device", "s3cret"):
         assert not any(w.startswith(forbidden) for w in words), forbidden
-    assert "--network" not in words
+    assert words[words.index("--network") + 1] == "host"  # the site's default: as bare tasks
 
 
 def test_gpu_flags_follow_the_host_setting() -> None:
@@ -109,6 +109,8 @@ def test_gpu_flags_follow_the_host_setting() -> None:
     podman = Engine(engine="podman", gpu_flags="none", network="none", init_path="/usr/bin/tini")
     quiet = words_of(containers.task_run(podman, t, **common))
     assert quiet[quiet.index("--network") + 1] == "none"
+    engine_default = words_of(containers.task_run(Engine(network="default"), t, **common))
+    assert "--network" not in engine_default
     assert quiet[quiet.index("--init-path") + 1] == "/usr/bin/tini"
 
 

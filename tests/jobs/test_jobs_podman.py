@@ -2,8 +2,8 @@
 
 Podman runs as the job's owner from their screen session, with their own storage (the image
 is imported into it for this test only). Here rootless networking (slirp4netns) has no
-/dev/net/tun and catatonit is not installed, so the host says `network: none` and
-`init_path: /usr/bin/tini-static`, as a site in that situation would.
+/dev/net/tun, so only the default `network: host` (or `none`) works, and catatonit is not
+installed, so the host says `init_path: /usr/bin/tini-static`, as a site would.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def image() -> Iterator[str]:
 
 @pytest.fixture
 def hive(tmp_path: Path, image: str, jp_asyncio_loop: Any) -> Iterator[tuple[Jobs, Launcher]]:
-    engine = {"engine": "podman", "binary": PODMAN, "gpu_flags": "none", "network": "none",
-              "init_path": INIT, "images": ["localhost/gpuhive-pod-*"]}  # fmt: skip
+    engine = {"engine": "podman", "binary": PODMAN, "gpu_flags": "none", "init_path": INIT,
+              "images": ["localhost/gpuhive-pod-*"]}  # fmt: skip
     decl = HostDecl("pod1", "127.0.0.1", transport="local", extra={"containers": engine})
     store = Store(f"sqlite:///{tmp_path / 'hive.sqlite'}").open()
     log_dir = f"~/.gpuhive/test-{uuid.uuid4().hex[:8]}"
