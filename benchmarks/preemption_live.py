@@ -192,7 +192,7 @@ async def _run(count: int, folder: Path) -> dict[str, Any]:
                 res = store.reservations.get(rid)
                 found = detect(sweep.samples.values(), [res], sweep.at,
                                DetectionPolicy(level=1), lent=lent)  # fmt: skip
-                against += sum(1 for v in found if v.user == HOLDER)
+                against += sum(1 for v in found if v.offender == HOLDER)
                 async with asyncio.timeout(GRACE_S + 20):
                     await poll(functools.partial(gone, pid), every=0.01)
                 waits.append(time.monotonic() - began)

@@ -234,7 +234,12 @@ def judge(
     """The verdict on a running preemptible job: keep borrowing, reclaim or requeue."""
     verdict = Verdict()
     uuids = set(job.gpus)
-    near = lending.on(uuids, now, now + lead)
+    ahead = now + lead + settings.reclaim_before_start_s
+    near = [
+        res
+        for res in lending.on(uuids, now, ahead)
+        if min(res.start.timestamp(), reclaim_from(res, lending, settings)) <= now + lead
+    ]
     for res in near:
         mine = tuple(sorted(uuids.intersection(g.uuid for g in res.gpus)))
         if not lending.lends(res, settings) or not settings.may_borrow(job):
@@ -248,6 +253,7 @@ def judge(
         if lending.early(res) and now >= reclaim_from(res, lending, settings):
             why = f"reservation {res.id} takes its GPUs back before its start"
             verdict.reclaim = verdict.reclaim or (why, res.id)
+            verdict.lend.append((res.id, mine))  # the loan that is reclaimed
             continue
         active = res.start.timestamp() <= now
         seen = holder_procs(res, mine) if active else None

@@ -18,7 +18,7 @@ from jupyter_gpuhive.protection.violations import DetectionPolicy, detect
 from jupyter_gpuhive.sim.users import start_gpu_process
 from jupyter_gpuhive.store import Changes
 from tests.jobs import test_jobs_queue
-from tests.jobs.test_jobs_queue import OTHER, Bed, queued
+from tests.jobs.test_jobs_queue import OTHER, OWNER, Bed, queued
 
 # The queue tests' bed: store, pool, launcher, sampler and scheduler over simulated hosts.
 users = test_jobs_queue.users
@@ -220,3 +220,80 @@ async def test_a_job_preempted_too_often_runs_in_unbooked_time_only(bed: Bed) ->
     assert [e.kind for e in back.history] == ["preempted", "exhausted"]
     report = await bed.tick()
     assert report.admitted == [] and "reserved" in report.waiting[made.id]
+
+
+async def test_a_process_that_calls_itself_the_holders_reclaims_nothing(bed: Bed) -> None:
+    """The job's owner starts another process on the lent GPU, named like the holder's: the
+    probe reads its owner from /proc (the real UID), so no reclaim, and it is a violation
+    (it is not the lent job's)."""
+    _settings(bed, grace_s=2, watch_interval=0.1)
+    rid = book(bed, OTHER, "jq2", 2, datetime.now(UTC) - timedelta(minutes=1))
+    made = await bed.create(preemptible(), bed.slots("jq2", 2))
+    assert (await bed.tick()).admitted == [made.id]
+    uuid = bed.uuid("jq2", 2)
+    fake = start_gpu_process(bed.sims["jq2"].name, [uuid], user=OWNER,
+                             command=("bash", "-c", f"exec -a {OTHER} sleep 600"))  # fmt: skip
+    try:
+        sweep = await bed.sampler.sweep()
+        lent = await bed.scheduler.lent_processes(sweep)
+        [proc] = [p for p in sweep.samples["jq2"].processes if p.pid == fake.pid]
+        assert proc.user == OWNER and OTHER in proc.command
+        report = await bed.scheduler.tick(sweep)
+        await asyncio.sleep(0.5)  # several rounds of the watch
+        job = bed.job(made.id)
+        assert made.id not in report.stopping and job.status == "running" and job.history == ()
+        res = bed.store.reservations.get(rid)
+        found = detect(sweep.samples.values(), [res], sweep.at, DetectionPolicy(level=1),
+                       lent=lent)  # fmt: skip
+        assert [(v.offender, v.pids) for v in found] == [(OWNER, (fake.pid,))]
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+async def test_a_job_that_ignores_its_signal_is_killed_after_the_grace(bed: Bed) -> None:
+    _settings(bed, grace_s=1, watch_interval=0.1)
+    rid = book(bed, OTHER, "jq2", 3, datetime.now(UTC) - timedelta(minutes=1))
+    stubborn = "import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT):\n" \
+        "    signal.signal(s, signal.SIG_IGN)\nprint('ignoring', flush=True)\ntime.sleep(600)\n"  # fmt: skip
+    made = await bed.create(queued("python3 -c {w}", variables={"w": stubborn}, preemptible=True),
+                            bed.slots("jq2", 3))  # fmt: skip
+    assert (await bed.tick()).admitted == [made.id]
+
+    async def ignoring() -> bool:
+        return "ignoring" in await log_text(bed, made.id)
+
+    await until(ignoring)
+    await bed.scheduler.reclaim_reservation(rid, "the holder asked")
+    await bed.scheduler.settle()
+    back = bed.job(made.id)
+    assert back.status == "pending" and back.restarts == 1
+    assert [e.kind for e in back.history] == ["preempted"]
+    sweep = await bed.sampler.sweep()
+    assert not [p for p in sweep.samples["jq2"].processes if p.user == OWNER]
+
+
+async def test_the_holders_job_waits_for_the_reclaim_and_reclaim_before_start(bed: Bed) -> None:
+    _settings(bed, grace_s=1, reclaim_before_start_s=3600)
+    rid = book(bed, OTHER, "jq1", 1, datetime.now(UTC) - timedelta(minutes=1))
+    made = await bed.create(preemptible(), bed.slots("jq1", 1))
+    assert (await bed.tick()).admitted == [made.id]
+    mine = Job(name=f"h{made.id}", owner=OTHER, command="sleep 30")
+    holders = await bed.create(mine, bed.slots("jq1", 1))
+    started = await bed.launcher.start(holders.id)  # reclaims first, then starts
+    assert started.ok, started.message
+    back = bed.job(made.id)
+    assert back.status == "pending" and back.restarts == 1
+    assert f"starts job {holders.id}" in back.history[0].detail
+    await bed.launcher.stop(holders.id, grace=0)
+
+    # A booking that takes its GPUs back before its start: lent until then, reclaimed then.
+    later = book(bed, OTHER, "jq1", 2, datetime.now(UTC) + timedelta(minutes=30))
+    early = await bed.create(preemptible(walltime=timedelta(hours=2)), bed.slots("jq1", 2))
+    assert early.id in (await bed.tick()).admitted  # (the first borrows jq1:1 again too)
+    bed.store.preemption.set_lending(later, lend=True, reclaim_before_start=True)
+    report = await bed.tick()
+    assert "before its start" in report.stopping[early.id]
+    await bed.scheduler.settle()
+    assert bed.job(early.id).status == "pending"
+    assert [loan.job_id for loan in bed.store.preemption.open_loans(later)] == []
