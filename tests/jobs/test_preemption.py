@@ -275,7 +275,7 @@ async def test_a_job_that_ignores_its_signal_is_killed_after_the_grace(bed: Bed)
 
 async def test_the_holders_job_waits_for_the_reclaim_and_reclaim_before_start(bed: Bed) -> None:
     _settings(bed, grace_s=1, reclaim_before_start_s=3600)
-    rid = book(bed, OTHER, "jq1", 1, datetime.now(UTC) - timedelta(minutes=1))
+    book(bed, OTHER, "jq1", 1, datetime.now(UTC) - timedelta(minutes=1))
     made = await bed.create(preemptible(), bed.slots("jq1", 1))
     assert (await bed.tick()).admitted == [made.id]
     mine = Job(name=f"h{made.id}", owner=OTHER, command="sleep 30")
