@@ -89,6 +89,8 @@ def _settings(bed: Bed, **kwargs: Any) -> None:
 
 async def test_a_preemptible_job_gives_the_gpu_back_checkpoints_and_resumes(bed: Bed) -> None:
     _settings(bed, grace_s=5, watch_interval=0.2)
+    events: list[dict[str, Any]] = []
+    bed.scheduler.preempted = events.append  # what becomes the job.preempted webhook event
     rid = book(bed, OTHER, "jq1", 0, datetime.now(UTC) - timedelta(minutes=1))
     made = await bed.create(preemptible(preempt_signal="SIGUSR1", grace_s=3),
                             bed.slots("jq1", 0))  # fmt: skip
@@ -128,6 +130,8 @@ async def test_a_preemptible_job_gives_the_gpu_back_checkpoints_and_resumes(bed:
         assert [e.kind for e in back.history] == ["preempted"]
         assert "process" in back.history[0].detail and OTHER in back.history[0].detail
         assert "SIGUSR1" in back.history[0].detail
+        assert events == [{"job": made.id, "owner": OWNER, "reservation": rid,
+                           "signal": "SIGUSR1", "grace_s": 3.0, "restarts": 1}]  # fmt: skip
         text = await log_text(bed, made.id)
         assert "checkpointed at step" in text
         saved = int(text.split("checkpointed at step ")[1].split()[0])
