@@ -261,3 +261,59 @@ def test_gpujob_options_are_typed_and_preemption_flags_checked(shell: Any) -> No
             shell.run_cell_magic("gpujob", line, "true")
     with pytest.raises(UsageError, match="--reclaim-before-start has no use"):
         shell.run_line_magic("gpureserve", "gpu1:0 --no-lend --reclaim-before-start")
+
+
+def test_a_holder_sees_the_loan_and_reclaims_with_a_magic(
+    shell: Any, server: JupyterServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bob = Client(server.port, "tok-bob")
+    status, held, _ = bob.call("POST", "reservations", {"title": "idle", "gpus": ["gpu1:3"],
+                                                        "duration": "30m"})  # fmt: skip
+    assert status == 201 and held["lend"] is True, held
+    job: dict[str, Any] = {}
+    try:
+        job = shell.run_cell_magic(
+            "gpujob", "gpu1:3 --preemptible --preempt-signal SIGUSR1 --grace 3 --walltime 10m "
+            "--name borrower", "sleep 120")  # fmt: skip
+        assert (job["preemptible"], job["preempt_signal"], job["grace_s"], job["queued"]) == (
+            True, "SIGUSR1", 3, True)  # fmt: skip
+        assert "queued (preemptible)" in bundle(shell, job)["text/plain"]
+
+        def lent() -> Any:
+            _, found, _ = bob.call("GET", f"reservations/{held['id']}")
+            return found if found.get("lent_to") else None
+
+        wait_for(lent, 30, "the idle reservation to be lent to the job", interval=0.3)
+        with pytest.raises(UsageError):  # not the holder's: refused in the server's words
+            shell.run_line_magic("gpureserve", f"--reclaim {held['id']}")
+
+        holder = magics_shell(server.port, "tok-bob", monkeypatch, tmp_path)
+        listed = bundle(holder, holder.run_line_magic("gpureserve", "--list"))["text/plain"]
+        assert f"lent to job {job['id']} (preemptible) until you start" in listed
+        done = holder.run_line_magic("gpureserve", f"--reclaim {held['id']}")
+        assert done["reclaimed"] == [job["id"]]
+        assert f"preemptible job {job['id']} signalled to save and stop" in repr(done)
+
+        owner = Client(server.port, "tok-owner")
+
+        def preempted() -> Any:
+            _, found, _ = owner.call("GET", f"jobs/{job['id']}")
+            return found if found.get("restarts") == 1 else None
+
+        back = wait_for(preempted, 30, "the job to be preempted", interval=0.3)
+        assert [e["event"] for e in back["history"]][:1] == ["preempted"]
+        assert back["history"][0]["reservation"] == held["id"]
+        never = holder.run_line_magic("gpureserve", "gpu1:2 --for 10m --no-lend --no-pin")
+        assert never["lend"] is False
+        assert "never lent" in bundle(holder, never)["text/plain"]
+        nothing = holder.run_line_magic("gpureserve", f"--reclaim {never['id']}")
+        assert nothing["reclaimed"] == [] and "nothing was running" in repr(nothing)
+        holder.run_line_magic("gpureserve", f"--cancel {never['id']}")
+        with pytest.raises(UsageError):
+            holder.run_line_magic("gpureserve", "--reclaim 999999")
+    finally:
+        if job:  # out of the queue, and stopped if it borrowed the idle GPU again meanwhile
+            owner = Client(server.port, "tok-owner")
+            owner.call("POST", f"jobs/{job['id']}/dequeue")
+            owner.call("POST", f"jobs/{job['id']}/stop")
+        bob.call("DELETE", f"reservations/{held['id']}")

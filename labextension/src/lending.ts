@@ -2,13 +2,11 @@
  * Reserved GPUs lent to preemptible jobs while their holder does not use them (#31): what the
  * sidebar says about a reservation's loans, and about a reclaim ("I need my GPUs now").
  */
+import { ReclaimReply } from './api-types';
 import { IReservation } from './model';
 
 /** `POST reservations/{id}/reclaim`: the jobs told to save and stop, and when the GPUs are free. */
-export interface IReclaimed {
-  reclaimed: number[];
-  free_by: string | null;
-}
+export type IReclaimed = ReclaimReply;
 
 /** "lent to job 42 (preemptible) until you start", or '' when nothing is lent. */
 export function lentText(r: Pick<IReservation, 'lent_to'>, mine = true): string {

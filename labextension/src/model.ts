@@ -5,7 +5,7 @@
  * (generated from it); those here are what it does not state (`hosts`) or states loosely.
  */
 
-import { IdentityReply, ReservationStatus } from './api-types';
+import { IdentityReply, LentTo, ReservationStatus } from './api-types';
 
 /** A reservation as `hosts` gives it on each GPU (`reservation`, `next_reservation`). */
 export interface IBrief {
@@ -128,15 +128,7 @@ export interface IReservation extends IBrief {
   /** Lent only until shortly before its start. */
   reclaim_before_start?: boolean;
   /** The preemptible jobs running on its GPUs now. */
-  lent_to?: ILoan[];
-}
-
-/** A preemptible job that runs on GPUs of a reservation (`lent_to`). */
-export interface ILoan {
-  job: number;
-  name: string;
-  owner: string;
-  preemptible: boolean;
+  lent_to?: LentTo[];
 }
 
 export interface IJob {

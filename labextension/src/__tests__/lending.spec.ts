@@ -23,10 +23,10 @@ describe('reclaimedText', () => {
     expect(reclaimedText(5, { reclaimed: [42], free_by: '2026-11-22T10:00:31.5Z' }, now)).toBe(
       'Reservation 5: preemptible job 42 told to save and stop; your GPUs are free within 32 s.'
     );
-    expect(reclaimedText(5, { reclaimed: [42, 43], free_by: null }, now)).toContain('jobs 42, 43');
+    expect(reclaimedText(5, { reclaimed: [42, 43], free_by: 'soon' }, now)).toContain('jobs 42, 43 told to save and stop; your GPUs are free soon');
   });
   it('says when nothing was running', () => {
-    expect(reclaimedText(5, { reclaimed: [], free_by: null }, now)).toBe(
+    expect(reclaimedText(5, { reclaimed: [], free_by: '2026-11-22T10:00:00Z' }, now)).toBe(
       'Reservation 5: nothing was running on its GPUs; they are yours.'
     );
   });
