@@ -4,8 +4,10 @@ The probe names the container of each GPU process from its cgroup (hosts/contain
 each host's engine is asked about the containers not seen before (one ``inspect`` per host and
 sweep, batched; what it says is kept by container id: labels never change, and an id is never
 reused), and each process is charged to the container's owner: its `user` becomes the owner
-(or None, exempt), and the user it runs as is kept in ``container.process_user``. So violations,
-usage and the hosts listing all see the person, not the uid a container picked.
+(or None, exempt), and the user it runs as is kept in ``container.process_user``. While the
+engine does not answer about a container (down, a wrong binary or socket: logged), its
+processes are charged to nobody, rather than to root as an unattributed container would be.
+So violations, usage and the hosts listing all see the person, not the uid a container picked.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class ContainerOwners:
         self.subuids: dict[str, tuple[float, list[tuple[int, int, str]]]] = {}  # host -> read
         self.subuid_seconds = 60.0  # how long a host's /etc/subuid is kept
         self.inspections = 0  # engine round trips (tests, benchmarks)
+        self.silent: set[tuple[str, str]] = set()  # engines that did not answer (logged once)
 
     async def attribute_sweep(self, sweep: Sweep) -> bool:
         """Attribute every sample of `sweep` in place; True when one changed."""
@@ -97,6 +100,13 @@ class ContainerOwners:
                 continue
             if found is None or found.source is not None:
                 processes.append(proc)
+                continue
+            if found.rootless_uid is None and (host, found.id) not in self.known:
+                # The engine did not answer (down, or a wrong binary or socket): nobody is
+                # charged this sweep rather than blaming root for a gpuhive job's container.
+                processes.append(
+                    replace(proc, user=None, container=replace(found, process_user=proc.user))
+                )
                 continue
             seen = attribute(found, self.known.get((host, found.id)), names, self.rule, uid_names)
             if seen.source in (GPUHIVE, LABEL) and seen.owner is not None:
@@ -133,6 +143,11 @@ class ContainerOwners:
             self.inspections += 1
             seen, names = parse_inspect(result.stdout, engine)
             answered = _answered(result.stdout)
+            if ids and not seen and not answered and (host, engine) not in self.silent:
+                self.silent.add((host, engine))  # said once per host and engine
+                log.warning("gpuhive: %s's %s did not answer about containers %s: %s", host,
+                            engine, ", ".join(sorted(i[:12] for i in ids)),
+                            (result.stderr or result.stdout).strip()[:200])  # fmt: skip
             for cid in ids:
                 if cid in seen or answered:  # the engine answered: a missing id is not its
                     self.known[(host, cid)] = seen.get(cid)

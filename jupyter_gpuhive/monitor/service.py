@@ -153,6 +153,7 @@ class Monitor:
             live = self.sampler.live.get(host)
             if live is not None and live.sample is not None and live.updated_at == sample.taken_at:
                 live.sample = sample
+        self.sampler.recorded += 1  # the live state changed: GET hosts builds its answer anew
         return True
 
     def _take_published(self, sweep: Sweep, statuses: dict[str, HostStatus]) -> None:

@@ -58,6 +58,11 @@ WRAPPERS = frozenset(
         "timeout",
         "sshd",
         "nvidia-smi",
+        # a container's init (docker run --init, podman's catatonit): its first process, with
+        # the container's environment, that only starts and reaps the program
+        "docker-init",
+        "tini",
+        "catatonit",
     }
 )
 

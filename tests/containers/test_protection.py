@@ -8,6 +8,7 @@ import asyncio
 import os
 import pwd
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -162,6 +163,15 @@ async def test_the_site_may_trust_a_label_for_containers_it_did_not_start(
     rig.monitor.containers.known.clear()
     sample = (await rig.sweep()).samples[host.name]
     assert {p.container.id: p.user for p in sample.processes} == {root_run: None, labelled: None}
+
+    # An engine that does not answer (here: a wrong socket) charges nobody, not root.
+    rig.monitor.containers.rule = SiteRule("gpuhive.owner")
+    rig.monitor.containers.known.clear()
+    wrong = decl_with_engine(host, replace(docker, host="unix:///nonexistent/docker.sock"))
+    rig.pool.hosts[host.name] = wrong
+    sample = (await rig.sweep()).samples[host.name]
+    assert {(p.user, p.container.source) for p in sample.processes} == {(None, None)}
+    assert (host.name, "docker") in rig.monitor.containers.silent
 
 
 async def test_gpuhive_knows_its_containers_from_the_job_table_and_the_kernels(
