@@ -202,6 +202,7 @@ def run_line(
     host_network: bool = False,
     extra_env: Sequence[str] = (),
     interactive: bool = False,
+    raw: tuple[Sequence[str], Sequence[str]] = ((), ()),
 ) -> str:
     """`ENGINE run --rm … IMAGE ARGV` as shell text for bash, run as the owner.
 
@@ -240,7 +241,8 @@ def run_line(
     for mount in mounts:
         words += [shlex.quote(w) for w in mount.flag()]
     words += ["-w", _inside(workdir, home)]
-    words += [shlex.quote(image), *(shlex.quote(w) for w in argv)]
+    # `raw`: shell words of gpuhive's own (never a user's value), before the image and last.
+    words += [*raw[0], shlex.quote(image), *(shlex.quote(w) for w in argv), *raw[1]]
     return " ".join(words)
 
 

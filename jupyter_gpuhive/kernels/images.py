@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,8 +52,15 @@ def own_kernel_containers(registry: Any) -> Callable[[], Awaitable[dict[tuple[st
     return read
 
 
-def command(launch: Launch, folder: str) -> str:
-    """The sh command that becomes the kernel's container (exec: the client keeps our pid)."""
+# Over SSH the host makes the kernel's private folder before the engine runs, so that it can
+# be mounted; its prefix is not the launch script's own (whose `sweep` judges folders by a pid,
+# which in a container is not the host's).
+MAKE_FOLDER = 'd=$(mktemp -d "${TMPDIR:-/tmp}/gpuhive-kimage-XXXXXXXX") || exit 1; '
+
+
+def command(launch: Launch, folder: str | None) -> str:
+    """The sh command that becomes the kernel's container (exec: the client keeps our pid);
+    `folder` None: the host makes one (`$d`, mounted and given to the launch script)."""
     engine = engine_for(launch)
     uuids = [u for u in launch.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u]
     # The host's env reaches the kernel by name from the client's own environment (not argv).
@@ -68,12 +75,27 @@ def command(launch: Launch, folder: str) -> str:
         uuids=uuids,
         env_file=None,
         workdir=None,
-        mounts=[*engine.mounts, Mount(folder)],
-        label_values=labels(launch.user, kernel=os.path.basename(folder), reservation=reservation),
+        mounts=[*engine.mounts, *([Mount(folder)] if folder else [])],
+        label_values=labels(launch.user, kernel=launch.container, reservation=reservation),
         extra_env=passed,
         interactive=True,
+        raw=((), ()) if folder else (['-v "$d:$d"'], ['"$d"']),
     )
-    return f"exec {line}"
+    return f"exec {line}" if folder else f"{MAKE_FOLDER}exec {line}"
+
+
+def signal_line(launch: Launch, name: str) -> str:
+    """`ENGINE kill --signal NAME CONTAINER`: the kernel's pid is the container's, not the
+    host's, so signals go through the engine (its init passes them to the group)."""
+    engine = engine_for(launch)
+    words = [*engine.words(), "kill", "--signal", name, launch.container]
+    return " ".join(shlex.quote(w) for w in words) + " >/dev/null 2>&1"
+
+
+def remove_command(launch: Launch) -> str | None:
+    """`ENGINE rm -f CONTAINER` as shell text (None: the host has no engine)."""
+    engine = engine_of(launch.host)
+    return remove_line(engine, [launch.container]) if engine is not None else None
 
 
 async def remove(launch: Launch, ids: dict[str, Any]) -> None:

@@ -88,13 +88,13 @@ def sweep():
             continue
 
 
-def boot():
+def boot(given=None):
     try:
         config = json.loads(sys.stdin.readline())
     except ValueError:
         fail("bad-input")
     sweep()
-    folder = private_dir(config.get("dir"))
+    folder = private_dir(config.get("dir") or given)
     connection = {"transport": "ipc", "ip": os.path.join(folder, SOCKET_NAME), **PORTS,
                   "key": config["key"], "signature_scheme": config["signature_scheme"],
                   "kernel_name": ""}  # fmt: skip
@@ -154,7 +154,7 @@ def run(path, limit, cwd):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["boot"]:
-        boot()
+        boot(sys.argv[2] if len(sys.argv) > 2 else None)  # a folder made for a container
     elif sys.argv[1:2] == ["run"]:
         run(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.0,
             sys.argv[4] if len(sys.argv) > 4 else "/")  # fmt: skip

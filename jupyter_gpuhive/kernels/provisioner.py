@@ -200,11 +200,6 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
                         image, kernel_name(record.kernel_id))  # fmt: skip
-        if image is not None and decl.transport != "local":
-            raise Unavailable(
-                f"Kernels in images run on hosts with the local transport for now; {decl.name} "
-                "uses SSH. Leave the image out of this kernelspec or the host's kernel_image."
-            )
         if self._kernel is None or self._kernel.lost:
             self._kernel = (LocalKernel(launch) if decl.transport == "local"
                             else SshKernel(launch, registry.pool))  # fmt: skip

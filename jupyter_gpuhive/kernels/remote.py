@@ -36,7 +36,7 @@ import asyncssh
 from ..errors import Unavailable
 from ..hosts.pool import HostPool
 from ..hosts.ssh import address, connect, explain
-from . import launch_script
+from . import images, launch_script
 from .launch import PORTS, SCRIPT, Launch, LaunchError, Output, describe_failure, shell_command
 
 log = logging.getLogger(__name__)
@@ -187,10 +187,12 @@ class SshKernel(KernelProcess):
         self.launch = launch
         conn = await self._connect()
         output = Output()
+        line = shell_command(launch.python)
+        if launch.image is not None:  # a fresh container and folder each launch
+            await self._clean_up(conn)
+            self.dir, line = None, images.command(launch, None)
         try:
-            process = await conn.create_process(
-                shell_command(launch.python), stderr=asyncssh.STDOUT, encoding="utf-8"
-            )
+            process = await conn.create_process(line, stderr=asyncssh.STDOUT, encoding="utf-8")
         except (asyncssh.Error, OSError) as error:
             raise Unavailable(f"Cannot start a kernel on {launch.host.name}: {error}") from None
         self.process = process
@@ -205,6 +207,16 @@ class SshKernel(KernelProcess):
         self.pid, self.pgid, self.dir = pid, pgid, folder
         await self._forward(conn)
         self._start_ping()
+
+    async def _clean_up(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Remove the last launch's folder (and its container, in an image) as the user."""
+        lines = [f"rm -rf -- {shlex.quote(self.dir)}"] if self.dir else []
+        if self.launch.image is not None:
+            lines.append(images.remove_command(self.launch) or "true")
+        if lines:
+            with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
+                async with asyncio.timeout(30):
+                    await conn.run("; ".join(lines), check=False)
 
     def _write(self, data: str) -> None:
         if self.process is not None:
@@ -248,6 +260,8 @@ class SshKernel(KernelProcess):
             return
         name = signals.Signals(signum).name.removeprefix("SIG")
         command = f"kill -s {name} -- -{int(self.pgid)}"
+        if self.launch.image is not None:  # its pid is the container's: through the engine
+            command = images.signal_line(self.launch, name)
         try:
             async with asyncio.timeout(self.pool.settings.command_timeout):
                 await self.conn.run(command, check=False)
@@ -267,10 +281,8 @@ class SshKernel(KernelProcess):
     async def close(self) -> None:
         await self.end()
         conn, self._closing = self.conn, True
-        if conn is not None and not conn.is_closed() and self.dir:
-            with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
-                async with asyncio.timeout(5):
-                    await conn.run(f"rm -rf -- {shlex.quote(self.dir)}", check=False)
+        if conn is not None and not conn.is_closed():
+            await self._clean_up(conn)
         if conn is not None:
             conn.close()
         shutil.rmtree(self.local_dir, ignore_errors=True)

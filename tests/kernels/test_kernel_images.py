@@ -8,6 +8,7 @@ import asyncio
 import os
 import pwd
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.kernels.images import own_kernel_containers
+from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.conftest import USERS, book
 from tests.kernels.remote_helpers import REPORT, Notebook, kernels_api, report, write_spec
 from tests.support.engine_access import engine_user
@@ -22,7 +24,7 @@ from tests.support.engine_access import engine_user
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs kernels as real users")
 
 OWNER, TOKEN = "gh-alice", "tok-gh-alice"
-HOST = "kimage"
+HOST, SSH_HOST = "kimage", "kimagessh"
 
 
 @pytest.fixture
@@ -30,8 +32,16 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'hive.sqlite'}"
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SshdCluster]:
+    ensure_user(OWNER)
+    with SshdCluster([SSH_HOST]) as running:
+        running.add_user(OWNER)
+        yield running
+
+
 @pytest.fixture
-def hive_config(docker_engine: Any, container_image: Any) -> dict[str, Any]:
+def hive_config(docker_engine: Any, container_image: Any, cluster: SshdCluster) -> dict[str, Any]:
     engine_user(docker_engine, OWNER)
     containers = {
         "engine": "docker", "binary": docker_engine.binary, "socket": docker_engine.host,
@@ -40,8 +50,13 @@ def hive_config(docker_engine: Any, container_image: Any) -> dict[str, Any]:
         "kernel_image": container_image.tag, "kernel_python": container_image.venv_python,
     }  # fmt: skip
     host = {"name": HOST, "transport": "local", "gpu_count": 2, "containers": containers}
-    return {"hosts": [host], "poll_interval": 1.0, "site_timezone": "UTC",
-            "kernel_specs": False, "min_reservation": "5m"}  # fmt: skip
+    sshd = cluster[SSH_HOST]
+    gpus = [{"index": g.index, "uuid": g.uuid} for g in cluster.host_config(SSH_HOST).gpus]
+    remote = {"name": SSH_HOST, "address": sshd.address, "port": sshd.port, "user": "root",
+              "gpus": gpus, "containers": containers}  # fmt: skip
+    return {"hosts": [host, remote], "poll_interval": 1.0, "site_timezone": "UTC",
+            "kernel_specs": False, "min_reservation": "5m", "ssh_key": str(cluster.client_key),
+            "known_hosts": [str(cluster.known_hosts)]}  # fmt: skip
 
 
 @pytest.fixture
@@ -112,3 +127,38 @@ async def test_a_kernelspec_image_off_the_allow_list_is_refused(
         assert refused.status == 422, refused
         assert f"Image {image!r} is not allowed" in str(refused.body), refused
     assert (await kernels_api(jp_fetch, TOKEN, "GET")).body == []
+
+
+async def test_a_kernel_in_an_image_on_an_ssh_host(
+    started: Any, api: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_data_dir: Path, docker: Any
+) -> None:
+    """Over SSH the host makes the kernel's private folder, mounts it, and signals go through
+    the engine (the kernel's pid is the container's)."""
+    made = await book(api(OWNER), "nb", [f"{SSH_HOST}:0"], datetime.now(timezone.utc), "1h")
+    spec = write_spec(jp_data_dir, "boxedssh", {"reservation_id": made.body["id"]})
+    kernel = await kernels_api(jp_fetch, TOKEN, "POST", body={"name": spec})
+    assert kernel.status == 201, kernel
+    kid = kernel.body["id"]
+    record = started.web_app.settings["gpuhive"].kernels.get(kid)
+    nb = await Notebook.open(jp_ws_fetch, kid, TOKEN)
+    seen = report(await nb.run(REPORT))
+    assert seen["user"] == OWNER and seen["cuda"] == record.gpu_uuids[0]
+    assert (await nb.run(INSIDE)).text.split() == ["True", str(pwd.getpwnam(OWNER).pw_uid)]
+    cell = nb.send("import time; time.sleep(60)")
+    await asyncio.sleep(1.0)
+    assert (await kernels_api(jp_fetch, TOKEN, "POST", kid, "interrupt")).status == 204
+    assert (await nb.result(cell, timeout=20)).error == "KeyboardInterrupt"
+    assert (await kernels_api(jp_fetch, TOKEN, "POST", kid, "restart")).status == 200
+    assert report(await nb.run(REPORT))["cuda"] == record.gpu_uuids[0]
+    nb.close()
+    assert (await kernels_api(jp_fetch, TOKEN, "DELETE", kid)).status == 204
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _kernel_containers(docker):
+        await asyncio.sleep(0.2)
+    assert _kernel_containers(docker) == []
+    assert _kernel_folders() == []
+
+
+def _kernel_folders() -> list[Path]:
+    """The private folders SSH hosts made for kernels in images (this test's host: here)."""
+    return list(Path("/tmp").glob("gpuhive-kimage-*"))
