@@ -46,7 +46,7 @@ class Launch:
     signature_scheme: str
     timeout: float = 60.0
     orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
-    image: str | None = None  # run the kernel in this container image (local hosts)
+    image: str | None = None  # run the kernel in this container image (kernels/images.py)
     container: str = ""  # the container's name (images.kernel_name of the kernel id)
 
 
