@@ -506,19 +506,24 @@ class Scheduler:
         return changed
 
     async def _reclaimed(self, snap: Snapshot) -> bool:
-        """Finish reclaims a previous leader (or a failed stop) left: stop the job again, or
-        requeue it if it stopped."""
+        """Finish reclaims a previous leader (or a failed stop) left: stop the job again once
+        its stop is overdue (another server may be stopping it: a reclaim through its API),
+        or requeue it if it stopped."""
         if snap.lending is None:
             return False
         by_id = {job.id: job for job in snap.jobs}
         changed = False
-        for job_id in dict.fromkeys(n.job_id for n in snap.lending.loans if n.reclaimed_at):
+        reclaimed = {n.job_id: n for n in snap.lending.loans if n.reclaimed_at is not None}
+        for job_id, loan in reclaimed.items():
             job = by_id.get(job_id)
             if job_id in self._stopping:
                 continue
             if job is not None and any(t.active for t in job.tasks):
-                why = next(n.reclaim_reason for n in snap.lending.loans if n.job_id == job_id)
-                self._stop_later(job_id, why or "reclaimed", requeue=True,
+                allowed = self.preemption.grace(job) + PREEMPT_PATIENCE + self.launcher.timeout
+                assert loan.reclaimed_at is not None
+                if (snap.now - loan.reclaimed_at).total_seconds() < allowed:
+                    continue
+                self._stop_later(job_id, loan.reclaim_reason or "reclaimed", requeue=True,
                                  preempt=(job.preempt_signal, 0.0))  # fmt: skip
             else:
                 await self._requeue_preempted(job_id, "reclaimed by its lender")

@@ -50,6 +50,18 @@ def new_job(store: Store, name: str) -> int:
     return store.jobs.create(Job(name=name, owner="alice", command="true"), []).id
 
 
+def old_job(store: Store, name: str) -> int:
+    """A job row as the old schema holds it (the Store's own writes name newer columns)."""
+    insert = text(
+        "INSERT INTO jobs (name, owner, description, template, command, options, variables, "
+        "sweep, env, queued, max_retries, attempts, created_at, updated_at) VALUES "
+        "(:n, 'alice', '', 'plain', 'true', '{}', '{}', '{}', '{}', false, 0, 0, :t, :t)"
+    ).bindparams(bindparam("t", type_=UTCDateTime))
+    with store.db.writer.begin() as conn:
+        conn.execute(insert, {"n": name, "t": BASE})
+        return int(conn.execute(text("SELECT max(id) FROM jobs")).scalar_one())
+
+
 def new_rule(store: Store, name: str) -> int:
     rule = store.rules.add(parse_rule({"name": name, "users": ["*"]}), "boss")
     assert rule.id is not None
@@ -109,6 +121,12 @@ def test_sqlite_tables_say_autoincrement(sqlite_url: str) -> None:
         store.close()
 
 
+# Columns of those tables that later revisions added: device_id (0010), the preemptible
+# job's (0019), a container job's (0020).
+LATER = frozenset({"device_id", "preemptible", "preempt_signal", "grace_s", "restarts",
+                   "container"})  # fmt: skip
+
+
 def _snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of the rebuilt tables and of the tables that point at them."""
     tables = {"reservations": reservations, "reservation_gpus": reservation_gpus,
@@ -119,8 +137,8 @@ def _snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
             name: [
                 tuple(row)
                 for row in conn.execute(
-                    # device_id: added by 0010, later than the schema this snapshot is taken of
-                    select(*(c for c in table.c if c.name != "device_id")).order_by(
+                    # columns added later than the schema this snapshot is taken of
+                    select(*(c for c in table.c if c.name not in LATER)).order_by(
                         *table.primary_key
                     )
                 )
@@ -167,7 +185,7 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
         )
     booked = [old_reservation(old, hours) for hours in range(3)]
     new_rule(old, "a")
-    job = old.jobs.create(Job(name="j", owner="alice", command="true"), [])
+    job_id = old_job(old, "j")
     with old.db.writer.begin() as conn:  # a task row, which points at its job
         conn.execute(
             text(
@@ -176,12 +194,13 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
                 "(:j, 0, 'gpu1', '127.0.0.1', 'task', '[]', '[]', 'true', '{}', '{}', 's', 'l', "
                 "'e', 'pending')"
             ),
-            {"j": job.id},
+            {"j": job_id},
         )
     violation = new_violation(old, 7, reservation_id=booked[1])
     old.violations.add_action(violation, BASE, 1, "terminal", True, "told carol")
-    doomed = new_job(old, "last")
-    old.jobs.delete(doomed)  # before the migration: nothing new has this id yet
+    doomed = old_job(old, "last")
+    with old.db.writer.begin() as conn:  # before the migration: nothing new has this id yet
+        conn.execute(text("DELETE FROM jobs WHERE id = :i"), {"i": doomed})
     before = _snapshot(old)
     old.close()
 
@@ -205,12 +224,12 @@ def test_the_migration_keeps_every_row_and_stops_reuse(db_url: str) -> None:
             conn.execute(
                 clash, {"r": booked[0], "g": gpu.id, "s": BASE, "e": BASE + timedelta(hours=9)}
             )
-        store.jobs.delete(job.id)
+        store.jobs.delete(job_id)
         with store.db.read() as conn:
             assert conn.execute(select(func.count()).select_from(job_tasks)).scalar() == 0
         # Ids go on above the largest one the table holds.
         last = new_job(store, "after")
-        assert last > job.id
+        assert last > job_id
         store.jobs.delete(last)
         assert new_job(store, "again") > last
     finally:

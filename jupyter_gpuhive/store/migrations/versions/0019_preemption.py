@@ -24,15 +24,16 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("preemptible", sa.Boolean, nullable=False, server_default=sa.false())
-        )
-        batch.add_column(
-            sa.Column("preempt_signal", sa.String(16), nullable=False, server_default="SIGTERM")
-        )
-        batch.add_column(sa.Column("grace_s", sa.Integer))
-        batch.add_column(sa.Column("restarts", sa.Integer, nullable=False, server_default="0"))
+    # Plain ADD COLUMNs: a batch would copy the table on SQLite and lose AUTOINCREMENT.
+    op.add_column(
+        "jobs", sa.Column("preemptible", sa.Boolean, nullable=False, server_default=sa.false())
+    )
+    op.add_column(
+        "jobs",
+        sa.Column("preempt_signal", sa.String(16), nullable=False, server_default="SIGTERM"),
+    )
+    op.add_column("jobs", sa.Column("grace_s", sa.Integer))
+    op.add_column("jobs", sa.Column("restarts", sa.Integer, nullable=False, server_default="0"))
     op.create_table(
         "job_loans",
         sa.Column("id", sa.Integer, primary_key=True),
@@ -87,7 +88,7 @@ def downgrade() -> None:
     op.drop_index("ix_job_loans_job_id", table_name="job_loans")
     op.drop_index("ix_job_loans_open", table_name="job_loans")
     op.drop_table("job_loans")
-    with op.batch_alter_table("jobs") as batch:
+    with op.batch_alter_table("jobs", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_column("restarts")
         batch.drop_column("grace_s")
         batch.drop_column("preempt_signal")
