@@ -11,13 +11,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..errors import Invalid
 from ..hosts.engines import IMAGE, Engine, Mount, engine_of, labels, remove_line, run_line
 from ..hosts.environment import host_env
 from ..model import HostDecl
 from ..model.containers import ContainerSpec
-from ..model.jobs import Task
+from ..model.jobs import Job, Task
 from .commands import screen_command
 from .tasks import TaskSpec, TemplateError
 from .template import IDENTIFIER
@@ -224,3 +225,38 @@ def removal(decl: HostDecl | None, tasks: Sequence[Task]) -> str | None:
     names = [task.session for task in tasks if task.container is not None]
     engine = engine_of(decl) if decl is not None and names else None
     return remove_line(engine, names) if engine is not None else None
+
+
+def previewed(
+    shown: list[dict[str, Any]],
+    specs: Sequence[TaskSpec],
+    job: Job,
+    decls: Mapping[str, HostDecl],
+) -> list[dict[str, Any]]:
+    """A container job's preview: each task's `shell` is the engine line it will run (its
+    name and env file as they will be once the job is stored)."""
+    container = job.container
+    assert container is not None
+    out = []
+    for item, spec in zip(shown, specs, strict=True):
+        decl = decls.get(spec.host)
+        engine = engine_of(decl) if decl is not None else None
+        mounts = check_on_host(spec.host, engine, container.image, container.mounts)
+        assert engine is not None
+        line = run_line(
+            engine,
+            image=container.image,
+            name=f"gpuhive-ID-{job.name}-{spec.index}",
+            owner=job.owner,
+            argv=["sh", "-c", spec.command],
+            uuids=[gpu.uuid for gpu in spec.gpus],
+            env_file="~/.gpuhive/jobs/ID-TAG-TASK.env",
+            workdir=spec.workdir,
+            mounts=mounts,
+            label_values=labels(
+                job.owner, job="ID", task=spec.index, reservation=container.reservation
+            ),
+            host_network=container.host_network,
+        )
+        out.append({**item, "shell": line})
+    return out

@@ -14,6 +14,7 @@ from ..model.jobs import ACTIVE, LIVE, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
 from ..store import Store
+from . import containers
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
@@ -138,8 +139,11 @@ class Jobs:
 
     async def preview(self, who: Identity, request: JobRequest) -> list[dict[str, Any]]:
         """The tasks a request would run, with their exact commands (nothing is stored)."""
-        _, specs = await self.run(self.rules.build, who, request)
-        return self.rules.preview(specs)
+        job, specs = await self.run(self.rules.build, who, request)
+        shown = self.rules.preview(specs)
+        if job.container is not None:  # the engine line each task will run
+            shown = containers.previewed(shown, specs, job, self.rules.hosts())
+        return shown
 
     async def log(
         self, who: Identity, job_id: int, task_index: int, offset: int, tail: int | None

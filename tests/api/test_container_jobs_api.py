@@ -80,6 +80,12 @@ async def test_container_job_sees_its_gpus_runs_as_owner_and_is_removed_on_stop(
         "env": {"SECRET": "hunter2"},
         "start": True,
     }
+    preview = await owner("POST", "jobs/preview", body)
+    assert preview.status == 200, preview
+    [shown] = preview.body["tasks"]
+    assert shown["shell"].startswith(f"{docker.binary} -H {docker.host} run --rm --init")
+    assert "--env-file" in shown["shell"] and "hunter2" not in shown["shell"]
+
     created = await owner("POST", "jobs", body)
     assert created.status == 201, created
     job_id = created.body["id"]
