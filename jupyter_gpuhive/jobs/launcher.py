@@ -136,7 +136,9 @@ class Launcher:
         try:
             if task.container is not None:  # the engine's run in the screen session
                 paths = (log_path, exit_path, env_path)
-                line, env_text = containers.start_line(task, decl, paths, clean=clean)
+                line, env_text = containers.start_line(
+                    task, decl, paths, clean=clean, extra_env=extra_env
+                )
             else:
                 spec = task.spec()
                 line = commands.screen_command(
