@@ -8,9 +8,8 @@ The job's env goes to the container through an env file (0600, the owner's), nev
 
 from __future__ import annotations
 
-import shlex
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..errors import Invalid
@@ -26,6 +25,7 @@ from .template import IDENTIFIER
 # Templates whose tasks talk to each other across hosts: their containers use the host network.
 DISTRIBUTED = frozenset({"pytorch", "tensorflow"})
 MAX_MOUNTS = 16
+EXPORTED = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=", re.MULTILINE)
 
 
 def check_image(image: str) -> str:
@@ -97,8 +97,10 @@ def task_run(
     env_path: str,
     reservation: int | None = None,
     host_network: bool = False,
+    passed: Sequence[str] = (),
 ) -> str:
-    """The engine `run` line of one task: its image, GPUs, owner, labels and mounts."""
+    """The engine `run` line of one task: its image, GPUs, owner, labels and mounts;
+    `passed`: variables the container takes from the running shell by name."""
     spec = task.spec()
     return run_line(
         engine,
@@ -112,6 +114,7 @@ def task_run(
         mounts=mounts,
         label_values=labels(task.owner, job=task.job_id, task=task.index, reservation=reservation),
         host_network=host_network,
+        extra_env=passed,
     )
 
 
@@ -172,8 +175,11 @@ def start_line(
     clean: bool,
     extra_env: str = "",
 ) -> tuple[str, str]:
-    """The screen command line and env-file text of a container task (log, exit, env paths);
-    `extra_env` holds `export NAME=value` lines for sh, as bare tasks get them.
+    """The screen command line and env-file text of a container task (log, exit, env paths).
+
+    `extra_env` is sh text of gpuhive's own that a bare task's env file ends with (`export
+    NAME=value` lines, values quoted, and commands such as making a checkpoint folder): here
+    it runs on the host before the engine, and the names it exports reach the container.
 
     TemplateError when the host cannot run it (no engine, or the site's lists changed).
     """
@@ -194,30 +200,17 @@ def start_line(
         env_path=env_path,
         reservation=container.reservation,
         host_network=container.host_network,
+        passed=EXPORTED.findall(extra_env),
     )
     # No `rm -f` of a leftover of the name first: it costs a round trip to the engine on
     # every start (~30% of a container start here); stop removes containers, `--rm` the rest,
     # and a leftover makes the start fail with the engine's own "name in use" message.
-    run = f"exec {run}"
+    run = f"{extra_env}exec {run}"
     spec = task.spec()
-    spec = replace(spec, env={**spec.env, **exported(extra_env)})
     line = screen_command(task.session, spec, log_path, exit_path, env_path, clean=clean, run=run)
     # The host's env reaches the container too, except PATH (the image has its own).
     hosted = {k: v for k, v in (host_env(decl) if decl else {}).items() if k != "PATH"}
     return line, env_file(spec, hosted)
-
-
-def exported(text: str) -> dict[str, str]:
-    """The names and values of `export NAME=value` lines (sh-quoted, as `env_file` writes)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        words = shlex.split(line)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, _, value = words[1].partition("=")
-            out[name] = value
-        elif words:
-            raise TemplateError(f"cannot pass {line[:40]!r} to a container's env file")
-    return out
 
 
 def removal(decl: HostDecl | None, tasks: Sequence[Task]) -> str | None:

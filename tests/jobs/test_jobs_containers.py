@@ -161,18 +161,16 @@ def test_env_file_is_verbatim_and_refuses_line_breaks() -> None:
     assert containers.env_file(spec, {"H": "1"}) == "H=1\nA=it's $HOME\nB=\n"
     with pytest.raises(TemplateError, match="line breaks"):
         containers.env_file(TaskSpec("gpu1", "a", (), "true", {"A": "x\nB=y"}, {}))
-    assert containers.exported("export A='x y'\nexport B=2\n") == {"A": "x y", "B": "2"}
-    with pytest.raises(TemplateError):
-        containers.exported("rm -rf ~\n")
 
 
 def test_start_line_and_removal_need_the_host_engine() -> None:
     t = task()
     paths = ("./l.log", "./l.exit", "./l.env")
-    line, env = containers.start_line(t, decl(), paths, clean=True, extra_env="export R=1\n")
+    extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
+    line, env = containers.start_line(t, decl(), paths, clean=True, extra_env=extra)
     assert "screen -dmS gpuhive-7-train-0" in line
     assert "run --rm" in line and "s3cret" not in line
-    assert "TOKEN=s3cret\n" in env and "R=1\n" in env
+    assert "TOKEN=s3cret\n" in env and "R=1" not in env  # R comes from the host's shell
     with pytest.raises(TemplateError, match="runs no container engine"):
         containers.start_line(t, HostDecl(name="gpu1"), paths, clean=True)
     with pytest.raises(TemplateError, match="not allowed"):
@@ -187,3 +185,27 @@ def test_a_bad_containers_entry_is_refused_with_the_configuration() -> None:
     assert parse_host({"name": "gpu1", "containers": SITE}).extra["containers"] == SITE
     with pytest.raises(Invalid, match=r"Host gpu1: containers: /var/run/docker\.sock may not"):
         parse_host({"name": "gpu1", "containers": {"mounts": ["/var/run/docker.sock"]}})
+
+
+def test_gpuhives_own_env_lines_run_on_the_host_and_reach_the_container(tmp_path) -> None:
+    """The preemption lines (exports with "$HOME", a mkdir) run before the engine, which gets
+    their names with `-e NAME`: run the screen line with stand-ins for screen and docker."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "screen").write_text('#!/bin/sh\nshift 2; exec "$@"\n')  # -dmS NAME CMD…
+    engine = bin_dir / "docker"
+    engine.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "R=$R D=$D"\n')
+    for path in (bin_dir / "screen", engine):
+        path.chmod(0o755)
+    site = {**SITE, "binary": str(engine)}
+    extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
+    paths = ("./l.log", "./l.exit", "./l.env")
+    line, _env = containers.start_line(task(), decl(site), paths, clean=False, extra_env=extra)
+    env = {"HOME": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, check=True, timeout=30)
+    out = (tmp_path / "l.log").read_text().splitlines()
+    assert out[-1] == f"R=1 D={tmp_path}/c p"
+    assert (tmp_path / "c p").is_dir()
+    passed = [out[i + 1] for i, word in enumerate(out) if word == "-e"]
+    assert {"R", "D"} <= set(passed)
+    assert (tmp_path / "l.exit").read_text().strip() == "0"
