@@ -206,9 +206,9 @@ def run_line(
 ) -> str:
     """`ENGINE run --rm … IMAGE ARGV` as shell text for bash, run as the owner.
 
-    The owner's uid:gid, home and the mount root come from the shell (`id -u`, `$HOME`) where
-    the line runs; every other value is quoted here. `extra_env` names variables passed from
-    the running shell (`-e NAME`, value not in argv).
+    The owner's uid:gid, home and the mount root come from the shell where the line runs
+    (`/usr/bin/id -u`, `$HOME`); every other value is quoted here. `extra_env` names
+    variables passed from the running shell (`-e NAME`, value not in argv).
     """
     if not IMAGE.match(image):
         raise Invalid(f"{image!r} is not an image reference.")
@@ -222,7 +222,8 @@ def run_line(
         words += ["--init-path", shlex.quote(engine.init_path)]
     if engine.engine == "podman":
         words += ["--userns", "keep-id"]
-    words += ['--user "$(id -u):$(id -g)"', "--cap-drop", "ALL"]
+    # /usr/bin/id by path: no function or PATH entry of the user's shell answers for it.
+    words += ['--user "$(/usr/bin/id -u):$(/usr/bin/id -g)"', "--cap-drop", "ALL"]
     words += ["--security-opt", "no-new-privileges"]
     if host_network or engine.network != "default":
         words += ["--network", "host" if host_network else engine.network]
@@ -230,7 +231,7 @@ def run_line(
         words.append("-i")
     if env_file is not None:
         words += ["--env-file", shlex.quote(env_file)]
-    words += [f"-e HOME={home}", '-e "USER=$(id -un)"']
+    words += [f"-e HOME={home}", '-e "USER=$(/usr/bin/id -un)"']
     # docker-init (tini; or tini as Podman's init_path) passes a stop's SIGINT to the group.
     words += ["-e", "TINI_KILL_PROCESS_GROUP=1"]
     words += [w for n in extra_env for w in ("-e", shlex.quote(n))]

@@ -43,7 +43,9 @@ def task(**changes: object) -> Task:
 
 def words_of(line: str) -> list[str]:
     """The words bash makes of a run line (its $(…) and $HOME left as written)."""
-    return shlex.split(line.replace('"$HOME"', "HOME_DIR").replace('"$(id -u):$(id -g)"', "U:G"))
+    return shlex.split(
+        line.replace('"$HOME"', "HOME_DIR").replace('"$(/usr/bin/id -u):$(/usr/bin/id -g)"', "U:G")
+    )
 
 
 def test_host_settings_are_checked_and_defaulted() -> None:
