@@ -77,7 +77,7 @@ class Hive:
         )  # fmt: skip
         self.kernels = registry.KernelRegistry(
             self.store, self.pool, self.run, identity_of=identity_of,
-            unix_user=self.protection.unix_user, zone=s.policy.zone,
+            unix_user=self.protection.unix_user, zone=s.policy.zone, reclaim=self.jobs.make_way,
         )  # fmt: skip
         self.kernel_life = lifecycle.end_policy(s.kernel_end, self.kernels, self.store, self.run,
                                       self.bookings, identity_of, s.protection.level)  # fmt: skip

@@ -418,18 +418,24 @@ class Scheduler:
     async def _before_start(self, job: Job) -> None:
         """Before one of a holder's jobs starts: reclaim the GPUs it needs from borrowers and
         wait for them (at most their grace and the kill patience, then it starts anyway)."""
-        wanted = set(job.gpus)
+        await self.make_way(job.owner, job.gpus, f"{job.owner} starts job {job.id} on a lent GPU",
+                            but=job.id)  # fmt: skip
+
+    async def make_way(self, owner: str, gpus: Sequence[str], why: str, but: int = 0) -> None:
+        """Reclaim the loans on `gpus` of `owner`'s reservations (job `but` excepted) and
+        wait for their jobs to go (at most their grace and the kill patience)."""
+        wanted = set(gpus)
         if not wanted:
             return
         loans = [loan for loan in await _db(self.store.preemption.open_loans)
-                 if loan.job_id != job.id and wanted.intersection(loan.gpus)]  # fmt: skip
+                 if loan.job_id != but and wanted.intersection(loan.gpus)]  # fmt: skip
         waits = []
         for loan in loans:
             res = await _db(self.store.reservations.get, loan.reservation_id)
-            if res.owner != job.owner:
+            if res.owner != owner:
                 continue
             other = await _db(self.store.jobs.get, loan.job_id)
-            await self.reclaim(other, f"{job.owner} starts job {job.id} on a lent GPU", res.id)
+            await self.reclaim(other, why, res.id)
             if other.id in self._stopping:
                 waits.append(self._stopping[other.id])
         if waits:

@@ -86,6 +86,11 @@ class Jobs:
         jobs, free_by = await self.scheduler.reclaim_reservation(reservation_id, why)
         return {"reclaimed": jobs, "free_by": isoformat(free_by)}
 
+    async def make_way(self, owner: str, gpus: tuple[str, ...], why: str) -> None:
+        """Before `owner` starts something on `gpus` (a kernel): take back the GPUs their
+        reservations lent to preemptible jobs, and wait for those jobs to go."""
+        await self.scheduler.make_way(owner, gpus, why)
+
     async def lent_to(self, reservation_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
         """The jobs that run on each reservation's GPUs now (public: job, name, owner)."""
         return await self.run(self.store.preemption.lent_to, reservation_ids)

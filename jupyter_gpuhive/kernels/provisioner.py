@@ -153,6 +153,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 gpus=tuple(g.ref for g in place.gpus),
                 gpu_uuids=tuple(g.uuid for g in place.gpus), started_at=now, launched_at=now,
             )  # fmt: skip
+            if registry.reclaim is not None:  # preemptible jobs on lent GPUs go first
+                why = f"{place.reservation.owner} starts a kernel on reservation {rid}"
+                await registry.reclaim(place.reservation.owner, self._record.gpu_uuids, why)
         else:
             record = self._record
             try:

@@ -149,8 +149,12 @@ class KernelRegistry:
         unix_user: Callable[[str], str] = lambda name: name,
         zone: tzinfo | None = None,
         now: Callable[[], datetime] = utcnow,
+        reclaim: Callable[[str, tuple[str, ...], str], Awaitable[Any]] | None = None,
     ) -> None:
         self.store, self.pool, self.run = store, pool, run
+        # Takes GPUs a reservation lent to preemptible jobs back before its holder's kernel
+        # starts on them (owner, GPU UUIDs, why); waits at most the jobs' grace.
+        self.reclaim = reclaim
         self.identity_of = identity_of
         self.unix_user = unix_user
         self.zone: tzinfo = zone or ZoneInfo("UTC")
