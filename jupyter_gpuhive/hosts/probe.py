@@ -191,6 +191,9 @@ _SCRATCH = (
 _BODY = _body(health=True)
 # One probe, one session: `sh -c` with the probe and clean-up.
 PROBE_COMMAND = "sh -c " + shlex.quote(f"{_SCRATCH}\n{_BODY}")
+# The same without the health query (`-q -x` only on MIG hosts): for frequent probes of a
+# few hosts (preemption's watch of lent GPUs), where only processes matter.
+LIGHT_PROBE_COMMAND = "sh -c " + shlex.quote(f"{_SCRATCH}\n{_body(health=False)}")
 
 # The same probe as a loop on one long-lived session per host: each line read from stdin
 # (a token) runs the probe once and ends its answer with `END <token>`. The scratch folder is

@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..hosts.pool import HostUnavailable
-from ..hosts.probe import PROBE_COMMAND, HostSample, parse_probe
+from ..hosts.probe import LIGHT_PROBE_COMMAND, HostSample, parse_probe
 from ..model import Reservation, utcnow
 from ..model.jobs import PREEMPT_SIGNALS, Job, Loan, TaskState
 from .admission import FOREVER, Candidate, GpuState
@@ -359,9 +359,10 @@ class Watch:
 
 
 async def probe_host(pool: Any, host: str, timeout: float = 5.0) -> HostSample | None:
-    """One probe of one host, as the monitor's (None: it did not answer)."""
+    """One probe of one host, as the monitor's without the health query (None: it did not
+    answer)."""
     try:
-        result = await pool.run(host, PROBE_COMMAND, timeout=timeout)
+        result = await pool.run(host, LIGHT_PROBE_COMMAND, timeout=timeout)
         return parse_probe(host, result.stdout, utcnow())
     except (HostUnavailable, ValueError) as error:
         log.debug("gpuhive preemption: probing %s failed: %s", host, error)
