@@ -402,7 +402,13 @@ class Scheduler:
         return True
 
     async def reclaim_reservation(self, reservation: int, why: str) -> tuple[list[int], datetime]:
-        """Reclaim every loan of a reservation: the jobs signalled, and when all are gone."""
+        """The holder asked for the GPUs ("I need my GPUs now"): the booking lends no more
+        (its `lend` turns false: the holder may turn it on again), and every loan of it is
+        reclaimed; the jobs signalled, and when all are gone. Without the first step the
+        next admission pass would lend the GPUs again before the holder started anything."""
+        choice = await _db(self.store.preemption.lending, [reservation])
+        early = choice.get(reservation, (True, False))[1]
+        await _db(self.store.preemption.set_lending, reservation, False, early)
         loans = await _db(self.store.preemption.open_loans, reservation)
         now = self.clock()
         latest = now

@@ -211,6 +211,10 @@ async def test_reclaim_before_start_and_by_request(bed: Bed) -> None:
     back = bed.job(made.id)
     assert back.status == "pending" and back.restarts == 1
     assert "the holder asked" in back.history[0].detail
+    # the holder asked for the GPUs: the booking lends no more, so the job is not put back
+    assert bed.store.preemption.lending([early])[early] == (False, False)
+    report = await bed.tick()
+    assert report.admitted == [] and "reserved" in report.waiting[made.id]
 
 
 async def test_a_job_preempted_too_often_runs_in_unbooked_time_only(bed: Bed) -> None:
