@@ -59,6 +59,9 @@ HOLDER = "hivefor1"  # the reservation's holder
 STEP_S = 0.05
 SAVE_EVERY = 20
 GRACE_S = 5
+# How long a step may wait for the scheduler (admission, a resume): generous, since a
+# loaded machine (bench-smoke next to other work) once took more than 30 s.
+WAIT_S = 120
 
 WORKER = """\
 import json, os, signal, sys, time
@@ -180,7 +183,7 @@ async def _run(count: int, folder: Path) -> dict[str, Any]:
 
     try:
         for _ in range(count):
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(WAIT_S):
                 await poll(admitted)
                 text = await poll(lambda: log_having(r"^step \d+$"))
             pid = int(re.findall(r"^pid (\d+)$", text, re.M)[-1])
@@ -203,7 +206,7 @@ async def _run(count: int, folder: Path) -> dict[str, Any]:
             finally:
                 holder.kill()
                 holder.wait()
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(WAIT_S):
                 await poll(admitted)
                 text = await poll(lambda: log_having("^resumed from step"))
             resumed, total = (int(n) for n in re.findall(r"^resumed from step (\d+) total (\d+)$",
