@@ -20,8 +20,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("container", sa.Text, nullable=True))
+    # A plain ADD COLUMN: a batch may copy the table on SQLite and lose its AUTOINCREMENT.
+    op.add_column("jobs", sa.Column("container", sa.Text, nullable=True))
 
 
 def downgrade() -> None:
