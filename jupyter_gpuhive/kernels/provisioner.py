@@ -129,6 +129,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     _record: KernelRecord | None = None
     _running = False
     _dead_reason: str | None = None
+    _ending: asyncio.Future[None] | None = None
 
     @property
     def has_process(self) -> bool:
@@ -237,9 +238,18 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         (the notebooks' iopub subscriptions reconnect meanwhile; NOTES: else the first
         messages after a restart can be lost)."""
         record, km = self._record, self.parent
-        if record is None or km is None or record.restarts == 0:
+        if km is None:
             return
-        await settle_after_restart(km)
+        # The restarter's 'dead' (a death it will not restart: its restart limit, or a
+        # refused restart) is told to us too: jupyter_server then drops the kernel from its
+        # map without a shutdown, so no cleanup would ever end it here. (Once per restarter:
+        # the same one watches each launch. The team's service, kernels/broker.py, has no
+        # kernel manager and no restarter: its server's restarter asks it to clean up.)
+        if hasattr(km, "add_restart_callback"):
+            km.remove_restart_callback(self._died, "dead")
+            km.add_restart_callback(self._died, "dead")
+        if record is not None and record.restarts > 0:
+            await settle_after_restart(km)
 
     # --- the process --------------------------------------------------------------------
 
@@ -251,6 +261,25 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         if code is not None and kernel.lost and self._dead_reason is None:
             await self._declare_dead(kernel.lost)
         return code
+
+    def _died(self) -> None:
+        """The restarter gave the kernel up: end it here (its process, sockets' directory,
+        container and the registry's record), as a shutdown would."""
+        task = asyncio.ensure_future(self._end_dead())
+        self._ending = task  # held until done (the loop keeps only weak references)
+        task.add_done_callback(_log_failure)
+
+    async def _end_dead(self) -> None:
+        kernel, record = self._kernel, self._record
+        code = kernel.exit_status() if kernel is not None else None
+        self._running = False
+        if record is not None and self._dead_reason is None:
+            why = "its process exited" + (f" (status {code})" if code is not None else "")
+            self._dead_reason = f"{why} and it was not restarted"
+            find_registry(self).ended(record.kernel_id, KernelState.DEAD, self._dead_reason)
+        if kernel is not None:
+            self._kernel = None
+            await kernel.close()
 
     async def _lost(self, reason: str) -> None:
         """The connection broke: the registry knows at once (the restarter within 3 s)."""
@@ -315,6 +344,11 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             info.update(reservation_id=record.reservation_id, host=record.host,
                         owner=record.owner, pid=record.pid, pgid=record.pgid)  # fmt: skip
         return info
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("gpuhive: could not end a dead kernel", exc_info=task.exception())
 
 
 class _Control:

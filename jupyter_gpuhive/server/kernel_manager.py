@@ -15,6 +15,7 @@ service link) exists, the app hands these classes their collaborators as attribu
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -83,12 +84,32 @@ class GpuHiveKernelManager:
         # (kernel_id, now=False, restart=False): a restart keeps the kernel and its token.
         restart = kwargs.get("restart", args[1] if len(args) > 1 else False)
         try:
+            await self._started(kernel_id)
             return await _result(super().shutdown_kernel(kernel_id, *args, **kwargs))  # type: ignore[misc]
         except HiveError as error:
             raise _answer(error) from None
         finally:
             if self.gpuhive_tokens is not None and not restart:
                 self.gpuhive_tokens.tokens.revoke_kernel(kernel_id)
+
+    async def _started(self, kernel_id: str) -> None:
+        """Wait for a start of the kernel that runs outside any request: the auto-restart of
+        a kernel whose process died. jupyter_client's restarter re-arms the kernel manager's
+        `ready` for the restart without the multi-kernel manager knowing (it waits only for
+        the starts it made), and its shutdown then reads that pending future's exception:
+        InvalidStateError, a 500. A reservation kernel's restart takes seconds (the launch,
+        then the wait for its kernel_info), so a shutdown meets one often. How the start
+        ended (`ready`'s exception) is the shutdown's to handle, as for any start."""
+        if kernel_id not in self:  # type: ignore[operator]
+            return  # the shutdown's own 404
+        km = self.get_kernel(kernel_id)  # type: ignore[attr-defined]
+        ready = getattr(km, "ready", None)  # (as jupyter_server: a manager may have none)
+        # A restart's shutdown, then its start: one future each.
+        while ready is not None and not ready.done():
+            await asyncio.wait(
+                [ready if isinstance(ready, asyncio.Future) else asyncio.wrap_future(ready)]
+            )
+            ready = km.ready
 
     def update_env(self, *, kernel_id: str, env: dict[str, str]) -> None:
         """A renamed session's environment for the next restart, without the secrets."""
