@@ -166,6 +166,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             except HiveError as error:  # the old process is gone by now: so is the kernel
                 self._no_restarts(f"not restarted: {error}")
                 registry.ended(record.kernel_id, KernelState.DEAD, f"not restarted: {error}")
+                # Its socket folder goes now: jupyter_server drops a kernel whose restart
+                # failed without a cleanup (and its restarter is stopped: no 'dead' comes).
+                await self._drop_kernel()
                 raise
             registry.restarting(record.kernel_id)
         kwargs["env"] = self._kernel_env(env_in)
@@ -277,8 +280,13 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             why = "its process exited" + (f" (status {code})" if code is not None else "")
             self._dead_reason = f"{why} and it was not restarted"
             find_registry(self).ended(record.kernel_id, KernelState.DEAD, self._dead_reason)
+        await self._drop_kernel()
+
+    async def _drop_kernel(self) -> None:
+        """Everything of the kernel's process goes (it is over): its process group, socket
+        folder, container or SSH connection."""
+        kernel, self._kernel = self._kernel, None
         if kernel is not None:
-            self._kernel = None
             await kernel.close()
 
     async def _lost(self, reason: str) -> None:

@@ -1,5 +1,5 @@
-"""A reservation kernel whose process dies (a real SIGKILL, as the OOM killer or a crashing
-extension would): Jupyter's auto-restarter starts it again, and a shutdown (DELETE) during or
+"""A reservation kernel whose process dies (a real SIGKILL from its owner's account, as her
+code, a crash or the OOM killer could end it): Jupyter's auto-restarter starts it again, and a shutdown (DELETE) during or
 after that restart ends it with nothing left behind; a death it does not restart (its restart
 limit) ends the kernel here too.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
+import subprocess
 import time
 from datetime import datetime
 from typing import Any
@@ -33,8 +33,9 @@ def restart_limit() -> int | None:
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
-    return {**hive_config, "hosts": [local_host("kc1", 2, python)], "unix_users": UNIX,
-            "monitor": False, "site_timezone": "UTC"}  # fmt: skip
+    return {**hive_config, "hosts": [local_host("kc1", 3, python)], "unix_users": UNIX,
+            "monitor": False, "site_timezone": "UTC", "min_reservation": "10s",
+            "kernel_end_policy": "warn"}  # fmt: skip
 
 
 @pytest.fixture
@@ -50,9 +51,11 @@ def started(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
     return jp_serverapp
 
 
-async def start(server: Any, api: Any, jp_fetch: Any, gpu: str) -> tuple[str, str]:
+async def start(
+    server: Any, api: Any, jp_fetch: Any, gpu: str, length: str = "1h"
+) -> tuple[str, str]:
     """A kernel on a new reservation of alice's: its id and its sockets' directory."""
-    made = await book(api("alice"), "crash", [gpu], datetime.now(UTC), "1h")
+    made = await book(api("alice"), "crash", [gpu], datetime.now(UTC), length)
     body = {"name": spec_name(made.body["id"])}
     reply = await kernels_api(jp_fetch, TOKENS["alice"], "POST", body=body)
     assert reply.status == 201, reply
@@ -64,6 +67,12 @@ async def start(server: Any, api: Any, jp_fetch: Any, gpu: str) -> tuple[str, st
 
 def exists(path: str) -> bool:
     return os.path.exists(path)
+
+
+def kill_as_alice(pid: int) -> None:
+    """SIGKILL to her kernel from her own UNIX account (as her code, or a crash, could)."""
+    subprocess.run(["kill", "-KILL", str(pid)], user=UNIX["alice"], check=True, env={},
+                   timeout=10)  # fmt: skip
 
 
 def alive(pid: int) -> bool:
@@ -99,7 +108,7 @@ async def test_a_kernel_killed_is_restarted_and_a_delete_during_the_restart_ends
     record = started.web_app.settings["gpuhive"].kernels.get(kid)
     km = started.kernel_manager.get_kernel(kid)
     first = record.pid
-    os.kill(first, signal.SIGKILL)
+    kill_as_alice(first)
     # The restarter (every 3 s) launches it again; its start ends after the new kernel
     # answers. The registry shows it running before: a DELETE then is what users send.
     await until(lambda: record.restarts == 1 and record.state == "running", 30, "a restart")
@@ -120,7 +129,7 @@ async def test_a_kernel_killed_and_not_restarted_ends_with_nothing_left(
     kid, sockets = await start(started, api, jp_fetch, "kc1:1")
     record = started.web_app.settings["gpuhive"].kernels.get(kid)
     pid = record.pid
-    os.kill(pid, signal.SIGKILL)
+    kill_as_alice(pid)
     # Past its restart limit the restarter gives it up and Jupyter forgets it (no shutdown):
     # it ends here too, and says why.
     await until(lambda: not record.live, 15, "the kernel declared dead")
@@ -129,3 +138,25 @@ async def test_a_kernel_killed_and_not_restarted_ends_with_nothing_left(
     await nothing_left(started, api, kid, [pid], sockets)
     deleted = await kernels_api(jp_fetch, TOKENS["alice"], "DELETE", kid)
     assert deleted.status == 404 and kid in deleted.body["message"], deleted
+
+
+@SQLITE
+async def test_a_kernel_killed_after_its_reservation_ended_is_not_restarted_and_ends(
+    started: Any, api: Any, jp_fetch: Any
+) -> None:
+    kid, sockets = await start(started, api, jp_fetch, "kc1:2", "10s")  # the shortest
+    registry = started.web_app.settings["gpuhive"].kernels
+    record = registry.get(kid)
+    res = await registry.reservation(record.reservation_id)
+    await asyncio.sleep((res.end - registry.now()).total_seconds() + 0.2)
+    assert record.state == "running"  # the end policy: a warning only
+    pid = record.pid
+    kill_as_alice(pid)
+    # The restart is refused (the reservation has ended): its process and socket folder
+    # go with it, though Jupyter keeps the failed kernel until it is shut down.
+    await until(lambda: not record.live, 15, "the restart refused")
+    assert record.state == "dead" and record.reason.startswith("not restarted: Reservation")
+    await until(lambda: not exists(sockets), 5, "its socket folder gone")
+    deleted = await kernels_api(jp_fetch, TOKENS["alice"], "DELETE", kid)
+    assert deleted.status == 204, deleted
+    await nothing_left(started, api, kid, [pid], sockets)
