@@ -79,7 +79,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
 test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis bench-smoke
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 	$(MAKE) --no-print-directory test-dates
 
 # The date- and time-sensitive tests again, with the clock faked (libfaketime) to each DST change of
