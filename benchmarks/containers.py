@@ -31,10 +31,28 @@ the same run:
   the medians (target <= 2.0). The two interpreters differ (the image holds the project's
   Python, which test users cannot run on the host), which the figure includes.
 
+The floor under a container start, measured in the same run (alternating, median of 10; of
+2 at ``--smoke``), each a process this script starts and waits for, as root:
+
+- ``bare_true_s``: fork and exec of ``/bin/true`` (every figure below includes that much);
+  ``bare_screen_s``: ``screen -DmS NAME /bin/true``, the session a bare job's task starts in;
+- ``engine_run_s``: ``docker run --rm --network host --pull never --log-driver none IMAGE
+  /bin/true``, the engine alone (no gpuhive, no screen, no SSH; ``--log-driver none`` as in
+  gpuhive's line); its split ``engine_create_s`` (``docker create``) and ``engine_start_s``
+  (``docker start -a`` of that container, which is then removed unmeasured);
+- ``runtime_run_s``: the OCI runtime below the engine, ``runc run`` of a bundle made from
+  the test image (``docker export``, once) with ``runc spec``'s configuration, ``/bin/true``,
+  and no network namespace (as ``--network host``);
+- ``floor_ratio_engine`` = (``job_start_bare_s`` + ``engine_run_s``) / ``job_start_bare_s``
+  and ``floor_ratio_runtime`` likewise with ``runtime_run_s`` (``*_local``: the local
+  host's bare start): the lowest ``container_job_start_ratio`` that a launcher adding nothing
+  of its own could reach with that engine, or with runc driven directly.
+
 ``attribution_ms`` and ``misattributed`` come from ``benchmarks/container_attribution.py``
 (its own dockerd and containers). Both job ratios are printed on stderr with their medians.
-The last line printed is one JSON object with those five figures and the medians behind the
-ratios (``job_start_*_s``: the SSH host; ``job_start_*_local_s``: the local host).
+The last line printed is one JSON object with those five figures, the medians behind the
+ratios (``job_start_*_s``: the SSH host; ``job_start_*_local_s``: the local host) and the
+floor's figures.
 """
 
 from __future__ import annotations
@@ -46,6 +64,7 @@ import os
 import pwd
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +100,18 @@ HOST = "cbench1"  # the local host
 SSH_HOST = "cbench2"  # the SSH host (a real sshd on loopback)
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 BEGAN = time.perf_counter()
+# The OCI runtime that Debian's containerd runs (runc ships with docker.io's dependencies).
+RUNC = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/runc"
+# The floor's JSON names: which of floor()'s series, and the digits kept.
+FLOOR_FIGURES = {
+    "bare_true_s": ("true", 4),
+    "bare_screen_s": ("screen", 4),
+    "engine_run_s": ("run", 3),
+    "engine_create_s": ("create", 3),
+    "engine_start_s": ("start", 3),
+    "runtime_run_s": ("runc", 3),
+}
+SYSTEM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LC_ALL": "C"}
 
 
 def say(message: str) -> None:
@@ -177,6 +208,61 @@ async def kernel_starts(
     return out
 
 
+def runc_bundle(engine: Any, image: str, work: Path) -> Path:
+    """An OCI bundle of `image` for runc: its files (``docker export``) and ``runc spec``'s
+    configuration, running ``/bin/true``, without a network namespace."""
+    bundle = work / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    made = engine.run("create", "--pull", "never", image, "/bin/true").stdout.strip()
+    exported = subprocess.Popen(engine.argv("export", made), stdout=subprocess.PIPE,
+                                env=engine.env())  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(bundle / "rootfs")], stdin=exported.stdout, check=True)
+    if exported.wait(timeout=120) != 0:
+        raise RuntimeError(f"docker export {made} failed")
+    engine.run("rm", made)
+    subprocess.run([RUNC, "spec", "--bundle", str(bundle)], check=True, env=SYSTEM_ENV)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"].update(terminal=False, args=["/bin/true"])
+    spaces = config["linux"]["namespaces"]
+    config["linux"]["namespaces"] = [n for n in spaces if n["type"] != "network"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Seconds `argv` took, start to exit, and its stdout; its error text when it fails."""
+    began = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    took = time.perf_counter() - began
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+    return took, done.stdout.strip()
+
+
+def floor(engine: Any, image: str, runs: int, work: Path) -> dict[str, list[float]]:
+    """The start floor, alternating: /bin/true bare, in screen, via the engine (whole and split)
+    and via runc alone."""
+    bundle = runc_bundle(engine, image, work)
+    state = work / "runc-state"
+    env, run = engine.env(), engine.argv("run", "--rm", "--network", "host", "--pull", "never",
+                                         "--log-driver", "none", image, "/bin/true")  # fmt: skip
+    out: dict[str, list[float]] = {k: [] for k in ("true", "screen", "run", "create", "start",
+                                                   "runc")}  # fmt: skip
+    for i in range(runs):
+        out["true"].append(timed(["/bin/true"], SYSTEM_ENV)[0])
+        screen = ["screen", "-DmS", f"floor-{os.getpid()}-{i}", "/bin/true"]
+        out["screen"].append(timed(screen, {**SYSTEM_ENV, "TERM": "xterm"})[0])
+        out["run"].append(timed(run, env)[0])
+        took, made = timed(engine.argv("create", "--network", "host", "--pull", "never",
+                                       "--log-driver", "none", image, "/bin/true"), env)  # fmt: skip
+        out["create"].append(took)
+        out["start"].append(timed(engine.argv("start", "-a", made), env)[0])
+        engine.run("rm", made)
+        runc = [RUNC, "--root", str(state), "run", "--bundle", str(bundle), f"floor-{i}"]
+        out["runc"].append(timed(runc, SYSTEM_ENV)[0])
+    return out
+
+
 def attribution(smoke: bool) -> dict[str, Any]:
     """The figures of benchmarks/container_attribution.py (its own engine and containers)."""
     from benchmarks import container_attribution
@@ -232,6 +318,8 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
             say(f"job starts, local host: {local}")
             kernels = await kernel_starts(store, pool, kernel_runs, image.tag)
             say(f"kernel starts: {kernels}")
+            floors = await asyncio.to_thread(floor, engine, image.tag, job_runs, work)
+            say(f"floor: {floors}")
         finally:
             await pool.close()
             store.close()
@@ -242,6 +330,21 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         f"({job_boxed:.3f} s / {job_bare:.3f} s)")  # fmt: skip
     say(f"container_job_start_ratio_local (local host): {local_ratio:.2f} "
         f"({local_boxed:.3f} s / {local_bare:.3f} s)")  # fmt: skip
+    least = {key: statistics.median(values) for key, values in floors.items()}
+    say(f"bare_true_s: {least['true']:.4f} s (fork and exec of /bin/true); bare_screen_s: "
+        f"{least['screen']:.4f} s (screen -DmS NAME /bin/true)")  # fmt: skip
+    say(f"engine_run_s: {least['run']:.3f} s (docker run --rm /bin/true; create "
+        f"{least['create']:.3f} s + start -a {least['start']:.3f} s)")  # fmt: skip
+    say(f"runtime_run_s: {least['runc']:.3f} s (runc run /bin/true, no engine)")
+    floors_of = {
+        "floor_ratio_engine": (job_bare + least["run"]) / job_bare,
+        "floor_ratio_runtime": (job_bare + least["runc"]) / job_bare,
+        "floor_ratio_engine_local": (local_bare + least["run"]) / local_bare,
+        "floor_ratio_runtime_local": (local_bare + least["runc"]) / local_bare,
+    }
+    for name, value in floors_of.items():
+        say(f"{name}: {value:.2f} (the bare start plus nothing but "
+            f"{'docker run' if 'engine' in name else 'runc run'})")  # fmt: skip
     return {
         "container_job_start_ratio": round(job_ratio, 2),
         "container_job_start_ratio_local": round(local_ratio, 2),
@@ -252,13 +355,17 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         "job_start_container_local_s": round(local_boxed, 3),
         "kernel_start_bare_s": round(k_bare, 3),
         "kernel_start_container_s": round(k_boxed, 3),
-        "runs": {"jobs": job_runs, "kernels": kernel_runs},
+        **{name: round(least[key], places) for name, (key, places) in FLOOR_FIGURES.items()},
+        **{name: round(value, 2) for name, value in floors_of.items()},
+        "runs": {"jobs": job_runs, "kernels": kernel_runs, "floor": job_runs},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="2 job and 1 kernel start each")
+    parser.add_argument(
+        "--smoke", action="store_true", help="2 job starts, 1 kernel start and 2 floor runs each"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (it starts its own dockerd and runs jobs as a test user)")
