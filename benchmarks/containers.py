@@ -31,8 +31,9 @@ the same run:
   the medians (target <= 2.0). The two interpreters differ (the image holds the project's
   Python, which test users cannot run on the host), which the figure includes.
 
-The floor under a container start, measured in the same run (alternating, median of 10; of
-2 at ``--smoke``), each a process this script starts and waits for, as root:
+The floor under a container start: one round of each of these after each pair of job starts
+above, so that they see the same load (median of 20 rounds; 4 at ``--smoke``), each a process
+this script starts and waits for, as root:
 
 - ``bare_true_s``: fork and exec of ``/bin/true`` (every figure below includes that much);
   ``bare_screen_s``: ``screen -DmS NAME /bin/true``, the session a bare job's task starts in;
@@ -40,11 +41,18 @@ The floor under a container start, measured in the same run (alternating, median
   /bin/true``, the engine alone (no gpuhive, no screen, no SSH; ``--log-driver none`` as in
   gpuhive's line); its split ``engine_create_s`` (``docker create``) and ``engine_start_s``
   (``docker start -a`` of that container, which is then removed unmeasured);
+- ``engine_run_gpuhive_s``: gpuhive's own ``run`` line (``hosts/engines.py``: ``--init``,
+  ``--user``, ``--cap-drop ALL``, labels, env file, home mount…) for ``/bin/true``, through
+  ``bash -c`` as root: beside ``engine_run_s``, what gpuhive's flags and line add;
+- ``engine_first_s``: the same ``docker run`` (``--rm``, the marks' folder mounted) until the
+  container's first statement (it creates a file), measured as a job start is: its exit and
+  removal, which ``engine_run_s`` includes, are not in it;
 - ``runtime_run_s``: the OCI runtime below the engine, ``runc run`` of a bundle made from
   the test image (``docker export``, once) with ``runc spec``'s configuration, ``/bin/true``,
   and no network namespace (as ``--network host``);
 - ``floor_ratio_engine`` = (``job_start_bare_s`` + ``engine_run_s``) / ``job_start_bare_s``
-  and ``floor_ratio_runtime`` likewise with ``runtime_run_s`` (``*_local``: the local
+  and ``floor_ratio_engine_first`` and ``floor_ratio_runtime`` likewise with
+  ``engine_first_s`` and ``runtime_run_s`` (``*_local``: the local
   host's bare start): the lowest ``container_job_start_ratio`` that a launcher adding nothing
   of its own could reach with that engine, or with runc driven directly.
 
@@ -79,8 +87,10 @@ from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_gpuhive.hosts.config import parse_hosts
+from jupyter_gpuhive.hosts.engines import Engine, labels, run_line
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
+from jupyter_gpuhive.jobs.containers import engines
 from jupyter_gpuhive.jobs.launcher import Launcher
 from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.kernels.registry import KernelRegistry
@@ -109,6 +119,8 @@ FLOOR_FIGURES = {
     "engine_run_s": ("run", 3),
     "engine_create_s": ("create", 3),
     "engine_start_s": ("start", 3),
+    "engine_run_gpuhive_s": ("line", 3),
+    "engine_first_s": ("first", 3),
     "runtime_run_s": ("runc", 3),
 }
 SYSTEM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LC_ALL": "C"}
@@ -129,10 +141,11 @@ async def appears(path: Path, limit: float = 60.0) -> float:
 
 
 async def job_starts(
-    store: Store, pool: HostPool, host: str, runs: int, image: str
+    store: Store, pool: HostPool, host: str, runs: int, image: str, floor: Floor
 ) -> dict[str, list[float]]:
     """Seconds from Launcher.start to the command's first statement on `host`, bare and in
-    the image, alternating; the owner's connection to the host is opened first (unmeasured)."""
+    the image, alternating, with a round of `floor` after each pair; the owner's connection to
+    the host is opened first (unmeasured)."""
     home = Path(pwd.getpwnam(USER).pw_dir)
     marks = home / f".gpuhive-bench-{uuid.uuid4().hex[:8]}"
     marks.mkdir()
@@ -157,6 +170,7 @@ async def job_starts(
                     raise RuntimeError(f"{kind} job did not start on {host}: {report.failures}")
                 out[kind].append(await appears(mark) - began)
                 await launcher.stop(job.id, grace=1.0)
+            await asyncio.to_thread(floor.round)
     finally:
         shutil.rmtree(marks, ignore_errors=True)
         shutil.rmtree(home / jobs.log_dir[2:], ignore_errors=True)
@@ -239,28 +253,58 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return took, done.stdout.strip()
 
 
-def floor(engine: Any, image: str, runs: int, work: Path) -> dict[str, list[float]]:
-    """The start floor, alternating: /bin/true bare, in screen, via the engine (whole and split)
-    and via runc alone."""
-    bundle = runc_bundle(engine, image, work)
-    state = work / "runc-state"
-    env, run = engine.env(), engine.argv("run", "--rm", "--network", "host", "--pull", "never",
-                                         "--log-driver", "none", image, "/bin/true")  # fmt: skip
-    out: dict[str, list[float]] = {k: [] for k in ("true", "screen", "run", "create", "start",
-                                                   "runc")}  # fmt: skip
-    for i in range(runs):
+class Floor:
+    """The start floor: one round of /bin/true bare, in screen, via the engine (whole and
+    split) and via runc alone; rounds run between the job starts, so both see the same load."""
+
+    def __init__(self, engine: Any, image: str, work: Path, site: Engine) -> None:
+        self.engine, self.image, self.site = engine, image, site
+        self.bundle, self.state = runc_bundle(engine, image, work), work / "runc-state"
+        self.env_file = work / "floor.env"
+        self.env_file.write_text("GPUHIVE_BENCH=1\n")
+        self.marks = work / "floor-marks"
+        self.marks.mkdir()
+        self.out: dict[str, list[float]] = {key: [] for key, _ in FLOOR_FIGURES.values()}
+
+    def container(self, *verb: str) -> list[str]:
+        return self.engine.argv(*verb, "--network", "host", "--pull", "never",
+                                "--log-driver", "none", self.image, "/bin/true")  # fmt: skip
+
+    def line(self, i: int) -> str:
+        """gpuhive's own `run` line for a task running /bin/true (as root here, no GPUs)."""
+        return run_line(self.site, image=self.image, name=f"floor-{os.getpid()}-{i}",
+                        owner="root", argv=["/bin/true"], uuids=[],
+                        env_file=str(self.env_file), workdir=None,
+                        label_values=labels("root", job=1, task=0), host_network=True)  # fmt: skip
+
+    def first(self, i: int) -> float:
+        """Seconds from `docker run` to the container's first statement (as a job start is
+        measured), not to its exit; the container is removed after, unmeasured."""
+        mark, name = self.marks / f"m{i}", f"first-{os.getpid()}-{i}"
+        run = self.container("run", "--rm", "--name", name, "-v", f"{self.marks}:{self.marks}")
+        run[-1:] = ["sh", "-c", f": > {mark} && exec sleep 60"]
+        began = time.perf_counter()
+        client = subprocess.Popen(run, env=self.engine.env(), stdout=subprocess.DEVNULL)
+        try:
+            return asyncio.run(appears(mark)) - began
+        finally:
+            self.engine.run("rm", "-f", name)
+            client.wait(timeout=60)
+
+    def round(self) -> None:
+        i, env, out = len(self.out["true"]), self.engine.env(), self.out
         out["true"].append(timed(["/bin/true"], SYSTEM_ENV)[0])
         screen = ["screen", "-DmS", f"floor-{os.getpid()}-{i}", "/bin/true"]
         out["screen"].append(timed(screen, {**SYSTEM_ENV, "TERM": "xterm"})[0])
-        out["run"].append(timed(run, env)[0])
-        took, made = timed(engine.argv("create", "--network", "host", "--pull", "never",
-                                       "--log-driver", "none", image, "/bin/true"), env)  # fmt: skip
+        out["run"].append(timed(self.container("run", "--rm"), env)[0])
+        out["line"].append(timed(["bash", "-c", self.line(i)], SYSTEM_ENV)[0])
+        out["first"].append(self.first(i))
+        took, made = timed(self.container("create"), env)
         out["create"].append(took)
-        out["start"].append(timed(engine.argv("start", "-a", made), env)[0])
-        engine.run("rm", made)
-        runc = [RUNC, "--root", str(state), "run", "--bundle", str(bundle), f"floor-{i}"]
+        out["start"].append(timed(self.engine.argv("start", "-a", made), env)[0])
+        self.engine.run("rm", made)
+        runc = [RUNC, "--root", str(self.state), "run", "--bundle", str(self.bundle), f"f{i}"]
         out["runc"].append(timed(runc, SYSTEM_ENV)[0])
-    return out
 
 
 def attribution(smoke: bool) -> dict[str, Any]:
@@ -312,14 +356,15 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
                                connect_timeout=5, command_timeout=60)  # fmt: skip
         pool = HostPool(decls, settings)
         try:
-            over_ssh = await job_starts(store, pool, SSH_HOST, job_runs, image.tag)
+            site = engines(pool.hosts)[HOST]
+            floor = await asyncio.to_thread(Floor, engine, image.tag, work, site)
+            over_ssh = await job_starts(store, pool, SSH_HOST, job_runs, image.tag, floor)
             say(f"job starts, ssh host: {over_ssh}")
-            local = await job_starts(store, pool, HOST, job_runs, image.tag)
+            local = await job_starts(store, pool, HOST, job_runs, image.tag, floor)
             say(f"job starts, local host: {local}")
             kernels = await kernel_starts(store, pool, kernel_runs, image.tag)
             say(f"kernel starts: {kernels}")
-            floors = await asyncio.to_thread(floor, engine, image.tag, job_runs, work)
-            say(f"floor: {floors}")
+            say(f"floor: {floor.out}")
         finally:
             await pool.close()
             store.close()
@@ -330,21 +375,25 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         f"({job_boxed:.3f} s / {job_bare:.3f} s)")  # fmt: skip
     say(f"container_job_start_ratio_local (local host): {local_ratio:.2f} "
         f"({local_boxed:.3f} s / {local_bare:.3f} s)")  # fmt: skip
-    least = {key: statistics.median(values) for key, values in floors.items()}
+    least = {key: statistics.median(values) for key, values in floor.out.items()}
     say(f"bare_true_s: {least['true']:.4f} s (fork and exec of /bin/true); bare_screen_s: "
         f"{least['screen']:.4f} s (screen -DmS NAME /bin/true)")  # fmt: skip
     say(f"engine_run_s: {least['run']:.3f} s (docker run --rm /bin/true; create "
         f"{least['create']:.3f} s + start -a {least['start']:.3f} s)")  # fmt: skip
+    say(f"engine_run_gpuhive_s: {least['line']:.3f} s (gpuhive's own run line, /bin/true)")
+    say(f"engine_first_s: {least['first']:.3f} s (docker run to the container's first statement)")
     say(f"runtime_run_s: {least['runc']:.3f} s (runc run /bin/true, no engine)")
     floors_of = {
         "floor_ratio_engine": (job_bare + least["run"]) / job_bare,
+        "floor_ratio_engine_first": (job_bare + least["first"]) / job_bare,
         "floor_ratio_runtime": (job_bare + least["runc"]) / job_bare,
         "floor_ratio_engine_local": (local_bare + least["run"]) / local_bare,
+        "floor_ratio_engine_first_local": (local_bare + least["first"]) / local_bare,
         "floor_ratio_runtime_local": (local_bare + least["runc"]) / local_bare,
     }
     for name, value in floors_of.items():
         say(f"{name}: {value:.2f} (the bare start plus nothing but "
-            f"{'docker run' if 'engine' in name else 'runc run'})")  # fmt: skip
+            f"{'runc run' if 'runtime' in name else 'docker run'})")  # fmt: skip
     return {
         "container_job_start_ratio": round(job_ratio, 2),
         "container_job_start_ratio_local": round(local_ratio, 2),
@@ -357,14 +406,14 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         "kernel_start_container_s": round(k_boxed, 3),
         **{name: round(least[key], places) for name, (key, places) in FLOOR_FIGURES.items()},
         **{name: round(value, 2) for name, value in floors_of.items()},
-        "runs": {"jobs": job_runs, "kernels": kernel_runs, "floor": job_runs},
+        "runs": {"jobs": job_runs, "kernels": kernel_runs, "floor": 2 * job_runs},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--smoke", action="store_true", help="2 job starts, 1 kernel start and 2 floor runs each"
+        "--smoke", action="store_true", help="2 job starts, 1 kernel start and 4 floor rounds"
     )
     args = parser.parse_args()
     if os.geteuid() != 0:
