@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncssh
 
@@ -79,13 +79,12 @@ class LocalLoop:
 
     @classmethod
     async def start(cls, argv: list[str], env: dict[str, str]) -> LocalLoop:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
+        process = await spawn(
+            argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
-            start_new_session=True,
             limit=_ANSWER_LIMIT,
         )
         return cls(process)
@@ -114,3 +113,43 @@ class LocalLoop:
 
 def _nothing() -> None:
     pass
+
+
+async def spawn(argv: list[str], **options: Any) -> asyncio.subprocess.Process:
+    """`asyncio.create_subprocess_exec(*argv, **options)` in a process group of its own, and
+    safe to cancel.
+
+    A `create_subprocess_exec` cancelled before its pipes are connected waits for them for
+    ever on CPython 3.11 (python/cpython#133536): the caller's cancellation then hangs until
+    an outer timeout ends it (the sampler's probes: `connect_timeout`, 5 s, which every
+    server stopped in its first second paid). Here the start runs on to its end (a few ms)
+    whatever cancellations arrive; a process started for a caller that was cancelled
+    meanwhile is killed with its group and reaped before the cancellation goes on.
+    """
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(*argv, start_new_session=True, **options)
+    )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await _settle(starting)
+        if not starting.cancelled() and starting.exception() is None:
+            process = starting.result()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await _settle(asyncio.ensure_future(process.wait()), within=1.0)
+        raise
+
+
+async def _settle(future: asyncio.Future[Any], within: float | None = None) -> None:
+    """Wait until `future` is done (cancelled after `within` seconds), deaf to the caller's
+    cancellations meanwhile: the caller re-raises its own afterwards."""
+    loop = asyncio.get_running_loop()
+    deadline = None if within is None else loop.time() + within
+    while not future.done():
+        left = None if deadline is None else deadline - loop.time()
+        if left is not None and left <= 0:
+            future.cancel()
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({future}, timeout=left)

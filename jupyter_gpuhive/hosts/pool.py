@@ -24,7 +24,7 @@ import asyncssh
 from ..model import HostDecl, utcnow
 from .environment import command_env
 from .keycheck import key_problem
-from .loops import LocalLoop, Loop, SshLoop
+from .loops import LocalLoop, Loop, SshLoop, spawn
 from .ssh import SshSettings as SshSettings
 from .ssh import address, as_text, connect, explain, run_session
 from .status import CommandResult as CommandResult
@@ -310,13 +310,12 @@ class HostPool:
         env = command_env(decl, user)  # never the server's own environment
         argv = self._local_argv(decl, command, user)
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            process = await spawn(
+                argv,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
-                start_new_session=True,
             )
         except (OSError, ValueError) as error:  # no shell, no file descriptors, a bad env
             raise HostUnavailable(decl.name, f"cannot start the local command: {error}") from None

@@ -45,8 +45,15 @@ async def _sweep_forever(
     sampler.on_sweep(send)  # its only listener: every sweep goes to the server
     running = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    # The parent never writes: the pipe turns readable only when it closes (or dies).
-    loop.add_reader(conn.fileno(), lambda: running.cancel() if running else None)
+
+    # The parent never writes: the pipe turns readable only when it closes (or dies), and stays
+    # so (level-triggered): one call is enough, later ones would only spin the loop.
+    def parent_gone() -> None:
+        loop.remove_reader(conn.fileno())
+        if running is not None:
+            running.cancel()
+
+    loop.add_reader(conn.fileno(), parent_gone)
     try:
         await sampler.run()
     except asyncio.CancelledError:
