@@ -2,10 +2,11 @@
 
 The service side is a real Jupyter server with gpuhive whose brokered-kernel routes get a
 real KernelBroker (as server/hub.py gives the team's service), its real lifecycle and a real
-reservation a few tens of seconds long on a `local` host. The user's side is what a
-client-mode server runs: jupyter_server's own kernel manager with the `gpuhive` provisioner
-(which becomes TeamProvisioner) and a real ServiceLink over HTTP with the user's token, its
-auto-restarter on. The Hub end to end is tests/hub/test_team_kernels.py (~60 s a test).
+reservation on a `local` host, booked for ten minutes (no start on a loaded box outlasts it)
+and ended early (PATCH end, as its owner may) a few seconds ahead once the kernel was used.
+The user's side is what a client-mode server runs: jupyter_server's own kernel manager with
+the `gpuhive` provisioner (which becomes TeamProvisioner) and a real ServiceLink over HTTP
+with the user's token, its auto-restarter on. The Hub end to end is tests/hub/test_team_kernels.py (~60 s a test).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +31,19 @@ from traitlets.config import LoggingConfigurable
 from jupyter_gpuhive.kernels.broker import KernelBroker
 from jupyter_gpuhive.kernels.team import TeamProvisioner
 from jupyter_gpuhive.server.service_link import ServiceLink
-from tests.conftest import TOKENS, UTC, book
+from tests.conftest import TOKENS, UTC, book, iso
 from tests.kernels.remote_helpers import UNIX, local_host, write_spec
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-LENGTH = 25  # seconds: the reservation (a local kernel starts in a few)
+LENGTH = 25  # seconds: the longest wait for the end policy once the end is near
+AHEAD_S = 2  # the early end, from when the kernel has been used
 
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
     host = local_host("kbr", 2, python)
     return {**hive_config, "hosts": [host], "unix_users": UNIX, "kernel_specs": False,
-            "min_reservation": "10s", "monitor": False, "kernel_end_policy": "shutdown",
+            "min_reservation": "1s", "monitor": False, "kernel_end_policy": "shutdown",
             "site_timezone": "UTC"}  # fmt: skip
 
 
@@ -87,8 +89,8 @@ async def until(check: Any, timeout: float) -> bool:
 async def test_an_admin_signals_but_never_launches_and_the_end_policy_ends_it_for_good(
     service: KernelBroker, api: Any, jp_http_port: int, jp_base_url: str, tmp_path: Path
 ) -> None:
-    made = await book(api("alice"), "brokered", ["kbr:1"], datetime.now(UTC), f"{LENGTH}s")
-    rid, end = made.body["id"], datetime.fromisoformat(made.body["end"])
+    made = await book(api("alice"), "brokered", ["kbr:1"], datetime.now(UTC), "10m")
+    rid = made.body["id"]
     link = ServiceLink(f"http://127.0.0.1:{jp_http_port}{jp_base_url}gpuhive", TOKENS["alice"])
     name = write_spec(tmp_path, f"brokered-{rid}", {"reservation_id": rid})
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
@@ -135,8 +137,13 @@ async def test_an_admin_signals_but_never_launches_and_the_end_policy_ends_it_fo
         assert [k.kernel_id for k in service.registry.live()] == [kid]
         assert record.restarts == 0 and record.pid is not None and alive(record.pid)
 
-        # The reservation ends; the service's lifecycle shuts the kernel down (the default
-        # policy). alice's server reports it dead with that reason and does not restart it.
+        # The reservation ends (alice ends it early, a few seconds ahead); the service's
+        # lifecycle shuts the kernel down (the default policy). alice's server reports it
+        # dead with that reason and does not restart it.
+        soon_end = datetime.now(UTC) + timedelta(seconds=AHEAD_S)
+        ended = await api("alice")("PATCH", f"reservations/{rid}", {"end": iso(soon_end)})
+        assert ended.status == 200, ended
+        end = datetime.fromisoformat(ended.body["end"])
         assert await until(lambda: "dead" in fired, LENGTH + 15), (fired, record)
         assert datetime.now(UTC) >= end
         reason = f"shut down: its reservation {rid} ended at {end:%Y-%m-%d %H:%M} UTC"

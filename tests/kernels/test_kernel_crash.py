@@ -13,13 +13,13 @@ import asyncio
 import os
 import subprocess
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from jupyter_gpuhive.kernels.specs import spec_name
-from tests.conftest import TOKENS, UTC, book
+from tests.conftest import TOKENS, UTC, book, iso
 from tests.kernels.remote_helpers import UNIX, kernels_api, local_host
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -34,7 +34,7 @@ def restart_limit() -> int | None:
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
     return {**hive_config, "hosts": [local_host("kc1", 3, python)], "unix_users": UNIX,
-            "monitor": False, "site_timezone": "UTC", "min_reservation": "10s",
+            "monitor": False, "site_timezone": "UTC", "min_reservation": "1s",
             "kernel_end_policy": "warn"}  # fmt: skip
 
 
@@ -144,9 +144,15 @@ async def test_a_kernel_killed_and_not_restarted_ends_with_nothing_left(
 async def test_a_kernel_killed_after_its_reservation_ended_is_not_restarted_and_ends(
     started: Any, api: Any, jp_fetch: Any
 ) -> None:
-    kid, sockets = await start(started, api, jp_fetch, "kc1:2", "10s")  # the shortest
+    kid, sockets = await start(started, api, jp_fetch, "kc1:2")
     registry = started.web_app.settings["gpuhive"].kernels
     record = registry.get(kid)
+    # Its reservation ends a second from now (alice ends it early: no start on a loaded box
+    # can outlast an hour's booking, and the test need not wait out a whole one).
+    soon_end = datetime.now(UTC) + timedelta(seconds=1)
+    ended = await api("alice")("PATCH", f"reservations/{record.reservation_id}",
+                               {"end": iso(soon_end)})  # fmt: skip
+    assert ended.status == 200, ended
     res = await registry.reservation(record.reservation_id)
     await asyncio.sleep((res.end - registry.now()).total_seconds() + 0.2)
     assert record.state == "running"  # the end policy: a warning only

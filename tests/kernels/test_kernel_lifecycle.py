@@ -1,8 +1,10 @@
 """A kernel's life bounded by its reservation: the warning, each end policy, the policy API.
 
-Real Jupyter server, real reservations a few tens of seconds long (relative to the server's
-clock), real kernels started through the kernel REST API by the `gpuhive` provisioner as a
-real UNIX user on a local host.
+Real Jupyter server, real reservations (relative to the server's clock), real kernels
+started through the kernel REST API by the `gpuhive` provisioner as a real UNIX user on a
+local host. The end-policy test books for ten minutes, so that no start on a loaded box can
+outlast its reservations, and once its kernels run ends them early (PATCH end, as their
+owner may) a few seconds ahead: the warning and the policies then come within seconds.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from tests.conftest import TOKENS, UTC, book, iso
 from tests.kernels.remote_helpers import UNIX, local_host
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-LENGTH = 40  # seconds: each test reservation (kernels start in a few seconds on a loaded box)
-WARN_S = 20  # the warning comes this long before the end
+LENGTH = 40  # seconds: the longest wait for a warning or an end policy (a loaded box)
+WARN_S = 6  # the warning comes this long before the end
+AHEAD_S = WARN_S + 3  # the early end, from when the kernels run: the warning is 3 s away
 
 
 @pytest.fixture
@@ -33,7 +36,7 @@ def hive_config(hive_config: dict[str, Any], python: str) -> dict[str, Any]:
         **hive_config,
         "hosts": [host],
         "unix_users": UNIX,
-        "min_reservation": "10s",
+        "min_reservation": "1s",
         "kernel_warning_minutes": WARN_S / 60,
         "kernel_extend_by": "1m",
         "poll_interval": 0.5,
@@ -109,12 +112,9 @@ async def test_each_end_policy_runs_when_its_reservation_ends(
     gpus = {"warn": "kn1:0", "interrupt": "kn1:1", "shutdown": "kn1:2", "extend": "kn1:3",
             "fallback": "kn1:4"}  # fmt: skip
     made = {
-        policy: (await book(alice, policy, [gpu], start, f"{LENGTH}s")).body
+        policy: (await book(alice, policy, [gpu], start, "10m")).body
         for policy, gpu in gpus.items()
     }
-    end = datetime.fromisoformat(made["warn"]["end"])
-    # The slot after 'fallback' is bob's: its extension fails, and its fallback runs.
-    await book(api("bob"), "next", [gpus["fallback"]], end + timedelta(seconds=1), "10m")
     kernels = {p: await start_kernel(jp_fetch, "alice", r["id"]) for p, r in made.items()}
     for policy, kid in kernels.items():
         body = {"policy": "extend", "fallback": "interrupt"} if policy == "fallback" else {
@@ -134,6 +134,18 @@ async def test_each_end_policy_runs_when_its_reservation_ends(
     client.start_channels()
     await client.wait_for_ready(timeout=30)
     client.execute("import time; time.sleep(600)")
+
+    # The kernels run: their reservations end early, all at one instant a few seconds ahead.
+    soon_end = datetime.now(UTC) + timedelta(seconds=AHEAD_S)
+    for policy, booked in made.items():
+        ended = await alice("PATCH", f"reservations/{booked['id']}", {"end": iso(soon_end)})
+        assert ended.status == 200, ended
+        made[policy] = ended.body
+    end = datetime.fromisoformat(made["warn"]["end"])
+    assert {datetime.fromisoformat(r["end"]) for r in made.values()} == {end}
+    assert not [e for e in events if e["kind"] == "warning"]  # ten minutes ahead: none due
+    # The slot after 'fallback' is bob's: its extension fails, and its fallback runs.
+    await book(api("bob"), "next", [gpus["fallback"]], end + timedelta(seconds=1), "10m")
 
     # The warning reaches every kernel WARN_S before the end, and is recorded.
     warned = await until(
