@@ -49,7 +49,8 @@ this script starts and waits for, as root:
   removal, which ``engine_run_s`` includes, are not in it;
 - ``runtime_run_s``: the OCI runtime below the engine, ``runc run`` of a bundle made from
   the test image (``docker export``, once) with ``runc spec``'s configuration, ``/bin/true``,
-  and no network namespace (as ``--network host``);
+  and no network namespace (as ``--network host``); where runc cannot run, its figures are
+  null and ``runtime_error`` holds runc's own message;
 - ``floor_ratio_engine`` = (``job_start_bare_s`` + ``engine_run_s``) / ``job_start_bare_s``
   and ``floor_ratio_engine_first`` and ``floor_ratio_runtime`` likewise with
   ``engine_first_s`` and ``runtime_run_s`` (``*_local``: the local
@@ -112,7 +113,7 @@ SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 BEGAN = time.perf_counter()
 # The OCI runtime that Debian's containerd runs (runc ships with docker.io's dependencies).
 RUNC = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/runc"
-# The floor's JSON names: which of floor()'s series, and the digits kept.
+# The floor's JSON names: which of Floor's series, and the digits kept.
 FLOOR_FIGURES = {
     "bare_true_s": ("true", 4),
     "bare_screen_s": ("screen", 4),
@@ -234,7 +235,7 @@ def runc_bundle(engine: Any, image: str, work: Path) -> Path:
     if exported.wait(timeout=120) != 0:
         raise RuntimeError(f"docker export {made} failed")
     engine.run("rm", made)
-    subprocess.run([RUNC, "spec", "--bundle", str(bundle)], check=True, env=SYSTEM_ENV)
+    timed([RUNC, "spec", "--bundle", str(bundle)], SYSTEM_ENV)
     config = json.loads((bundle / "config.json").read_text())
     config["process"].update(terminal=False, args=["/bin/true"])
     spaces = config["linux"]["namespaces"]
@@ -259,7 +260,12 @@ class Floor:
 
     def __init__(self, engine: Any, image: str, work: Path, site: Engine) -> None:
         self.engine, self.image, self.site = engine, image, site
-        self.bundle, self.state = runc_bundle(engine, image, work), work / "runc-state"
+        self.state = work / "runc-state"
+        self.runc_error: str | None = None  # why runc could not run here, if it could not
+        try:
+            self.bundle = runc_bundle(engine, image, work)
+        except (OSError, RuntimeError) as error:  # no runc, or one that cannot work here
+            self.bundle, self.runc_error = work, str(error)
         self.env_file = work / "floor.env"
         self.env_file.write_text("GPUHIVE_BENCH=1\n")
         self.marks = work / "floor-marks"
@@ -303,8 +309,13 @@ class Floor:
         out["create"].append(took)
         out["start"].append(timed(self.engine.argv("start", "-a", made), env)[0])
         self.engine.run("rm", made)
-        runc = [RUNC, "--root", str(self.state), "run", "--bundle", str(self.bundle), f"f{i}"]
-        out["runc"].append(timed(runc, SYSTEM_ENV)[0])
+        if self.runc_error is None:
+            name = f"gpuhive-floor-{os.getpid()}-{i}"  # also its cgroup's name: unique
+            runc = [RUNC, "--root", str(self.state), "run", "--bundle", str(self.bundle), name]
+            try:
+                out["runc"].append(timed(runc, SYSTEM_ENV)[0])
+            except RuntimeError as error:
+                self.runc_error = str(error)
 
 
 def attribution(smoke: bool) -> dict[str, Any]:
@@ -375,25 +386,27 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         f"({job_boxed:.3f} s / {job_bare:.3f} s)")  # fmt: skip
     say(f"container_job_start_ratio_local (local host): {local_ratio:.2f} "
         f"({local_boxed:.3f} s / {local_bare:.3f} s)")  # fmt: skip
-    least = {key: statistics.median(values) for key, values in floor.out.items()}
+    least = {key: statistics.median(values) for key, values in floor.out.items() if values}
+    if floor.runc_error:  # the figures that need runc are null, and the reason is printed
+        say(f"runc cannot run here: {floor.runc_error}")
     say(f"bare_true_s: {least['true']:.4f} s (fork and exec of /bin/true); bare_screen_s: "
         f"{least['screen']:.4f} s (screen -DmS NAME /bin/true)")  # fmt: skip
     say(f"engine_run_s: {least['run']:.3f} s (docker run --rm /bin/true; create "
         f"{least['create']:.3f} s + start -a {least['start']:.3f} s)")  # fmt: skip
     say(f"engine_run_gpuhive_s: {least['line']:.3f} s (gpuhive's own run line, /bin/true)")
     say(f"engine_first_s: {least['first']:.3f} s (docker run to the container's first statement)")
-    say(f"runtime_run_s: {least['runc']:.3f} s (runc run /bin/true, no engine)")
+    runc_s = f"{least['runc']:.3f} s" if "runc" in least else "none"
+    say(f"runtime_run_s: {runc_s} (runc run /bin/true, no engine)")
+    parts = {"engine": "run", "engine_first": "first", "runtime": "runc"}
     floors_of = {
-        "floor_ratio_engine": (job_bare + least["run"]) / job_bare,
-        "floor_ratio_engine_first": (job_bare + least["first"]) / job_bare,
-        "floor_ratio_runtime": (job_bare + least["runc"]) / job_bare,
-        "floor_ratio_engine_local": (local_bare + least["run"]) / local_bare,
-        "floor_ratio_engine_first_local": (local_bare + least["first"]) / local_bare,
-        "floor_ratio_runtime_local": (local_bare + least["runc"]) / local_bare,
+        f"floor_ratio_{name}{where}": (bare + least[key]) / bare if key in least else None
+        for where, bare in (("", job_bare), ("_local", local_bare))
+        for name, key in parts.items()
     }
     for name, value in floors_of.items():
-        say(f"{name}: {value:.2f} (the bare start plus nothing but "
-            f"{'runc run' if 'runtime' in name else 'docker run'})")  # fmt: skip
+        shown = "none" if value is None else f"{value:.2f}"
+        part = "runc run" if "runtime" in name else "docker run"
+        say(f"{name}: {shown} (the bare start plus nothing but {part})")
     return {
         "container_job_start_ratio": round(job_ratio, 2),
         "container_job_start_ratio_local": round(local_ratio, 2),
@@ -404,8 +417,12 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
         "job_start_container_local_s": round(local_boxed, 3),
         "kernel_start_bare_s": round(k_bare, 3),
         "kernel_start_container_s": round(k_boxed, 3),
-        **{name: round(least[key], places) for name, (key, places) in FLOOR_FIGURES.items()},
-        **{name: round(value, 2) for name, value in floors_of.items()},
+        **{
+            name: round(least[key], places) if key in least else None
+            for name, (key, places) in FLOOR_FIGURES.items()
+        },
+        **{name: None if value is None else round(value, 2) for name, value in floors_of.items()},
+        "runtime_error": floor.runc_error,
         "runs": {"jobs": job_runs, "kernels": kernel_runs, "floor": 2 * job_runs},
     }
 
