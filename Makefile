@@ -151,9 +151,9 @@ binder-check: sysdeps
 bench: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python benchmarks/reservations.py
 
-# Every benchmark (benchmarks/*.py but the fixtures) at its --smoke size, one after the other:
+# Every benchmark (benchmarks/*.py but the fixtures) at its --smoke size, two at a time:
 # fails on a crash, a non-zero exit, a last line that is not one JSON object, or a null figure
-# in it (tests/support/bench_smoke.py). About 3-4 minutes on the 2-core development machine.
+# in it (tests/support/bench_smoke.py). About 2-3 minutes on the 2-core development machine.
 bench-smoke: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python -m tests.support.bench_smoke
 
