@@ -62,6 +62,12 @@ MODULES = [
     "tests/integrations/test_subscriptions.py",  # free slots before a deadline
     "tests/finder/test_search_api.py",  # the earliest slot: rule windows and spans in local time
 ]
+# Tests of those modules whose answers no instant can change (16 servers per database and
+# instant): bad input and a body that is not JSON (the one deadline they give is in 2000).
+NOT_DATES = [
+    "tests/finder/test_search_api.py::test_bad_input",
+    "tests/finder/test_search_api.py::test_not_json_and_anonymous",
+]
 
 LIBFAKETIME = (
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
@@ -191,7 +197,8 @@ def run(instant: Instant, zone: tzinfo, pytest_args: list[str], log: Path) -> bo
     if abs(seen - instant.at) > timedelta(minutes=1):
         log.write_text(f"libfaketime did not take effect: 'date' says {seen:%Y-%m-%d %H:%M} UTC\n")
         return False
-    command = [sys.executable, "-m", "pytest", "-q", *MODULES, *pytest_args]
+    skipped = [arg for test in NOT_DATES for arg in ("--deselect", test)]
+    command = [sys.executable, "-m", "pytest", "-q", *MODULES, *skipped, *pytest_args]
     with log.open("w") as out:
         done = subprocess.run(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     return done.returncode == 0
@@ -214,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [i for i in instants(real_now(), zone) if args.only in i.describe(zone)]
     print(f"test-dates: {len(chosen)} instants (site zone {zone}), {args.jobs} at a time:")
     print("\n".join(f"  {i.describe(zone)}" for i in chosen))
-    print("modules:", " ".join(MODULES), flush=True)
+    print("modules:", " ".join(MODULES))
+    print("but:", " ".join(NOT_DATES), flush=True)
     if args.list or not chosen:
         return 0 if args.list else 1
     logs = Path(tempfile.mkdtemp(prefix="gpuhive-test-dates-"))
