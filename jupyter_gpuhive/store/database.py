@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -31,6 +31,9 @@ T = TypeVar("T")
 RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
 EXCLUSION_VIOLATION = "23P01"
 MIGRATIONS = Path(__file__).with_name("migrations")
+# PostgreSQL advisory locks (one key each) that replicas take turns under, in a transaction:
+SCHEMA_LOCK = 0x67687363  # 'ghsc': migrating the schema
+INVENTORY_LOCK = 0x67686976  # 'ghiv': writing hosts and GPUs (each replica syncs at start)
 
 
 def sqlstate(error: BaseException) -> str | None:
@@ -216,12 +219,24 @@ class Database:
                 time.sleep(random.uniform(0.002, 0.02) * attempt)
         raise AssertionError("unreachable")
 
+    def take_turns(self, conn: Connection, key: int) -> None:
+        """PostgreSQL: wait for the transaction lock `key`, so that replicas doing the same
+        check-then-insert at once (each syncs the inventory at start) do it one after the
+        other. SQLite needs none: its writers begin IMMEDIATE, one at a time."""
+        if self.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
     def migrate(self, revision: str = "head") -> None:
         """Bring the schema to an Alembic revision (the newest by default), in one transaction.
 
         SQLite: foreign keys are off meanwhile (a table rebuild would otherwise cascade its
         DROP to the rows that point at it) and checked before the commit, as SQLite's own
         procedure for schema changes does (PRAGMA foreign_keys only works between transactions).
+
+        Replicas started together (`systemctl start gpuhive@1 gpuhive@2`) migrate at once: on
+        PostgreSQL each waits for a transaction-scoped advisory lock before it reads the
+        revision, so the first brings the schema up and the others find it done. (SQLite's
+        writer begins IMMEDIATE: the database's own lock makes them take turns.)
         """
         from alembic import command  # here: the webhook courier process imports this module
         from alembic.config import Config
@@ -236,6 +251,7 @@ class Database:
                 driver.execute("PRAGMA foreign_keys=OFF")
             try:
                 with connection.begin():
+                    self.take_turns(connection, SCHEMA_LOCK)
                     config.attributes["connection"] = connection
                     before = MigrationContext.configure(connection).get_current_revision()
                     command.upgrade(config, revision)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import Connection, insert, select, update
 
 from ..model import Gpu, GpuDecl, Host, HostDecl, utcnow
-from .database import Database, inserted_id
+from .database import INVENTORY_LOCK, Database, inserted_id
 from .schema import gpus, hosts
 from .slices import sync_slices
 
@@ -123,6 +123,7 @@ class Inventory:
         decls = list(declared)
 
         def work(conn: Connection) -> None:
+            self.db.take_turns(conn, INVENTORY_LOCK)  # replicas started together sync at once
             for decl in decls:
                 _upsert_host(conn, decl)
 
@@ -144,6 +145,7 @@ class Inventory:
             return []
 
         def work(conn: Connection) -> list[int]:
+            self.db.take_turns(conn, INVENTORY_LOCK)
             gone: list[int] = []
             for decl in decls:
                 gone += _upsert_host(conn, decl, seen=True)

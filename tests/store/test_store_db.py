@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -321,3 +324,39 @@ def test_the_write_ahead_log_is_checkpointed_off_the_writers_path(tmp_path: Path
         time.sleep(0.05)
     assert path.stat().st_size >= before + 1_000_000
     db.dispose()
+
+
+@pytest.mark.parametrize("opened", [3])
+def test_replicas_started_at_once_bring_the_schema_up_once(db_url: str, opened: int) -> None:
+    """`systemctl start gpuhive@1 gpuhive@2 gpuhive@3` starts replicas together on an empty
+    database: each migrates at start (its own process), and none may fail on another's
+    half-made schema."""
+    go = (
+        "import json, sys\n"
+        "from jupyter_gpuhive.hosts.config import parse_hosts\n"
+        "from jupyter_gpuhive.store import Store\n"
+        "store = Store(sys.argv[1]).open()  # as Hive.open: migrate, then sync the hosts\n"
+        "store.inventory.sync(parse_hosts(json.loads(sys.argv[2])))\n"
+        "store.close()\n"
+    )
+    argv = [sys.executable, "-c", go, db_url, json.dumps(HOSTS)]
+    starts = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(opened)
+    ]
+    outputs = [start.communicate(timeout=120)[0].decode(errors="replace") for start in starts]
+    assert [start.returncode for start in starts] == [0] * opened, outputs
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+            assert MigrationContext.configure(conn).get_current_revision() == head
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        store = Store(db_url).open()
+        try:  # every host and GPU once
+            assert [h.name for h in store.inventory.hosts()] == [h["name"] for h in HOSTS]
+            assert len(store.inventory.gpus()) == 4 * len(HOSTS)
+        finally:
+            store.close()
+    finally:
+        engine.dispose()

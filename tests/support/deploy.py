@@ -331,7 +331,7 @@ class ReplicaStack:
         return self
 
     def _start_replicas(self, timeout: float) -> None:
-        """Every replica from the unit file, the first alone: it brings the schema up."""
+        """Every replica from the unit file, all at once on the new database."""
         env_file = self.etc / "replica.env"
         env_file.write_text(
             render(REPLICA_ENV.read_text(), {SITE_HUB_API: f"127.0.0.1:{self.hub.hub_port}"})
@@ -341,13 +341,8 @@ class ReplicaStack:
         ):
             command = unit_command(self.replica_unit(i))
             replica = Replica(f"replica{i}", port, health, command, self.dir / f"replica{i}.log")
-            replica.start(self.dir)
-            self.replicas.append(replica)
-            if i == 1:
-                # Replicas that start together on a new database both create its tables
-                # (the loser exits on a duplicate alembic_version; systemd's Restart=
-                # would start it again): the first brings the schema up alone.
-                self._wait_up(replica, timeout)
+            replica.start(self.dir)  # all at once, as `systemctl start gpuhive@1 gpuhive@2`:
+            self.replicas.append(replica)  # they take turns at the schema (Database.migrate)
         for replica in self.replicas:
             self._wait_up(replica, timeout)
 
