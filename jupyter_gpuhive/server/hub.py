@@ -144,9 +144,12 @@ class GpuHiveService(Application):
     name = "gpuhive-service"
     config_file = Unicode("", help="Config file with c.GpuHiveApp.… settings").tag(config=True)
     token_cache_seconds = Float(
-        5.0,
-        help="How many seconds a read (GET) may use the Hub's last answer about its token. "
-        "Every other request (POST, PUT, PATCH, DELETE) asks the Hub afresh.",
+        60.0,
+        help="How many seconds a read (GET) may use the Hub's last answer about its token "
+        "(JupyterHub's own services use 300). Every other request (POST, PUT, PATCH, DELETE) "
+        "asks the Hub afresh, and its answer replaces the one reads use. Each replica keeps "
+        "its own answers: with a few seconds, most reads of a site with many users ask the "
+        "Hub (docs/how-to/replicas.md).",
     ).tag(config=True)
     health_port = Int(
         0,
