@@ -65,6 +65,9 @@ class Launcher:
         # (host, process group) of each task seen to end, and when: a sweep taken before that
         # may still show its processes, which are then no one else's (see queue_inputs).
         self.ended_groups: dict[tuple[str, int], datetime] = {}
+        # (host, GPU) of each such task, and when: a process that left before the probe read
+        # its owner has no process group, only the GPU it was listed on.
+        self.ended_gpus: dict[tuple[str, str], datetime] = {}
         # Preemptible jobs: their tasks' variables, and what a start waits for first (the
         # Scheduler reclaims GPUs lent to others there: the holder's claim wins).
         self.preemption = PreemptionSettings()
@@ -203,13 +206,18 @@ class Launcher:
         return SyncReport(tuple(changed), unreachable)
 
     def _note_ended(self, changed: Sequence[Task]) -> None:
-        """Remember the process groups of tasks that just ended (for ten minutes)."""
+        """Remember the process groups and GPUs of tasks that just ended (for ten minutes)."""
         now = utcnow()
         for task in changed:
-            if not task.active and task.pgid is not None:
+            if task.active:
+                continue
+            if task.pgid is not None:
                 self.ended_groups[(task.host, task.pgid)] = now
+            for uuid in task.gpus:
+                self.ended_gpus[(task.host, uuid)] = now
         cutoff = now - ENDED_MEMORY
         self.ended_groups = {k: at for k, at in self.ended_groups.items() if at >= cutoff}
+        self.ended_gpus = {k: at for k, at in self.ended_gpus.items() if at >= cutoff}
 
     async def _sync_group(
         self, host: str, owner: str, tasks: list[Task]

@@ -594,11 +594,14 @@ class Scheduler:
         jobs, marked = self.store.jobs.schedulable()
         inventory = {gpu.uuid: gpu for gpu in self.store.inventory.gpus()}
         reserved = reserved_spans(booked(self.store, now, now + self.horizon), jobs)
-        ended = () if sweep is None else [
-            group for group, at in self.launcher.ended_groups.items() if at >= sweep.at
-        ]  # fmt: skip
+        ended: list[tuple[str, int]] = []
+        left: list[tuple[str, str]] = []
+        if sweep is not None:  # tasks seen to end after the sweep was taken
+            ended = [k for k, at in self.launcher.ended_groups.items() if at >= sweep.at]
+            left = [k for k, at in self.launcher.ended_gpus.items() if at >= sweep.at]
         states = gpu_states(inventory.values(), reserved, jobs, sweep, now,
-                            default_walltime=self.default_walltime, ended=ended)  # fmt: skip
+                            default_walltime=self.default_walltime, ended=ended,
+                            left=left)  # fmt: skip
         for gpu_id, condition in self.store.health.unbookable().items():
             gpu = self.store.inventory.gpu_by_id(gpu_id)  # failed or drained: given to no job
             if gpu.uuid in states and states[gpu.uuid].blocker is None:

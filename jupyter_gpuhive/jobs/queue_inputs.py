@@ -112,6 +112,7 @@ def gpu_states(
     *,
     default_walltime: timedelta | None = None,
     ended: Collection[tuple[str, int]] = (),
+    left: Collection[tuple[str, str]] = (),
 ) -> dict[str, GpuState]:
     """Each GPU's state: who holds it (active tasks, then foreign processes) and next booking.
 
@@ -119,7 +120,9 @@ def gpu_states(
     releases its GPUs at its walltime (`default_walltime` when it declared none). Processes of
     the (host, process group)s in `ended`, tasks seen to end after the sweep was taken, are
     leaving: they hold nothing (else a wide job's slot would look unknown for a tick, and
-    jobs behind it could pass it).
+    jobs behind it could pass it). So are processes without an owner (no user, no process
+    group: nvidia-smi listed them, but they were gone when the probe ran `ps`) on a
+    (host, GPU) in `left`, the GPUs of those tasks.
     """
     at = now.timestamp()
     holder: dict[str, Job] = {}
@@ -134,11 +137,19 @@ def gpu_states(
                 if task.pgid is not None:
                     group_of[(task.host, task.pgid)] = job.id
     foreign: dict[str, str] = {}
+    left = set(left)
     if sweep is not None:
         for host, sample in sweep.samples.items():
             for proc in sample.processes:
+                places = (proc.gpu_uuid, getattr(proc, "mig_uuid", None))
+                if (
+                    proc.user is None
+                    and getattr(proc, "pgid", None) is None
+                    and any((host, on) in left for on in places)
+                ):
+                    continue  # it left with the task that ended on that GPU
                 # A process on a MIG slice keeps its slice busy as well as its GPU.
-                for on in (proc.gpu_uuid, getattr(proc, "mig_uuid", None)):
+                for on in places:
                     if on is None or on in foreign:
                         continue
                     pgid = getattr(proc, "pgid", None)

@@ -257,6 +257,28 @@ def test_processes_of_a_task_seen_to_end_after_the_sweep_hold_nothing() -> None:
     assert gpu_states(inv, {}, [ended], sweep, now, ended=[("other", 500)])["h-0"].blocker
 
 
+def test_a_process_gone_before_its_owner_was_read_leaves_with_the_task_that_ended() -> None:
+    """nvidia-smi listed the process, `ps` no longer found it: no user, no process group.
+    On a GPU whose task was seen to end after the sweep it is that task's, leaving; anywhere
+    else, or with an owner, it still holds its GPU (whose release nobody knows)."""
+    now = datetime.fromtimestamp(NOW, UTC)
+    inv = [Gpu(1, "h", 0, "h-0"), Gpu(2, "h", 1, "h-1")]
+    ended = _stored_job(1, "ann", "h", ["h-0"], state=TaskState.SUCCEEDED, pgid=500)
+    gone = ProcessInfo(501, "h-0", None, "python", 10)
+    sweep = Sweep(now, 5.0, {"h": HostSample("h", now, processes=(gone,))}, {})
+    before = gpu_states(inv, {}, [ended], sweep, now, ended=[("h", 500)])["h-0"]
+    assert before.blocker == "h:0 runs process 501 of an unknown user"
+    assert before.release is None
+    states = gpu_states(inv, {}, [ended], sweep, now, ended=[("h", 500)], left=[("h", "h-0")])
+    assert states["h-0"].blocker is None
+    for left in ([("h", "h-1")], [("other", "h-0")]):
+        assert gpu_states(inv, {}, [ended], sweep, now, left=left)["h-0"].blocker
+    owned = replace(gone, user="bob")
+    sweep = Sweep(now, 5.0, {"h": HostSample("h", now, processes=(owned,))}, {})
+    blocked = gpu_states(inv, {}, [ended], sweep, now, left=[("h", "h-0")])["h-0"].blocker
+    assert blocked == "h:0 runs process 501 of bob"
+
+
 def test_candidates_and_planned_runs() -> None:
     now = datetime.fromtimestamp(NOW, UTC)
     q = _stored_job(1, "ann", "h", ["h-0"], queued=True, walltime=timedelta(minutes=1))
