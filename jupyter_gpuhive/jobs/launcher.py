@@ -301,7 +301,9 @@ class Launcher:
                 continue
             for change in result:
                 changes.append(replace(change, last_error=reason) if reason else change)
-        await _db(self.jobs.change_tasks, changes, {TaskState.STOPPING})
+        done = set(await _db(self.jobs.change_tasks, changes, {TaskState.STOPPING}))
+        by_id = {t.id: t for t in tasks}
+        self._note_ended([apply_change(by_id[c.task_id], c) for c in changes if c.task_id in done])
         return failures
 
     async def _stop_group(

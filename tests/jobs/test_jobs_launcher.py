@@ -221,6 +221,9 @@ async def test_two_tasks_run_as_owner_on_their_gpus_and_stop_gracefully(hive: Hi
     assert stopped.job.status == "stopped"
     for task, probe in zip(stopped.job.tasks, probes, strict=True):
         assert not alive(probe["pid"])
+        # A sweep taken before the stop still shows its processes: the queue knows they left.
+        assert task.pgid is not None and (task.host, task.pgid) in hive.launcher.ended_groups
+        assert all((task.host, uuid) in hive.launcher.ended_gpus for uuid in task.gpus)
         assert "got SIGINT" in (await hive.launcher.log(task)).text
     assert not [s for s in sessions() if s.startswith(f"gpuhive-{created.id}-{spec.name}-")]
 
