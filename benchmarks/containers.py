@@ -50,7 +50,7 @@ this script starts and waits for, as root:
 - ``runtime_run_s``: the OCI runtime below the engine, ``runc run`` of a bundle made from
   the test image (``docker export``, once) with ``runc spec``'s configuration, ``/bin/true``,
   and no network namespace (as ``--network host``); where runc cannot run, its figures are
-  null and ``runtime_error`` holds runc's own message;
+  null and ``runtime_error`` (only then present) holds runc's own message;
 - ``floor_ratio_engine`` = (``job_start_bare_s`` + ``engine_run_s``) / ``job_start_bare_s``
   and ``floor_ratio_engine_first`` and ``floor_ratio_runtime`` likewise with
   ``engine_first_s`` and ``runtime_run_s`` (``*_local``: the local
@@ -422,7 +422,8 @@ async def run(smoke: bool, work: Path) -> dict[str, Any]:
             for name, (key, places) in FLOOR_FIGURES.items()
         },
         **{name: None if value is None else round(value, 2) for name, value in floors_of.items()},
-        "runtime_error": floor.runc_error,
+        # Only where runc failed: a null would read as a missing figure (make bench-smoke).
+        **({"runtime_error": floor.runc_error} if floor.runc_error else {}),
         "runs": {"jobs": job_runs, "kernels": kernel_runs, "floor": 2 * job_runs},
     }
 
