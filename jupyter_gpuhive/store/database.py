@@ -191,9 +191,27 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A connection for reading (a consistent snapshot inside one transaction)."""
+        """A connection for reading, in one transaction (PostgreSQL: READ COMMITTED, so each
+        statement sees what was committed before it began; `snapshot` for one view)."""
         with self.reader.begin() as connection:
             yield connection
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A connection for reading in which every statement sees the same committed state.
+
+        PostgreSQL: a REPEATABLE READ, READ ONLY transaction (READ COMMITTED would let rows
+        another replica commits between two statements into the second only: GPUs of a
+        host the first did not return). SQLite: any read transaction already is one."""
+        if self.dialect != "postgresql":
+            with self.read() as connection:
+                yield connection
+            return
+        with self.reader.connect() as plain:
+            connection = plain.execution_options(isolation_level="REPEATABLE READ")
+            with connection.begin():
+                connection.execute(text("SET TRANSACTION READ ONLY"))
+                yield connection
 
     def write(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run `work` in one write transaction, retrying transient concurrency failures."""

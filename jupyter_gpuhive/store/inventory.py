@@ -27,8 +27,9 @@ class Inventory:
         # it stays the same
 
     def reload(self) -> None:
-        """Re-read hosts, GPUs and MIG slices from the database."""
-        with self.db.read() as conn:
+        """Re-read hosts, GPUs and MIG slices from the database (one snapshot: another
+        replica may be writing hosts meanwhile)."""
+        with self.db.snapshot() as conn:
             host_rows = conn.execute(select(hosts).order_by(hosts.c.name)).all()
             gpu_rows = conn.execute(
                 select(gpus).order_by(

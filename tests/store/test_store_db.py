@@ -360,3 +360,25 @@ def test_replicas_started_at_once_bring_the_schema_up_once(db_url: str, opened: 
             store.close()
     finally:
         engine.dispose()
+
+
+def test_an_inventory_reload_sees_one_state_while_another_replica_adds_hosts(db_url: str) -> None:
+    """A reload reads hosts, then GPUs: on PostgreSQL's READ COMMITTED the second statement
+    would also see the GPUs of a host another replica committed in between (KeyError in
+    reload, seen with replicas started together). Its snapshot sees neither."""
+    store = Store(db_url).open()
+    other = Store(db_url).open()
+    try:
+        store.inventory.sync(parse_hosts(HOSTS[:1]))
+        with store.db.snapshot() as conn:
+            before = conn.execute(select(func.count()).select_from(reservation_gpus)).scalar()
+            hosts_seen = conn.execute(text("SELECT count(*) FROM hosts")).scalar()
+            other.inventory.sync(parse_hosts(HOSTS[1:]))  # commits while the snapshot is open
+            gpus_seen = conn.execute(text("SELECT count(*) FROM gpus")).scalar()
+            assert before == 0
+        assert (hosts_seen, gpus_seen) == (1, 4)
+        store.inventory.reload()
+        assert [h.name for h in store.inventory.hosts()] == [h["name"] for h in HOSTS]
+    finally:
+        other.close()
+        store.close()
