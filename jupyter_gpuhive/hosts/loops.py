@@ -104,11 +104,7 @@ class LocalLoop:
         return data[: -len(separator)].decode(errors="replace")
 
     async def close(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1):
-                await self.process.wait()
+        await end_group(self.process)
 
 
 def _nothing() -> None:
@@ -134,11 +130,35 @@ async def spawn(argv: list[str], **options: Any) -> asyncio.subprocess.Process:
     except asyncio.CancelledError:
         await _settle(starting)
         if not starting.cancelled() and starting.exception() is None:
-            process = starting.result()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await _settle(asyncio.ensure_future(process.wait()), within=1.0)
+            await _settle(asyncio.ensure_future(end_group(starting.result())), within=3.0)
         raise
+
+
+async def end_group(process: asyncio.subprocess.Process) -> None:
+    """End `process` and its process group the way a shell's EXIT trap can run (the probe's
+    trap removes its scratch folder; killing at once left one folder in /tmp per loop).
+
+    End of input first (a loop's `read` ends it, as the end of an SSH session does), then
+    SIGTERM to the group (a probe still running leaves through its `exit 129` trap), SIGKILL
+    last, and SIGKILL to whatever the group still holds.
+    """
+    stages: list[tuple[signal.Signals | None, float]] = [
+        (signal.SIGTERM, 1.0),
+        (signal.SIGKILL, 1.0),
+    ]
+    if process.stdin is not None:
+        process.stdin.close()
+        stages.insert(0, (None, 0.5))
+    for sent, within in stages:
+        if sent is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sent)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await process.wait()
+                break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 async def _settle(future: asyncio.Future[Any], within: float | None = None) -> None:

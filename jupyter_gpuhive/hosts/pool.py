@@ -15,7 +15,6 @@ import logging
 import os
 import random
 import secrets
-import signal
 import time
 from collections.abc import Iterable
 
@@ -24,7 +23,7 @@ import asyncssh
 from ..model import HostDecl, utcnow
 from .environment import command_env
 from .keycheck import key_problem
-from .loops import LocalLoop, Loop, SshLoop, spawn
+from .loops import LocalLoop, Loop, SshLoop, end_group, spawn
 from .ssh import SshSettings as SshSettings
 from .ssh import address, as_text, connect, explain, run_session
 from .status import CommandResult as CommandResult
@@ -323,14 +322,13 @@ class HostPool:
             async with asyncio.timeout(timeout):
                 out, err = await process.communicate(stdin.encode() if stdin else None)
         except (TimeoutError, asyncio.CancelledError) as error:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            # TERM before KILL: the probe's EXIT trap removes its scratch folder
+            ending = asyncio.ensure_future(end_group(process))
             if isinstance(error, asyncio.CancelledError):
                 with contextlib.suppress(BaseException):
-                    async with asyncio.timeout(1):
-                        await process.wait()
+                    await asyncio.shield(ending)
                 raise
-            await process.wait()
+            await ending
             raise HostUnavailable(
                 decl.name, f"no answer from the local command within {timeout:.0f} s"
             ) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import shutil
 import stat
@@ -14,6 +15,7 @@ import asyncssh
 import pytest
 
 from jupyter_gpuhive.hosts.pool import HostUnavailable, SshSettings
+from jupyter_gpuhive.hosts.probe import END, PROBE_LOOP_COMMAND
 from jupyter_gpuhive.hosts.ssh import ensure_client_key, fetch_host_key, known_hosts_line
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.sampler import Sampler
@@ -368,3 +370,48 @@ async def test_local_command_killed_by_signal_reports_minus_one(make_local_host,
     pool = make_pool([local_decl(host)])
     result = await pool.run(host.name, "kill -KILL $$")
     assert result.exit_status == -1
+
+
+def _scratch_local_decl(host, scratch: Path) -> HostDecl:
+    """`local_decl(host)` whose commands make their temporary folders in `scratch`."""
+    decl = local_decl(host)
+    return dataclasses.replace(decl, extra={"env": {**decl.extra["env"], "TMPDIR": str(scratch)}})
+
+
+async def test_closed_probe_loops_leave_no_scratch_folder(make_local_host, make_pool, tmp_path):
+    """A probe loop makes a scratch folder for its FIFOs and removes it on exit; the local
+    transport used to SIGKILL the loop at close, so its trap never ran and every loop ever
+    closed left a folder in /tmp (one CI run left about 8,500)."""
+    host = make_local_host()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    pool = make_pool([_scratch_local_decl(host, scratch)])
+    answer = await pool.ask(host.name, PROBE_LOOP_COMMAND, end=END, timeout=10)
+    assert "GPU-" in answer  # a real probe ran in the loop
+    assert len(list(scratch.iterdir())) == 1  # the loop's scratch folder, while it lives
+    await pool.close()
+    assert list(scratch.iterdir()) == []
+
+
+async def test_a_loop_closed_in_the_middle_of_a_probe_cleans_up(
+    make_local_host, make_pool, tmp_path
+):
+    """A loop busy in a hung nvidia-smi does not read its end of input: it gets SIGTERM, the
+    stand-in ends with its group and the loop's trap still removes the folder."""
+    host = make_local_host()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    pool = make_pool([_scratch_local_decl(host, scratch)])
+    await pool.ask(host.name, PROBE_LOOP_COMMAND, end=END, timeout=10)
+    host.set_fault(hang=True)
+    try:
+        asking = asyncio.ensure_future(pool.ask(host.name, PROBE_LOOP_COMMAND, end=END, timeout=30))
+        assert await until(lambda: sim_processes(host.config_path), timeout=5)
+        await pool.close()
+        with pytest.raises((HostUnavailable, asyncio.CancelledError, EOFError, OSError)):
+            await asking
+        assert list(scratch.iterdir()) == []
+        assert await until(lambda: not sim_processes(host.config_path), timeout=5)
+    finally:
+        host.clear_faults()
+        kill_sim_processes(host.config_path)
