@@ -11,7 +11,10 @@ from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration
 from ..model import utcnow as _utcnow
 from ..model.requests import Booking, BookingChange
+from ..model.rules import Rule
 from ..store import Changes, Store
+from ..store.limits import LimitReads
+from ..store.reservations import PendingWrite
 from . import access
 
 if TYPE_CHECKING:
@@ -118,9 +121,17 @@ class ReservationService:
             raise Invalid(f"Reservations can be made at most {describe_duration(p.horizon)} ahead.")
 
     def _check_access(
-        self, who: Identity, gpus: Sequence[Gpu], start: datetime, end: datetime
+        self,
+        who: Identity,
+        gpus: Sequence[Gpu],
+        start: datetime,
+        end: datetime,
+        rules: list[Rule] | None = None,
     ) -> None:
-        rules = self.store.rules.all()
+        """Forbidden unless the access rules (`rules`, else read now) let `who` use `gpus`
+        over [start, end)."""
+        if rules is None:
+            rules = self.store.rules.all()
         problems = access.uncovered(rules, who, gpus, start, end, self.policy.zone)
         if problems:
             gpu, (gap_start, gap_end) = problems[0]
@@ -167,8 +178,15 @@ class ReservationService:
                 raise Forbidden("Only admins may book for someone else.")
             owner = self.identity_of(booking.owner)
         self._check_span(start, end, now, new_start=True)
-        self._check_access(owner, gpus, start, end)
-        guard = self.limits.guard(who) if self.limits is not None else None
+        limits = self.limits.guard(who) if self.limits is not None else None
+
+        def guard(reads: LimitReads, pending: PendingWrite) -> None:
+            # The rules are read in the booking's own transaction: one round trip less, and
+            # the check sees the rules that hold when the booking is written.
+            self._check_access(owner, gpus, start, end, reads.access_rules())
+            if limits is not None:
+                limits(reads, pending)
+
         return self.store.reservations.create(
             owner.name, title, description, start, end, [g.id for g in gpus], guard
         )

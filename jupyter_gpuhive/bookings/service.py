@@ -18,6 +18,7 @@ from ..model.finder import Slot, Want
 from ..model.requests import Booking, BookingChange
 from ..privacy import Privacy, sees_all_of
 from ..store import Store
+from ..store.preemption import LendingShown
 from . import access
 from .finder import SlotSearch
 from .overview import occupancy
@@ -80,7 +81,24 @@ class Bookings:
             return list(found_host.gpus)
         return inventory.gpus()
 
-    async def find(
+    async def find(self, start: datetime, end: datetime, **filters: Any) -> list[Reservation]:
+        """Reservations overlapping [start, end); `filters` as `_window` takes them (host,
+        GPU, owner, cancelled ones too, limit)."""
+        window = self._window(start, end, **filters)
+        found: list[Reservation] = await self.run(self.store.reservations.window, **window)
+        return found
+
+    async def find_shown(
+        self, start: datetime, end: datetime, **filters: Any
+    ) -> tuple[list[Reservation], LendingShown]:
+        """`find`, and each one's lending (choice, the jobs its loans run), in one read."""
+        window = self._window(start, end, **filters)
+        shown: tuple[list[Reservation], LendingShown] = await self.run(
+            self.store.reservations.window_shown, **window
+        )
+        return shown
+
+    def _window(
         self,
         start: datetime,
         end: datetime,
@@ -90,8 +108,8 @@ class Bookings:
         user: str | None = None,
         include_cancelled: bool = False,
         limit: int = 1000,
-    ) -> list[Reservation]:
-        """Reservations overlapping [start, end), filtered by host, GPU and owner."""
+    ) -> dict[str, Any]:
+        """The store's window arguments of a search, checked (Invalid)."""
         if end <= start:
             raise Invalid("The end of the window must be after its start.")
         if not 0 < limit <= MAX_LIST:
@@ -104,16 +122,14 @@ class Bookings:
             gpu_ids = [u.id for u in chosen] + [
                 u.id for u in related if any(units_conflict(u, c) for c in chosen)
             ]
-        found: list[Reservation] = await self.run(
-            self.store.reservations.window,
-            start,
-            end,
-            gpu_ids=gpu_ids,
-            owner=user,
-            include_cancelled=include_cancelled,
-            limit=limit,
-        )
-        return found
+        return {
+            "start": start,
+            "end": end,
+            "gpu_ids": gpu_ids,
+            "owner": user,
+            "include_cancelled": include_cancelled,
+            "limit": limit,
+        }
 
     async def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:
         """The earliest slots that fit `want` for `who` (bookings.finder)."""

@@ -20,7 +20,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model.jobs import ACTIVE
 from ..model.limits import Limits, LimitTable, Tier
+from ..model.rules import Rule
 from .database import Database
+from .rules import read_rules
 from .schema import (
     booking_limits,
     job_tasks,
@@ -114,6 +116,10 @@ class LimitReads:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+
+    def access_rules(self) -> list[Rule]:
+        """Every access rule (a booking's access check, in the booking's transaction)."""
+        return read_rules(self._conn)
 
     def entries(
         self, user: str | None = None, groups: Iterable[str] = ()

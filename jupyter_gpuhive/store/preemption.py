@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, Select, delete, insert, select, update
 
 from ..errors import NotFound
 from ..model.jobs import JobEvent, Loan
@@ -55,6 +55,46 @@ def lent_from(conn: Connection, job_ids: Collection[int]) -> dict[int, int]:
     return {row.job_id: row.reservation_id for row in conn.execute(query.order_by(job_loans.c.id))}
 
 
+# Each reservation's lending choice, and the jobs its open loans run: what a reservation's
+# JSON shows of lending (`Shown.reservation`).
+LendingShown = tuple[dict[int, tuple[bool, bool]], dict[int, list[dict[str, Any]]]]
+
+
+def lending_of(
+    conn: Connection, ids: Collection[int] | Select[Any]
+) -> dict[int, tuple[bool, bool]]:
+    """(lend, reclaim_before_start) of the reservations `ids` (a list, or a SELECT of ids
+    read in the same statement); the defaults (True, False) where a booking chose nothing.
+    With a SELECT, only the reservations that have a row are in the answer."""
+    found = dict.fromkeys(ids, (True, False)) if not isinstance(ids, Select) else {}
+    table = reservation_lending
+    query = select(table).where(table.c.reservation_id.in_(ids))
+    for row in conn.execute(query).all():
+        found[row.reservation_id] = (bool(row.lend), bool(row.reclaim_before_start))
+    return found
+
+
+def lent_to_of(
+    conn: Connection, ids: Collection[int] | Select[Any]
+) -> dict[int, list[dict[str, Any]]]:
+    """Per reservation of `ids` (a list, or a SELECT of ids), the jobs its open loans run
+    (job, name, owner, preemptible); with a SELECT, only those that lend to a job."""
+    found: dict[int, list[dict[str, Any]]] = (
+        {rid: [] for rid in ids} if not isinstance(ids, Select) else {}
+    )
+    query = (
+        select(job_loans.c.reservation_id, jobs.c.id, jobs.c.name, jobs.c.owner)
+        .join(jobs, jobs.c.id == job_loans.c.job_id)
+        .where(job_loans.c.reservation_id.in_(ids), job_loans.c.ended_at.is_(None))
+        .order_by(job_loans.c.id)
+    )
+    for row in conn.execute(query).all():
+        found.setdefault(row.reservation_id, []).append(
+            {"job": row.id, "name": row.name, "owner": row.owner, "preemptible": True}
+        )
+    return found
+
+
 class Preemption:
     """Loans, lending choices and preemption events; each change is one transaction."""
 
@@ -67,14 +107,10 @@ class Preemption:
         """(lend, reclaim_before_start) of each reservation; the defaults (True, False)
         where the booking made no choice."""
         ids = list(reservation_ids)
-        found = dict.fromkeys(ids, (True, False))
         if not ids:
-            return found
+            return {}
         with self.db.read() as conn:
-            query = select(reservation_lending).where(reservation_lending.c.reservation_id.in_(ids))
-            for row in conn.execute(query).all():
-                found[row.reservation_id] = (bool(row.lend), bool(row.reclaim_before_start))
-        return found
+            return lending_of(conn, ids)
 
     def set_lending(self, reservation_id: int, lend: bool, reclaim_before_start: bool) -> None:
         """Record a booking's lending choice."""
@@ -175,21 +211,10 @@ class Preemption:
     def lent_to(self, reservation_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
         """Per reservation, the jobs its open loans run (job, name, owner, preemptible)."""
         ids = list(reservation_ids)
-        found: dict[int, list[dict[str, Any]]] = {rid: [] for rid in ids}
         if not ids:
-            return found
-        query = (
-            select(job_loans.c.reservation_id, jobs.c.id, jobs.c.name, jobs.c.owner)
-            .join(jobs, jobs.c.id == job_loans.c.job_id)
-            .where(job_loans.c.reservation_id.in_(ids), job_loans.c.ended_at.is_(None))
-            .order_by(job_loans.c.id)
-        )
+            return {}
         with self.db.read() as conn:
-            for row in conn.execute(query).all():
-                found[row.reservation_id].append(
-                    {"job": row.id, "name": row.name, "owner": row.owner, "preemptible": True}
-                )
-        return found
+            return lent_to_of(conn, ids)
 
     # --- history -----------------------------------------------------------------------
 
@@ -210,4 +235,14 @@ class Preemption:
             return histories(conn, [job_id]).get(job_id, [])
 
 
-__all__ = ["EXHAUSTED", "PREEMPTED", "RESUMED", "Preemption", "histories", "lent_from"]
+__all__ = [
+    "EXHAUSTED",
+    "PREEMPTED",
+    "RESUMED",
+    "LendingShown",
+    "Preemption",
+    "histories",
+    "lending_of",
+    "lent_from",
+    "lent_to_of",
+]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, func, insert, select, update
+from sqlalchemy import Connection, Subquery, and_, delete, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict, NotFound
@@ -16,6 +16,7 @@ from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
 from .limits import LimitReads
+from .preemption import LendingShown, lending_of, lent_to_of
 from .reservationrows import COLUMNS, build, build_joined, gpu_order
 from .schema import gpus as gpu_table
 from .schema import reservation_gpus, reservation_stats, reservations
@@ -51,6 +52,41 @@ class PendingWrite:
 Guard = Callable[[LimitReads, PendingWrite], None]
 
 
+def _chosen(
+    conn: Connection,
+    start: datetime,
+    end: datetime,
+    *,
+    gpu_ids: Iterable[int] | None = None,
+    owner: str | None = None,
+    include_cancelled: bool = False,
+    limit: int | None = None,
+) -> Subquery:
+    """The ids of the reservations overlapping [start, end) (the filters given), as a
+    subquery: the first `limit` by start."""
+    longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
+    query = select(reservations.c.id).where(
+        reservations.c.start_at < end,
+        reservations.c.end_at > start,
+        reservations.c.start_at >= start - timedelta(seconds=longest + 1),
+    )
+    if not include_cancelled:
+        query = query.where(reservations.c.cancelled_at.is_(None))
+    if owner is not None:
+        query = query.where(reservations.c.owner == owner)
+    if gpu_ids is not None:
+        query = query.where(
+            exists().where(
+                reservation_gpus.c.reservation_id == reservations.c.id,
+                reservation_gpus.c.gpu_id.in_(list(gpu_ids)),
+            )
+        )
+    query = query.order_by(reservations.c.start_at, reservations.c.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return query.subquery()
+
+
 class Reservations:
     """Reservation rows; every write is one transaction that re-checks for clashes."""
 
@@ -71,48 +107,38 @@ class Reservations:
                 raise NotFound(f"There is no reservation {reservation_id}.")
             return build(conn, rows, self.inventory.gpu_by_id)[0]
 
-    def window(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        gpu_ids: Iterable[int] | None = None,
-        owner: str | None = None,
-        include_cancelled: bool = False,
-        limit: int | None = None,
-    ) -> list[Reservation]:
-        """Reservations overlapping [start, end), ordered by start."""
+    def window(self, start: datetime, end: datetime, **filters: Any) -> list[Reservation]:
+        """Reservations overlapping [start, end), ordered by start; `filters` as `_chosen`
+        takes them (gpu_ids, owner, include_cancelled, limit)."""
         with self.db.read() as conn:
-            longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-            query = select(*COLUMNS).where(
-                reservations.c.start_at < end,
-                reservations.c.end_at > start,
-                reservations.c.start_at >= start - timedelta(seconds=longest + 1),
-            )
-            if not include_cancelled:
-                query = query.where(reservations.c.cancelled_at.is_(None))
-            if owner is not None:
-                query = query.where(reservations.c.owner == owner)
-            if gpu_ids is not None:
-                query = query.where(
-                    exists().where(
-                        reservation_gpus.c.reservation_id == reservations.c.id,
-                        reservation_gpus.c.gpu_id.in_(list(gpu_ids)),
-                    )
-                )
-            query = query.order_by(reservations.c.start_at, reservations.c.id)
-            if limit is not None:
-                query = query.limit(limit)
-            # One statement: the chosen reservations joined with their GPUs (a bound IN list
-            # of thousands of ids cost more than the query itself).
-            chosen = query.with_only_columns(reservations.c.id).subquery()
-            joined = (
-                select(*COLUMNS, reservation_gpus.c.gpu_id)
-                .join(reservation_gpus, reservation_gpus.c.reservation_id == reservations.c.id)
-                .where(reservations.c.id.in_(select(chosen.c.id)))
-                .order_by(reservations.c.start_at, reservations.c.id)
-            )
-            return build_joined(conn.execute(joined).all(), self.inventory.gpu_by_id)
+            return self._joined(conn, _chosen(conn, start, end, **filters))
+
+    def window_shown(
+        self, start: datetime, end: datetime, **filters: Any
+    ) -> tuple[list[Reservation], LendingShown]:
+        """`window`, and what their JSON shows of lending (choices, the jobs their loans
+        run), in one read: three statements on one snapshot, not three transactions with a
+        bound list of hundreds of ids in two of them."""
+        with self.db.read() as conn:
+            chosen = _chosen(conn, start, end, **filters)
+            found = self._joined(conn, chosen)
+            ids = select(chosen.c.id)
+            choices, lent = lending_of(conn, ids), lent_to_of(conn, ids)
+        return found, (
+            {r.id: choices.get(r.id, (True, False)) for r in found},
+            {r.id: lent.get(r.id, []) for r in found},
+        )
+
+    def _joined(self, conn: Connection, chosen: Subquery) -> list[Reservation]:
+        """The chosen reservations joined with their GPUs, in one statement (a bound IN list
+        of thousands of ids cost more than the query itself)."""
+        joined = (
+            select(*COLUMNS, reservation_gpus.c.gpu_id)
+            .join(reservation_gpus, reservation_gpus.c.reservation_id == reservations.c.id)
+            .where(reservations.c.id.in_(select(chosen.c.id)))
+            .order_by(reservations.c.start_at, reservations.c.id)
+        )
+        return build_joined(conn.execute(joined).all(), self.inventory.gpu_by_id)
 
     def booked_units(self, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
         """(unit UUID, start, end) of every live booking overlapping [start, end), in one light

@@ -13,6 +13,12 @@ from .database import Database
 from .schema import rules
 
 
+def read_rules(conn: Connection) -> list[Rule]:
+    """Every access rule, in the transaction of `conn`."""
+    rows = conn.execute(select(rules.c.id, rules.c.spec).order_by(rules.c.id)).all()
+    return [parse_rule(json.loads(row.spec), row.id) for row in rows]
+
+
 class Rules:
     """Allow-rules; read on every check so that all replicas see the same set."""
 
@@ -21,8 +27,7 @@ class Rules:
 
     def all(self) -> list[Rule]:
         with self.db.read() as conn:
-            rows = conn.execute(select(rules.c.id, rules.c.spec).order_by(rules.c.id)).all()
-        return [parse_rule(json.loads(row.spec), row.id) for row in rows]
+            return read_rules(conn)
 
     def get(self, rule_id: int) -> Rule:
         with self.db.read() as conn:

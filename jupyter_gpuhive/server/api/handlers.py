@@ -17,6 +17,7 @@ from .operations import operation
 from .schemas import bodies, queries, replies
 
 # A listing's lending choices (reservation -> lend, reclaim early) and loans (-> jobs).
+# as the store reads it (store.preemption.LendingShown): choices, the jobs loans run
 Lending = tuple[dict[int, tuple[bool, bool]], dict[int, list[dict[str, Any]]]]
 
 
@@ -128,7 +129,7 @@ class ReservationsHandler(Shown):
         policy = self.hive.settings.policy
         start = q.start or now
         end = q.end or start + policy.horizon + policy.max_length
-        found = await self.hive.bookings.find(
+        found, lending = await self.hive.bookings.find_shown(
             start,
             end,
             host=q.host,
@@ -137,7 +138,6 @@ class ReservationsHandler(Shown):
             include_cancelled=q.include_cancelled,
             limit=1000 if q.limit is None else q.limit,
         )
-        lending = await self.lending(found)
         self.reply({"reservations": [self.reservation(r, now, lending) for r in found]})
 
     @web.authenticated
@@ -145,11 +145,16 @@ class ReservationsHandler(Shown):
         "Book GPUs", 201, body=bodies.NewReservation, reply=replies.ReservationReply, errors=(409,)
     )
     async def post(self) -> None:
-        created = await self.hive.bookings.create(
-            self.who, self.body(bodies.NewReservation).value()
-        )
+        booking = self.body(bodies.NewReservation).value()
+        created = await self.hive.bookings.create(self.who, booking)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
-        self.reply(await self.shown(created), status=201)
+        # Its lending is what it asked for, and no job can have borrowed a booking that did
+        # not exist: nothing to read back.
+        lending: Lending = (
+            {created.id: (booking.lend, booking.reclaim_before_start)},
+            {created.id: []},
+        )
+        self.reply(self.reservation(created, None, lending), status=201)
 
 
 class ReservationHandler(Shown):
