@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Conflict, Forbidden, Invalid, Unavailable
 from ..hosts.pool import HostPool, HostUnavailable, SshSettings
 from ..model import Identity, isoformat, utcnow
-from ..model.jobs import ACTIVE, LIVE, Job, TaskState
+from ..model.jobs import ACTIVE, LIVE, RECENT_JOBS, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
 from ..store import Store
@@ -116,10 +116,16 @@ class Jobs:
         """The job templates with their options."""
         return [template.describe() for template in TEMPLATES.values()]
 
-    async def find(self, user: str | None, status: str | None) -> list[Job]:
-        """Jobs, of one owner and/or in one status when given."""
-        jobs = await self.run(self.store.jobs.all, owner=user)
-        return [j for j in jobs if status is None or j.status == status]
+    async def find(
+        self, user: str | None, status: str | None, limit: int = RECENT_JOBS
+    ) -> tuple[list[Job], bool]:
+        """Every job not over and the newest others, `limit` in all (see `Jobs.recent`), of
+        one owner and/or in one status when given; and whether older ones were left out.
+
+        A list of every job ever grew with the site's history, and every open sidebar polls
+        one (its user's) every few seconds."""
+        jobs, more = await self.run(self.store.jobs.recent, owner=user, limit=limit)
+        return [j for j in jobs if status is None or j.status == status], more
 
     async def get(self, job_id: int) -> Job:
         """One job (404 when there is none)."""

@@ -65,6 +65,25 @@ class TaskChange:
         return {"state": str(self.state)} | {k: v for k, v in found.items() if v is not _KEEP}
 
 
+def _not_over() -> Any:
+    """Jobs not over: with a pending or active task, queued without tasks (GPUs chosen at
+    admission), queued and failed with retries left, or marked for a requeue; what the
+    scheduler looks at, and what a list of recent jobs always shows."""
+    live = [str(s) for s in LIVE]
+    failed = [str(TaskState.FAILED), str(TaskState.LOST)]
+    has = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id)
+    return or_(
+        has.where(job_tasks.c.state.in_(live)).exists(),
+        and_(jobs.c.queued.is_(True), ~has.exists()),
+        and_(
+            jobs.c.queued.is_(True),
+            jobs.c.attempts < jobs.c.max_retries,
+            has.where(job_tasks.c.state.in_(failed)).exists(),
+        ),
+        jobs.c.requeue_reason.is_not(None),
+    )
+
+
 class Jobs:
     """Job and task rows; state changes name the states they expect, so none is clobbered."""
 
@@ -283,31 +302,23 @@ class Jobs:
             found = [job for job in found if job.status in statuses]
         return found
 
-    def schedulable(self) -> tuple[list[Job], dict[int, str]]:
-        """Jobs the scheduler looks at, and the requeue reasons of those marked.
+    def recent(self, *, owner: str | None = None, limit: int) -> tuple[list[Job], bool]:
+        """Every job not over (`_not_over`) and the newest of the others, `limit` jobs in all
+        (more only where more are not over), by id; and whether older ones were left out."""
+        newest = select(jobs.c.id).order_by(jobs.c.id.desc()).limit(limit + 1)
+        if owner is not None:
+            newest = newest.where(jobs.c.owner == owner)
+        with self.db.read() as conn:
+            ids = list(conn.execute(newest).scalars())
+            query = select(jobs).where(or_(jobs.c.id.in_(ids[:limit]), _not_over()))
+            if owner is not None:
+                query = query.where(jobs.c.owner == owner)
+            found = self._load_in(conn, query.order_by(jobs.c.id))
+        return found, len(ids) > limit
 
-        That is every job with a pending or active task, every queued job without tasks
-        (GPUs chosen at admission), queued jobs that may be retried, and marked jobs.
-        """
-        live = [str(s) for s in LIVE]
-        failed = [str(TaskState.FAILED), str(TaskState.LOST)]
-        has = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id)
-        query = (
-            select(jobs)
-            .where(
-                or_(
-                    has.where(job_tasks.c.state.in_(live)).exists(),
-                    and_(jobs.c.queued.is_(True), ~has.exists()),
-                    and_(
-                        jobs.c.queued.is_(True),
-                        jobs.c.attempts < jobs.c.max_retries,
-                        has.where(job_tasks.c.state.in_(failed)).exists(),
-                    ),
-                    jobs.c.requeue_reason.is_not(None),
-                )
-            )
-            .order_by(jobs.c.id)
-        )
+    def schedulable(self) -> tuple[list[Job], dict[int, str]]:
+        """Jobs the scheduler looks at, and the requeue reasons of those marked (`_not_over`)."""
+        query = select(jobs).where(_not_over()).order_by(jobs.c.id)
         found = self._load(query)
         with self.db.read() as conn:
             marked = conn.execute(
@@ -337,18 +348,21 @@ class Jobs:
 
     def _load(self, query: Any) -> list[Job]:
         with self.db.read() as conn:
-            rows = conn.execute(query).all()
-            ids = [row.id for row in rows]
-            by_job: dict[int, list[Task]] = {}
-            for start in range(0, len(ids), 5000):
-                chunk = ids[start : start + 5000]
-                tasks_query = task_query().where(job_tasks.c.job_id.in_(chunk))
-                for row in conn.execute(tasks_query).all():
-                    task = task_of(row)
-                    by_job.setdefault(task.job_id, []).append(task)
-            preemptible = [row.id for row in rows if row.preemptible]
-            history = histories(conn, preemptible) if preemptible else {}
-            lent = lent_from(conn, preemptible) if preemptible else {}
+            return self._load_in(conn, query)
+
+    def _load_in(self, conn: Connection, query: Any) -> list[Job]:
+        rows = conn.execute(query).all()
+        ids = [row.id for row in rows]
+        by_job: dict[int, list[Task]] = {}
+        for start in range(0, len(ids), 5000):
+            chunk = ids[start : start + 5000]
+            tasks_query = task_query().where(job_tasks.c.job_id.in_(chunk))
+            for row in conn.execute(tasks_query).all():
+                task = task_of(row)
+                by_job.setdefault(task.job_id, []).append(task)
+        preemptible = [row.id for row in rows if row.preemptible]
+        history = histories(conn, preemptible) if preemptible else {}
+        lent = lent_from(conn, preemptible) if preemptible else {}
         return [
             job_of(row, by_job.get(row.id, []), history.get(row.id, ()), lent.get(row.id))
             for row in rows

@@ -69,6 +69,8 @@ export interface JobEventReply {
 
 export interface JobList {
   jobs: JobReply[];
+  /** Whether older jobs were left out ('limit') */
+  more?: boolean;
 }
 
 /** A job: its definition (command, options, ...) only for the owner and admins. */

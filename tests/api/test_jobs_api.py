@@ -128,6 +128,45 @@ async def test_bad_job_requests_are_refused_in_words(api, running_hive):
     assert (await owner("POST", "jobs/abc/start")).status == 404
 
 
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+async def test_the_jobs_list_is_the_jobs_not_over_and_the_newest_others(api, running_hive):
+    """GET jobs grew with the site's history (every job ever, polled by every sidebar): it
+    holds every job not over and the newest of the others, `limit` in all, and says so."""
+    owner = api(OWNER)
+    await until(lambda: _discovered(owner), timeout=15)
+    base = {"template": "plain", "gpus": ["gpu1:0"], "start": True}
+    old = await owner("POST", "jobs", {**base, "name": "long", "command": "sleep 60"})
+    assert old.status == 201, old
+    quick = []
+    for n in range(4):
+        made = await owner("POST", "jobs", {**base, "name": f"q{n}", "gpus": [f"gpu1:{1 + n % 3}"],
+                                            "command": "true"})  # fmt: skip
+        assert made.status == 201, made
+        quick.append(made.body["id"])
+
+    async def over() -> Any:
+        jobs = (await owner("GET", "jobs")).body["jobs"]
+        done = [j for j in jobs if j["id"] in quick and j["status"] == "succeeded"]
+        return len(done) == len(quick)
+
+    await until(over, timeout=30, what="the four quick jobs to end")
+    listed = await owner("GET", "jobs", params={"limit": "2"})
+    assert listed.status == 200, listed
+    ids = [j["id"] for j in listed.body["jobs"]]
+    assert ids == [old.body["id"], *quick[-2:]]  # the running one besides the newest two
+    assert listed.body["more"] is True
+    everything = await owner("GET", "jobs")
+    assert [j["id"] for j in everything.body["jobs"]] == [old.body["id"], *quick]
+    assert everything.body["more"] is False
+    mine = await owner("GET", "jobs", params={"limit": "1", "user": OWNER, "status": "running"})
+    assert [j["id"] for j in mine.body["jobs"]] == [old.body["id"]]
+    for bad in ("0", "-3", "ten", "10001"):
+        refused = await owner("GET", "jobs", params={"limit": bad})
+        assert refused.status in (400, 422), (bad, refused)
+        assert "limit" in refused.message, refused.message
+    assert (await owner("POST", f"jobs/{old.body['id']}/stop")).status == 200
+
+
 async def _discovered(client: Any) -> Any:
     hosts = (await client("GET", "hosts")).body["hosts"]
     return hosts if hosts and len(hosts[0]["gpus"]) == 4 else None

@@ -8,7 +8,7 @@ from typing import Any
 from tornado import web
 
 from ...model import Reservation, utcnow
-from ...model.jobs import Job
+from ...model.jobs import RECENT_JOBS, Job
 from ...privacy import job_json, reservation_json
 from ...protection.marks import mark_violations
 from .base import HiveLogic
@@ -282,15 +282,16 @@ class JobsHandler(Shown):
 
     @web.authenticated
     @operation(
-        "Jobs, optionally of one user or in one status; others' jobs as a summary (no command, "
-        "variables, options or env); env values always masked",
+        "Jobs, optionally of one user or in one status: every job not over and the newest "
+        f"others, 'limit' in all (default {RECENT_JOBS}; 'more' says older ones exist); others' "
+        "jobs as a summary (no command, variables, options or env); env values always masked",
         query=queries.JobsQuery,
         reply=replies.JobList,
     )
     async def get(self) -> None:
         q = self.query(queries.JobsQuery)
-        jobs = await self.hive.jobs.find(q.user, q.status)
-        self.reply({"jobs": [self.job(job) for job in jobs]})
+        jobs, more = await self.hive.jobs.find(q.user, q.status, q.limit or RECENT_JOBS)
+        self.reply({"jobs": [self.job(job) for job in jobs], "more": more})
 
     @web.authenticated
     @operation(

@@ -118,6 +118,10 @@ class OverviewQuery(GpuWindow):
 class JobsQuery(Query):
     user: Text = Field(None, description="Only this owner")
     status: Text = Field(None, description="Only this status")
+    limit: QueryLimit = Field(
+        None,
+        description=f"At most this many, newest first, besides the jobs not over (1-{MAX_QUERY})",
+    )
 
 
 class LogQuery(Query):

@@ -165,6 +165,7 @@ class JobReply(Reply):
 
 class JobList(Reply):
     jobs: list[JobReply]
+    more: bool = Field(False, description="Whether older jobs were left out ('limit')")
 
 
 class PreviewTask(Reply):
