@@ -119,13 +119,15 @@ class Jobs:
     async def find(
         self, user: str | None, status: str | None, limit: int = RECENT_JOBS
     ) -> tuple[list[Job], bool]:
-        """Every job not over and the newest others, `limit` in all (see `Jobs.recent`), of
-        one owner and/or in one status when given; and whether older ones were left out.
+        """The newest `limit` jobs and every job running now (see `Jobs.recent`), of one
+        owner and/or in one status when given; and whether older ones were left out.
 
         A list of every job ever grew with the site's history, and every open sidebar polls
         one (its user's) every few seconds."""
-        jobs, more = await self.run(self.store.jobs.recent, owner=user, limit=limit)
-        return [j for j in jobs if status is None or j.status == status], more
+        found: tuple[list[Job], bool] = await self.run(
+            self.store.jobs.recent, owner=user, limit=limit, status=status
+        )
+        return found
 
     async def get(self, job_id: int) -> Job:
         """One job (404 when there is none)."""

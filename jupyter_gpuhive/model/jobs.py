@@ -136,7 +136,7 @@ ACTIVE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING})
 FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
 # A job (or task) in one of these has not finished yet.
 LIVE = frozenset({TaskState.PENDING, *ACTIVE})
-RECENT_JOBS = 200  # GET jobs: the newest jobs shown besides every job not over
+RECENT_JOBS = 200  # GET jobs: the newest jobs shown besides every job running now
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,8 @@ class TaskChange:
 
 def _not_over() -> Any:
     """Jobs not over: with a pending or active task, queued without tasks (GPUs chosen at
-    admission), queued and failed with retries left, or marked for a requeue; what the
-    scheduler looks at, and what a list of recent jobs always shows."""
+    admission), queued and failed with retries left, or marked for a requeue: what the
+    scheduler looks at."""
     live = [str(s) for s in LIVE]
     failed = [str(TaskState.FAILED), str(TaskState.LOST)]
     has = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id)
@@ -302,15 +302,27 @@ class Jobs:
             found = [job for job in found if job.status in statuses]
         return found
 
-    def recent(self, *, owner: str | None = None, limit: int) -> tuple[list[Job], bool]:
-        """Every job not over (`_not_over`) and the newest of the others, `limit` jobs in all
-        (more only where more are not over), by id; and whether older ones were left out."""
+    def recent(
+        self, *, owner: str | None = None, limit: int, status: str | None = None
+    ) -> tuple[list[Job], bool]:
+        """The newest `limit` jobs (of `owner`; in the derived `status`) and every job that
+        runs now (a task starting, running or stopping) besides them, by id; and whether
+        older ones were left out."""
+        if status is not None:  # derived from the tasks: filtered here, after reading
+            every = [job for job in self.all(owner=owner) if job.status == status]
+            return every[-limit:], len(every) > limit
         newest = select(jobs.c.id).order_by(jobs.c.id.desc()).limit(limit + 1)
         if owner is not None:
             newest = newest.where(jobs.c.owner == owner)
+        active = [str(s) for s in ACTIVE]
+        running = (
+            select(job_tasks.c.id)
+            .where(job_tasks.c.job_id == jobs.c.id, job_tasks.c.state.in_(active))
+            .exists()
+        )
         with self.db.read() as conn:
             ids = list(conn.execute(newest).scalars())
-            query = select(jobs).where(or_(jobs.c.id.in_(ids[:limit]), _not_over()))
+            query = select(jobs).where(or_(jobs.c.id.in_(ids[:limit]), running))
             if owner is not None:
                 query = query.where(jobs.c.owner == owner)
             found = self._load_in(conn, query.order_by(jobs.c.id))

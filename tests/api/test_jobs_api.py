@@ -129,9 +129,9 @@ async def test_bad_job_requests_are_refused_in_words(api, running_hive):
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
-async def test_the_jobs_list_is_the_jobs_not_over_and_the_newest_others(api, running_hive):
+async def test_the_jobs_list_is_the_newest_jobs_and_every_job_running_now(api, running_hive):
     """GET jobs grew with the site's history (every job ever, polled by every sidebar): it
-    holds every job not over and the newest of the others, `limit` in all, and says so."""
+    holds the newest `limit` jobs and every job running now, and says when it left some out."""
     owner = api(OWNER)
     await until(lambda: _discovered(owner), timeout=15)
     base = {"template": "plain", "gpus": ["gpu1:0"], "start": True}

@@ -282,8 +282,8 @@ class JobsHandler(Shown):
 
     @web.authenticated
     @operation(
-        "Jobs, optionally of one user or in one status: every job not over and the newest "
-        f"others, 'limit' in all (default {RECENT_JOBS}; 'more' says older ones exist); others' "
+        f"Jobs, optionally of one user or in one status: the newest 'limit' (default "
+        f"{RECENT_JOBS}; 'more' says older ones exist) and every job running now; others' "
         "jobs as a summary (no command, variables, options or env); env values always masked",
         query=queries.JobsQuery,
         reply=replies.JobList,

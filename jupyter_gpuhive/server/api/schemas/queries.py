@@ -120,7 +120,7 @@ class JobsQuery(Query):
     status: Text = Field(None, description="Only this status")
     limit: QueryLimit = Field(
         None,
-        description=f"At most this many, newest first, besides the jobs not over (1-{MAX_QUERY})",
+        description=f"The newest this many, besides every job running now (1-{MAX_QUERY})",
     )
 
 
