@@ -91,10 +91,6 @@ class Jobs:
         reservations lent to preemptible jobs, and wait for those jobs to go."""
         await self.scheduler.make_way(owner, gpus, why)
 
-    async def lent_to(self, reservation_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-        """The jobs that run on each reservation's GPUs now (public: job, name, owner)."""
-        return await self.run(self.store.preemption.lent_to, reservation_ids)
-
     async def owners(self, sweep: Sweep) -> dict[tuple[str, int], str]:
         """GPU processes that belong to running gpuhive jobs: (host, pid) → job owner."""
         tasks = await self.run(self.store.jobs.tasks, ACTIVE)

@@ -208,13 +208,13 @@ class Preemption:
 
         return self.db.write(work)
 
-    def lent_to(self, reservation_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
-        """Per reservation, the jobs its open loans run (job, name, owner, preemptible)."""
+    def shown(self, reservation_ids: Iterable[int]) -> LendingShown:
+        """`lending` and `lent_to` of the reservations, in one read."""
         ids = list(reservation_ids)
         if not ids:
-            return {}
+            return {}, {}
         with self.db.read() as conn:
-            return lent_to_of(conn, ids)
+            return lending_of(conn, ids), lent_to_of(conn, ids)
 
     # --- history -----------------------------------------------------------------------
 

@@ -41,9 +41,10 @@ class Shown(HiveLogic):
 
     async def lending(self, found: list[Reservation]) -> Lending:
         """Each reservation's lending choice and the jobs its GPUs run now."""
-        ids = [r.id for r in found]
-        choice = await self.hive.run(self.hive.store.preemption.lending, ids)
-        return choice, await self.hive.jobs.lent_to(ids)
+        shown: Lending = await self.hive.run(
+            self.hive.store.preemption.shown, [r.id for r in found]
+        )
+        return shown
 
     async def shown(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:
         return self.reservation(res, now, await self.lending([res]))
