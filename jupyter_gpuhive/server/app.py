@@ -14,6 +14,7 @@ from ..hosts.file import HostsFileWatcher
 from ..integrations.subscriptions import AVAILABILITY_SCHEMA, AVAILABILITY_SCHEMA_ID
 from ..kernels.events import KERNEL_SCHEMA, KERNEL_SCHEMA_ID
 from ..protection.handlers import EVENT_SCHEMA, EVENT_SCHEMA_ID, HandlerConfigError
+from .api.idempotency import answers_stored
 from .settings import GpuHiveSettings
 
 __all__ = ["GpuHiveApp", "GpuHiveSettings"]
@@ -120,6 +121,7 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
         if self._watcher is not None:
             await self._watcher.stop()
         if self.hive is not None:
+            await answers_stored()  # Idempotency-Key answers that went out, not yet stored
             await self.hive.stop()
             self.hive.close()
             self.hive = None

@@ -34,6 +34,7 @@ from . import public_url
 from .api import routes
 from .api.admission import SETTING as ADMISSION
 from .api.base import HiveLogic
+from .api.idempotency import answers_stored
 from .app import GpuHiveApp, GpuHiveSettings
 from .heap import freeze_startup_heap
 from .heartbeat import Heartbeat
@@ -224,6 +225,7 @@ class GpuHiveService(Application):
         if watcher is not None:
             await watcher.stop()
         await app.settings["gpuhive_broker"].close()
+        await answers_stored()  # Idempotency-Key answers that went out, not yet stored
         await hive.stop()
         hive.close()
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.server.api.admission import SETTING as ADMISSION
+from jupyter_gpuhive.server.api.idempotency import answers_stored
 from tests.api.helpers import booking
 from tests.conftest import TOKENS, soon
 
@@ -258,3 +259,19 @@ async def test_concurrent_requests_with_one_key_make_one_booking(
     made = next(r for r in replies if r.status == 201)
     replay = await fetch("POST", "reservations", body, key="k-race")
     assert replay.body == made.body and replay.headers["Idempotent-Replayed"] == "true"
+
+
+async def test_an_answer_is_stored_under_its_key_once_it_went_out(fetch: Any, hive: Any) -> None:
+    """The answer goes out first (one transaction less before the client hears it) and is
+    stored right after; a retry then gets it from the store, never a second booking."""
+    body = booking(["gpu2:2"], soon(), soon(2), "stored after")
+    first = await fetch("POST", "reservations", body, key="k-after")
+    assert first.status == 201, first
+    await answers_stored()
+    row = hive.store.idempotency.get("alice", "k-after")
+    assert row is not None and row["status"] == 201, row
+    assert json.loads(row["body"]) == first.body
+    again = await fetch("POST", "reservations", body, key="k-after")
+    assert again.status == 201 and again.body == first.body, again
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert (await titles(fetch)).count("stored after") == 1

@@ -92,7 +92,7 @@ class HiveLogic(RequestHandler):
     errand: Errand | None = None  # what its database work may still do (store/errand.py)
     _admission: Intake | None = None  # the bound it was counted in, until it finishes
     _key: idempotency.KeyUse | None = None  # its Idempotency-Key, claimed
-    _settling: asyncio.Future[None] | None = None  # its answer being stored under the key
+    _settling: asyncio.Future[None] | None = None  # its key being freed (a failure)
 
     async def prepare(self) -> None:
         """Admit the request (or 503 at once), authenticate it, claim its Idempotency-Key."""
@@ -150,18 +150,25 @@ class HiveLogic(RequestHandler):
         super().on_connection_close()
 
     def finish(self, chunk: Any = None, **kwargs: Any) -> Any:
-        """Finish; with an Idempotency-Key, once its answer is stored (a retry finds it)."""
+        """Finish; with an Idempotency-Key, its answer is stored right after it went out
+        (below 500), or the key freed before the answer goes out (a failure that changed
+        nothing: a retry right after it may claim the key afresh)."""
         use = self._key
-        if use is None:  # no key, or its answer is stored (then tornado says if finished twice)
+        if use is None:  # no key, or it is settled (then tornado says if finished twice)
             return super().finish(chunk, **kwargs)
         if self._settling is None:
             if chunk is not None:
                 self.write(chunk)
-            wrote = self.errand is not None and self.errand.wrote
+            status = self.get_status()
             body = b"".join(self._write_buffer)
-            answer = use.settle(self.get_status(), body, self._headers.get("Location"), wrote)
+            if status < 500:
+                self._key = None
+                use.settle_after(status, body, self._headers.get("Location"))
+                return super().finish(**kwargs)
+            wrote = self.errand is not None and self.errand.wrote
+            answer = use.settle(status, body, self._headers.get("Location"), wrote)
             self._settling = asyncio.ensure_future(self._finish_after(answer, kwargs))
-        return self._settling  # tornado's own finish() while the answer is being stored
+        return self._settling  # tornado's own finish() while the key is being freed
 
     async def _finish_after(self, stored: Awaitable[None], kwargs: dict[str, Any]) -> None:
         await stored

@@ -11,6 +11,7 @@ anything frees its key. Keys expire after a day.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -56,6 +57,17 @@ def _at(when: datetime | None) -> str:
     return when.strftime("%H:%M:%S UTC") if when is not None else "earlier"
 
 
+# Answers being stored after they went out, by (owner, key), in this process: a retry that
+# reaches the same process waits for its key's answer instead of being told to come back.
+_STORING: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+
+async def answers_stored() -> None:
+    """Wait for the answers still being stored (before the store closes, at shutdown)."""
+    while _STORING:
+        await asyncio.gather(*list(_STORING.values()), return_exceptions=True)
+
+
 class KeyUse:
     """One request's use of its key: claimed, bound to its errand, then settled."""
 
@@ -64,6 +76,9 @@ class KeyUse:
 
     async def claim(self, print_: str, deadline: float) -> Any:
         """Claim the key; a 409 or 422 if it cannot be used now; the stored answer to replay."""
+        storing = _STORING.get((self.owner, self.key))
+        if storing is not None:
+            await asyncio.shield(storing)  # its answer went out and is being stored
         stale = timedelta(seconds=max(60.0, 3 * deadline))
         keys = self.hive.store.idempotency
         claim = await self._outside(keys.claim, self.owner, self.key, print_, utcnow(), TTL, stale)
@@ -90,9 +105,22 @@ class KeyUse:
         keys, owner, key = self.hive.store.idempotency, self.owner, self.key
         errand.on_write = lambda connection: keys.applied(connection, owner, key)
 
+    def settle_after(self, status: int, body: bytes, location: str | None) -> None:
+        """Store an answer below 500 once it went out (`settle`): it costs the client no
+        wait. A retry meanwhile finds the key busy (409, `Retry-After`) on another process
+        and waits for it here, so it gets the answer, never a twin."""
+        mine = (self.owner, self.key)
+        storing = asyncio.ensure_future(self.settle(status, body, location, wrote=True))
+        _STORING[mine] = storing
+
+        def done(_: asyncio.Future[None]) -> None:
+            if _STORING.get(mine) is storing:
+                del _STORING[mine]
+
+        storing.add_done_callback(done)
+
     async def settle(self, status: int, body: bytes, location: str | None, wrote: bool) -> None:
-        """Store the answer, or free the key of a request that failed and changed nothing
-        (before the answer goes out: a retry right after it finds the key settled)."""
+        """Store the answer, or free the key of a request that failed and changed nothing."""
         keys = self.hive.store.idempotency
         try:
             if status < 500:
