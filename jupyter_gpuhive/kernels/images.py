@@ -19,6 +19,7 @@ from typing import Any
 
 from ..hosts.engines import Engine, Mount, engine_of, labels, remove_line, run_line
 from ..hosts.environment import command_env, host_env
+from ..hosts.loops import end_group, spawn
 from .launch import SCRIPT, Launch, LaunchError
 
 
@@ -106,7 +107,10 @@ async def remove(launch: Launch, ids: dict[str, Any]) -> None:
         return
     line = remove_line(engine, [launch.container])
     env = command_env(launch.host, launch.user)
-    with contextlib.suppress(OSError, TimeoutError):
-        process = await asyncio.create_subprocess_exec("sh", "-c", line, env=env, **ids)
-        async with asyncio.timeout(30):
-            await process.wait()
+    with contextlib.suppress(OSError, ValueError):
+        process = await spawn(["sh", "-c", line], env=env, **ids)
+        try:
+            async with asyncio.timeout(30):
+                await process.wait()
+        except TimeoutError:
+            await end_group(process)  # an engine that hangs is not left running

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hosts.environment import command_env
+from ..hosts.loops import spawn
 from . import images, launch_script, sockdirs
 from .launch import PORTS, Launch, LaunchError, Output, shell_command
 from .remote import KernelProcess
@@ -87,10 +88,11 @@ class LocalKernel(KernelProcess):
         env = command_env(launch.host, launch.user)  # never the server's environment
         home = account.pw_dir if Path(account.pw_dir).is_dir() else "/"  # noqa: ASYNC240
         try:
-            process = await asyncio.create_subprocess_exec(
-                "sh", "-c", line, env=env, cwd=home,
+            # a session of its own (spawn), and a start that a cancellation cannot hang
+            process = await spawn(
+                ["sh", "-c", line], env=env, cwd=home,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, **ids,
+                stderr=asyncio.subprocess.STDOUT, **ids,
             )  # fmt: skip
         except (OSError, ValueError) as error:
             raise LaunchError(f"Cannot start a kernel on {launch.host.name}: {error}") from None
