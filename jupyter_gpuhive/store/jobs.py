@@ -315,11 +315,7 @@ class Jobs:
         if owner is not None:
             newest = newest.where(jobs.c.owner == owner)
         active = [str(s) for s in ACTIVE]
-        running = (
-            select(job_tasks.c.id)
-            .where(job_tasks.c.job_id == jobs.c.id, job_tasks.c.state.in_(active))
-            .exists()
-        )
+        running = jobs.c.id.in_(select(job_tasks.c.job_id).where(job_tasks.c.state.in_(active)))
         with self.db.read() as conn:
             ids = list(conn.execute(newest).scalars())
             query = select(jobs).where(or_(jobs.c.id.in_(ids[:limit]), running))
