@@ -68,3 +68,9 @@ class Unavailable(HiveError):
     """A host or service needed for the request cannot be reached now."""
 
     status = 503
+
+
+class Unconfirmed(Unavailable):
+    """The Hub did not confirm the identity a request ran on: nothing was committed."""
+
+    retry_after = 1

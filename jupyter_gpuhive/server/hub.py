@@ -11,8 +11,11 @@ through the extension in client mode (`c.GpuHiveApp.service_url`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
+import inspect
+import json
 import logging
 import os
 import signal
@@ -25,7 +28,7 @@ from tornado.httpserver import HTTPServer
 from traitlets import Float, Int, Unicode
 from traitlets.config import Application
 
-from ..errors import Forbidden, HiveError, Unauthorized
+from ..errors import Forbidden, HiveError, Unauthorized, Unconfirmed
 from ..hive import Hive
 from ..hosts.file import HostsFileWatcher
 from ..kernels.broker import KernelBroker
@@ -45,7 +48,8 @@ from .kernel_tokens import PREFIX as KERNEL_TOKEN_PREFIX
 log = logging.getLogger(__name__)
 ADMIN_SCOPE = "custom:gpuhive:admin"
 # Reads may use the Hub's answer about a token for a few seconds (token_cache_seconds);
-# every other request changes something and asks the Hub afresh.
+# every other request changes something and asks the Hub afresh (writes that change only
+# the database, `confirms_identity_late`, meanwhile run on that answer: `_confirm`).
 _READS = {"GET", "HEAD", "OPTIONS"}
 
 
@@ -53,6 +57,10 @@ class HubHandler(HubAuthenticated, HiveLogic):
     """Base of the service's handlers: the Hub says who is asking, without blocking."""
 
     _hub_user: dict[str, Any] | None = None
+    # A write running on the Hub's last answer while the Hub is asked afresh (`_confirm`),
+    # and its finish waiting for that
+    _confirming: asyncio.Future[str] | None = None
+    _finishing: asyncio.Future[None] | None = None
     hub_token = ""  # the Hub token the request is asked as (a kernel token's: its server's)
     kernel_token: Held | None = None  # the request came with a reservation kernel's token
 
@@ -68,8 +76,19 @@ class HubHandler(HubAuthenticated, HiveLogic):
             if self.kernel_token is None:
                 raise Unauthorized("This kernel token is void: its kernel has ended.")
             token = self.kernel_token.hub_token  # asked of the Hub as its owner's server
+        remembered = self._remembered(auth, token)
         if self.request.method in _READS:
             model = await auth.user_for_token(token, use_cache=True, sync=False)
+        elif remembered is not None:
+            # Asked afresh while the request runs on the Hub's last answer: no change
+            # commits, and no answer goes out, before the Hub confirmed it (the gate).
+            model = remembered
+            self._confirming = asyncio.ensure_future(self._confirm(auth, token, remembered))
+            gate: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            self.errand.gate = gate  # type: ignore[union-attr]  # (_remembered: an errand)
+            self._confirming.add_done_callback(
+                lambda done: gate.set_result(not done.cancelled() and done.result() == _SAME)
+            )
         else:
             # Every write asks the Hub now, so a revoked token or a removed admin stops
             # working at once; the answer also replaces the cached one that reads use.
@@ -89,6 +108,69 @@ class HubHandler(HubAuthenticated, HiveLogic):
 
     def get_current_user(self) -> Any:
         return self._hub_user
+
+    def _remembered(self, auth: HubAuth, token: str) -> dict[str, Any] | None:
+        """The Hub's last answer about `token` (younger than `token_cache_seconds`) where this
+        write may run on it while the Hub is asked afresh; None: ask first."""
+        if (
+            self.request.method in _READS
+            or not self.confirms_identity_late
+            or self.kernel_token is not None
+            or self.errand is None
+        ):
+            return None
+        digest = hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
+        with contextlib.suppress(AttributeError, TypeError):
+            found = auth.cache.get(f"token::{digest}")
+            if isinstance(found, dict) and found.get("kind") == "user":
+                return found
+        return None
+
+    async def _confirm(self, auth: HubAuth, token: str, remembered: dict[str, Any]) -> str:
+        """Ask the Hub afresh: _SAME, or why the request may not stand (its answer replaces
+        the remembered one, as every write's does)."""
+        try:
+            fresh = await auth.user_for_token(token, use_cache=False, sync=False)
+        except Exception as error:  # the Hub is unreachable or answered with an error
+            log.warning("gpuhive: the Hub could not confirm a token: %s", error)
+            return _UNREACHABLE
+        _remember(auth, token, fresh)
+        if fresh is None:
+            return _UNKNOWN
+        return _SAME if _same_rights(fresh, remembered) else _CHANGED
+
+    def finish(self, chunk: Any = None, **kwargs: Any) -> Any:
+        """Finish; a request that ran on a remembered identity only once the Hub confirmed
+        it, otherwise with the refusal a fresh request would get (its work rolled back)."""
+        if self._finishing is not None:  # tornado's own finish() while it waits
+            return self._finishing
+        confirming = self._confirming
+        if confirming is None:
+            return super().finish(chunk, **kwargs)
+        self._finishing = asyncio.ensure_future(self._finish_confirmed(confirming, chunk, kwargs))
+        return self._finishing
+
+    async def _finish_confirmed(
+        self, confirming: asyncio.Future[str], chunk: Any, kwargs: dict[str, Any]
+    ) -> None:
+        verdict = await asyncio.shield(confirming)
+        self._confirming = None
+        if verdict == _SAME:
+            done = super().finish(chunk, **kwargs)
+        else:
+            refusal = _refusal(verdict)
+            use, self._key = self._key, None
+            if use is not None:  # nothing committed (the gate): the key is free again
+                await use.release()
+            self.clear()
+            self.set_status(refusal.status)
+            self.set_header("Content-Type", "application/json; charset=UTF-8")
+            retry_after = getattr(refusal, "retry_after", None)
+            if retry_after is not None:
+                self.set_header("Retry-After", str(retry_after))
+            done = super().finish(json.dumps({"message": refusal.message}), **kwargs)
+        if inspect.isawaitable(done):
+            await done
 
     def public_api_url(self) -> str:
         """The API as the Hub's proxy publishes it (server/public_url.py says how)."""
@@ -120,6 +202,37 @@ class HubHandler(HubAuthenticated, HiveLogic):
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         reason = getattr(error, "log_message", None) or self._reason
         self.finish({"message": reason if status_code < 500 else "Internal error (see logs)."})
+
+
+_SAME, _CHANGED, _UNKNOWN, _UNREACHABLE = "same", "changed", "unknown", "unreachable"
+
+
+def _same_rights(fresh: dict[str, Any], remembered: dict[str, Any]) -> bool:
+    """Whether the Hub's fresh answer gives the rights the request ran with: the same user,
+    groups and scopes (admin comes from a scope or a group)."""
+
+    def rights(model: dict[str, Any]) -> tuple[Any, ...]:
+        groups = model.get("groups")
+        return (
+            model.get("kind"),
+            model.get("name"),
+            None if groups is None else sorted(groups),
+            sorted(model.get("scopes") or []),
+        )
+
+    return rights(fresh) == rights(remembered)
+
+
+def _refusal(verdict: str) -> HiveError:
+    """The answer to a request whose remembered identity the Hub did not confirm."""
+    if verdict == _UNKNOWN:
+        return Unauthorized("The Hub does not know this token (expired or revoked?).")
+    if verdict == _CHANGED:
+        return Unconfirmed(
+            "Your rights changed at the Hub while this request ran; nothing was changed. "
+            "Send it again."
+        )
+    return Unconfirmed("The Hub could not confirm your token; nothing was changed. Retry.")
 
 
 def _remember(auth: HubAuth, token: str, model: dict[str, Any] | None) -> None:

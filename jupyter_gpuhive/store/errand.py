@@ -14,6 +14,7 @@ booking and its key commit together).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import time
 from collections.abc import Callable
@@ -22,13 +23,18 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import Unavailable
+from ..errors import Unavailable, Unconfirmed
 
 T = TypeVar("T")
 
 # A first write is rolled back this long before its client's deadline: the commit and the
 # answer's way back take time too (milliseconds here; a slow disk's fsync is longer).
 COMMIT_MARGIN = 0.1
+
+# The longest a write waits at its commit for the Hub's confirmation (its own request to
+# the Hub ends long before: HubAuth's timeout).
+GATE_WAIT = 60.0
+_UNCONFIRMED = "The Hub did not confirm your token in time; nothing was changed. Retry."
 
 ERRAND: ContextVar[Errand | None] = ContextVar("gpuhive_errand", default=None)
 
@@ -51,6 +57,10 @@ class Errand:
     whole: bool = False  # once its work has started, it runs to the end
     started: bool = False  # a piece of its work has started
     on_write: Callable[[Any], None] | None = field(default=None, repr=False)
+    # Set while the request runs on an identity remembered from the Hub's last answer and
+    # the Hub is asked afresh meanwhile (server/hub.py): True once the Hub confirmed it.
+    # No write of the request commits before that, and none at all unless it is True.
+    gate: concurrent.futures.Future[bool] | None = field(default=None, repr=False)
     # time.monotonic() after which the client no longer listens (it said how long it waits,
     # `Gpuhive-Client-Timeout`): no work starts, and no first write commits, after it
     client_deadline: float | None = None
@@ -81,8 +91,21 @@ class Errand:
         client's retry with the same Idempotency-Key carries it out once."""
         if not self._bound() and self._client_gone(COMMIT_MARGIN):
             raise Dropped(_CLIENT_GONE)
+        self.confirmed()
         if self.on_write is not None and not self.finished:
             self.on_write(connection)
+
+    def confirmed(self) -> None:
+        """Wait until the Hub confirmed the identity the request runs on (`gate`), or raise
+        Unconfirmed; at once without a gate."""
+        if self.gate is None:
+            return
+        try:
+            confirmed = self.gate.result(timeout=GATE_WAIT)
+        except concurrent.futures.TimeoutError:
+            confirmed = False
+        if not confirmed:
+            raise Unconfirmed(_UNCONFIRMED)
 
     def _bound(self) -> bool:
         """Its answer must be given: it went out, a write committed, or host work started."""

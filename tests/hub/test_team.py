@@ -198,7 +198,11 @@ def test_a_revoked_token_changes_nothing_from_the_next_request_on(team: Team) ->
 
 def test_an_admin_removed_from_the_admins_loses_admin_writes_at_once(team: Team) -> None:
     """dave is in group `admins` (custom:gpuhive:admin): removed from it, his very next
-    write for someone else is refused, although reads may still use a cached answer."""
+    write for someone else is not applied, although reads may still use a cached answer.
+
+    A booking runs on the Hub's last answer while the Hub is asked afresh and commits only
+    once the Hub confirms the same rights: here it does not, so nothing is booked and dave
+    is told to send it again; sent again, it is refused."""
     hub = team.hub
     assert hub.api("POST", "users/dave").status == 201
     assert hub.api("POST", "groups/admins/users", {"users": ["dave"]}).status == 200
@@ -215,8 +219,17 @@ def test_an_admin_removed_from_the_admins_loses_admin_writes_at_once(team: Team)
     assert team.service(dave, "POST", f"jobs/{jid}/stop").status in (200, 409)
 
     assert hub.api("DELETE", "groups/admins/users", {"users": ["dave"]}).status == 200
-    again = team.service(dave, "POST", "reservations", {**book("gpu3:2", 9), "owner": "alice"})
-    assert again.status == 403, again
+    for_alice_again = {**book("gpu3:2", 9), "owner": "alice"}
+    again = team.service(dave, "POST", "reservations", for_alice_again)
+    assert again.status == 503, again
+    assert "rights changed" in again.message and "nothing was changed" in again.message
+    assert again.headers["Retry-After"] == "1"
+    refused = team.service(dave, "POST", "reservations", for_alice_again)
+    assert refused.status == 403, refused
+    slot = SLOT + timedelta(hours=9)
+    window = {"gpu": "gpu3:2", "start": iso(slot), "end": iso(slot + timedelta(hours=1))}
+    listed = team.own("alice", "GET", f"reservations?{urlencode(window)}").body["reservations"]
+    assert listed == []  # the unconfirmed booking was not made
     stop = team.service(dave, "POST", f"jobs/{jid}/stop")
     assert stop.status == 403, stop
     cancel = team.service(dave, "DELETE", f"reservations/{for_alice.body['id']}")

@@ -89,6 +89,10 @@ class HiveLogic(RequestHandler):
     route = ""  # its path in that table (the API latency histogram's label)
     admitted = True  # counted against max_requests_in_flight (False: metrics scrapes)
     runs_to_the_end = False  # True: it reaches hosts; once its work started, none is dropped
+    # True: its writes change only the database (nothing on hosts, nothing sent before they
+    # commit), so in team mode they may run on the Hub's last answer about the token while
+    # the Hub is asked afresh, committing only once it confirms (server/hub.py)
+    confirms_identity_late = False
     errand: Errand | None = None  # what its database work may still do (store/errand.py)
     _admission: Intake | None = None  # the bound it was counted in, until it finishes
     _key: idempotency.KeyUse | None = None  # its Idempotency-Key, claimed

@@ -118,6 +118,8 @@ class ReservationUsageHandler(HiveLogic):
 
 
 class ReservationsHandler(Shown):
+    confirms_identity_late = True  # a booking changes the database only
+
     @web.authenticated
     @operation(
         "Reservations overlapping a window",
@@ -159,6 +161,8 @@ class ReservationsHandler(Shown):
 
 
 class ReservationHandler(Shown):
+    confirms_identity_late = True  # an edit or a cancel changes the database only
+
     @web.authenticated
     @operation("One reservation", reply=replies.ReservationReply)
     async def get(self, reservation_id: str) -> None:

@@ -132,6 +132,10 @@ class KeyUse:
         except Exception:
             log.exception("gpuhive: storing the answer to an Idempotency-Key failed")
 
+    async def release(self) -> None:
+        """Free the key of a request that changed nothing (its identity was not confirmed)."""
+        await self._outside(self.hive.store.idempotency.release, self.owner, self.key)
+
     async def _outside(self, fn: Callable[..., T], *args: Any) -> T:
         """Run key bookkeeping outside the request's errand (it is never dropped)."""
         token = ERRAND.set(None)
