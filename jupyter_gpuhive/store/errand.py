@@ -89,9 +89,9 @@ class Errand:
         The request's first write is rolled back (Dropped) when its client stopped waiting
         before the commit: applied, it could never be acknowledged; rolled back, the
         client's retry with the same Idempotency-Key carries it out once."""
+        self.confirmed()  # first: the client may stop waiting while the Hub is asked
         if not self._bound() and self._client_gone(COMMIT_MARGIN):
             raise Dropped(_CLIENT_GONE)
-        self.confirmed()
         if self.on_write is not None and not self.finished:
             self.on_write(connection)
 
