@@ -140,7 +140,8 @@ async def end_group(process: asyncio.subprocess.Process) -> None:
 
     End of input first (a loop's `read` ends it, as the end of an SSH session does), then
     SIGTERM to the group (a probe still running leaves through its `exit 129` trap), SIGKILL
-    last, and SIGKILL to whatever the group still holds.
+    last. The group is signalled only while its leader, our own child, is not reaped: its pid
+    (the group's id) cannot be anyone else's then; once reaped it could be reused.
     """
     stages: list[tuple[signal.Signals | None, float]] = [
         (signal.SIGTERM, 1.0),
@@ -150,15 +151,14 @@ async def end_group(process: asyncio.subprocess.Process) -> None:
         process.stdin.close()
         stages.insert(0, (None, 0.5))
     for sent, within in stages:
+        if process.returncode is not None:
+            return
         if sent is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, sent)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):
                 await process.wait()
-                break
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 async def _settle(future: asyncio.Future[Any], within: float | None = None) -> None:

@@ -119,9 +119,8 @@ class HubHandler(HubAuthenticated, HiveLogic):
             or self.errand is None
         ):
             return None
-        digest = hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
         with contextlib.suppress(AttributeError, TypeError):
-            found = auth.cache.get(f"token::{digest}")
+            found = auth.cache.get(_cache_key(token))
             if isinstance(found, dict) and found.get("kind") == "user":
                 return found
         return None
@@ -237,9 +236,13 @@ def _refusal(verdict: str) -> HiveError:
 
 def _remember(auth: HubAuth, token: str, model: dict[str, Any] | None) -> None:
     """Put a fresh answer into HubAuth's cache (its key for `user_for_token`)."""
-    digest = hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
     with contextlib.suppress(AttributeError, TypeError):  # a HubAuth without that cache
-        auth.cache[f"token::{digest}"] = model
+        auth.cache[_cache_key(token)] = model
+
+
+def _cache_key(token: str) -> str:
+    """HubAuth's cache key of its answer about `token` (`user_for_token`)."""
+    return "token::" + hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
 
 
 def _log_event(data: dict[str, Any]) -> None:
