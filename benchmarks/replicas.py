@@ -23,8 +23,10 @@ timeout of 2 s per attempt, like a real client.
 
 The mix (open loop: requests arrive paced as a Poisson process at a set rate, whatever the
 answers; latency counts from the planned arrival): 70 % reads (GET hosts 50 %, GET
-reservations of a week 35 %, GET jobs 15 %), 25 % writes (POST reservations 70 %, DELETE of
-one of the user's own acknowledged bookings 30 %), 5 % job submissions (POST jobs). Creating
+reservations of a week 35 %, GET jobs?user=<the user> 15 %: a sidebar's call; until
+2026-11-28 it was GET jobs, everyone's newest 200), 25 % writes (POST reservations 70 %,
+DELETE of one of the user's own acknowledged bookings 30 %), 5 % job submissions (POST
+jobs). Creating
 POSTs carry an `Idempotency-Key` (a UUID, also the booking's title and the job's name) and
 are retried with the same key as the project's own client (HiveClient) does: after a busy
 answer (503, 429, or 409 with Retry-After) when Retry-After says (at most 10 s), after a lost
@@ -371,8 +373,10 @@ class Ledger:
 class Load:
     """Open-loop arrivals of the mix through haproxy, one aiohttp session."""
 
-    def __init__(self, base: str, tokens: list[str], hosts: int, seed: int) -> None:
-        self.base, self.tokens, self.hosts = base, tokens, hosts
+    def __init__(
+        self, base: str, tokens: list[str], names: list[str], hosts: int, seed: int
+    ) -> None:
+        self.base, self.tokens, self.names, self.hosts = base, tokens, names, hosts
         self.rng = random.Random(seed)
         self.ledger = Ledger()
         self.day0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
@@ -414,7 +418,7 @@ class Load:
                     "end": (start + timedelta(days=7)).isoformat(),
                 }
                 return "read", "GET", f"reservations?{urlencode(window)}", None, user
-            return "read", "GET", "jobs", None, user
+            return "read", "GET", f"jobs?user={self.names[user]}", None, user  # as a sidebar
         if r < 0.95:
             mine = self.ledger.own.get(user)
             if mine and self.rng.random() < 0.30:
@@ -567,10 +571,10 @@ async def settle(stack: ReplicaStack, quiet: float, timeout: float = 60) -> None
 
 
 async def load_phases(
-    stack: ReplicaStack, tokens: list[str], size: Size, hosts: int
+    stack: ReplicaStack, tokens: list[str], names: list[str], size: Size, hosts: int
 ) -> tuple[dict[str, Any], Ledger]:
     log(f"leader during the load: {', '.join(sorted(stack.leaders()))}")
-    async with Load(stack.balancer_url, tokens, hosts, seed=1) as load:
+    async with Load(stack.balancer_url, tokens, names, hosts, seed=1) as load:
         steps = []
         for rate in size.rates:
             step = await load.run(rate, size.step_s)
@@ -751,7 +755,7 @@ def measure(size: Size, workdir: Path) -> dict[str, Any]:
             unseed(db_url)
             ratio = many["cpu_ms"] / none["cpu_ms"] if none["cpu_ms"] > 0 else float("nan")
             log(f"GET hosts CPU on {quiet.name}: none {none}, {size.seeded} upcoming {many}")
-            figures, ledger = asyncio.run(load_phases(stack, tokens, size, size.hosts))
+            figures, ledger = asyncio.run(load_phases(stack, tokens, names, size, size.hosts))
             time.sleep(size.quiet_s + 2)
             writes = writes_unacknowledged(db_url, ledger)
             log(

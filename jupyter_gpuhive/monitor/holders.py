@@ -1,8 +1,14 @@
 """Each GPU's current and next holder for `GET hosts`, read once and shared by all requests.
 
 The answer (`store.holders`: two index probes per unit) is kept until this process writes a
-reservation (the store counts its writes), the time passes a start or an end in it, or it is
-one poll interval old: a booking made through another replica shows within one poll interval.
+reservation that changes it, the time passes a start or an end in it, or it is one poll
+interval old: a booking made through another replica shows within one poll interval.
+
+Which writes change it: the store records the span and units each of this process's writes
+touched (`Reservations.touched`). A booking that starts after the next one of each of its
+units, or past the horizon, changes no pair, and most bookings are such (they are made days
+ahead); re-reading after each of them made nearly every poll wait for a read under load.
+A write the store could not describe (a failed one, flags) is taken to change it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from ..model import Reservation, utcnow
 from ..store import Store
+from ..store.reservations import Touch
 
 HORIZON = timedelta(days=30)  # the next holder shown starts within this
 
@@ -37,11 +44,41 @@ class HolderCache:
         if self._key is None:
             return False
         version, expiry, boundary = self._key
-        return (
-            version == self.store.reservations.version
-            and time.monotonic() < expiry
-            and now < boundary
-        )
+        if time.monotonic() >= expiry or now >= boundary:
+            return False
+        current = self.store.reservations.version
+        if current == version:
+            return True
+        if not self._untouched(version, current, now):
+            return False
+        self._key = (current, expiry, boundary)  # those writes changed no pair
+        return True
+
+    def _untouched(self, since: int, until: int, now: datetime) -> bool:
+        """Whether this process's writes after version `since` up to `until` (each recorded)
+        leave every cached pair as it is."""
+        seen = set()
+        for version, touch in list(self.store.reservations.touched):
+            if since < version <= until:
+                seen.add(version)
+                if self._changes(touch, now):
+                    return False
+        return len(seen) == until - since
+
+    def _changes(self, touch: Touch, now: datetime) -> bool:
+        """Whether a write's span may change a unit's current or next holder."""
+        unit = self.store.inventory.gpu_by_id
+        for gpu_id in touch.gpu_ids:
+            current, following = self._value.get(unit(gpu_id).ref, (None, None))
+            if touch.reservation_id in (r.id for r in (current, following) if r is not None):
+                return True  # the holder or the next one itself was edited or cancelled
+            if touch.start <= now < touch.end:
+                return True  # it holds the unit now
+            if now < touch.start < now + HORIZON and (
+                following is None or touch.start < following.start
+            ):
+                return True  # it comes before the next one
+        return False
 
     async def get(self) -> dict[str, Pair]:
         """The holders now (one read shared by the requests that wait for it)."""

@@ -56,6 +56,7 @@ class Monitor:
         self.pool = pool
         self._run = run
         self._public_key = public_key  # for the advice on hosts that refuse gpuhive's login
+        self._report: tuple[list[dict[str, Any]], dict[str, Any]] | None = None  # report()
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.on_sweep(self._after_sweep)
         # Charges container processes to their owners before anyone sees a sweep (the Hive
@@ -360,8 +361,17 @@ class Monitor:
         return {name: s.state for name, s in statuses.items() if name in self.pool.hosts}
 
     async def report(self) -> dict[str, Any]:
-        """The `GET hosts` answer: every host (see `hosts`) with advice where one is due."""
-        return advise(await self.hosts(), self._public_key)
+        """The `GET hosts` answer: every host (see `hosts`) with advice where one is due; the
+        same object while `hosts` is (requests share it) and no host is down (the advice for
+        one names the current public key)."""
+        hosts = await self.hosts()
+        last = self._report
+        if last is not None and last[0] is hosts:
+            return last[1]
+        report = advise(hosts, self._public_key)
+        down = any(host.get("state") == "down" for host in hosts)
+        self._report = None if down else (hosts, report)
+        return report
 
     async def hosts(self) -> list[dict[str, Any]]:
         """Every host with its state, CPU/memory, GPUs, processes and who holds each GPU."""

@@ -48,7 +48,9 @@ class HostViews:
     async def hosts(self, statuses: dict[str, HostStatus]) -> list[dict[str, Any]]:
         """Every host with its state, CPU/memory, GPUs, processes and who holds each GPU."""
         held = await self.holders.get()  # by GPU ref ("host:index"), as the JSON names them
-        topology = await self.run_blocking(self.store.topology.all)
+        topology = self.store.topology.cached()  # read once: no thread hop for each poll
+        if topology is None:
+            topology = await self.run_blocking(self.store.topology.all)
         live = self._live_hosts(statuses)
         inputs = (live, self.holders.generation, topology)
         last = self._answer

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from .errand import current as current_errand
 
@@ -55,6 +55,36 @@ def _create_private(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
+# A pooled PostgreSQL connection idle this long is pinged before it is used again (a server
+# restart or a firewall may have ended it); one in steady use is not: a ping per checkout
+# was a round trip more per transaction.
+PING_AFTER_IDLE = 5.0
+
+
+def _postgres_engine(url: str) -> Engine:
+    engine = create_engine(url, pool_size=10, max_overflow=20)
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE:
+            return  # new, or in use moments ago
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise DisconnectionError(f"a pooled connection is gone: {error}") from error
+        if not alive:
+            raise DisconnectionError("a pooled connection did not answer its ping")
+
+    return engine
 
 
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
@@ -183,18 +213,25 @@ class Database:
                 str(Path(parsed.database).expanduser())
             )
         else:
-            self.reader = self.writer = create_engine(
-                url, pool_size=10, max_overflow=20, pool_pre_ping=True
-            )
+            self.reader = self.writer = _postgres_engine(url)
             self._turns = contextlib.nullcontext()  # row locks, not one lock for everything
             self._checkpoints = None
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A connection for reading, in one transaction (PostgreSQL: READ COMMITTED, so each
-        statement sees what was committed before it began; `snapshot` for one view)."""
-        with self.reader.begin() as connection:
-            yield connection
+        """A connection for reading: each statement sees what was committed before it began
+        (`snapshot` for one view of several statements).
+
+        PostgreSQL: in autocommit, each statement its own transaction. That is what READ
+        COMMITTED gives a transaction's statements anyway, without its BEGIN and COMMIT:
+        two round trips of the three or four a small read took, and under load each round
+        trip waits for the server's process to be scheduled."""
+        if self.dialect != "postgresql":
+            with self.reader.begin() as connection:
+                yield connection
+            return
+        with self.reader.connect() as plain:
+            yield plain.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def snapshot(self) -> Iterator[Connection]:
@@ -237,6 +274,24 @@ class Database:
                 if not transient or attempt == attempts:
                     raise
                 log.debug("retrying write after %s (attempt %d)", sqlstate(error), attempt)
+                time.sleep(random.uniform(0.002, 0.02) * attempt)
+        raise AssertionError("unreachable")
+
+    def write_one(self, statement: Callable[[Connection], T], attempts: int = 6) -> T:
+        """Run one statement as a transaction of its own, outside any request's errand (the
+        bookkeeping of Idempotency-Keys): PostgreSQL runs it in autocommit, one round trip
+        where BEGIN, the statement and COMMIT took three; SQLite as `write`."""
+        if current_errand() is not None:
+            raise RuntimeError("write_one is not for a request's own changes (use write)")
+        if self.dialect != "postgresql":
+            return self.write(statement, attempts)
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.writer.connect() as plain:
+                    return statement(plain.execution_options(isolation_level="AUTOCOMMIT"))
+            except (OperationalError, DBAPIError) as error:
+                if sqlstate(error) not in RETRYABLE_SQLSTATES or attempt == attempts:
+                    raise
                 time.sleep(random.uniform(0.002, 0.02) * attempt)
         raise AssertionError("unreachable")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import Connection, and_, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .database import Database
@@ -61,15 +61,18 @@ class IdempotencyKeys:
         row = {"owner": owner, "key": key, "fingerprint": fingerprint, "created_at": now}
         fresh = {"fingerprint": fingerprint, "status": None, "body": None, "location": None}
 
-        def work(conn: Connection) -> Claim:
+        def made(conn: Connection) -> bool:
             insert_ = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-            made = insert_(t).values(**row).on_conflict_do_nothing().returning(t.c.owner)
-            if conn.execute(made).first() is not None:  # (rowcount is not reliable here)
+            new = insert_(t).values(**row).on_conflict_do_nothing().returning(t.c.owner)
+            return conn.execute(new).first() is not None  # (rowcount is not reliable here)
+
+        def work(conn: Connection) -> Claim:
+            if made(conn):
                 return Claim("claimed")
             mine = and_(t.c.owner == owner, t.c.key == key)
             found = conn.execute(select(t).where(mine).with_for_update()).first()
             if found is None:  # purged between the two statements
-                conn.execute(insert_(t).values(**row))
+                conn.execute(insert(t).values(**row))
                 return Claim("claimed")
             since, status = found.created_at, found.status
             if since < now - ttl or (status is None and since < now - stale):
@@ -82,7 +85,9 @@ class IdempotencyKeys:
             lost = status == APPLIED and since < now - stale
             return Claim("lost" if lost else "busy", since=since)
 
-        claim = self.db.write(work)
+        # A new key (nearly every request) is one statement: PostgreSQL runs it in autocommit.
+        # A key in use takes the transaction that reads and decides on its row.
+        claim = Claim("claimed") if self.db.write_one(made) else self.db.write(work)
         self._purge(now - ttl)
         return claim
 
@@ -99,7 +104,7 @@ class IdempotencyKeys:
         """Store the answer a retry with the same key gets."""
         t = idempotency_keys
         values: dict[str, Any] = {"status": status, "body": body, "location": location}
-        self.db.write(
+        self.db.write_one(
             lambda conn: conn.execute(
                 update(t).where(t.c.owner == owner, t.c.key == key).values(**values)
             )
@@ -108,7 +113,7 @@ class IdempotencyKeys:
     def release(self, owner: str, key: str) -> None:
         """Free a key whose request changed nothing (it failed or was dropped)."""
         t = idempotency_keys
-        self.db.write(
+        self.db.write_one(
             lambda conn: conn.execute(
                 delete(t).where(t.c.owner == owner, t.c.key == key, t.c.status.is_(None))
             )
@@ -127,4 +132,4 @@ class IdempotencyKeys:
             return
         self._purged = time.monotonic()
         t = idempotency_keys
-        self.db.write(lambda conn: conn.execute(delete(t).where(t.c.created_at < before)))
+        self.db.write_one(lambda conn: conn.execute(delete(t).where(t.c.created_at < before)))

@@ -38,6 +38,11 @@ class TopologyStore:
             self._cache = found
         return found
 
+    def cached(self) -> dict[str, Topology] | None:
+        """`all()` as last read, or None when it must be read (no blocking call)."""
+        with self._lock:
+            return self._cache
+
     def forget(self) -> None:
         """Read the database again on the next call (another replica may have written)."""
         with self._lock:

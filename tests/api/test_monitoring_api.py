@@ -80,6 +80,14 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
         assert state[2]["reservation"] is None
         assert state[2]["next_reservation"]["id"] == later.body["id"]
         assert state[1]["reservation"]["id"] == booked.body["id"]
+        # One after that changes nothing shown; one before it, and its cancel, show at once.
+        await book(alice, "after", ["gpu1:2"], now + timedelta(hours=6))
+        sooner = await book(alice, "sooner", ["gpu1:2"], now + timedelta(hours=1))
+        state = (await alice("GET", "hosts")).body["hosts"][0]["gpus"]
+        assert state[2]["next_reservation"]["id"] == sooner.body["id"]
+        assert (await alice("DELETE", f"reservations/{sooner.body['id']}")).status == 200
+        state = (await alice("GET", "hosts")).body["hosts"][0]["gpus"]
+        assert state[2]["next_reservation"]["id"] == later.body["id"]
 
         metrics = await alice("GET", "metrics", params={"gpu": "gpu1:1"})
         assert metrics.status == 200

@@ -3,9 +3,11 @@ every live booking of the next 30 days read and walked in order."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -116,3 +118,66 @@ def test_current_and_next_match_the_brute_force(store: Store, seed: int) -> None
 
 def test_no_bookings_no_holders(store: Store) -> None:
     assert store.holders.at(utcnow(), utcnow() + HORIZON) == {}
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+async def test_the_shared_holders_follow_this_processs_writes_and_skip_those_that_change_none(
+    store: Store, seed: int
+) -> None:
+    """GET hosts' shared holders (monitor/holders.py) after each booking, edit or cancel of
+    this process equal a fresh read; a write that changes no pair (a booking after a unit's
+    next one) is not followed by a read."""
+    from jupyter_gpuhive.monitor.holders import HolderCache
+
+    reads: list[datetime] = []
+    real = store.holders.at
+
+    def counted(now: datetime, horizon: datetime) -> Any:
+        reads.append(now)
+        return real(now, horizon)
+
+    store.holders.at = counted  # type: ignore[method-assign]
+
+    async def run(fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    cache = HolderCache(store, run, ttl=3600)
+    rng = random.Random(seed)
+    units = [g.id for g in store.inventory.gpus() if not g.is_slice]
+    now = utcnow()
+    made: list[Reservation] = []
+    unchanged = 0
+    for _ in range(60):
+        before = len(reads)
+        kind = rng.random()
+        if kind < 0.6 or not made:
+            start = now + timedelta(hours=rng.randrange(1, 24 * 20))
+            span = timedelta(hours=rng.randrange(1, 6))
+            with contextlib.suppress(Conflict):
+                made.append(
+                    store.reservations.create(
+                        "u", "t", "", start, start + span, [rng.choice(units)]
+                    )
+                )
+        elif kind < 0.8:
+            gone = made.pop(rng.randrange(len(made)))
+            store.reservations.modify(gone.id, lambda old: Changes(cancelled_at=now))
+        else:
+            moved = made[rng.randrange(len(made))]
+            later = moved.start + timedelta(hours=rng.randrange(-3, 4))
+            with contextlib.suppress(Conflict):
+                store.reservations.modify(
+                    moved.id, lambda old, s=later: Changes(start=s, end=s + timedelta(hours=1))
+                )
+        shared = await cache.get()
+        unit = store.inventory.gpu_by_id
+        truth = {
+            unit(gid).ref: (cur.id if cur else None, nxt.id if nxt else None)
+            for gid, (cur, nxt) in real(utcnow(), utcnow() + HORIZON).items()
+        }
+        assert {
+            ref: (cur.id if cur else None, nxt.id if nxt else None)
+            for ref, (cur, nxt) in shared.items()
+        } == truth
+        unchanged += len(reads) == before
+    assert unchanged >= 10, unchanged  # most bookings land after a unit's next one

@@ -37,6 +37,22 @@ def test_the_first_claim_runs_and_a_retry_gets_its_answer(store: Store) -> None:
     )  # fmt: skip
 
 
+def test_key_bookkeeping_runs_alone_never_as_part_of_a_request(store: Store) -> None:
+    """A key's claim, answer and release are each one statement on their own (PostgreSQL:
+    autocommit), outside any request's errand: one that tried to run as a request's own
+    change would escape its errand's checks (deadline, Hub confirmation), so it is refused."""
+    token = ERRAND.set(Errand.starting(60))
+    try:
+        with pytest.raises(RuntimeError, match="not for a request's own changes"):
+            store.idempotency.claim("alice", "k9", "fp", utcnow(), DAY, MINUTE)
+    finally:
+        ERRAND.reset(token)
+    assert store.idempotency.get("alice", "k9") is None
+    assert store.idempotency.claim("alice", "k9", "fp", utcnow(), DAY, MINUTE).outcome == "claimed"
+    store.idempotency.release("alice", "k9")
+    assert store.idempotency.get("alice", "k9") is None
+
+
 def test_a_key_is_marked_applied_in_the_transaction_of_the_write(store: Store) -> None:
     keys, now = store.idempotency, utcnow()
     keys.claim("alice", "k2", "fp", now, DAY, MINUTE)

@@ -382,3 +382,79 @@ def test_an_inventory_reload_sees_one_state_while_another_replica_adds_hosts(db_
     finally:
         other.close()
         store.close()
+
+
+def test_a_booking_is_written_whole_and_the_longest_length_is_kept_by_every_replica(
+    db_url: str,
+) -> None:
+    """A booking's reservation and unit rows are written together (on PostgreSQL in one
+    statement); `reservation_stats` keeps the longest length while each process skips the
+    update for a booking no longer than the longest it knows, so a window still finds a long
+    booking another replica made (the window's lower bound comes from that length)."""
+    one, two = Store(db_url).open(), Store(db_url).open()
+    try:
+        one.inventory.sync(parse_hosts(HOSTS))
+        two.inventory.reload()
+        g0, g1, g2 = (gpu(one, f"gpu1:{i}") for i in range(3))
+        pair = one.reservations.create(
+            "alice", "pair", "", BASE, BASE + timedelta(hours=1), [g0.id, g1.id]
+        )
+        assert [g.ref for g in pair.gpus] == ["gpu1:0", "gpu1:1"]
+        assert one.reservations.get(pair.id) == pair
+        assert [r for r, *_ in live_rows(one, g1.id)] == [pair.id]
+        long = two.reservations.create("bob", "long", "", BASE, BASE + timedelta(days=9), [g2.id])
+        # `one` knows only 1 h: its next 1 h booking leaves the row alone, and must not lower it
+        one.reservations.create(
+            "alice", "short", "", BASE + timedelta(hours=2), BASE + timedelta(hours=3), [g0.id]
+        )
+        with one.db.read() as conn:
+            stored = conn.execute(text("SELECT longest_seconds FROM reservation_stats")).scalar()
+        assert stored == 9 * 86400 + 1
+        late = BASE + timedelta(days=8)
+        assert [r.id for r in one.reservations.window(late, late + timedelta(hours=1))] == [long.id]
+        with pytest.raises(Conflict, match="bob"):  # the unit rows refuse a clash as before
+            one.reservations.create("carol", "c", "", late, late + timedelta(hours=1), [g2.id])
+    finally:
+        one.close()
+        two.close()
+
+
+def test_pooled_connections_the_server_ended_are_replaced(db_url: str, monkeypatch: Any) -> None:
+    """PostgreSQL: a pooled connection idle for a while is pinged before use, so one that the
+    server ended meanwhile (a restart, an idle timeout) is replaced instead of failing the
+    next read or write; one in steady use is not pinged (a round trip per transaction)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite has no server to end a connection")
+    from jupyter_gpuhive.store import database
+
+    store = Store(db_url).open()
+    try:
+        store.inventory.sync(parse_hosts(HOSTS))
+        pings: list[int] = []
+        real_ping = store.db.reader.dialect.do_ping
+        monkeypatch.setattr(
+            store.db.reader.dialect, "do_ping", lambda c: pings.append(1) or real_ping(c)
+        )
+        for _ in range(3):  # in steady use: no pings
+            assert store.reservations.count() == 0
+        assert pings == []
+        monkeypatch.setattr(database, "PING_AFTER_IDLE", 0.0)
+        own = store.db.reader.pool.checkedin()
+        assert own >= 1
+        killer = create_engine(db_url)
+        with killer.begin() as conn:  # end every other session of this database
+            ended = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar()
+        killer.dispose()
+        assert ended and ended >= own
+        assert store.reservations.count() == 0  # a read on a fresh connection
+        g0 = gpu(store, "gpu1:0")
+        made = store.reservations.create("alice", "a", "", BASE, BASE + timedelta(hours=1), [g0.id])
+        assert store.reservations.get(made.id).title == "a"
+        assert pings  # the idle connections were pinged, and the dead ones replaced
+    finally:
+        store.close()

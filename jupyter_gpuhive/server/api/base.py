@@ -266,9 +266,13 @@ class HiveLogic(RequestHandler):
     # --- output --------------------------------------------------------------------
 
     def reply(self, data: Any, status: int = 200) -> None:
+        self.reply_encoded(dumps(data), status)
+
+    def reply_encoded(self, body: bytes, status: int = 200) -> None:
+        """Answer with JSON already encoded (an answer shared by many requests)."""
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(dumps(data))
+        self.finish(body)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
