@@ -7,7 +7,8 @@ on a 2-core machine; `--quick`: 50 users, shorter steps, 3-4 minutes; `--smoke`:
 Everything is started here, from the deployment recipe's own files (examples/deploy/, through
 tests/support/deploy.py, the same code tests/hub/test_deploy_replicas.py uses): a real
 PostgreSQL, JupyterHub with configurable-http-proxy (examples/jupyterhub_config.py with the
-recipe's Hub drop-in: the service's route points at haproxy, a fixed service token), two
+recipe's Hub drop-in: the service's route points at haproxy, a fixed service token; the
+Hub's own database in that PostgreSQL, as docs/how-to/replicas.md sets a site up), two
 replicas started as the recipe's gpuhive@.service says (both outside the Hub, as systemd
 would run them; the Hub starts none), Debian's haproxy with the recipe's haproxy.cfg
 (round-robin, health checks on each replica's health port). Monitoring is on (poll
@@ -734,7 +735,12 @@ def measure(size: Size, workdir: Path) -> dict[str, Any]:
             "poll_interval": size.poll_interval,
             "db_workers": 16,
         }
-        stack = ReplicaStack(db_url, {n: ["lab"] for n in names}, service_settings=settings)
+        stack = ReplicaStack(
+            db_url,
+            {n: ["lab"] for n in names},
+            service_settings=settings,
+            hub_db_url=cluster.new_database(),  # as the recipe sets a site's Hub up
+        )
         log(
             "starting PostgreSQL, JupyterHub, 2 replicas, haproxy; "
             f"{size.hosts} hosts × {GPUS_PER_HOST} GPUs, {size.users} users"

@@ -27,10 +27,20 @@ from .protection.health import HealthNotices
 from .protection.service import Protection
 from .store import Store
 from .store.errand import ERRAND, Dropped, Errand, in_executor
+from .store.idempotency import Claim, KeyAnswered, KeyTerms
 from .store.leader import Leadership
 
 T = TypeVar("T")
-__all__ = ["ERRAND", "Dropped", "Errand", "Hive", "HiveSettings"]  # errands: for the web layer
+__all__ = [  # errands and Idempotency-Keys: for the web layer
+    "ERRAND",
+    "Claim",
+    "Dropped",
+    "Errand",
+    "Hive",
+    "HiveSettings",
+    "KeyAnswered",
+    "KeyTerms",
+]
 
 
 class Hive:

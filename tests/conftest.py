@@ -128,8 +128,10 @@ def api(jp_fetch: Any, jp_server_config: dict[str, Any]) -> Callable[[str | None
             body: Any = None,
             params: dict[str, Any] | None = None,
             raw: bytes | None = None,
+            headers: dict[str, str] | None = None,
         ) -> Reply:
-            headers = {"Authorization": f"token {tokens[user]}"} if user else {"Authorization": ""}
+            sent = {"Authorization": f"token {tokens[user]}"} if user else {"Authorization": ""}
+            headers = {**sent, **(headers or {})}
             payload: bytes | None = raw
             if payload is None and body is not None:
                 payload = json.dumps(body).encode()

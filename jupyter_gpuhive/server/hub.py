@@ -158,9 +158,7 @@ class HubHandler(HubAuthenticated, HiveLogic):
             done = super().finish(chunk, **kwargs)
         else:
             refusal = _refusal(verdict)
-            use, self._key = self._key, None
-            if use is not None:  # nothing committed (the gate): the key is free again
-                await use.release()
+            self._key = None  # nothing committed (the gate): the key was not taken
             self.clear()
             self.set_status(refusal.status)
             self.set_header("Content-Type", "application/json; charset=UTF-8")

@@ -252,13 +252,15 @@ class Database:
 
     def write(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run `work` in one write transaction, retrying transient concurrency failures."""
-        errand = current_errand()  # an API request's: its first write marks its key applied
+        errand = current_errand()  # an API request's: its first write takes its key
         if errand is not None and self.dialect != "postgresql":
             # SQLite's writers take turns: none waits for the Hub's confirmation in its turn
             errand.confirmed()
         for attempt in range(1, attempts + 1):
             try:
                 with self._turns, self.writer.begin() as connection:
+                    if errand is not None:
+                        errand.beginning(connection)  # its Idempotency-Key, first
                     done = work(connection)
                     if errand is not None:
                         errand.writing(connection)

@@ -6,9 +6,10 @@ queued behind a busy pool is dropped once its client has gone or its deadline ha
 Once the request has committed a write, nothing more is dropped: its answer must be given
 (and stored under its idempotency key), since the change stays. A request that reaches hosts
 (`whole`: a job's launch, a brokered kernel) runs to its end once its work has started: what
-it did on a host must be recorded. `on_write` runs inside each
-of the request's write transactions (the idempotency key is marked applied there, so the
-booking and its key commit together).
+it did on a host must be recorded. `on_begin` runs first in each of the request's write
+transactions until one commits (its Idempotency-Key is taken there, so the booking and its
+key commit together, and a retry of a request that already wrote is told so before its own
+checks could answer otherwise).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Errand:
     wrote: bool = False  # a write of this request committed
     whole: bool = False  # once its work has started, it runs to the end
     started: bool = False  # a piece of its work has started
-    on_write: Callable[[Any], None] | None = field(default=None, repr=False)
+    on_begin: Callable[[Any], None] | None = field(default=None, repr=False)
     # Set while the request runs on an identity remembered from the Hub's last answer and
     # the Hub is asked afresh meanwhile (server/hub.py): True once the Hub confirmed it.
     # No write of the request commits before that, and none at all unless it is True.
@@ -83,6 +84,11 @@ class Errand:
                 f"{self.seconds:g} s and was not carried out. Retry in a moment.",
             )
 
+    def beginning(self, connection: Any) -> None:
+        """First in each write transaction of the request, until one has committed."""
+        if self.on_begin is not None and not self.wrote and not self.finished:
+            self.on_begin(connection)
+
     def writing(self, connection: Any) -> None:
         """Inside each write transaction of the request (before its commit).
 
@@ -92,8 +98,6 @@ class Errand:
         self.confirmed()  # first: the client may stop waiting while the Hub is asked
         if not self._bound() and self._client_gone(COMMIT_MARGIN):
             raise Dropped(_CLIENT_GONE)
-        if self.on_write is not None and not self.finished:
-            self.on_write(connection)
 
     def confirmed(self) -> None:
         """Wait until the Hub confirmed the identity the request runs on (`gate`), or raise

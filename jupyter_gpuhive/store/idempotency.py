@@ -1,9 +1,14 @@
-"""Idempotency keys' rows: who claimed a key for which request, and the answer it got.
+"""Idempotency keys' rows: which request used a key, and the answer it got.
 
-A row's `status` tells its state: NULL while the first request runs and has changed
-nothing, 0 once a write of that request committed (`applied`, in the same transaction as
-the write itself, so a booking and its key never disagree), the HTTP status once its answer
-is stored. The primary key (owner, key) decides a race between replicas: one INSERT wins.
+A key is taken by the first statement of its request's first write transaction (`take`),
+so the key and what the request wrote commit together or not at all, and the request needs
+no transaction of its own for it. A row's `status` tells its state: 0 once that write
+committed and the answer is not stored yet (`APPLIED`), then the HTTP status of the stored
+answer. A request that changed nothing stores its answer (a refusal, say) afterwards, where
+no retry took the key meanwhile (`refusal`). NULL is a claim of the earlier scheme, made
+before the request ran (rows of a process from before it). The primary key (owner, key)
+decides a race between replicas: one INSERT wins, the other waits for its transaction
+(PostgreSQL) or its turn (SQLite) and then finds the row.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, delete, insert, select, update
+from sqlalchemy import Connection, and_, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ..errors import HiveError
 from .database import Database
 from .schema import idempotency_keys
 
@@ -25,13 +31,53 @@ Outcome = Literal["claimed", "replay", "mismatch", "busy", "lost"]
 
 @dataclass(frozen=True)
 class Claim:
-    """What claiming a key found: the request runs ('claimed'), or how to answer instead."""
+    """What taking a key found: the request runs ('claimed'), or how to answer instead."""
 
     outcome: Outcome
     status: int | None = None  # 'replay': the stored answer
     body: str | None = None
     location: str | None = None
     since: datetime | None = None  # when the key was first used
+
+
+class KeyAnswered(HiveError):
+    """A write found its request's key taken: the request is answered from the key's row
+    (`claim`) instead, its transaction rolled back (server/api/idempotency.py words it)."""
+
+    status = 409
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(f"This Idempotency-Key was used before ({claim.outcome}).")
+        self.claim = claim
+
+
+@dataclass(frozen=True)
+class KeyTerms:
+    """One request's key: whose, which, for what request, and how long claims live."""
+
+    owner: str
+    key: str
+    fingerprint: str
+    ttl: timedelta  # a key older than this counts as new
+    stale: timedelta  # an earlier-scheme claim older than this, with no write, is taken over
+
+
+def _judge(found: Any, terms: KeyTerms, now: datetime) -> Claim | None:
+    """What a key's row says to a new use of it; None where it may be taken over (expired,
+    or an earlier-scheme claim that is stale and wrote nothing)."""
+    since, status = found.created_at, found.status
+    if since < now - terms.ttl or (status is None and since < now - terms.stale):
+        return None
+    if found.fingerprint != terms.fingerprint:
+        return Claim("mismatch", since=since)
+    if status is not None and status != APPLIED:
+        return Claim("replay", status, found.body, found.location, since)
+    lost = status == APPLIED and since < now - terms.stale
+    return Claim("lost" if lost else "busy", since=since)
+
+
+def _insert(conn: Connection) -> Any:
+    return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
 class IdempotencyKeys:
@@ -43,65 +89,54 @@ class IdempotencyKeys:
         self.db = db
         self._purged = 0.0
 
-    def claim(
-        self,
-        owner: str,
-        key: str,
-        fingerprint: str,
-        now: datetime,
-        ttl: timedelta,
-        stale: timedelta,
-    ) -> Claim:
-        """Claim `key` for a request, or say how its earlier use was answered.
+    def take(self, conn: Connection, terms: KeyTerms, now: datetime) -> Claim:
+        """Inside a request's first write transaction, before its work: take the key for it
+        (marked APPLIED: it commits with the write), or say how its earlier use was answered.
 
-        A key older than `ttl` counts as new. A claim older than `stale` that changed nothing
-        (its process ended before any write) is taken over; one that did change something
-        but never stored its answer is 'lost'; younger ones are 'busy'."""
+        A key older than `ttl` counts as new; so does an earlier-scheme claim older than
+        `stale` whose request wrote nothing. One that did write but never stored its answer
+        is 'lost' once stale; younger ones are 'busy'."""
         t = idempotency_keys
-        row = {"owner": owner, "key": key, "fingerprint": fingerprint, "created_at": now}
-        fresh = {"fingerprint": fingerprint, "status": None, "body": None, "location": None}
+        row = {
+            "owner": terms.owner,
+            "key": terms.key,
+            "fingerprint": terms.fingerprint,
+            "created_at": now,
+            "status": APPLIED,
+        }
+        made = _insert(conn)(t).values(**row).on_conflict_do_nothing().returning(t.c.owner)
+        if conn.execute(made).first() is not None:  # (rowcount is not reliable here)
+            return Claim("claimed")
+        mine = and_(t.c.owner == terms.owner, t.c.key == terms.key)
+        found = conn.execute(select(t).where(mine).with_for_update()).first()
+        if found is None:  # purged between the two statements
+            conn.execute(_insert(conn)(t).values(**row))
+            return Claim("claimed")
+        judged = _judge(found, terms, now)
+        if judged is None:  # expired, or an abandoned claim of the earlier scheme
+            conn.execute(update(t).where(mine).values(**row, body=None, location=None))
+            return Claim("claimed")
+        return judged
 
-        def made(conn: Connection) -> bool:
-            insert_ = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-            new = insert_(t).values(**row).on_conflict_do_nothing().returning(t.c.owner)
-            return conn.execute(new).first() is not None  # (rowcount is not reliable here)
+    def peek(self, terms: KeyTerms, now: datetime) -> Claim | None:
+        """How the key's earlier use was answered, read before a request that reaches hosts
+        starts (its checks on hosts would run again for a retry); None: it may be taken."""
+        t = idempotency_keys
+        with self.db.read() as conn:
+            found = conn.execute(
+                select(t).where(t.c.owner == terms.owner, t.c.key == terms.key)
+            ).first()
+        return None if found is None else _judge(found, terms, now)
 
-        def work(conn: Connection) -> Claim:
-            if made(conn):
-                return Claim("claimed")
-            mine = and_(t.c.owner == owner, t.c.key == key)
-            found = conn.execute(select(t).where(mine).with_for_update()).first()
-            if found is None:  # purged between the two statements
-                conn.execute(insert(t).values(**row))
-                return Claim("claimed")
-            since, status = found.created_at, found.status
-            if since < now - ttl or (status is None and since < now - stale):
-                conn.execute(update(t).where(mine).values(**fresh, created_at=now))
-                return Claim("claimed")
-            if found.fingerprint != fingerprint:
-                return Claim("mismatch", since=since)
-            if status is not None and status != APPLIED:
-                return Claim("replay", status, found.body, found.location, since)
-            lost = status == APPLIED and since < now - stale
-            return Claim("lost" if lost else "busy", since=since)
-
-        # A new key (nearly every request) is one statement: PostgreSQL runs it in autocommit.
-        # A key in use takes the transaction that reads and decides on its row.
-        claim = Claim("claimed") if self.db.write_one(made) else self.db.write(work)
-        self._purge(now - ttl)
+    def claim(self, terms: KeyTerms, now: datetime) -> Claim:
+        """`take` in a transaction of its own (support and tests; requests take their key
+        in their own first write)."""
+        claim = self.db.write(lambda conn: self.take(conn, terms, now))
+        self.purge(now - terms.ttl)
         return claim
 
-    def applied(self, conn: Connection, owner: str, key: str) -> None:
-        """Inside the request's own write transaction: the key's request changed something."""
-        t = idempotency_keys
-        conn.execute(
-            update(t)
-            .where(t.c.owner == owner, t.c.key == key, t.c.status.is_(None))
-            .values(status=APPLIED)
-        )
-
     def answer(self, owner: str, key: str, status: int, body: str, location: str | None) -> None:
-        """Store the answer a retry with the same key gets."""
+        """Store the answer of a request whose write took the key."""
         t = idempotency_keys
         values: dict[str, Any] = {"status": status, "body": body, "location": location}
         self.db.write_one(
@@ -110,14 +145,25 @@ class IdempotencyKeys:
             )
         )
 
-    def release(self, owner: str, key: str) -> None:
-        """Free a key whose request changed nothing (it failed or was dropped)."""
+    def refusal(
+        self, terms: KeyTerms, now: datetime, status: int, body: str, location: str | None
+    ) -> None:
+        """Store the answer of a request that changed nothing (a refusal): a retry gets it
+        again. Where the key was taken meanwhile (a retry that did write), that stands."""
         t = idempotency_keys
+        row = {
+            "owner": terms.owner,
+            "key": terms.key,
+            "fingerprint": terms.fingerprint,
+            "created_at": now,
+            "status": status,
+            "body": body,
+            "location": location,
+        }
         self.db.write_one(
-            lambda conn: conn.execute(
-                delete(t).where(t.c.owner == owner, t.c.key == key, t.c.status.is_(None))
-            )
+            lambda conn: conn.execute(_insert(conn)(t).values(**row).on_conflict_do_nothing())
         )
+        self.purge(now - terms.ttl)
 
     def get(self, owner: str, key: str) -> dict[str, Any] | None:
         """One key's row (tests, support)."""
@@ -126,8 +172,9 @@ class IdempotencyKeys:
             found = conn.execute(select(t).where(t.c.owner == owner, t.c.key == key)).first()
         return dict(found._mapping) if found else None
 
-    def _purge(self, before: datetime) -> None:
-        """Delete expired keys, at most once a minute per process (an indexed range)."""
+    def purge(self, before: datetime) -> None:
+        """Delete keys made before `before`, at most once a minute per process (an indexed
+        range)."""
         if time.monotonic() - self._purged < self.PURGE_EVERY:
             return
         self._purged = time.monotonic()

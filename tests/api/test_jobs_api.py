@@ -167,6 +167,23 @@ async def test_the_jobs_list_is_the_newest_jobs_and_every_job_running_now(api, r
     assert (await owner("POST", f"jobs/{old.body['id']}/stop")).status == 200
 
 
+async def test_a_retried_job_submission_is_made_once(api, running_hive):
+    """A job submission reaches hosts (its login check; with `start`, its launch): a retry
+    with the same Idempotency-Key is answered from the key before any of that runs."""
+    owner = api(OWNER)
+    await until(lambda: _discovered(owner), timeout=15)
+    body = {"template": "plain", "name": "once", "gpus": ["gpu1:2"], "command": "true"}
+    key = {"Idempotency-Key": "job-once-7f3a"}
+    first = await owner("POST", "jobs", body, headers=key)
+    assert first.status == 201, first
+    again = await owner("POST", "jobs", body, headers=key)
+    assert again.status == 201 and again.body == first.body, again
+    other = await owner("POST", "jobs", {**body, "name": "twice"}, headers=key)
+    assert other.status == 422 and "different request" in other.message, other
+    names = [j["name"] for j in (await owner("GET", "jobs")).body["jobs"]]
+    assert names.count("once") == 1 and "twice" not in names, names
+
+
 async def _discovered(client: Any) -> Any:
     hosts = (await client("GET", "hosts")).body["hosts"]
     return hosts if hosts and len(hosts[0]["gpus"]) == 4 else None

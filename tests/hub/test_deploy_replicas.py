@@ -37,7 +37,10 @@ def replica_of(reply: Reply) -> str:
 
 @pytest.fixture(scope="module")
 def stack(postgres: PostgresCluster) -> Iterator[ReplicaStack]:
-    built = ReplicaStack(postgres.new_database(), USERS, replicas=2)
+    # the Hub on a PostgreSQL database of its own, as docs/how-to/replicas.md sets it up
+    built = ReplicaStack(
+        postgres.new_database(), USERS, replicas=2, hub_db_url=postgres.new_database()
+    )
     try:
         built.start(timeout=180)
         yield built

@@ -1,4 +1,5 @@
-"""Idempotency keys' rows: claims, answers, races, stale and lost claims, expiry."""
+"""Idempotency keys' rows: taken in a request's first write, answers, refusals, races, lost
+and earlier-scheme claims, expiry."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 
 from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.errand import ERRAND, Dropped, Errand
+from jupyter_gpuhive.store.idempotency import KeyAnswered, KeyTerms
+from jupyter_gpuhive.store.schema import UTCDateTime
 
 DAY, MINUTE = timedelta(hours=24), timedelta(minutes=1)
 
@@ -24,76 +28,125 @@ def store(db_url: str) -> Iterator[Store]:
     opened.close()
 
 
-def test_the_first_claim_runs_and_a_retry_gets_its_answer(store: Store) -> None:
+def test_key_bookkeeping_runs_alone_never_as_part_of_a_request(store: Store) -> None:
+    """Storing a key's answer is one statement on its own (PostgreSQL: autocommit), outside
+    any request's errand: one that tried to run as a request's own change would escape its
+    errand's checks (deadline, Hub confirmation), so it is refused."""
+    token = ERRAND.set(Errand.starting(60))
+    try:
+        with pytest.raises(RuntimeError, match="not for a request's own changes"):
+            store.idempotency.refusal(terms("k9"), utcnow(), 409, "{}", None)
+    finally:
+        ERRAND.reset(token)
+    assert store.idempotency.get("alice", "k9") is None
+    store.idempotency.refusal(terms("k9"), utcnow(), 409, "{}", None)
+    assert store.idempotency.get("alice", "k9")["status"] == 409  # type: ignore[index]
+
+
+def terms(key: str, fingerprint: str = "fp", owner: str = "alice") -> KeyTerms:
+    return KeyTerms(owner, key, fingerprint, DAY, MINUTE)
+
+
+def test_the_first_use_takes_the_key_and_a_retry_gets_its_answer(store: Store) -> None:
     keys, now = store.idempotency, utcnow()
-    assert keys.claim("alice", "k1", "fp", now, DAY, MINUTE).outcome == "claimed"
-    assert keys.claim("alice", "k1", "fp", now, DAY, MINUTE).outcome == "busy"
-    assert keys.claim("alice", "k1", "other", now, DAY, MINUTE).outcome == "mismatch"
-    assert keys.claim("bob", "k1", "other", now, DAY, MINUTE).outcome == "claimed"  # per user
+    assert keys.claim(terms("k1"), now).outcome == "claimed"
+    assert keys.claim(terms("k1"), now).outcome == "busy"  # taken, its answer not stored yet
+    assert keys.claim(terms("k1", "other"), now).outcome == "mismatch"
+    assert keys.claim(terms("k1", "other", owner="bob"), now).outcome == "claimed"  # per user
     keys.answer("alice", "k1", 201, '{"id": 7}', "/api/reservations/7")
-    replay = keys.claim("alice", "k1", "fp", now, DAY, MINUTE)
+    replay = keys.claim(terms("k1"), now)
     assert (replay.outcome, replay.status, replay.body, replay.location) == (
         "replay", 201, '{"id": 7}', "/api/reservations/7",
     )  # fmt: skip
 
 
-def test_key_bookkeeping_runs_alone_never_as_part_of_a_request(store: Store) -> None:
-    """A key's claim, answer and release are each one statement on their own (PostgreSQL:
-    autocommit), outside any request's errand: one that tried to run as a request's own
-    change would escape its errand's checks (deadline, Hub confirmation), so it is refused."""
-    token = ERRAND.set(Errand.starting(60))
-    try:
-        with pytest.raises(RuntimeError, match="not for a request's own changes"):
-            store.idempotency.claim("alice", "k9", "fp", utcnow(), DAY, MINUTE)
-    finally:
-        ERRAND.reset(token)
-    assert store.idempotency.get("alice", "k9") is None
-    assert store.idempotency.claim("alice", "k9", "fp", utcnow(), DAY, MINUTE).outcome == "claimed"
-    store.idempotency.release("alice", "k9")
-    assert store.idempotency.get("alice", "k9") is None
-
-
-def test_a_key_is_marked_applied_in_the_transaction_of_the_write(store: Store) -> None:
+def test_a_key_is_taken_first_in_the_requests_first_write_and_commits_with_it(
+    store: Store,
+) -> None:
+    """`on_begin` takes the key before the write's work: a failed write takes nothing (a
+    retry runs afresh); a committed one holds the key, and its next writes leave it alone;
+    a second request with the key finds it before its work runs (and rolls back)."""
     keys, now = store.idempotency, utcnow()
-    keys.claim("alice", "k2", "fp", now, DAY, MINUTE)
-    errand = Errand.starting(60)
-    errand.on_write = lambda conn: keys.applied(conn, "alice", "k2")
+    store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t2 (n INTEGER)")))
+    ran: list[int] = []
+
+    def insert(n: int) -> Any:
+        def work(conn: Any) -> None:
+            ran.append(n)
+            conn.execute(text(f"INSERT INTO t2 (n) VALUES ({n})"))
+
+        return work
+
+    def bound(key: str) -> Errand:
+        errand = Errand.starting(60)
+
+        def take(conn: Any) -> None:
+            claim = keys.take(conn, terms(key), now)
+            if claim.outcome != "claimed":
+                raise KeyAnswered(claim)
+
+        errand.on_begin = take
+        return errand
+
+    errand = bound("k2")
     token = ERRAND.set(errand)
     try:
-        with pytest.raises(RuntimeError):  # the write fails: neither it nor the mark commits
+        with pytest.raises(RuntimeError):  # the write fails: neither it nor the key commits
             store.db.write(lambda conn: _fail(conn))
-        assert keys.get("alice", "k2")["status"] is None  # type: ignore[index]
-        assert not errand.wrote
-        store.db.write(lambda conn: conn.execute(text("SELECT 1")))
+        assert keys.get("alice", "k2") is None and not errand.wrote
+        store.db.write(insert(1))
+        store.db.write(insert(2))  # a later write of the same request: the key is its own
     finally:
         ERRAND.reset(token)
     assert errand.wrote
-    assert keys.get("alice", "k2")["status"] == 0  # type: ignore[index]
-    # a failed request that changed something keeps its key: release frees only clean claims
-    keys.release("alice", "k2")
-    assert keys.get("alice", "k2") is not None
-    assert keys.claim("alice", "k2", "fp", now, DAY, MINUTE).outcome == "busy"
-    later = now + 2 * MINUTE
-    assert keys.claim("alice", "k2", "fp", later, DAY, MINUTE).outcome == "lost"
+    assert keys.get("alice", "k2")["status"] == 0  # type: ignore[index]  # APPLIED
+
+    retry = bound("k2")
+    token = ERRAND.set(retry)
+    try:
+        with pytest.raises(KeyAnswered) as found:
+            store.db.write(insert(3))
+    finally:
+        ERRAND.reset(token)
+    assert found.value.claim.outcome == "busy" and ran == [1, 2]  # its work never ran
+    with store.db.read() as conn:
+        assert conn.execute(text("SELECT n FROM t2 ORDER BY n")).scalars().all() == [1, 2]
+    later = now + 2 * MINUTE  # written, the answer never stored: lost once stale
+    assert keys.claim(terms("k2"), later).outcome == "lost"
 
 
 def _fail(conn: object) -> None:
     raise RuntimeError("the write fails")
 
 
-def test_stale_clean_claims_are_taken_over_and_keys_expire(store: Store) -> None:
+def test_refusals_are_kept_unless_a_retry_wrote_and_keys_expire(store: Store) -> None:
     keys, now = store.idempotency, utcnow()
-    keys.claim("alice", "k3", "fp", now, DAY, MINUTE)
-    assert keys.claim("alice", "k3", "fp", now + 2 * MINUTE, DAY, MINUTE).outcome == "claimed"
-    keys.answer("alice", "k3", 201, "{}", None)
-    assert keys.claim("alice", "k3", "new", now + DAY / 2, DAY, MINUTE).outcome == "mismatch"
-    assert keys.claim("alice", "k3", "new", now + 2 * DAY, DAY, MINUTE).outcome == "claimed"
-    keys.claim("alice", "old", "fp", now - 2 * DAY, DAY, MINUTE)
+    keys.refusal(terms("k3"), now, 409, '{"message": "taken"}', None)
+    again = keys.claim(terms("k3"), now)
+    assert (again.outcome, again.status) == ("replay", 409)
+    assert keys.claim(terms("k3", "new"), now + DAY / 2).outcome == "mismatch"
+    assert keys.claim(terms("k3", "new"), now + 2 * DAY).outcome == "claimed"  # expired
+    # a retry wrote before the first attempt's refusal was stored: the retry's key stands
+    assert keys.claim(terms("k5"), now).outcome == "claimed"
+    keys.refusal(terms("k5"), now, 409, "{}", None)
+    assert keys.get("alice", "k5")["status"] == 0  # type: ignore[index]
+    # an earlier scheme's claim (NULL: taken before its request ran) that wrote nothing is
+    # busy while young and taken over once stale
+    with store.db.writer.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO idempotency_keys (owner, key, fingerprint, created_at) "
+                "VALUES ('alice', 'k6', 'fp', :at)"
+            ).bindparams(bindparam("at", type_=UTCDateTime)),
+            {"at": now},
+        )
+    assert keys.claim(terms("k6"), now).outcome == "busy"
+    assert keys.claim(terms("k6"), now + 2 * MINUTE).outcome == "claimed"
+    # expired keys are purged
+    keys.claim(terms("old"), now - 2 * DAY)
     keys._purged = 0.0  # the once-a-minute purge: due now
-    keys.claim("alice", "k4", "fp", now, DAY, MINUTE)
+    keys.refusal(terms("k4"), now, 422, "{}", None)
     assert keys.get("alice", "old") is None
-    keys.release("alice", "k4")  # a failed request that changed nothing frees its key
-    assert keys.get("alice", "k4") is None
 
 
 def test_concurrent_claims_of_one_key_let_one_run(store: Store) -> None:
@@ -103,7 +156,7 @@ def test_concurrent_claims_of_one_key_let_one_run(store: Store) -> None:
 
     def claim() -> None:
         start.wait()
-        outcomes.append(keys.claim("alice", "race", "fp", now, DAY, MINUTE).outcome)
+        outcomes.append(keys.claim(terms("race"), now).outcome)
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
     for thread in threads:
@@ -157,10 +210,9 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
     from jupyter_gpuhive.store.errand import COMMIT_MARGIN
 
     keys, now = store.idempotency, utcnow()
-    keys.claim("alice", "k3", "fp", now, DAY, MINUTE)
     store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t3 (n INTEGER)")))
     errand = Errand.starting(60)
-    errand.on_write = lambda conn: keys.applied(conn, "alice", "k3")
+    errand.on_begin = lambda conn: keys.take(conn, terms("k3"), now)
     errand.client_deadline = time.monotonic() + COMMIT_MARGIN + 0.2
     errand.check()  # the client still waits when the work starts
 
@@ -179,7 +231,7 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
     assert not errand.wrote
     with store.db.read() as conn:
         assert conn.execute(text("SELECT count(*) FROM t3")).scalar() == 0
-    assert keys.get("alice", "k3")["status"] is None  # type: ignore[index]
+    assert keys.get("alice", "k3") is None  # rolled back with the write: the retry takes it
 
     bound = Errand.starting(60)
     bound.committed()  # its first write committed: the answer must be given

@@ -206,6 +206,7 @@ class ReplicaStack:
         replicas: int = 2,
         service_settings: dict[str, Any] | None = None,
         log_level: str = "WARN",
+        hub_db_url: str | None = None,
     ) -> None:
         if not 1 <= replicas <= len(SITE_REPLICAS):
             raise ValueError(f"the recipe's haproxy.cfg has {len(SITE_REPLICAS)} replicas")
@@ -230,6 +231,7 @@ class ReplicaStack:
             log_level=log_level,
             balancer_url=hub_env["GPUHIVE_SERVICE_URL"],
             service_token_file=Path(hub_env["GPUHIVE_SERVICE_TOKEN_FILE"]),
+            hub_db_url=hub_db_url,
         )
         self.replicas: list[Replica] = []
         self.haproxy: subprocess.Popen[bytes] | None = None

@@ -8,13 +8,11 @@ server (identity from its IdentityProvider); the JupyterHub service has its own 
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import inspect
 import json
 import logging
 import re
-from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
@@ -41,7 +39,7 @@ from ...errors import (
     TooLarge,
     Unauthorized,
 )
-from ...hive import ERRAND, Errand, Hive
+from ...hive import ERRAND, Errand, Hive, KeyAnswered
 from ...model import ID_MAX, Identity
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
@@ -95,11 +93,10 @@ class HiveLogic(RequestHandler):
     confirms_identity_late = False
     errand: Errand | None = None  # what its database work may still do (store/errand.py)
     _admission: Intake | None = None  # the bound it was counted in, until it finishes
-    _key: idempotency.KeyUse | None = None  # its Idempotency-Key, claimed
-    _settling: asyncio.Future[None] | None = None  # its key being freed (a failure)
+    _key: idempotency.KeyUse | None = None  # its Idempotency-Key, until its answer is stored
 
     async def prepare(self) -> None:
-        """Admit the request (or 503 at once), authenticate it, claim its Idempotency-Key."""
+        """Admit the request (or 503 at once), authenticate it, bind its Idempotency-Key."""
         self.admit()
         result = super().prepare()
         if inspect.isawaitable(result):
@@ -118,26 +115,22 @@ class HiveLogic(RequestHandler):
         ERRAND.set(self.errand)
 
     async def claim_key(self) -> None:
-        """A creating POST with an Idempotency-Key: claim it, or answer as the first time."""
+        """A creating POST with an Idempotency-Key: its first write takes the key, or finds
+        it used and the request is answered from it instead (`write_error`)."""
         raw = self.request.headers.get(idempotency.HEADER)
         method = (self.request.method or "").lower()
         declared = operation_of(type(self), method)
         if raw is None or declared is None or not declared.keyed or self.current_user is None:
             return
         key = idempotency.valid_key(raw)
-        use = idempotency.KeyUse(self.hive, self.who.name, key)
         path = self.request.path.rsplit("/api/", 1)[-1]
         admission: Intake | None = self.settings.get(ADMISSION)
         deadline = admission.deadline if admission is not None else 60.0
-        claim = await use.claim(idempotency.fingerprint(method, path, self.request.body), deadline)
-        if claim.outcome == "replay":
-            self.set_status(claim.status)
-            self.set_header("Content-Type", "application/json; charset=UTF-8")
-            self.set_header(idempotency.REPLAYED, "true")
-            if claim.location:
-                self.set_header("Location", claim.location)
-            self.finish(claim.body or "")
-            return
+        print_ = idempotency.fingerprint(method, path, self.request.body)
+        use = idempotency.KeyUse(self.hive, self.who.name, key, print_, deadline)
+        await use.ready()
+        if self.runs_to_the_end:
+            await use.peek()  # a retry must not reach hosts again before its write finds it
         if self.errand is None:  # no admission control configured: an errand without deadline
             self.errand = Errand.starting(float("inf"))
             self.errand.client_deadline = client_deadline(self.request)
@@ -154,30 +147,19 @@ class HiveLogic(RequestHandler):
         super().on_connection_close()
 
     def finish(self, chunk: Any = None, **kwargs: Any) -> Any:
-        """Finish; with an Idempotency-Key, its answer is stored right after it went out
-        (below 500), or the key freed before the answer goes out (a failure that changed
-        nothing: a retry right after it may claim the key afresh)."""
-        use = self._key
-        if use is None:  # no key, or it is settled (then tornado says if finished twice)
-            return super().finish(chunk, **kwargs)
-        if self._settling is None:
+        """Finish; with an Idempotency-Key, an answer below 500 is stored right after it
+        went out (it costs the client no wait)."""
+        use, self._key = self._key, None
+        if use is not None:
             if chunk is not None:
                 self.write(chunk)
+                chunk = None
             status = self.get_status()
-            body = b"".join(self._write_buffer)
             if status < 500:
-                self._key = None
-                use.settle_after(status, body, self._headers.get("Location"))
-                return super().finish(**kwargs)
-            wrote = self.errand is not None and self.errand.wrote
-            answer = use.settle(status, body, self._headers.get("Location"), wrote)
-            self._settling = asyncio.ensure_future(self._finish_after(answer, kwargs))
-        return self._settling  # tornado's own finish() while the key is being freed
-
-    async def _finish_after(self, stored: Awaitable[None], kwargs: dict[str, Any]) -> None:
-        await stored
-        self._key = None  # stored: what finishes now is tornado's own
-        await super().finish(**kwargs)
+                wrote = self.errand is not None and self.errand.wrote
+                body = b"".join(self._write_buffer)
+                use.settle_after(status, body, self._headers.get("Location"), wrote)
+        return super().finish(chunk, **kwargs)
 
     @property
     def hive(self) -> Hive:
@@ -276,6 +258,18 @@ class HiveLogic(RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(error, KeyAnswered):  # its write found the key used before
+            self._key = None  # answered from the key's row: nothing to store
+            claim = error.claim
+            if claim.outcome == "replay" and claim.status is not None:
+                self.set_status(claim.status)
+                self.set_header("Content-Type", "application/json; charset=UTF-8")
+                self.set_header(idempotency.REPLAYED, "true")
+                if claim.location:
+                    self.set_header("Location", claim.location)
+                self.finish(claim.body or "")
+                return
+            error = idempotency.refusal(claim)
         if status_code == 403 and not isinstance(error, HiveError) and self._anonymous():
             # jupyter_server answers 403 when no credentials came; this API says 401 (as in
             # team mode), and keeps 403 for what an authenticated user may not do.
