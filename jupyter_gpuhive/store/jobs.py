@@ -16,7 +16,6 @@ from ..model import utcnow
 from ..model.jobs import (
     ACTIVE,
     DEFAULT_LOG_DIR,
-    LIVE,
     Job,
     Task,
     TaskSpec,
@@ -66,14 +65,20 @@ class TaskChange:
 
 
 def _not_over() -> Any:
-    """Jobs not over: with a pending or active task, queued without tasks (GPUs chosen at
-    admission), queued and failed with retries left, or marked for a requeue: what the
-    scheduler looks at."""
-    live = [str(s) for s in LIVE]
+    """What the scheduler looks at: jobs with an active task; pending ones it may start or
+    stop (queued, or with a start or stop time); queued without tasks (GPUs chosen at
+    admission), queued and failed with retries left, or marked for a requeue.
+
+    Not: pending jobs that wait for their owner to start them. Nothing of the scheduler's
+    applies to them (their tasks claim no GPU), and a site accumulates them: the benchmark's
+    800 made every tick read 800 jobs with their tasks, on the leader, every poll."""
+    active = [str(s) for s in ACTIVE]
     failed = [str(TaskState.FAILED), str(TaskState.LOST)]
     has = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id)
+    timed = or_(jobs.c.queued.is_(True), jobs.c.start_at.is_not(None), jobs.c.stop_at.is_not(None))
     return or_(
-        has.where(job_tasks.c.state.in_(live)).exists(),
+        has.where(job_tasks.c.state.in_(active)).exists(),
+        and_(timed, has.where(job_tasks.c.state == str(TaskState.PENDING)).exists()),
         and_(jobs.c.queued.is_(True), ~has.exists()),
         and_(
             jobs.c.queued.is_(True),

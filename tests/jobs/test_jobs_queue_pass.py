@@ -20,7 +20,7 @@ from jupyter_gpuhive.jobs.admission import (
 from jupyter_gpuhive.jobs.model import render_tasks
 from jupyter_gpuhive.jobs.queue import bookings_of, candidates, gpu_states, reserved_spans
 from jupyter_gpuhive.jobs.timeline import Line
-from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation
+from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation, utcnow
 from jupyter_gpuhive.model.jobs import Job, Task, TaskState
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store
@@ -319,8 +319,17 @@ def test_store_requeue_once_replace_tasks_and_schedulable(db_url: str) -> None:
         counted = store.jobs.create(Job(name="c", owner="ann", command="x", queued=True,
                                            options={"gpu_count": 1}), [])  # fmt: skip
         store.jobs.change_tasks([TaskChange(done.tasks[0].id, TaskState.SUCCEEDED)])
+        # pending, waiting for its owner to start it: nothing for the scheduler; with a
+        # start or stop time it is the scheduler's
+        waiting = store.jobs.create(Job(name="w", owner="ann", command="x"),
+                                    render_tasks(spec, slots))  # fmt: skip
+        timed = store.jobs.create(Job(name="t", owner="ann", command="x", stop_at=utcnow()),
+                                  render_tasks(spec, slots))  # fmt: skip
         found, marked = store.jobs.schedulable()
-        assert [j.id for j in found] == [queued.id, counted.id] and marked == {}
+        assert [j.id for j in found] == [queued.id, counted.id, timed.id] and marked == {}
+        store.jobs.change_tasks([TaskChange(waiting.tasks[0].id, TaskState.RUNNING)])
+        assert waiting.id in [j.id for j in store.jobs.schedulable()[0]]  # started: it holds
+        store.jobs.change_tasks([TaskChange(waiting.tasks[0].id, TaskState.SUCCEEDED)])
 
         store.jobs.change_tasks([TaskChange(queued.tasks[0].id, TaskState.RUNNING)])
         with pytest.raises(Conflict):
