@@ -26,21 +26,11 @@ from .monitor.service import Monitor
 from .protection.health import HealthNotices
 from .protection.service import Protection
 from .store import Store
-from .store.errand import ERRAND, Dropped, Errand, in_executor
-from .store.idempotency import Claim, KeyAnswered, KeyTerms
+from .store.errand import ERRAND, Dropped, Errand, KeyAnswered, KeyTerms, in_executor
 from .store.leader import Leadership
 
 T = TypeVar("T")
-__all__ = [  # errands and Idempotency-Keys: for the web layer
-    "ERRAND",
-    "Claim",
-    "Dropped",
-    "Errand",
-    "Hive",
-    "HiveSettings",
-    "KeyAnswered",
-    "KeyTerms",
-]
+__all__ = ["ERRAND", "Dropped", "Errand", "Hive", "HiveSettings", "KeyAnswered", "KeyTerms"]
 
 
 class Hive:

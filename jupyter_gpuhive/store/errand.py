@@ -22,9 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
 
-from ..errors import Unavailable, Unconfirmed
+from ..errors import HiveError, Unavailable, Unconfirmed
 
 T = TypeVar("T")
 
@@ -38,6 +39,44 @@ GATE_WAIT = 60.0
 _UNCONFIRMED = "The Hub did not confirm your token in time; nothing was changed. Retry."
 
 ERRAND: ContextVar[Errand | None] = ContextVar("gpuhive_errand", default=None)
+
+
+# --- a request's Idempotency-Key (store/idempotency.py takes it in its first write) ---
+
+Outcome = Literal["claimed", "replay", "mismatch", "busy", "lost"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What taking a key found: the request runs ('claimed'), or how to answer instead."""
+
+    outcome: Outcome
+    status: int | None = None  # 'replay': the stored answer
+    body: str | None = None
+    location: str | None = None
+    since: datetime | None = None  # when the key was first used
+
+
+class KeyAnswered(HiveError):
+    """A write found its request's key taken: the request is answered from the key's row
+    (`claim`) instead, its transaction rolled back (server/api/idempotency.py words it)."""
+
+    status = 409
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(f"This Idempotency-Key was used before ({claim.outcome}).")
+        self.claim = claim
+
+
+@dataclass(frozen=True)
+class KeyTerms:
+    """One request's key: whose, which, for what request, and how long claims live."""
+
+    owner: str
+    key: str
+    fingerprint: str
+    ttl: timedelta  # a key older than this counts as new
+    stale: timedelta  # an earlier-scheme claim older than this, with no write, is taken over
 
 
 class Dropped(Unavailable):

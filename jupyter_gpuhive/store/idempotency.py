@@ -14,52 +14,19 @@ decides a race between replicas: one INSERT wins, the other waits for its transa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, and_, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..errors import HiveError
 from .database import Database
+from .errand import Claim, KeyAnswered, KeyTerms
 from .schema import idempotency_keys
 
+__all__ = ["APPLIED", "Claim", "IdempotencyKeys", "KeyAnswered", "KeyTerms"]
+
 APPLIED = 0  # a write committed; the answer is not stored yet
-Outcome = Literal["claimed", "replay", "mismatch", "busy", "lost"]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What taking a key found: the request runs ('claimed'), or how to answer instead."""
-
-    outcome: Outcome
-    status: int | None = None  # 'replay': the stored answer
-    body: str | None = None
-    location: str | None = None
-    since: datetime | None = None  # when the key was first used
-
-
-class KeyAnswered(HiveError):
-    """A write found its request's key taken: the request is answered from the key's row
-    (`claim`) instead, its transaction rolled back (server/api/idempotency.py words it)."""
-
-    status = 409
-
-    def __init__(self, claim: Claim) -> None:
-        super().__init__(f"This Idempotency-Key was used before ({claim.outcome}).")
-        self.claim = claim
-
-
-@dataclass(frozen=True)
-class KeyTerms:
-    """One request's key: whose, which, for what request, and how long claims live."""
-
-    owner: str
-    key: str
-    fingerprint: str
-    ttl: timedelta  # a key older than this counts as new
-    stale: timedelta  # an earlier-scheme claim older than this, with no write, is taken over
 
 
 def _judge(found: Any, terms: KeyTerms, now: datetime) -> Claim | None:

@@ -269,7 +269,7 @@ class HiveLogic(RequestHandler):
                     self.set_header("Location", claim.location)
                 self.finish(claim.body or "")
                 return
-            error = idempotency.refusal(claim)
+            error = idempotency.refusal(error)
         if status_code == 403 and not isinstance(error, HiveError) and self._anonymous():
             # jupyter_server answers 403 when no credentials came; this API says 401 (as in
             # team mode), and keeps 403 for what an authenticated user may not do.

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ...errors import BadRequest, Conflict, HiveError, Invalid
-from ...hive import ERRAND, Claim, Errand, Hive, KeyAnswered, KeyTerms
+from ...hive import ERRAND, Errand, Hive, KeyAnswered, KeyTerms
 from ...model import utcnow
 from .admission import InProgress
 
@@ -147,8 +147,9 @@ class KeyUse:
             ERRAND.reset(token)
 
 
-def refusal(claim: Claim) -> HiveError:
+def refusal(answered: KeyAnswered) -> HiveError:
     """The error a request gets whose key was used before and not for a replay."""
+    claim = answered.claim
     if claim.outcome == "mismatch":
         return Invalid(
             f"This {HEADER} was used at {_at(claim.since)} for a different request "
