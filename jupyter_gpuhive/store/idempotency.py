@@ -102,8 +102,17 @@ class IdempotencyKeys:
         self.purge(now - terms.ttl)
         return claim
 
-    def answer(self, owner: str, key: str, status: int, body: str, location: str | None) -> None:
-        """Store the answer of a request whose write took the key."""
+    def answer(
+        self,
+        owner: str,
+        key: str,
+        status: int,
+        body: str,
+        location: str | None,
+        expired: datetime | None = None,
+    ) -> None:
+        """Store the answer of a request whose write took the key (and, given `expired`,
+        purge the keys made before it: `purge`)."""
         t = idempotency_keys
         values: dict[str, Any] = {"status": status, "body": body, "location": location}
         self.db.write_one(
@@ -111,6 +120,8 @@ class IdempotencyKeys:
                 update(t).where(t.c.owner == owner, t.c.key == key).values(**values)
             )
         )
+        if expired is not None:
+            self.purge(expired)
 
     def refusal(
         self, terms: KeyTerms, now: datetime, status: int, body: str, location: str | None

@@ -147,6 +147,11 @@ def test_refusals_are_kept_unless_a_retry_wrote_and_keys_expire(store: Store) ->
     keys._purged = 0.0  # the once-a-minute purge: due now
     keys.refusal(terms("k4"), now, 422, "{}", None)
     assert keys.get("alice", "old") is None
+    keys.claim(terms("older"), now - 2 * DAY)  # and after a stored answer of a write
+    keys.claim(terms("k7"), now)
+    keys._purged = 0.0
+    keys.answer("alice", "k7", 201, "{}", None, now - DAY)
+    assert keys.get("alice", "older") is None and keys.get("alice", "k7")["status"] == 201  # type: ignore[index]
 
 
 def test_concurrent_claims_of_one_key_let_one_run(store: Store) -> None:

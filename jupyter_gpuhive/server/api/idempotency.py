@@ -132,7 +132,10 @@ class KeyUse:
         keys, text = self.hive.store.idempotency, body.decode("utf-8", "replace")
         try:
             if wrote:
-                await self._outside(keys.answer, self.owner, self.key, status, text, location)
+                expired = utcnow() - TTL  # purged at most once a minute per process
+                await self._outside(
+                    keys.answer, self.owner, self.key, status, text, location, expired
+                )
             else:
                 await self._outside(keys.refusal, self.terms, utcnow(), status, text, location)
         except Exception:
