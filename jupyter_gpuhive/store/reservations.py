@@ -251,9 +251,7 @@ class Reservations:
         guard: Guard | None = None,
     ) -> Reservation:
         """Apply the changes `decide` returns for the current row, atomically."""
-        span: list[datetime] = []  # the start and end it got
-        was: list[Reservation] = []  # the row before the change
-        units: list[int] = []  # the units it has after
+        spans: list[Touch] = []  # what the committed attempt changed: before, after
 
         def work(conn: Connection) -> int:
             rows = conn.execute(
@@ -262,7 +260,6 @@ class Reservations:
             if not rows:
                 raise NotFound(f"There is no reservation {reservation_id}.")
             old = build(conn, rows, self.inventory.gpu_by_id)[0]
-            was.append(old)
             change = decide(old)
             start, end = change.start or old.start, change.end or old.end
             gpu_ids = change.gpu_ids or tuple(g.id for g in old.gpus)
@@ -317,17 +314,14 @@ class Reservations:
                     ],
                 )
             self.longest.note(conn, start, end)
-            span[:] = (start, end)
-            units[:] = gpu_ids
+            spans[:] = (
+                Touch(reservation_id, tuple(g.id for g in old.gpus), old.start, old.end),
+                Touch(reservation_id, tuple(gpu_ids), start, end),
+            )
             return reservation_id
 
-        def touched(rid: int) -> list[Touch]:
-            old = was[-1]
-            before = Touch(rid, tuple(g.id for g in old.gpus), old.start, old.end)
-            return [before, Touch(rid, tuple(units), span[0], span[1])]
-
-        self._write(work, (), None, None, reservation_id, touched)
-        self.longest.stored(*span)
+        self._write(work, (), None, None, reservation_id, lambda _: spans)
+        self.longest.stored(spans[1].start, spans[1].end)
         return self.get(reservation_id)
 
     def set_flags(self, flags: dict[int, str | None]) -> None:
