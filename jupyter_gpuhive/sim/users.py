@@ -69,7 +69,7 @@ def start_gpu_process(
     gpus: Sequence[int | str],
     *,
     user: str | None = None,
-    command: Sequence[str] = ("sleep", "600"),
+    command: Sequence[str | bytes] = ("sleep", "600"),
     mem_mib: int | None = None,
     util: int | None = None,
     env: Mapping[str, str] | None = None,
