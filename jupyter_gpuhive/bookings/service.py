@@ -220,10 +220,10 @@ class Bookings:
         return rules if who.is_admin else [r for r in rules if r.applies_to(who)]
 
     @staticmethod
-    def require_admin(who: Identity) -> None:
-        """Refuse (403) anyone but admins."""
+    def require_admin(who: Identity, what: str = "change access rules") -> None:
+        """Refuse (403) anyone but admins to do `what` ("drain GPUs": the sentence's verb)."""
         if not who.is_admin:
-            raise Forbidden(f"Only gpuhive admins may change access rules; {who.name} is not one.")
+            raise Forbidden(f"Only gpuhive admins may {what}; {who.name} is not one.")
 
     def _known_resources(self, rule: access.Rule) -> None:
         for host in rule.hosts:

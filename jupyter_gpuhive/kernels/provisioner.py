@@ -36,7 +36,7 @@ from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
 from ..hosts.engines import engine_of
-from ..model import utcnow
+from ..model import ID_MAX, utcnow
 from ..model.kernel import KernelState
 from . import registry as registries
 from .images import kernel_name
@@ -91,7 +91,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     """Starts the kernel on the reservation's host, as its owner, on its GPUs."""
 
     reservation_id = Integer(
-        None, allow_none=True, config=True,
+        None, allow_none=True, config=True, min=0, max=ID_MAX,  # a database id (#41: was 500)
         help="The reservation whose host and GPUs the kernel uses.",
     )  # fmt: skip
     host = Unicode(None, allow_none=True, config=True,

@@ -29,6 +29,8 @@ def started(jp_serverapp: Any, jp_asyncio_loop: Any) -> Any:
         ({"reservation_id": "abc"}, "reservation_id"),
         ({"reservation_id": 7, "host": 123}, "host"),
         ({"reservation_id": [7]}, "reservation_id"),
+        ({"reservation_id": 10**30}, "reservation_id"),  # was a 500 (OverflowError, #41)
+        ({"reservation_id": -1}, "reservation_id"),
         ({"reservation_id": 7, "launch_timeout": "soon"}, "launch_timeout"),
     ],
 )

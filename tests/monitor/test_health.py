@@ -125,6 +125,9 @@ async def test_admin_drains_and_undrains(api, running_hive):
     body = {"title": "t", "gpus": ["gpu1:2"], "start": iso(start), "duration": "1h"}
     denied = await alice("POST", "health/drain", {"gpu": "gpu1:2"})
     assert denied.status == 403, denied
+    # Who may drain, and that alice is not one: not a word about access rules (#41).
+    assert "Only gpuhive admins may drain a GPU" in denied.message, denied.message
+    assert "alice is not one" in denied.message and "access rule" not in denied.message
     bad = await boss("POST", "health/drain", {"gpu": "gpu9:9"})
     assert bad.status == 422 and "gpu9:9" in bad.message
     odd = await boss("POST", "health/drain", {"gpu": "gpu1:2", "drain": "yes"})

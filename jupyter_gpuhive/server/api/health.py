@@ -35,7 +35,7 @@ class DrainHandler(HiveLogic):
         errors=(403, 422),
     )
     async def post(self) -> None:
-        self.hive.bookings.require_admin(self.who)
+        self.hive.bookings.require_admin(self.who, "drain a GPU or end its drain")
         body = self.body(DrainBody)
         reason = body.reason.strip() if body.reason else None
         self.reply(await self.hive.monitor.drain(body.gpu, body.drain, self.who.name, reason))
