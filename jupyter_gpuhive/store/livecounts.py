@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, or_, select
 
+from ..model.jobs import ACTIVE, TaskState
 from .database import Database
 from .schema import gpus, job_tasks, jobs, reservation_gpus, reservations, violations
 
@@ -43,11 +44,18 @@ def holdings(db: Database, now: datetime) -> list[tuple[str, int, str]]:
 
 
 def waiting_jobs(db: Database) -> tuple[dict[str, int], datetime | None]:
-    """Queued jobs that have no tasks yet (waiting for GPUs) per owner, and the oldest's time."""
-    has_tasks = select(job_tasks.c.id).where(job_tasks.c.job_id == jobs.c.id).exists()
+    """Queued jobs waiting for GPUs per owner, and the oldest's time: those GET queue lists
+    (status pending, `model.jobs.job_status`): no task yet (a job by count), or pending tasks
+    with none running and none failed, lost or stopped (GPUs named; preempted back in the queue)."""
+    task = job_tasks.c
+    of_job = task.job_id == jobs.c.id
+    settled = {str(s) for s in (*ACTIVE, TaskState.FAILED, TaskState.LOST, TaskState.STOPPED)}
+    has_tasks = select(task.id).where(of_job).exists()
+    has_pending = select(task.id).where(of_job, task.state == str(TaskState.PENDING)).exists()
+    not_waiting = select(task.id).where(of_job, task.state.in_(sorted(settled))).exists()
     query = (
         select(jobs.c.owner, func.count(), func.min(jobs.c.created_at))
-        .where(and_(jobs.c.queued.is_(True), ~has_tasks))
+        .where(and_(jobs.c.queued.is_(True), ~not_waiting, or_(~has_tasks, has_pending)))
         .group_by(jobs.c.owner)
     )
     with db.read() as conn:
