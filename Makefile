@@ -2,6 +2,7 @@
 # Both set everything up themselves on a fresh Debian machine with Python 3.11.
 
 PYTHON ?= python3
+comma  := ,
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -22,11 +23,40 @@ CHP_PREFIX := $(VENV)/node
 CHP_STAMP  := $(CHP_PREFIX)/.installed
 export GPUHIVE_CHP := $(CURDIR)/$(CHP_PREFIX)/node_modules/.bin/configurable-http-proxy
 
-$(STAMP): pyproject.toml
+# Every Python dependency, transitive ones and the build's included, is pinned by $(LOCK) (uv pip
+# compile; docs/development.md). The venv installs exactly that: PIP_CONSTRAINT reaches pip's isolated
+# build environment too, so the package's own build uses the locked hatchling. `make lock` rewrites it;
+# `make test-latest` tries the newest versions pyproject.toml allows, on purpose.
+LOCK    := requirements/lock.txt
+EXTRAS  := test,dev,docs,bench,hub,postgresql
+LOCK_PY := 3.11
+
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,bench]'
+	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip install --quiet pip
+	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
+
+# Rewrites the lock from pyproject.toml and requirements/build.in with uv (from the venv). torch is
+# kept as the plain release: pip takes the CPU build from this machine's disk, or the release from PyPI.
+.PHONY: lock
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml requirements/build.in --upgrade $(foreach e,$(subst $(comma), ,$(EXTRAS)),--extra $(e)) \
+	  --python-version $(LOCK_PY) --python-platform x86_64-manylinux_2_28 --allow-unsafe --no-emit-find-links $(if $(wildcard /opt/wheels),--find-links /opt/wheels) \
+	  --no-header --annotation-style line -q -o $(LOCK)
+	sed -i -E 's/^(torch==[^+ ]+)\+cpu/\1/' $(LOCK)
+
+# The suite against the newest versions pyproject.toml allows (no lock), in a venv of its own. When it
+# finds drift: fix it, then `make lock`, and commit both together.
+.PHONY: test-latest
+LATEST := $(VENV)-latest
+test-latest: sysdeps
+	rm -rf $(LATEST) && $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	SKIP_JUPYTER_BUILDER=1 $(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[$(EXTRAS)]'
+	$(LATEST)/bin/python -m pip list --format=freeze > $(LATEST)/versions.txt
+	@echo "newest versions: $(LATEST)/versions.txt"
+	$(LATEST)/bin/python -m pytest -q -x -p no:cacheprovider
 
 venv: $(STAMP) $(CHP_STAMP)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ._version import __version__
+from .libwarnings import quiet_third_party
+
+quiet_third_party()
 
 __all__ = ["__version__"]
 

@@ -48,6 +48,7 @@ SERVICES = {
 }  # fmt: skip
 LAYERS: dict[str, set[str]] = {
     "_version": set(),
+    "libwarnings": set(),
     "errors": set(),
     "model": {"errors"},
     "sim": set(),
@@ -67,7 +68,7 @@ LAYERS: dict[str, set[str]] = {
     "notebook": {"model", "hosts.guidance"},
     "widgets": {"model", "notebook", "hosts.guidance"},
     "cli": {"_version", "errors", "model", "hive", "server", "sim", *SERVICES},
-    PACKAGE: {"_version", "notebook", "server"},
+    PACKAGE: {"_version", "libwarnings", "notebook", "server"},
     "auth": {"server"},
     "hub": {"server"},
     "client": {"notebook"},
