@@ -25,16 +25,17 @@ export GPUHIVE_CHP := $(CURDIR)/$(CHP_PREFIX)/node_modules/.bin/configurable-htt
 
 # Every Python dependency, transitive ones and the build's included, is pinned by $(LOCK) (uv pip
 # compile; docs/development.md). The venv installs exactly that: PIP_CONSTRAINT reaches pip's isolated
-# build environment too, so the package's own build uses the locked hatchling. `make lock` rewrites it;
+# build environment too, so the package's own build uses the locked hatchling. The labextension is
+# built by its own target below (the Python install never runs Node). `make lock` rewrites it;
 # `make test-latest` tries the newest versions pyproject.toml allows, on purpose.
 LOCK    := requirements/lock.txt
-EXTRAS  := test,dev,docs,bench,hub,postgresql
+EXTRAS  := test,dev,docs,bench,hub,postgresql,lab
 LOCK_PY := 3.11
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip install --quiet pip
-	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 # Rewrites the lock from pyproject.toml and requirements/build.in with uv (from the venv). torch is
@@ -99,8 +100,8 @@ sysdeps:
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check jupyter_gpuhive tests benchmarks
-	$(BIN)/ruff format --check jupyter_gpuhive tests benchmarks
+	$(BIN)/ruff check jupyter_gpuhive tests benchmarks packaging
+	$(BIN)/ruff format --check jupyter_gpuhive tests benchmarks packaging
 	$(BIN)/mypy
 	$(BIN)/python -m jupyter_gpuhive.server.api.typescript --check $(LABEXT)/src/api-types.ts
 
@@ -108,7 +109,7 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_gpuhive tests benchmarks
 	$(BIN)/ruff check --fix jupyter_gpuhive tests benchmarks
 
-test: sysdeps $(STAMP) $(CHP_STAMP) lint docs test-js test-ui test-schemathesis bench-smoke
+test: sysdeps $(STAMP) $(CHP_STAMP) lint docs dist test-js test-ui test-schemathesis bench-smoke
 	$(BIN)/python -m pytest -q --durations=25
 	$(MAKE) --no-print-directory test-dates
 
@@ -169,6 +170,15 @@ DOCS_SHOTS := 01-panel 06-dark 09-violation 11-calendar 12-overview 13-dashboard
 docs-screenshots: test-ui
 	mkdir -p docs/_static/screenshots
 	for s in $(DOCS_SHOTS); do cp $(LABEXT)/ui-tests/artifacts/screenshots/$$s.png docs/_static/screenshots/; done
+
+# The sdist and wheel (with the prebuilt labextension), built from the tree with the locked build
+# tools, then checked: twine, the wheel installed with its `lab` extra in a clean venv, the server
+# and lab extensions listed as enabled, `jupyter lab` serving gpuhive (packaging/check_dist.py).
+.PHONY: dist
+dist: $(STAMP) $(LABEXT_BUILT)
+	rm -rf dist
+	PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m build --sdist --wheel --outdir dist . > /dev/null
+	$(BIN)/python packaging/check_dist.py
 
 demo: $(STAMP) $(LABEXT_BUILT)
 	$(BIN)/python -m jupyter_gpuhive.cli.demo
