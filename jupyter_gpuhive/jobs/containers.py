@@ -95,18 +95,20 @@ def task_run(
     image: str,
     mounts: Sequence[Mount],
     env_path: str,
+    account: str,
     reservation: int | None = None,
     host_network: bool = False,
     passed: Sequence[str] = (),
 ) -> str:
     """The engine `run` line of one task: its image, GPUs, owner, labels and mounts;
-    `passed`: variables the container takes from the running shell by name."""
+    `account`: the owner's UNIX account (the engine's `{user}` home); `passed`: variables the
+    container takes from the running shell by name."""
     spec = task.spec()
     return run_line(
         engine,
         image=image,
         name=task.session,
-        owner=task.owner,
+        owner=account,
         argv=["sh", "-c", spec.command],
         uuids=list(task.gpus),
         env_file=env_path,
@@ -171,11 +173,13 @@ def start_line(
     task: Task,
     decl: HostDecl | None,
     paths: tuple[str, str, str],
+    account: str,
     *,
     clean: bool,
     extra_env: str = "",
 ) -> tuple[str, str]:
-    """The screen command line and env-file text of a container task (log, exit, env paths).
+    """The screen command line and env-file text of a container task (log, exit, env paths),
+    run as the owner's UNIX account `account`.
 
     `extra_env` is sh text of gpuhive's own that a bare task's env file ends with (`export
     NAME=value` lines, values quoted, and commands such as making a checkpoint folder): here
@@ -198,6 +202,7 @@ def start_line(
         image=container.image,
         mounts=mounts,
         env_path=env_path,
+        account=account,
         reservation=container.reservation,
         host_network=container.host_network,
         passed=EXPORTED.findall(extra_env),
@@ -225,9 +230,10 @@ def previewed(
     specs: Sequence[TaskSpec],
     job: Job,
     decls: Mapping[str, HostDecl],
+    account: str,
 ) -> list[dict[str, Any]]:
-    """A container job's preview: each task's `shell` is the engine line it will run (its
-    name and env file as they will be once the job is stored)."""
+    """A container job's preview: each task's `shell` is the engine line it will run as the
+    owner's UNIX account `account` (its name and env file as they will be once stored)."""
     container = job.container
     assert container is not None
     out = []
@@ -240,7 +246,7 @@ def previewed(
             engine,
             image=container.image,
             name=f"gpuhive-ID-{job.name}-{spec.index}",
-            owner=job.owner,
+            owner=account,
             argv=["sh", "-c", spec.command],
             uuids=[gpu.uuid for gpu in spec.gpus],
             env_file="~/.gpuhive/jobs/ID-TAG-TASK.env",

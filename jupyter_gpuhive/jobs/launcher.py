@@ -1,7 +1,8 @@
 """The launcher: runs a job's tasks in GNU screen as their owner, follows, stops and reads them.
 
-Every host command goes through the HostPool as the task's owner (screen sessions, and the
-log, exit and environment files, belong to that user; only they can read the files). `sync`
+Every host command goes through the HostPool as the task owner's UNIX account (`unix_user`:
+the site's `unix_users`; screen sessions, and the log, exit and environment files, belong to
+that account; only it can read the files). `sync`
 is for the background loop, never for an API request: it costs one command per (host, owner)
 for all of their active tasks.
 """
@@ -54,8 +55,10 @@ class Launcher:
         timeout: float = 30.0,
         log_limit: int = 1 << 20,
         changed: Callable[[int], Any] = lambda _job_id: None,
+        unix_user: Callable[[str], str] = lambda name: name,
     ) -> None:
         self.pool = pool
+        self.unix_user = unix_user  # gpuhive user -> the UNIX account their tasks run as
         self.jobs = jobs
         self._changed = changed  # told each job id whose tasks this launcher moved
         self.grace = grace
@@ -97,8 +100,11 @@ class Launcher:
                 await _db(self.jobs.change_tasks, back, {TaskState.STARTING})
                 raise Conflict(f"Job {job_id} changed while it was being started; try again.")
             await self.before_start(current)
-            extra = env_lines(current, self.preemption, self.jobs.log_dir)
-            outcomes = await asyncio.gather(*(self._start_task(t, extra) for t in current.tasks))
+            account = self.unix_user(current.owner)
+            extra = env_lines(current, self.preemption, self.jobs.log_dir, account)
+            outcomes = await asyncio.gather(
+                *(self._start_task(t, account, extra) for t in current.tasks)
+            )
             now = utcnow()
             started: list[Task] = []
             failures: list[StartFailure] = []
@@ -126,8 +132,8 @@ class Launcher:
                 tuple(failures),
             )
 
-    async def _start_task(self, task: Task, extra_env: str = "") -> TaskChange | str:
-        """Start one task's screen session; its new state, or why it failed."""
+    async def _start_task(self, task: Task, account: str, extra_env: str = "") -> TaskChange | str:
+        """Start one task's screen session as `account`; its new state, or why it failed."""
         log_path = scripts.host_path(task.log_path)
         exit_path = scripts.host_path(task.exit_path)
         log_dir = log_path.rsplit("/", 1)[0] or "/"
@@ -140,7 +146,7 @@ class Launcher:
             if task.container is not None:  # the engine's run in the screen session
                 paths = (log_path, exit_path, env_path)
                 line, env_text = containers.start_line(
-                    task, decl, paths, clean=clean, extra_env=extra_env
+                    task, decl, paths, account, clean=clean, extra_env=extra_env
                 )
             else:
                 spec = task.spec()
@@ -156,7 +162,7 @@ class Launcher:
             result = await self._run(task.host, task.owner, script, command)
         except HostUnavailable as error:
             return f"host unavailable: {error.reason}"
-        problem = start_problem(task, result, log_dir)
+        problem = start_problem(task, result, log_dir, account)
         if problem:
             return problem
         words = marker(result.stdout, "started")
@@ -230,7 +236,8 @@ class Launcher:
         except HostUnavailable as error:
             return error.reason
         if result.exit_status != 0:
-            return f"cannot list the screen sessions of {owner}: {output_tail(result)}"
+            account = self.unix_user(owner)
+            return f"cannot list the screen sessions of {account}: {output_tail(result)}"
         sessions = {words[0]: to_int(words[1]) for words in markers(result.stdout, "session")}
         exits = {words[0]: words[1] if len(words) > 1 else "" for words in
                  markers(result.stdout, "exit")}  # fmt: skip
@@ -388,7 +395,7 @@ class Launcher:
         ssh = ["ssh", "-t"]
         if decl.port != 22:
             ssh += ["-p", str(decl.port)]
-        return shlex.join([*ssh, f"{task.owner}@{decl.address}", *screen])
+        return shlex.join([*ssh, f"{self.unix_user(task.owner)}@{decl.address}", *screen])
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -402,8 +409,10 @@ class Launcher:
     async def _run(
         self, host: str, owner: str, script: str, command: str, timeout: float | None = None
     ) -> CommandResult:
+        """Run `script` on `host` as the UNIX account of gpuhive user `owner`."""
+        user = self.unix_user(owner)
         return await self.pool.run(
-            host, command, user=owner, timeout=timeout or self.timeout, stdin=script
+            host, command, user=user, timeout=timeout or self.timeout, stdin=script
         )
 
 

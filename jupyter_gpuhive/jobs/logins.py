@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import Conflict
@@ -14,23 +14,28 @@ CONFIRMED_FOR = 600.0  # seconds a successful login counts before it is tried ag
 
 
 class Logins:
-    """Checks (and remembers for a while) that gpuhive can log in as a user on its hosts."""
+    """Checks (and remembers for a while) that gpuhive can log in as a user's UNIX account
+    (`unix_user`: the site's `unix_users`) on its hosts."""
 
-    def __init__(self, pool: HostPool, ssh: SshSettings) -> None:
+    def __init__(
+        self, pool: HostPool, ssh: SshSettings, unix_user: Callable[[str], str] = lambda n: n
+    ) -> None:
         self.pool = pool
         self.ssh = ssh
+        self.unix_user = unix_user
         self._confirmed: dict[tuple[str, str], float] = {}  # (host, user) → confirmed until
 
     async def check(self, user: str, hosts: Iterable[str]) -> dict[str, str | None]:
-        """Per host: None when gpuhive can log in as `user` there, else the reason."""
+        """Per host: None when gpuhive can log in as `user`'s account there, else the reason."""
         results: dict[str, str | None] = {}
+        account = self.unix_user(user)
         for host in sorted(set(hosts)):
-            key = (host, user)
+            key = (host, account)
             if self._confirmed.get(key, 0.0) > time.monotonic():
                 results[host] = None
                 continue
             try:
-                await self.pool.run(host, "true", user=user, timeout=10)
+                await self.pool.run(host, "true", user=account, timeout=10)
             except HostUnavailable as error:
                 results[host] = error.reason
                 continue
@@ -43,7 +48,9 @@ class Logins:
         problems = {h: r for h, r in (await self.check(user, hosts)).items() if r}
         if problems:
             detail = "; ".join(f"{host}: {reason}" for host, reason in problems.items())
-            raise Conflict(f"gpuhive cannot run jobs as {user} yet. {detail}")
+            account = self.unix_user(user)
+            named = account if account == user else f"{account} ({user}'s UNIX account)"
+            raise Conflict(f"gpuhive cannot run jobs as {named} yet. {detail}")
 
     def public_key(self) -> str | None:
         """The public key users add to authorized_keys (None without SSH hosts)."""

@@ -46,16 +46,17 @@ def observe(task: Task, has_session: bool, code: str | None) -> TaskChange | Non
     )
 
 
-def start_problem(task: Task, result: CommandResult, log_dir: str) -> str | None:
-    """Why the start script failed, in words; None when it ran to the end."""
+def start_problem(task: Task, result: CommandResult, log_dir: str, account: str) -> str | None:
+    """Why the start script failed (run as UNIX account `account`), in words; None when it
+    ran to the end."""
     status, err = result.exit_status, result.stderr.strip()
-    where = f"on {task.host} for {task.owner}"
+    where = f"on {task.host} for {account}"
     if status == 0 and marker(result.stdout, "started"):
         return None
     if status == scripts.NO_SCREEN:
         return f"GNU screen is not installed {where}"
     if status == scripts.NO_HOME:
-        return f"cannot enter the home directory of {task.owner} on {task.host}"
+        return f"cannot enter the home directory of {account} on {task.host}"
     if status == scripts.NO_LOG_DIR:
         return f"cannot create the log directory {log_dir} {where}: {err or 'permission denied'}"
     if status == scripts.NO_ENV_FILE:
@@ -64,7 +65,7 @@ def start_problem(task: Task, result: CommandResult, log_dir: str) -> str | None
         return f"a screen session {task.session} already exists {where}"
     if status == scripts.SCREEN_FAILED:
         return f"screen failed to start {where}: {err or f'exit status {status}'}"
-    return f"could not run a command as {task.owner} on {task.host}: {err or f'exit {status}'}"
+    return f"could not run a command as {account} on {task.host}: {err or f'exit {status}'}"
 
 
 def marker(stdout: str, name: str) -> list[str]:

@@ -24,7 +24,8 @@ event) and from then on runs in unbooked time only.
 
 The job's tasks get `GPUHIVE_RESTARTS`, `GPUHIVE_PREEMPT_SIGNAL`, `GPUHIVE_GRACE_S` and
 `GPUHIVE_CHECKPOINT_DIR` (a directory per job, the same at every restart, made by the task
-itself, as its owner, mode 0700).
+itself, as its owner's UNIX account, mode 0700; a link there, a folder of another account or
+one open to others, or a parent folder others may write, is refused: the task fails with why).
 
 Whose process is it: the probe reads each process's owner from /proc as root (its real
 UID), never from its name or command line, so a process that calls itself the holder's
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ..hosts.pool import HostUnavailable
 from ..hosts.probe import LIGHT_PROBE_COMMAND, HostSample, parse_probe
 from ..model import Reservation, utcnow
+from ..model.accounts import unix_account
 from ..model.jobs import PREEMPT_SIGNALS, Job, Loan, TaskState
 from .admission import FOREVER, Candidate, GpuState
 
@@ -70,7 +72,7 @@ class PreemptionSettings:
 
     def unix_user(self, name: str) -> str:
         """The UNIX user whose processes are `name`'s (protection's `user_map`)."""
-        return self.user_map.get(name, name)
+        return unix_account(self.user_map, name)
 
     def grace(self, job: Job) -> float:
         """The job's grace: the site's, or less when the job asked for less."""
@@ -97,18 +99,20 @@ def check_request(preemptible: bool, signal: str, grace_s: int | None, site_grac
         raise ValueError("preempt_signal and grace_s are for preemptible jobs (preemptible: true).")
 
 
-def checkpoint_dir(job: Job, log_dir: str) -> str:
+def checkpoint_dir(job: Job, log_dir: str, account: str) -> str:
     """The job's checkpoint directory on its hosts: stable across restarts, per job (the
-    hash of its creation time keeps two stores' job 7 apart); `~/` is the owner's home."""
-    directory = log_dir.replace("{user}", job.owner).rstrip("/")
+    hash of its creation time keeps two stores' job 7 apart); `~/` is the home, `{user}` the
+    name, of the owner's UNIX account `account`."""
+    directory = log_dir.replace("{user}", account).rstrip("/")
     created = job.created_at.isoformat() if job.created_at else ""
     tag = hashlib.sha256(f"{job.id}:{created}:{job.name}".encode()).hexdigest()[:8]
     return f"{directory}/{CHECKPOINTS}/{job.id}-{tag}"
 
 
-def env_lines(job: Job, settings: PreemptionSettings, log_dir: str) -> str:
+def env_lines(job: Job, settings: PreemptionSettings, log_dir: str, account: str) -> str:
     """Lines the task's environment file gets after its own: the preemption variables, and
-    the checkpoint directory made (as the owner, who sources the file) if missing."""
+    the checkpoint directory made (as `account`, who sources the file) if missing, checked
+    (`CHECKPOINT_CHECK`) whether made now or found."""
     if not job.preemptible:
         return ""
     lines = [
@@ -116,12 +120,30 @@ def env_lines(job: Job, settings: PreemptionSettings, log_dir: str) -> str:
         f"export GPUHIVE_PREEMPT_SIGNAL={shlex.quote(job.preempt_signal)}\n",
         f"export GPUHIVE_GRACE_S={shlex.quote(f'{settings.grace(job):g}')}\n",
     ]
-    path = checkpoint_dir(job, log_dir)
+    path = checkpoint_dir(job, log_dir, account)
     home = path.startswith("~/")
     value = '"$HOME"/' + shlex.quote(path[2:]) if home else shlex.quote(path)
     lines.append(f"export GPUHIVE_CHECKPOINT_DIR={value}\n")
-    lines.append('mkdir -p -m 700 -- "$GPUHIVE_CHECKPOINT_DIR" || exit 1\n')
+    lines.append(CHECKPOINT_CHECK)
     return "".join(lines)
+
+
+# Sourced by the task as its owner: the folder is never followed through a link, and is used
+# only when it and its parent are the owner's, it is open to nobody else (0700) and the parent
+# is writable by nobody else (who could swap the folder). `find -perm /077` reads the mode
+# without following a link; `[ -O ]` is "owned by me". Refusals go to the task's log.
+CHECKPOINT_CHECK = r"""gh_d=$GPUHIVE_CHECKPOINT_DIR; gh_up=$(dirname -- "$gh_d")
+gh_no() { echo "gpuhive: refused the checkpoint folder $gh_d: $1" >&2; exit 1; }
+[ -L "$gh_d" ] && gh_no "it is a link (gpuhive never follows one there)"
+mkdir -p -m 700 -- "$gh_d" || exit 1
+[ -L "$gh_d" ] && gh_no "it is a link (gpuhive never follows one there)"
+[ -d "$gh_d" ] || gh_no "it is not a folder"
+[ -O "$gh_d" ] || gh_no "it belongs to another account; remove it or use another folder"
+[ -z "$(find "$gh_d" -maxdepth 0 -perm /077)" ] || gh_no "others may open it (chmod 700 it)"
+{ [ ! -L "$gh_up" ] && [ -O "$gh_up" ] && [ -z "$(find "$gh_up" -maxdepth 0 -perm /022)" ]; } ||
+  gh_no "its parent $gh_up is a link, another account's, or writable by others"
+unset -f gh_no; unset gh_d gh_up
+"""
 
 
 # --- what lends, and to whom ----------------------------------------------------------

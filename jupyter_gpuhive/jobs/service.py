@@ -48,13 +48,14 @@ class Jobs:
         self.run = run
         self.privacy = privacy
         self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
-        self.logins = Logins(pool, ssh)
-        self.launcher = Launcher(pool, store.jobs, changed=changed)  # integrations' events
         self.preemption = preemption or PreemptionSettings()
+        unix_user = self.preemption.unix_user  # the site's unix_users: what each user runs as
+        self.logins = Logins(pool, ssh, unix_user)
+        self.launcher = Launcher(pool, store.jobs, changed=changed, unix_user=unix_user)
         self.rules.preempt_grace_s = self.preemption.grace_s
         self.scheduler = Scheduler(
             store, self.launcher, identity_of=identity_of, zone=zone, interval=interval,
-            preemption=self.preemption, unix_user=self.preemption.unix_user, preempted=preempted,
+            preemption=self.preemption, unix_user=unix_user, preempted=preempted,
         )  # fmt: skip
 
     # --- after each sweep (leader only) ------------------------------------------------
@@ -151,7 +152,9 @@ class Jobs:
         job, specs = await self.run(self.rules.build, who, request)
         shown = self.rules.preview(specs)
         if job.container is not None:  # the engine line each task will run
-            shown = containers.previewed(shown, specs, job, self.rules.hosts())
+            shown = containers.previewed(
+                shown, specs, job, self.rules.hosts(), self.preemption.unix_user(job.owner)
+            )
         return shown
 
     async def log(

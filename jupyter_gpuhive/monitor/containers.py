@@ -13,6 +13,7 @@ So violations, usage and the hosts listing all see the person, not the uid a con
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -33,6 +34,7 @@ from ..hosts.containers import (
 )
 from ..hosts.pool import HostPool, HostUnavailable
 from ..hosts.probe import HostSample, ProcessInfo
+from ..model.accounts import unix_account
 from ..model.jobs import ACTIVE
 from ..store import Store
 from .sampler import Sweep
@@ -242,4 +244,4 @@ def for_site(monitor: Any, settings: Any, *more: OwnContainers) -> ContainerOwne
             found.update(await source())
         return found
 
-    return ContainerOwners(monitor.pool, rule, own, lambda n: user_map.get(n, n))
+    return ContainerOwners(monitor.pool, rule, own, functools.partial(unix_account, user_map))

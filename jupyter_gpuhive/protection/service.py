@@ -27,6 +27,7 @@ from ..errors import NotFound
 from ..hosts.pool import HostPool
 from ..integrations.mail import MailSettings
 from ..model import Identity, Reservation
+from ..model.accounts import gpuhive_user, unix_account
 from ..model.violations import IDLE, OFFENCES, ViolationRecord
 from ..monitor.sampler import Sweep
 from ..store import Store
@@ -90,12 +91,11 @@ class Protection:
 
     def unix_user(self, name: str) -> str:
         """The UNIX user of a gpuhive user (the identity unless configured)."""
-        return self.settings.user_map.get(name, name)
+        return unix_account(self.settings.user_map, name)
 
     def gpuhive_user(self, unix: str) -> str:
         """The gpuhive user of a UNIX user (the inverse of `unix_user`)."""
-        names = {mapped: name for name, mapped in self.settings.user_map.items()}
-        return names.get(unix, unix)
+        return gpuhive_user(self.settings.user_map, unix)
 
     # --- the sweep listener ----------------------------------------------------------------
 

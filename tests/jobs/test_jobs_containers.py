@@ -76,7 +76,7 @@ def test_the_run_line_gives_the_reserved_gpus_and_nothing_more() -> None:
     t = task()
     run = containers.task_run(
         engine, t, image="lab/torch:1", mounts=[Mount("/data")], env_path="./.gpuhive/x.env",
-        reservation=3,
+        account="alice", reservation=3,
     )  # fmt: skip
     words = words_of(run)
     assert words[:3] == ["/usr/bin/docker", "run", "--rm"]
@@ -100,7 +100,7 @@ def test_the_run_line_gives_the_reserved_gpus_and_nothing_more() -> None:
 
 def test_gpu_flags_follow_the_host_setting() -> None:
     t = task()
-    common = dict(image="lab/a", mounts=[], env_path="e")
+    common = dict(image="lab/a", mounts=[], env_path="e", account="alice")
     cdi = words_of(containers.task_run(Engine(engine="podman", gpu_flags="cdi"), t, **common))
     assert [cdi[i + 1] for i, w in enumerate(cdi) if w == "--device"] == [
         "nvidia.com/gpu=GPU-aaaa", "nvidia.com/gpu=MIG-bbbb"]  # fmt: skip
@@ -114,6 +114,10 @@ def test_gpu_flags_follow_the_host_setting() -> None:
     engine_default = words_of(containers.task_run(Engine(network="default"), t, **common))
     assert "--network" not in engine_default
     assert quiet[quiet.index("--init-path") + 1] == "/usr/bin/tini"
+    # A site's home folder names the owner's UNIX account (`unix_users`), not the gpuhive user.
+    scratch = Engine(home="/scratch/{user}")
+    mapped = words_of(containers.task_run(scratch, t, **{**common, "account": "hs-alice"}))
+    assert mapped[mapped.index("-v") + 1] == "/scratch/hs-alice:/scratch/hs-alice"
 
 
 def test_hostile_values_stay_single_words_in_bash(tmp_path) -> None:
@@ -169,14 +173,16 @@ def test_start_line_and_removal_need_the_host_engine() -> None:
     t = task()
     paths = ("./l.log", "./l.exit", "./l.env")
     extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
-    line, env = containers.start_line(t, decl(), paths, clean=True, extra_env=extra)
+    line, env = containers.start_line(t, decl(), paths, "alice", clean=True, extra_env=extra)
     assert "screen -dmS gpuhive-7-train-0" in line
     assert "run --rm" in line and "s3cret" not in line
     assert "TOKEN=s3cret\n" in env and "R=1" not in env  # R comes from the host's shell
     with pytest.raises(TemplateError, match="runs no container engine"):
-        containers.start_line(t, HostDecl(name="gpu1"), paths, clean=True)
+        containers.start_line(t, HostDecl(name="gpu1"), paths, "alice", clean=True)
     with pytest.raises(TemplateError, match="not allowed"):
-        containers.start_line(task(container=ContainerSpec("evil/x")), decl(), paths, clean=True)
+        containers.start_line(
+            task(container=ContainerSpec("evil/x")), decl(), paths, "alice", clean=True
+        )
     assert containers.removal(decl(), [t, task(container=None)]) == (
         "/usr/bin/docker rm -f gpuhive-7-train-0 >/dev/null 2>&1 || true"
     )
@@ -202,7 +208,9 @@ def test_gpuhives_own_env_lines_run_on_the_host_and_reach_the_container(tmp_path
     site = {**SITE, "binary": str(engine)}
     extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
     paths = ("./l.log", "./l.exit", "./l.env")
-    line, _env = containers.start_line(task(), decl(site), paths, clean=False, extra_env=extra)
+    line, _env = containers.start_line(
+        task(), decl(site), paths, "alice", clean=False, extra_env=extra
+    )
     env = {"HOME": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, check=True, timeout=30)
     out = (tmp_path / "l.log").read_text().splitlines()
