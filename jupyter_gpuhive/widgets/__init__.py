@@ -15,9 +15,10 @@ Entry points (each returns a view; the last expression of a cell displays it)::
     jb = gpuhive.job_builder(reservation=42)  # run on the GPUs of one of my reservations
     acc = gpuhive.accounting(month="2026-11")  # GPU-hours and energy, scores, limits
 
-In the calendar, drag over one or more GPU columns ("Select time") to open the booking
-dialog; switch to "Pick a box" (or use the "Mine" list) to edit, end or cancel your own
-reservations. Server errors (conflicts, rules) appear in the dialog in words.
+The calendar has a lane per GPU (time runs left to right; "Host" shows one host): drag over
+one or more lanes ("Select time") to open the booking dialog; hover a box for its whole title;
+switch to "Pick a box" (or use the "Mine" list) to edit, end or cancel your own reservations.
+Server errors (conflicts, rules) appear in the dialog in words.
 
 The job builder picks a template (its description, options and example are shown), GPUs
 (checkboxes) or one of my reservations, the command with {variables} and sweeps
@@ -72,7 +73,7 @@ def calendar(
     gpus: Sequence[str] | None = None,
     zone: tzinfo | str | None = None,
 ) -> CalendarView:
-    """The reservation calendar: `days` days from `start` (today), one sub-column per GPU."""
+    """The reservation calendar: `days` days from `start` (today), a lane per GPU."""
     from .calendar_model import CalendarModel
     from .calendar_view import CalendarView
 

@@ -14,7 +14,7 @@ import bqplot as bq
 import ipywidgets as w
 
 from ..notebook.client import HiveClientError
-from ..notebook.clock import day_segments, parse
+from ..notebook.clock import parse
 from .calendar_model import PAD, CalendarModel, Draft, Span
 from .messages import error_text
 
@@ -54,18 +54,16 @@ class Candidates:
         return self.slots
 
     def layout(self) -> None:
-        """The answers' rectangles in the columns shown (answers outside the week: none)."""
+        """The answers' rectangles in the lanes shown (answers outside the week: none)."""
         m = self.model
         position = {g: i for i, g in enumerate(m.gpus)}
-        width = len(m.gpus)
         spans = []
         for n, slot in enumerate(self.slots):
-            for day, y0, y1 in day_segments(parse(slot["start"]), parse(slot["end"]), m.dates,
-                                            m.zone):  # fmt: skip
-                for gpu in slot["gpus"]:
-                    if gpu in position:
-                        col = day * width + position[gpu]
-                        spans.append((n, Span(col, col + PAD, col + 1 - PAD, y0, y1)))
+            x = m.span_of(slot["start"], slot["end"])
+            if x is None:
+                continue
+            for lane in (position[g] for g in slot["gpus"] if g in position):
+                spans.append((n, Span(lane, x[0], x[1], lane + PAD, lane + 1 - PAD)))
         self.spans = spans
         m._changed()
 

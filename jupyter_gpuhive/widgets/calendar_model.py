@@ -1,8 +1,9 @@
 """CalendarModel: the state of the reservation calendar, without any widget.
 
-Columns are day × GPU (x = day * len(gpus) + gpu position, width 1); y is hours since the local
-midnight of that day (0-24). A brush in those coordinates becomes a Draft; a Draft becomes the
-exact request the dialog sends.
+A lane per GPU (y = its position, lane i spans i..i+1, top to bottom); x is hours on the local
+clock from the first day's midnight (day d, hour h → d * 24 + h). A brush in those coordinates
+becomes a Draft; a Draft becomes the exact request the dialog sends. The pixels (lane heights,
+which labels fit) are in calendar_lanes.
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ from ..notebook.clock import (
     parse,
 )
 from ..notebook.lending import lent_text
+from . import calendar_lanes as lanes
 from . import palette
 from .messages import error_text, hosts_notice
 
-PAD = 0.06  # gap between neighbouring columns, in column widths
+PAD = 0.1  # gap between neighbouring lanes, in lane heights
 
 
 @dataclass(frozen=True)
 class Box:
-    """One reservation drawn in one column (one GPU on one day)."""
+    """One reservation drawn in one GPU's lane."""
 
     reservation_id: int
     gpu: str
-    column: int
+    lane: int
     x0: float
     x1: float
     y0: float
@@ -60,9 +62,9 @@ class Box:
 
 @dataclass(frozen=True)
 class Span:
-    """A painted rectangle without an owner (an allowed window)."""
+    """A painted rectangle without an owner (an allowed window, a GPU that cannot be booked)."""
 
-    column: int
+    lane: int
     x0: float
     x1: float
     y0: float
@@ -112,6 +114,17 @@ class Draft:
         return "PATCH", f"reservations/{self.reservation_id}", changed
 
 
+def blocked_by(health: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """GPUs that cannot be booked (GET health's answer) → 'failed' or 'drained'."""
+    out = {}
+    for h in health:
+        if h.get("state") == "failed":
+            out[h["gpu"]] = "failed"
+        elif h.get("drained"):
+            out[h["gpu"]] = "drained"
+    return out
+
+
 def gpus_of(hosts: Sequence[dict[str, Any]]) -> list[str]:
     """GPU refs ('host:index') of the hosts endpoint, host by host in index order."""
     return [g["id"] for h in hosts for g in sorted(h.get("gpus", []), key=lambda g: g["index"])]
@@ -143,6 +156,8 @@ class CalendarModel:
         self.reservations: dict[int, dict[str, Any]] = {}
         self.boxes: list[Box] = []
         self.allowed: list[Span] = []
+        self.blocked: dict[str, str] = {}  # GPU → why it cannot be booked ('failed', 'drained')
+        self.unbookable: list[Span] = []  # their lanes, the whole week
         self.unrestricted = True
         self.draft: Draft | None = None
         self.error = ""  # shown in the dialog, in words
@@ -157,30 +172,47 @@ class CalendarModel:
         return [self.start + timedelta(days=i) for i in range(self.days)]
 
     @property
-    def columns(self) -> int:
-        return self.days * len(self.gpus)
-
-    @property
     def window(self) -> tuple[datetime, datetime]:
         return midnight(self.start, self.zone), midnight(self.dates[-1] + timedelta(1), self.zone)
 
-    def column(self, day: int, gpu: str) -> int:
-        return day * len(self.gpus) + self.gpus.index(gpu)
+    @property
+    def hours(self) -> float:
+        """The x axis' length: 24 local hours per shown day."""
+        return self.days * 24.0
 
-    def day_labels(self) -> dict[float, str]:
-        """Axis labels at the centre of each day's group of columns."""
-        width = len(self.gpus)
-        return {(i + 0.5) * width: d.strftime("%a %d %b") for i, d in enumerate(self.dates)}
+    def x_of(self, day: int, hours: float) -> float:
+        return day * 24 + hours
+
+    def lane_names(self) -> list[str]:
+        """The lane axis' labels: the GPU, and why it cannot be booked if it cannot."""
+        return [f"{g} · {self.blocked[g]}" if g in self.blocked else g for g in self.gpus]
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts of all GPUs, in their order (the host filter's choices)."""
+        return list(dict.fromkeys(g.rsplit(":", 1)[0] for g in self.all_gpus))
+
+    def focus(self, host: str | None) -> None:
+        """Show one host's GPUs only (None: every GPU), then reload."""
+        chosen = [g for g in self.all_gpus if host is None or g.rsplit(":", 1)[0] == host]
+        self.show(gpus=chosen or self.all_gpus)
+
+    def frame(self, width_px: int) -> lanes.Frame:
+        return lanes.frame_for(self.lane_names(), self.hours, width_px)
+
+    def labels(self, frame: lanes.Frame) -> list[lanes.Placed]:
+        """The boxes' labels as drawn in `frame`: cut to their boxes, none over another."""
+        return lanes.place([(b.x0, b.x1, b.lane, b.label) for b in self.boxes], frame)
 
     def now_line(self) -> tuple[list[float], list[float]] | None:
-        """x and y of the now-line, across today's columns (None if today is not shown)."""
+        """x and y of the now-line, across every lane (None if today is not shown)."""
         now = self.clock().astimezone(self.zone)
         if now.date() not in self.dates or not self.gpus:
             return None
-        day = self.dates.index(now.date())
-        y = hours_into(now, midnight(now.date(), self.zone))
-        width = len(self.gpus)
-        return [day * width, (day + 1) * width], [y, y]
+        x = self.x_of(
+            self.dates.index(now.date()), hours_into(now, midnight(now.date(), self.zone))
+        )
+        return [x, x], [0.0, float(len(self.gpus))]
 
     # --- loading -------------------------------------------------------------------
 
@@ -197,19 +229,19 @@ class CalendarModel:
         window = {"start": iso(start), "end": iso(end)}
         found = self.client.request("GET", "reservations", params={**window, "limit": 10000})
         coverage = self.client.request("GET", "rules/coverage", params=window)
+        self.blocked = blocked_by(self.client.request("GET", "health")["gpus"])
         self.apply(found["reservations"], coverage)
 
     def apply(self, reservations: Sequence[dict[str, Any]], coverage: dict[str, Any]) -> None:
         """Recompute the boxes and painted windows from API replies."""
         self.reservations = {r["id"]: r for r in reservations}
         position = {g: i for i, g in enumerate(self.gpus)}
-        width = len(self.gpus)
-        dates = self.dates
         colours: dict[str, str] = {}
         boxes = []
         for r in reservations:
             shown = [g for g in r["gpus"] if g in position]
-            if not shown or r.get("status") == "cancelled":
+            x = self.span_of(r["start"], r["end"])
+            if not shown or r.get("status") == "cancelled" or x is None:
                 continue
             owner = r["owner"]
             colour = colours.get(owner) or colours.setdefault(
@@ -217,25 +249,35 @@ class CalendarModel:
             )
             mine = owner == self.me
             lent = lent_text(r, mine) or ""
-            for day, y0, y1 in day_segments(parse(r["start"]), parse(r["end"]), dates, self.zone):
-                for gpu in shown:
-                    col = day * width + position[gpu]
-                    boxes.append(
-                        Box(r["id"], gpu, col, col + PAD, col + 1 - PAD, y0, y1, owner,
-                            r["title"], mine, colour, r.get("status", ""), lent)
-                    )  # fmt: skip
+            for gpu in shown:
+                lane = position[gpu]
+                boxes.append(
+                    Box(r["id"], gpu, lane, x[0], x[1], lane + PAD, lane + 1 - PAD, owner,
+                        r["title"], mine, colour, r.get("status", ""), lent)
+                )  # fmt: skip
         self.boxes = boxes
         self.unrestricted = bool(coverage.get("unrestricted", True))
         spans = []
         for gpu, ranges in coverage.get("gpus", {}).items():
-            if gpu not in position:
-                continue
-            for a, b in ranges:
-                for day, y0, y1 in day_segments(parse(a), parse(b), dates, self.zone):
-                    col = day * width + position[gpu]
-                    spans.append(Span(col, float(col), col + 1.0, y0, y1))
+            for a, b in ranges if gpu in position else ():
+                x = self.span_of(a, b)
+                if x is not None:
+                    lane = position[gpu]
+                    spans.append(Span(lane, x[0], x[1], float(lane), lane + 1.0))
         self.allowed = spans
+        self.unbookable = [
+            Span(i, 0.0, self.hours, float(i), i + 1.0)
+            for i, g in enumerate(self.gpus)
+            if g in self.blocked
+        ]
         self._changed()
+
+    def span_of(self, start: str, end: str) -> tuple[float, float] | None:
+        """From and to of an interval along x, cut to the days shown (None: outside them)."""
+        cut = day_segments(parse(start), parse(end), self.dates, self.zone)
+        if not cut:
+            return None
+        return self.x_of(cut[0][0], cut[0][1]), self.x_of(cut[-1][0], cut[-1][2])
 
     def _changed(self) -> None:
         for listener in list(self.listeners):
@@ -258,33 +300,38 @@ class CalendarModel:
 
     # --- selection and dialog --------------------------------------------------------
 
-    def _instant(self, day: int, hours: float) -> datetime:
+    def _instant(self, x: float) -> datetime:
+        """The local instant at x (hours from the first day's midnight), snapped."""
+        x = min(self.hours, max(0.0, x))
+        day = min(self.days - 1, math.floor(x / 24))
         step = self.snap / 60
-        hours = min(24.0, max(0.0, round(hours / step) * step))
+        hours = min(24.0, max(0.0, round((x - day * 24) / step) * step))
         base = midnight(self.dates[day], self.zone)
         return (base + timedelta(hours=hours)).astimezone(self.zone)
 
     def select(self, x0: float, x1: float, y0: float, y1: float) -> Draft | None:
-        """A brushed rectangle → a new-reservation draft (GPUs of the columns, snapped times).
+        """A brushed rectangle → a new-reservation draft (GPUs of the lanes, snapped times).
 
-        The GPUs are those from the first column's to the last column's (within one day: the
-        columns covered). Over several days the booking runs from the top edge on the first
-        day to the bottom edge on the last day; the dialog can then set exact times.
+        The GPUs are those of the lanes covered, less any that cannot be booked (failed or
+        drained: the status line says so); the times are the left and right edges.
         """
         self.error = ""
-        if x1 < x0:
-            x0, x1 = x1, x0
-        if y1 < y0:
-            y0, y1 = y1, y0
-        first = max(0, math.floor(x0))
-        last = min(self.columns - 1, math.ceil(x1) - 1)
-        if not self.gpus or last < first:
+        x0, x1 = sorted((x0, x1))
+        y0, y1 = sorted((y0, y1))
+        first = max(0, math.floor(y0))
+        last = min(len(self.gpus) - 1, math.ceil(y1) - 1)
+        if not self.gpus or last < first or x1 <= 0 or x0 >= self.hours:
             return None
-        width = len(self.gpus)
-        low, high = sorted((first % width, last % width))
-        gpus = self.gpus[low : high + 1]
-        start = self._instant(first // width, y0)
-        end = self._instant(last // width, y1)
+        covered = self.gpus[first : last + 1]
+        gpus = [g for g in covered if g not in self.blocked]
+        skipped = [f"{g} ({self.blocked[g]})" for g in covered if g in self.blocked]
+        self.message = (
+            f"Left out, as they cannot be booked: {', '.join(skipped)}." if skipped else ""
+        )
+        if not gpus:
+            self._changed()
+            return None
+        start, end = self._instant(x0), self._instant(x1)
         if end <= start:
             end = start + timedelta(minutes=self.snap)
         self.draft = Draft("", "", gpus, start, end)

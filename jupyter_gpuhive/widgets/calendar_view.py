@@ -9,6 +9,7 @@ import bqplot as bq
 import ipywidgets as w
 
 from ..model import ReservationStatus
+from . import calendar_lanes as lanes
 from . import palette
 from .calendar_candidates import CandidatesPanel
 from .calendar_model import Box, CalendarModel, Span
@@ -33,21 +34,44 @@ def _fill(mark: bq.Lines, xs: list[list[float]], ys: list[list[float]], colours:
         mark.visible = bool(xs)
 
 
-LABEL_MIN_HOURS = 0.5  # a box's label needs about this much of the day's height
+def hatch(spans: list[Span], every: float = 6.0) -> tuple[list[list[float]], list[list[float]]]:
+    """Diagonal strokes across each span, one per `every` hours (a failed or drained lane)."""
+    xs, ys = [], []
+    for s in spans:
+        x = s.x0
+        while x < s.x1:
+            xs.append([x, min(s.x1, x + every / 2)])
+            ys.append([s.y1, s.y0])
+            x += every
+    return xs, ys
+
+
+def ticks(axis: bq.Axis, labels: dict[float, str]) -> None:
+    """Put tick labels at exactly these places."""
+    with axis.hold_sync():
+        axis.tick_values = list(labels) or [0.5]
+        axis.tick_labels = {f"{k:g}": v for k, v in labels.items()}
 
 
 class CalendarView(Shown):
-    """Week navigation, GPU choice, the figure (brush to book, click own boxes) and a dialog."""
+    """Week navigation, host and GPU choice, the figure (brush to book, click own boxes), a dialog.
 
-    def __init__(self, model: CalendarModel, height: int = 640) -> None:
+    A lane per GPU, never thinner than calendar_lanes.LANE_PX: the figure grows with the GPUs
+    shown and scrolls in its box; its width is fixed (`width` px) so labels fit what they name.
+    """
+
+    def __init__(self, model: CalendarModel, width: int = 960) -> None:
         self.model = model
+        self.width = width
         m = model
-        self.x = bq.LinearScale(min=0.0, max=1.0)
-        self.y = bq.LinearScale(min=0.0, max=24.0, reverse=True)
+        self.x = bq.LinearScale(min=0.0, max=m.hours)
+        self.y = bq.LinearScale(min=0.0, max=1.0, reverse=True)
         scales = {"x": self.x, "y": self.y}
         self.allowed = bq.Lines(scales=scales, fill="inside", opacities=[0.0], stroke_width=0)
         self.grid = bq.Lines(scales=scales, colors=["#bbbbbb"], stroke_width=1)
-        self.boxes = bq.Lines(scales=scales, fill="inside", stroke_width=1.5)
+        # Hovering a box shows its whole label (the drawn one is cut to the box).
+        full = bq.Tooltip(fields=["name"], labels=["reservation"])
+        self.boxes = bq.Lines(scales=scales, fill="inside", stroke_width=1.5, tooltip=full)
         # Label's size is `default_size` (px; 16 and bold by default, too big for the boxes).
         self.labels = bq.Label(
             scales=scales, default_size=10, font_weight="normal", align="start", colors=["#222"]
@@ -62,16 +86,23 @@ class CalendarView(Shown):
         )
         self.brush = bq.interacts.BrushSelector(x_scale=self.x, y_scale=self.y, color="steelblue")
         self.brush.observe(self._brushed, "brushing")
-        self.top_axis = bq.Axis(scale=self.x, side="top", grid_lines="none", tick_values=[0.5])
-        self.bottom_axis = bq.Axis(scale=self.x, grid_lines="none", tick_values=[0.5])
-        y_axis = bq.Axis(scale=self.y, orientation="vertical", label="time of day",
-                         tick_values=list(range(0, 25, 2)), grid_lines="dashed")  # fmt: skip
+        self.top_axis = bq.Axis(scale=self.x, side="top", grid_lines="none", tick_values=[12])
+        self.bottom_axis = bq.Axis(scale=self.x, grid_lines="none", tick_values=[0],
+                                   label="time of day")  # fmt: skip
+        self.lane_axis = bq.Axis(scale=self.y, orientation="vertical", grid_lines="none",
+                                 tick_values=[0.5])  # fmt: skip
         self.figure = bq.Figure(
             marks=[self.allowed, self.grid, self.boxes, self.labels, self.handles, self.now],
-            axes=[self.top_axis, self.bottom_axis, y_axis],
+            axes=[self.top_axis, self.bottom_axis, self.lane_axis],
             interaction=self.brush,
-            fig_margin={"top": 40, "bottom": 60, "left": 50, "right": 10},
-            layout=w.Layout(width="100%", height=f"{height}px"),
+            min_aspect_ratio=0.001,
+            max_aspect_ratio=1000.0,
+            layout=w.Layout(width=f"{width}px", min_width=f"{width}px"),
+        )
+        # A tall figure (many GPUs) scrolls here; lanes never shrink below LANE_PX.
+        self.scroller = w.Box(
+            [self.figure],
+            layout=w.Layout(max_height=f"{lanes.VISIBLE_PX}px", overflow="auto", width="100%"),
         )
 
         self.day = w.DatePicker(value=m.start, description="From", layout=w.Layout(width="220px"))
@@ -90,6 +121,8 @@ class CalendarView(Shown):
         self.mine = w.Dropdown(description="Mine", layout=w.Layout(width="320px"))
         self.mine.observe(self._mine_chosen, "value")
         refresh = w.Button(icon="refresh", tooltip="Reload", layout=w.Layout(width="40px"))
+        self.host = w.Dropdown(description="Host", layout=w.Layout(width="220px"))
+        self.host.observe(self._host_chosen, "value")
         refresh.on_click(lambda _b: self._call(m.load))
         self.status = w.HTML()
 
@@ -115,7 +148,8 @@ class CalendarView(Shown):
         self.notice = w.HTML()
         self.widget = w.VBox(
             [self.notice, w.HBox([back, self.day, forward, self.mode, refresh]),
-             w.HBox([self.gpu_picker, self.mine]), self.status, self.figure, self.dialog]
+             w.HBox([self.host, self.gpu_picker, self.mine]), self.status, self.scroller,
+             self.dialog]
         )  # fmt: skip
         m.listeners.append(self.render)
         self.render()
@@ -126,34 +160,40 @@ class CalendarView(Shown):
     def render(self) -> None:
         """Redraw everything from the model."""
         m = self.model
-        width = max(1, m.columns)
-        self.x.min, self.x.max = 0.0, float(width)
-        self.top_axis.tick_values = list(m.day_labels()) or [0.5]
-        self.top_axis.tick_labels = {f"{k:g}": v for k, v in m.day_labels().items()}
-        if len(m.gpus) and m.columns <= 56:
-            ticks = {c + 0.5: m.gpus[c % len(m.gpus)] for c in range(m.columns)}
-            self.bottom_axis.tick_values = list(ticks)
-            self.bottom_axis.tick_labels = {f"{k:g}": v for k, v in ticks.items()}
-            # Over 14 columns (days × GPUs) upright GPU names run into each other.
-            self.bottom_axis.tick_rotate = -90 if m.columns > 14 else 0
-        else:
-            self.bottom_axis.tick_values = []
-        xs, ys = outlines(m.allowed)
-        _fill(self.allowed, xs, ys, [palette.ALLOWED] * len(xs), [palette.ALLOWED] * len(xs))
-        separators = [[float(c), float(c)] for c in range(0, width + 1, max(1, len(m.gpus)))]
+        frame = m.frame(self.width)
+        count = max(1, len(m.gpus))
+        with self.figure.hold_sync():
+            self.figure.fig_margin = frame.margins()
+            self.figure.layout.height = f"{frame.height_px}px"
+        self.x.min, self.x.max = 0.0, m.hours
+        self.y.min, self.y.max = 0.0, float(count)
+        ticks(self.top_axis, lanes.day_ticks(m.dates))
+        ticks(self.bottom_axis, lanes.hour_ticks(m.days, frame))
+        ticks(self.lane_axis, lanes.lane_ticks(m.lane_names()))
+        xs, ys = outlines(m.allowed + m.unbookable)
+        fills = [palette.ALLOWED] * len(m.allowed) + [palette.UNBOOKABLE] * len(m.unbookable)
+        _fill(self.allowed, xs, ys, fills, fills)
+        days = [[d * 24.0, d * 24.0] for d in range(m.days + 1)]
+        rows = [[0.0, m.hours] for _ in range(count + 1)]
+        hx, hy = hatch(m.unbookable)
         with self.grid.hold_sync():
-            self.grid.x, self.grid.y = separators, [[0.0, 24.0]] * len(separators)
+            self.grid.x = days + rows + hx
+            self.grid.y = (
+                [[0.0, float(count)]] * len(days) + [[float(i)] * 2 for i in range(count + 1)] + hy
+            )
+            self.grid.colors = (["#999999"] * len(days) + ["#e3e3e3"] * len(rows)
+                                + [palette.UNBOOKABLE_HATCH] * len(hx))  # fmt: skip
         xs, ys = outlines(m.boxes)
         strokes = [palette.MINE_STROKE if b.mine else palette.OTHERS_STROKE for b in m.boxes]
         _fill(self.boxes, xs, ys, [b.colour for b in m.boxes], strokes)
-        # Boxes shorter than a label is tall keep only their tooltip: their labels would
-        # pile up on each other (a few quick bookings in one hour).
-        labelled = [b for b in m.boxes if b.y1 - b.y0 >= LABEL_MIN_HOURS]
+        self.boxes.labels = [b.label for b in m.boxes] or [""]
+        # Each label cut to its box (calendar_lanes.place): none is drawn over another.
+        placed = m.labels(frame)
         with self.labels.hold_sync():
-            self.labels.x = [b.x0 + 0.05 for b in labelled] or [0.0]
-            self.labels.y = [b.y0 + 0.35 for b in labelled] or [0.0]
-            self.labels.text = [b.label[:18] for b in labelled] or [""]
-            self.labels.visible = bool(labelled)
+            self.labels.x = [p.x for p in placed] or [0.0]
+            self.labels.y = [p.y for p in placed] or [0.0]
+            self.labels.text = [p.text for p in placed] or [""]
+            self.labels.visible = bool(placed)
         with self.handles.hold_sync():
             self.handles.x = [(b.x0 + b.x1) / 2 for b in m.boxes] or [0.0]
             self.handles.y = [(b.y0 + b.y1) / 2 for b in m.boxes] or [0.0]
@@ -168,6 +208,13 @@ class CalendarView(Shown):
 
     def _render_controls(self) -> None:
         m = self.model
+        hosts = [("All hosts", None)] + [(h, h) for h in m.hosts]
+        if list(self.host.options) != hosts:
+            self.host.options = hosts
+        shown = {g.rsplit(":", 1)[0] for g in m.gpus}
+        one = next(iter(shown)) if len(shown) == 1 and len(m.hosts) > 1 else None
+        if self.host.value != one and (one is not None or len(m.gpus) == len(m.all_gpus)):
+            self.host.value = one
         if set(self.gpu_picker.options) != set(m.all_gpus):
             self.gpu_picker.options = m.all_gpus
         if tuple(self.gpu_picker.value) != tuple(m.gpus):
@@ -229,6 +276,14 @@ class CalendarView(Shown):
     def _mode_changed(self, change: dict[str, Any]) -> None:
         self.figure.interaction = self.brush if change["new"] == "Select time" else None
         self.handles.visible = change["new"] == "Pick a box" and bool(self.model.boxes)
+
+    def _host_chosen(self, change: dict[str, Any]) -> None:
+        host = change["new"]
+        shown = {g.rsplit(":", 1)[0] for g in self.model.gpus}
+        if (host is None and len(self.model.gpus) != len(self.model.all_gpus)) or (
+            host is not None and shown != {host}
+        ):
+            self._call(self.model.focus, host)
 
     def _day_changed(self, change: dict[str, Any]) -> None:
         if isinstance(change["new"], date) and change["new"] != self.model.start:

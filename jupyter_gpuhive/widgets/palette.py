@@ -10,6 +10,8 @@ MINE_STROKE = "#7f2704"
 OTHERS_STROKE = "#6b6b6b"
 ALLOWED = "#e5f5e0"  # the windows in which I may book
 NOW = "#c00000"
+UNBOOKABLE = "#d0d0d0"  # the lane of a failed or drained GPU: never free
+UNBOOKABLE_HATCH = "#8a8a8a"
 SELECTION = "#3182bd"
 
 # Pastels for other people, none of them close to MINE.

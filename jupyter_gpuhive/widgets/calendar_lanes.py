@@ -1,0 +1,137 @@
+"""The calendar's geometry at any size: a lane per GPU, the figure's pixels, which labels fit.
+
+Pure arithmetic, no widget: the time runs along x in hours from the first shown day's local
+midnight (day d, hour h → d * 24 + h), each GPU has a lane along y (lane i spans i..i+1, drawn
+top to bottom). A lane is never thinner than LANE_PX: the figure grows with the lanes and its
+box scrolls. A box's label is its title cut to the characters its box's width holds, so no
+two drawn labels ever overlap; the full title is the box's tooltip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+
+LANE_PX = 24  # the least height of a GPU's lane
+FONT_PX = 10  # the labels' font size
+CHAR_PX = 6.5  # the most a character of that font takes on average (DejaVu/Liberation Sans)
+INSET_PX = 4  # a label starts this far inside its box, and ends this far before its end
+MIN_CHARS = 3  # fewer than this: no label (the tooltip has it)
+TOP_PX, BOTTOM_PX, RIGHT_PX = 40, 36, 12
+VISIBLE_PX = 720  # a taller figure scrolls in a box this high
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The figure's pixels for some lanes over some hours."""
+
+    lanes: int
+    hours: float
+    width_px: int
+    left_px: int  # the left margin: room for the longest lane name
+
+    @property
+    def plot_width_px(self) -> float:
+        return float(self.width_px - self.left_px - RIGHT_PX)
+
+    @property
+    def plot_height_px(self) -> float:
+        return float(max(1, self.lanes) * LANE_PX)
+
+    @property
+    def height_px(self) -> int:
+        return int(self.plot_height_px) + TOP_PX + BOTTOM_PX
+
+    @property
+    def px_per_hour(self) -> float:
+        return self.plot_width_px / self.hours
+
+    def margins(self) -> dict[str, int]:
+        return {"top": TOP_PX, "bottom": BOTTOM_PX, "left": self.left_px, "right": RIGHT_PX}
+
+
+def frame_for(lane_names: Sequence[str], hours: float, width_px: int) -> Frame:
+    """A frame whose left margin holds the longest lane name."""
+    longest = max((len(n) for n in lane_names), default=4)
+    return Frame(len(lane_names), hours, width_px, int(longest * CHAR_PX) + 16)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A label as drawn: its text, its anchor in data units, its box in plot pixels."""
+
+    text: str
+    full: str
+    x: float
+    y: float
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+    def overlaps(self, other: Placed) -> bool:
+        return (
+            self.left < other.right
+            and other.left < self.right
+            and self.top < other.bottom
+            and other.top < self.bottom
+        )
+
+
+def fit(text: str, chars: int) -> str:
+    """`text` cut to `chars` characters, the last one an ellipsis when cut."""
+    if len(text) <= chars:
+        return text
+    return text[: max(0, chars - 1)].rstrip() + ELLIPSIS if chars > 0 else ""
+
+
+def chars_in(x0: float, x1: float, frame: Frame) -> int:
+    """How many label characters a box from x0 to x1 hours holds."""
+    room = (x1 - x0) * frame.px_per_hour - 2 * INSET_PX
+    return max(0, math.floor(room / CHAR_PX))
+
+
+def place(boxes: Sequence[tuple[float, float, int, str]], frame: Frame) -> list[Placed]:
+    """Labels for (x0, x1, lane, text) boxes: each cut to its box, none over another.
+
+    Boxes too narrow for MIN_CHARS get none; a label that would still touch an earlier one in
+    its lane (boxes that overlap in time) is left out.
+    """
+    placed: list[Placed] = []
+    last_right: dict[int, float] = {}
+    for x0, x1, lane, text in sorted(boxes, key=lambda b: (b[2], b[0])):
+        chars = chars_in(x0, x1, frame)
+        if chars < min(MIN_CHARS, len(text)) or not text:
+            continue
+        shown = fit(text, chars)
+        left = x0 * frame.px_per_hour + INSET_PX
+        right = left + len(shown) * CHAR_PX
+        if left < last_right.get(lane, -math.inf) + INSET_PX:
+            continue
+        last_right[lane] = right
+        middle = (lane + 0.5) * LANE_PX
+        top, bottom = middle - FONT_PX / 2, middle + FONT_PX / 2
+        # The baseline a third of the font below the lane's middle centres lowercase text.
+        y = lane + 0.5 + (FONT_PX * 0.35) / LANE_PX
+        placed.append(Placed(shown, text, x0 + INSET_PX / frame.px_per_hour, y, left, right,
+                             top, bottom))  # fmt: skip
+    return placed
+
+
+def lane_ticks(names: Sequence[str]) -> dict[float, str]:
+    """The lane axis' labels, at each lane's middle."""
+    return {i + 0.5: name for i, name in enumerate(names)}
+
+
+def day_ticks(dates: Sequence[date]) -> dict[float, str]:
+    """The top axis' labels, at each day's noon."""
+    return {d * 24 + 12.0: day.strftime("%a %d %b") for d, day in enumerate(dates)}
+
+
+def hour_ticks(days: int, frame: Frame) -> dict[float, str]:
+    """The bottom axis' labels: hours of the day, as many as fit without touching."""
+    step = next((s for s in (3, 6, 12, 24) if s * frame.px_per_hour >= 5 * CHAR_PX), 24)
+    return {float(h): f"{h % 24:02d}" for h in range(0, days * 24 + 1, step)}
