@@ -8,9 +8,10 @@ The layers, bottom to top (a package may import only what LAYERS lists for it; f
 up to cli each may also import model and errors):
 
     errors, _version                      nothing
+    files                                 errors (writing only where nobody else can)
     model                                 errors (pure values shared by store and domain)
     sim                                   nothing (copied onto simulated hosts as it is)
-    store, hosts                          model, errors
+    store, hosts                          model, errors, files
     privacy                               model
     monitor                               hosts, store
     bookings                              store, privacy
@@ -50,10 +51,11 @@ LAYERS: dict[str, set[str]] = {
     "_version": set(),
     "libwarnings": set(),
     "errors": set(),
+    "files": {"errors"},
     "model": {"errors"},
     "sim": set(),
-    "store": {"errors", "model"},
-    "hosts": {"errors", "model"},
+    "store": {"errors", "model", "files"},
+    "hosts": {"errors", "model", "files"},
     "privacy": {"model"},
     "monitor": {"errors", "model", "hosts", "store"},
     "bookings": {"errors", "model", "privacy", "store"},
@@ -64,10 +66,10 @@ LAYERS: dict[str, set[str]] = {
     "hive": {"errors", "model", "privacy", "hive_settings", *SERVICES},
     "hive_settings": {"model", "privacy", *SERVICES},
     # the server reaches the store only through the services (it names no table, no row)
-    "server": {"_version", "errors", "model", "privacy", "hive", *(SERVICES - {"store"})},
+    "server": {"_version", "errors", "files", "model", "privacy", "hive", *(SERVICES - {"store"})},
     "notebook": {"model", "hosts.guidance"},
     "widgets": {"model", "notebook", "hosts.guidance"},
-    "cli": {"_version", "errors", "model", "hive", "server", "sim", *SERVICES},
+    "cli": {"_version", "errors", "files", "model", "hive", "server", "sim", *SERVICES},
     PACKAGE: {"_version", "libwarnings", "notebook", "server"},
     "auth": {"server"},
     "hub": {"server"},

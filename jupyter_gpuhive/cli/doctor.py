@@ -129,13 +129,19 @@ jupyter gpuhive doctor --json > doctor.json
         return "\n".join(lines)
 
     def _save(self, root: Path, reports: list[Any]) -> None:
-        for report in reports:
-            folder = root / report.host
-            folder.mkdir(parents=True, exist_ok=True)
-            for output in report.outputs:
-                (folder / output.file).write_text(output.text)
-            about = {**self._about(), **report.as_json()}
-            (folder / "doctor.json").write_text(json.dumps(about, indent=2) + "\n")
+        """Write the outputs (which hold users' process names) only where nobody else can:
+        no link followed, no folder or file of another account used (files.py)."""
+        from ..files import UnsafePath, write_file
+
+        try:
+            for report in reports:
+                folder = root / report.host
+                for output in report.outputs:
+                    write_file(folder / output.file, output.text, 0o600)
+                about = {**self._about(), **report.as_json()}
+                write_file(folder / "doctor.json", json.dumps(about, indent=2) + "\n", 0o600)
+        except UnsafePath as error:
+            fail(f"Nothing more saved. {error}")
         print(
             f"Saved the raw outputs in {root}/HOST/ (doctor.json says which command "
             "wrote each file).",

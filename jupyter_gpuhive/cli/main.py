@@ -344,10 +344,13 @@ jupyter gpuhive trust gpu1 --yes
             fail("Not trusted: there was no answer (no terminal); --yes trusts without asking.")
         if answer != "y":
             fail("Not trusted.")
+        from ..files import UnsafePath, append_file
+
         target = Path(app.known_hosts[0]).expanduser()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("a") as out:
-            out.write(known_hosts_line(decl, key) + "\n")
+        try:
+            append_file(target, known_hosts_line(decl, key) + "\n")
+        except UnsafePath as error:
+            fail(f"Not added. {error}")
         print(f"Added to {target}.")
 
 

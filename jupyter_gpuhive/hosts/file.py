@@ -11,9 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import tomllib
 from jupyter_core.paths import jupyter_config_dir
 
 from ..errors import Invalid
+from ..files import write_file
 
 log = logging.getLogger(__name__)
 
@@ -96,21 +95,9 @@ def _leading_comments(text: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """Replace `path` at once (a server re-reading it never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace `path` at once (a server re-reading it never sees half a file), keeping its
+    mode; never through a link or into a folder others may write (files.py)."""
+    write_file(path, text)
 
 
 def write_hosts(path: Path, hosts: list[dict[str, Any]]) -> None:

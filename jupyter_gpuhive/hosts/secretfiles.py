@@ -14,16 +14,19 @@ import os
 import secrets
 from pathlib import Path
 
+from ..files import open_dir
+
 SECRET_MODE = 0o600
 
 
 def write_secret(path: Path, data: bytes, *, replace: bool = False) -> bool:
-    """Write `data` to `path` as a 0600 file; False when it exists and `replace` is not set."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    """Write `data` to `path` as a 0600 file; False when it exists and `replace` is not set.
+    Its folder is checked (and made 0700) by `files.open_dir`: nobody else's, never a link."""
+    folder = open_dir(path.parent, create=True)
+    tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, SECRET_MODE)
     try:
+        fd = os.open(tmp, flags, SECRET_MODE, dir_fd=folder)
         try:
             os.fchmod(fd, SECRET_MODE)  # exactly 0600 whatever the umask
             view = memoryview(data)
@@ -33,13 +36,14 @@ def write_secret(path: Path, data: bytes, *, replace: bool = False) -> bool:
         finally:
             os.close(fd)
         if replace:
-            os.replace(tmp, path)
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
             return True
-        try:
-            os.link(tmp, path)  # fails when `path` exists: never replaced by a race
+        try:  # fails when `path` exists: never replaced by a race
+            os.link(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
         except FileExistsError:
             return False
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=folder)
+        os.close(folder)

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from jupyter_core.paths import jupyter_data_dir
 
 from ..errors import Invalid
+from ..files import append_file
 from ..hosts.config import local_gpu_host, parse_hosts
 from ..hosts.file import default_hosts_file, read_hosts
 from ..model import parse_duration
@@ -89,9 +90,7 @@ class GpuHiveSettings(GpuHiveConfig):
             ensure_client_key(Path(self.ssh_key).expanduser())
             keys = [str(Path(self.ssh_key).expanduser())]
             for path in self.known_hosts:
-                known = Path(path).expanduser()
-                known.parent.mkdir(parents=True, exist_ok=True)
-                known.touch(exist_ok=True)
+                append_file(Path(path).expanduser())  # made if missing, never through a link
         ssh = SshSettings(
             client_keys=keys,
             known_hosts=[str(Path(p).expanduser()) for p in self.known_hosts],

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
+from ..files import UnsafePath, private_file
 from .errand import current as current_errand
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,13 @@ def inserted_id(result: Any) -> int:
 
 def _create_private(path: Path) -> None:
     """Create a new SQLite file as 0600 before SQLite does (under the umask): it holds webhook
-    secrets and jobs' env values. SQLite gives its -wal and -shm files the same mode."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    secrets and jobs' env values. SQLite gives its -wal and -shm files the same mode. A file
+    there already is used only when it is this account's and 0600, in a folder nobody else
+    may write (who could plant the -wal file, or swap the store): otherwise refused, saying why."""
+    try:
+        private_file(path)
+    except UnsafePath as error:
+        raise UnsafePath(f"The SQLite store cannot be used. {error}") from None
 
 
 # A pooled PostgreSQL connection idle this long is pinged before it is used again (a server
