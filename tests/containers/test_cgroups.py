@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
 from jupyter_gpuhive.hosts.containers import (
+    CGROUPS_OF,
     GPUHIVE,
     LABEL,
     ROOTLESS,
@@ -16,6 +25,7 @@ from jupyter_gpuhive.hosts.containers import (
     subuid_owner,
     subuid_ranges,
 )
+from jupyter_gpuhive.sim.users import ensure_user, is_root
 
 A = "a" * 64
 B = "b" * 64
@@ -88,3 +98,72 @@ def test_a_subordinate_uid_is_its_users_only_when_one_range_holds_it() -> None:
     assert subuid_owner(231071, ranges) == "bob"
     assert subuid_owner(231072, ranges) is None
     assert subuid_owner(99999, ranges) is None
+
+
+CGROUP2 = next(
+    (
+        p
+        for p in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+        if (p / "cgroup.procs").exists()
+    ),
+    None,
+)
+# The user creates the cgroups after the '/': below her own user@UID.service, as systemd lets her.
+HER_NAMES = {
+    "not-at-the-root": "app.slice/docker/{a}",
+    "a-system-scope": "app.slice/system.slice/docker-{a}.scope",
+    "a-machine-scope": "machine.slice/libpod-{a}.scope",
+    "anothers-slice": "user.slice/user-{other}.slice/user@{other}.service/libpod-{a}.scope",
+}
+
+# Prints its pid, waits until root moved it into her delegated cgroup, then (as her) makes the
+# cgroup named $2 there, moves itself into it and sleeps.
+MOVE_IN = 'echo $$; read go; mkdir -p -- "$1/$2" && echo $$ > "$1/$2/cgroup.procs" && echo moved && exec sleep 600'
+
+
+@pytest.mark.parametrize("case", sorted(HER_NAMES))
+def test_her_own_cgroups_named_like_an_engines_name_no_rootful_container_for_real(
+    case: str,
+) -> None:
+    """A real process of a second user in cgroups she made and named herself. (Line breaks in
+    a cgroup's name, the forgeries above, this kernel refuses: mkdir gives EINVAL; they stay
+    text checks for kernels that allow them.)"""
+    if not is_root() or CGROUP2 is None:
+        pytest.skip("needs root and a writable cgroup2 hierarchy")
+    her = ensure_user("cgmal")
+    uid = her.pw_uid
+    top = CGROUP2 / "user.slice"
+    delegated = top / f"user-{uid}.slice" / f"user@{uid}.service"  # what systemd hands her
+    made = [p for p in (top, delegated.parent, delegated) if not p.exists()]  # ours to remove
+    delegated.mkdir(parents=True, exist_ok=True)
+    for path in (delegated, delegated / "cgroup.procs", delegated / "cgroup.subtree_control"):
+        os.chown(path, uid, her.pw_gid)
+    name = HER_NAMES[case].format(a=A, other=uid + 1)
+    proc = subprocess.Popen(
+        ["runuser", "-u", her.pw_name, "--", "sh", "-c", MOVE_IN, "sh", str(delegated), name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        (delegated / "cgroup.procs").write_text(f"{pid}\n")  # her login, as systemd does
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "moved"
+        assert os.stat(f"/proc/{pid}").st_uid == uid
+        # What the kill handler and the container owners read, as root, from /proc.
+        out = subprocess.run(["sh", "-c", CGROUPS_OF, "sh", str(pid)], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        text = cgroups_after_ps(out)[pid]
+        assert f"/user.slice/user-{uid}.slice/user@{uid}.service/{name}" in text  # hers, named
+        found = container_of(text)
+        assert found is None or found.rootless_uid == uid, found  # never rootful, never another's
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        mine = [
+            delegated.joinpath(*name.split("/")[:n]) for n in range(len(name.split("/")), 0, -1)
+        ]
+        for path in [*mine, *reversed(made)]:  # hers, deepest first, then what we made
+            with contextlib.suppress(OSError):
+                path.rmdir()
