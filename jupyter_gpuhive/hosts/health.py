@@ -1,4 +1,9 @@
-"""GPU health from what nvidia-smi reports: ``-q -x`` counters and "device handle" errors.
+"""GPU health from what nvidia-smi reports: ``--query-gpu`` counters and "device handle" errors.
+
+The probe reads health from `--query-gpu` fields (`health_from_csv`): ECC counters, retired
+pages, remapped rows and slowdown reasons, all filled by the driver. ``-q -x`` also carries
+process names, which a user picks and a driver may print unescaped, so it never decides health
+(`parse_health` reads it for `jupyter gpuhive doctor`'s report only).
 
 Each GPU is ``ok``, ``degraded`` (usable, but an admin should look: pages pending retirement,
 thermal slowdown, past uncorrectable errors) or ``failed`` (not bookable: uncorrectable ECC
@@ -15,6 +20,8 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+
+from .nvsmi import NvsmiParseError, parse_csv
 
 OK, DEGRADED, FAILED = "ok", "degraded", "failed"
 RANK = {OK: 0, DEGRADED: 1, FAILED: 2}
@@ -69,6 +76,17 @@ def _uncorrectable(section: ET.Element | None) -> int:
     return new or _int(section, "double_bit/total")
 
 
+def _ecc(volatile: int, aggregate: int, failed: list[str], degraded: list[str]) -> None:
+    """The verdict on uncorrectable ECC errors since the driver loaded and in the GPU's life."""
+    if volatile:
+        failed.append(
+            f"{volatile} uncorrectable ECC error(s) since the driver loaded; "
+            "the GPU needs a reset (and a check) before use"
+        )
+    elif aggregate:
+        degraded.append(f"{aggregate} uncorrectable ECC error(s) in the GPU's history")
+
+
 @dataclass(frozen=True)
 class Findings:
     """What one ``<gpu>`` element says, the temperature apart (it comes with every sweep's
@@ -103,13 +121,7 @@ def findings(gpu: ET.Element) -> Findings:
     ecc = gpu.find("ecc_errors")
     volatile = _uncorrectable(ecc.find("volatile") if ecc is not None else None)
     aggregate = _uncorrectable(ecc.find("aggregate") if ecc is not None else None)
-    if volatile:
-        failed.append(
-            f"{volatile} uncorrectable ECC error(s) since the driver loaded; "
-            "the GPU needs a reset (and a check) before use"
-        )
-    elif aggregate:
-        degraded.append(f"{aggregate} uncorrectable ECC error(s) in the GPU's history")
+    _ecc(volatile, aggregate, failed, degraded)
     pages = gpu.find("retired_pages")
     if _yes(pages, "pending_retirement") or _yes(pages, "pending_blacklist"):
         degraded.append("memory pages are pending retirement: reset the GPU")
@@ -165,8 +177,8 @@ def parse_health(
 def _read(text: str, known: frozenset[str] | None) -> tuple[tuple[str, Findings], ...]:
     start = text.find("<?xml")
     start = text.find("<nvidia_smi_log") if start < 0 else start
-    if start < 0:
-        return ()
+    if start < 0 or "<!--" in text or "<![CDATA[" in text:  # nvidia-smi prints neither:
+        return ()  # a process name hiding real blocks
     try:
         root = ET.fromstring(text[start:])  # noqa: S314 - nvidia-smi output, no DTD resolved
     except ET.ParseError:
@@ -191,3 +203,66 @@ def lost_gpus(text: str) -> tuple[tuple[str, str], ...]:
 def without_lost(text: str) -> str:
     """nvidia-smi's output without its "device handle" lines (the other GPUs' rows stay)."""
     return "\n".join(line for line in text.split("\n") if not LOST.search(line))
+
+
+def _count(row: Mapping[str, str | None], name: str) -> int:
+    value = (row.get(name) or "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def _row_yes(row: Mapping[str, str | None], name: str) -> bool:
+    return (row.get(name) or "").strip() in ("Yes", "Active")
+
+
+def row_findings(row: Mapping[str, str | None]) -> Findings:
+    """What one GPU's ``--query-gpu`` health fields show (hosts/probe.py's HEALTH_QUERY)."""
+    failed: list[str] = []
+    degraded: list[str] = []
+    volatile = _count(row, "ecc.errors.uncorrected.volatile.total")
+    aggregate = _count(row, "ecc.errors.uncorrected.aggregate.total")
+    _ecc(volatile, aggregate, failed, degraded)
+    if _row_yes(row, "retired_pages.pending"):
+        degraded.append("memory pages are pending retirement: reset the GPU")
+    retired = _count(row, "retired_pages.double_bit.count")
+    retired += _count(row, "retired_pages.single_bit_ecc.count")
+    if retired:
+        degraded.append(f"{retired} memory page(s) retired")
+    if _row_yes(row, "remapped_rows.failure"):
+        failed.append("row remapping failed: the GPU's memory needs service")
+    elif _row_yes(row, "remapped_rows.pending"):
+        degraded.append("remapped rows are pending: reset the GPU")
+    slow = tuple(
+        name.rsplit(".", 1)[-1].replace("_", " ")
+        for name in sorted(row)
+        if "_reasons." in name and "thermal" in name and _row_yes(row, name)
+    )
+    return Findings(tuple(failed), tuple(degraded), slow)
+
+
+def health_from_csv(
+    text: str,
+    known: Collection[str] | None = None,
+    temperatures: Mapping[str, int | None] | None = None,
+) -> dict[str, Health]:
+    """{GPU UUID: Health} from the probe's health query (``--query-gpu`` CSV with a header).
+
+    Every field is one the driver fills; no process name or other text a user writes is in
+    this answer. A GPU listed twice, or not in `known` (the metrics query's), counts for
+    nothing. An unreadable answer is no health (never an exception)."""
+    found = _read_csv(text, None if known is None else frozenset(known))
+    temps = temperatures or {}
+    return {uuid: seen.judge(temps.get(uuid)) for uuid, seen in found}
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_csv(text: str, known: frozenset[str] | None) -> tuple[tuple[str, Findings], ...]:
+    try:
+        rows = parse_csv(text, strict=False)
+    except NvsmiParseError:
+        return ()
+    uuids = [row.get("uuid") or "" for row in rows]
+    return tuple(
+        (uuid, row_findings(row))
+        for uuid, row in zip(uuids, rows, strict=True)
+        if uuid and uuids.count(uuid) == 1 and (known is None or uuid in known)
+    )

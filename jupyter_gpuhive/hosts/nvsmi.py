@@ -377,11 +377,39 @@ def _xml_gpu(index: int, gpu: ET.Element) -> tuple[GpuMetrics, list[GpuProcess]]
     return metrics, procs
 
 
+def _refuse_markup(text: str) -> None:
+    """nvidia-smi never prints comments, CDATA, entities or a second prolog: text with any is
+    a process name (printed unescaped) trying to hide or forge elements."""
+    body = text[text.find("<nvidia_smi_log") :] if "<nvidia_smi_log" in text else text
+    if "<!ENTITY" in text:
+        raise NvsmiParseError("refusing XML that declares entities")
+    for mark in ("<!--", "<![CDATA[", "<!DOCTYPE", "<?"):
+        anywhere = mark in ("<!--", "<![CDATA[")  # the others: once, in the prolog
+        if mark in (text if anywhere else body) or text.count(mark) > 1:
+            raise NvsmiParseError(f"refusing nvidia-smi XML with {mark!r} in it")
+
+
+def _refuse_moved_blocks(root: ET.Element) -> None:
+    """A name that closes elements early can move real blocks: refuse more `<gpu>` blocks than
+    `<attached_gpus>`, and a process entry anywhere but in its GPU's one `<processes>`."""
+    blocks = root.findall("gpu")
+    attached = (root.findtext("attached_gpus") or "").strip()
+    if attached.isdigit() and len(blocks) != int(attached):
+        raise NvsmiParseError(f"{len(blocks)} <gpu> blocks for {attached} attached GPUs")
+    for gpu in blocks:
+        lists = gpu.findall("processes")
+        listed = sum(len(x.findall("process_info")) for x in lists)
+        if len(lists) > 1 or sum(1 for _ in gpu.iter("process_info")) != listed:
+            raise NvsmiParseError("a process entry outside its GPU's <processes>")
+        for info in gpu.iter("process_info"):
+            if any(len(child) for child in info) or len({c.tag for c in info}) != len(info):
+                raise NvsmiParseError("a process entry with nested or repeated elements")
+
+
 def parse_query_xml(text: str) -> NvsmiReport:
     """GPUs (with MIG devices) and processes from ``nvidia-smi -q -x``."""
     check_driver(text)
-    if "<!ENTITY" in text:
-        raise NvsmiParseError("refusing XML that declares entities")
+    _refuse_markup(text)
     try:
         # Safe here: expat never fetches the external DTD, and entity declarations are refused.
         root = ET.fromstring(text)  # noqa: S314
@@ -389,6 +417,7 @@ def parse_query_xml(text: str) -> NvsmiReport:
         raise NvsmiParseError(f"not valid nvidia-smi XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise NvsmiParseError(f"unexpected XML root <{root.tag}>, wanted <nvidia_smi_log>")
+    _refuse_moved_blocks(root)
     gpus: list[GpuMetrics] = []
     procs: list[GpuProcess] = []
     for index, elem in enumerate(root.findall("gpu")):

@@ -49,6 +49,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "driver_failure": False,
     "topology": None,  # only `topo -m` reads it (the full path)
     "health_elements": False,  # only `-q -x` reads it (the full path)
+    "raw_names": False,  # only `-q -x` reads it (the full path)
 }
 
 

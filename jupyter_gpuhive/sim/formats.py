@@ -33,6 +33,11 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+class Raw(str):
+    """Element text printed as is: a process name where the config says the driver does not
+    escape them (`raw_names`, the threat model's assumption)."""
+
+
 def _enabled(flag: bool) -> str:
     return "Enabled" if flag else "Disabled"
 
@@ -47,7 +52,8 @@ def _xml(node: Node, depth: int) -> list[str]:
     tag, content = node
     pad = "\t" * depth
     if isinstance(content, str):
-        return [f"{pad}<{tag}>{escape(content)}</{tag}>"]
+        text = content if isinstance(content, Raw) else escape(content)
+        return [f"{pad}<{tag}>{text}</{tag}>"]
     lines = [f"{pad}<{tag}>"]
     for child in content:
         lines.extend(_xml(child, depth + 1))
@@ -95,6 +101,7 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
         for i, m in enumerate(gpu.mig)
     ]
     procs: list[Node] = []
+    raw = bool(getattr(snap.config, "raw_names", False))
     for row in g.rows:
         mig = gpu.mig[row.placement.mig_index] if row.placement.mig_index is not None else None
         procs.append(
@@ -105,7 +112,7 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
                     ("compute_instance_id", str(mig.compute_instance_id) if mig else NA),
                     ("pid", str(row.pid)),
                     ("type", "C"),
-                    ("process_name", row.process.name),
+                    ("process_name", Raw(row.process.name) if raw else row.process.name),
                     ("used_memory", f"{row.process.used_memory_mib} MiB"),
                 ],
             )

@@ -25,7 +25,9 @@ stands (stdout, in place of the GPU's row). A real driver also logs each Xid in 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time: the CSV fast path imports this
+if TYPE_CHECKING:
+    from typing import Any
 
 GPU_FAULTS = ("ecc", "retired", "remapped", "thermal", "lost", "xid")
 LOST_FAULTS = ("lost", "xid")
@@ -95,3 +97,49 @@ def health_nodes(gpu: Any, driver_major: int) -> list[Any]:
         ),
         (f"clocks_{word}_reasons", reasons),
     ]
+
+
+# `--query-gpu` health fields (the names of the corpus's field lists) and what a fault makes
+# them; `clocks_event_reasons.*` are the 535+ names of `clocks_throttle_reasons.*`.
+_SLOWDOWN_FIELDS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
+
+
+def health_field(gpu: Any, name: str) -> str | None:
+    """The value of a ``--query-gpu`` health field on `gpu` (None: not a health field)."""
+    fault = getattr(gpu, "fault", None)
+    if name in ("ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total"):
+        return "2" if fault == "ecc" else "0"
+    if name in ("ecc.errors.corrected.volatile.total", "ecc.errors.corrected.aggregate.total"):
+        return "0"
+    if name == "retired_pages.pending":
+        return "Yes" if fault in ("retired", "ecc") else "No"
+    if name == "retired_pages.double_bit.count":
+        return "3" if fault == "retired" else "0"
+    if name == "retired_pages.single_bit_ecc.count":
+        return "0"
+    if name == "remapped_rows.pending":
+        return "No"
+    if name == "remapped_rows.failure":
+        return "Yes" if fault == "remapped" else "No"
+    word, _, reason = name.partition(".")
+    if word in ("clocks_throttle_reasons", "clocks_event_reasons") and reason in _SLOWDOWN_FIELDS:
+        return "Active" if fault == "thermal" else "Not Active"
+    return None
+
+
+HEALTH_FIELDS = (
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total",
+    "retired_pages.pending",
+    "retired_pages.double_bit.count",
+    "retired_pages.single_bit_ecc.count",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    *(f"clocks_{w}_reasons.{r}" for w in ("throttle", "event") for r in _SLOWDOWN_FIELDS),
+)
+# Field families a driver before this major version does not know (an unknown field fails the
+# whole query). The corpus's field list of 535.129.03 has no remapped_rows.*, 590.48.01's has;
+# clocks_event_reasons.* appear in 535's list, not in 466's.
+FIELDS_SINCE = {"remapped_rows.": 590, "clocks_event_reasons.": 535}

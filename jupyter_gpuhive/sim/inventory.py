@@ -85,6 +85,9 @@ class SimHostConfig:
     # every GPU's ECC, retired pages, remapped rows and slowdown reasons in `-q -x`, as a real
     # driver prints them (the samples hold none: off, a healthy GPU prints as they do)
     health_elements: bool = False
+    # process names in `-q -x` as they are, not XML-escaped: the threat model assumes a driver
+    # may print them so (tests play a user whose names try to forge XML)
+    raw_names: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form of this config."""

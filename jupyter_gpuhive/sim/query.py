@@ -6,9 +6,11 @@ same; like ``core`` it imports only ``time`` and works on duck-typed objects.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from .core import NA
+from .health import FIELDS_SINCE, HEALTH_FIELDS, health_field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ def _enabled(flag: bool) -> str:
 
 def _mig_mode(s: Any, g: Any) -> str | None:
     return _enabled(g.gpu.mig_enabled) if g.gpu.mig_capable else None
+
+
+def _health(name: str, s: Any, g: Any) -> str | None:
+    return health_field(g.gpu, name)
 
 
 def csv_time(timestamp: float) -> str:
@@ -70,6 +76,8 @@ GPU_FIELDS: dict[str, tuple[str, str, Callable[[Any, Any], object]]] = {
     "power.draw": ("power.draw", "W", lambda s, g: g.power_w),
     "power.limit": ("power.limit", "W", lambda s, g: g.gpu.power_limit_w),
     "clocks.sm": ("clocks.current.sm", "MHz", lambda s, g: g.gpu.clocks_sm_mhz),
+    # ECC, retired pages, remapped rows, slowdown reasons (sim/health.py: what a fault makes them)
+    **{name: (name, "", functools.partial(_health, name)) for name in HEALTH_FIELDS},
 }
 GPU_ALIASES = {
     "gpu_name": "name",
@@ -109,12 +117,22 @@ def _lines(header: list[str], rows: list[list[str]], noheader: bool) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def gpu_field_keys(names: Sequence[str]) -> list[str]:
-    """The field keys `names` ask ``--query-gpu`` for; UnknownField for the first unknown."""
+def _major(driver: str) -> int:
+    head = str(driver).split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def gpu_field_keys(names: Sequence[str], driver: str = "") -> list[str]:
+    """The field keys `names` ask ``--query-gpu`` for; UnknownField for the first unknown
+    (to `driver`: a field newer than it is unknown, as to a real driver)."""
     keys = []
+    major = _major(driver) if driver else 0
     for name in names:
         key = GPU_ALIASES.get(name, name)
-        if key not in GPU_FIELDS:
+        if key not in GPU_FIELDS or any(
+            key.startswith(family) and major and major < since
+            for family, since in FIELDS_SINCE.items()
+        ):
             raise UnknownField(name)
         keys.append(key)
     return keys
@@ -124,7 +142,8 @@ def query_gpu_csv(
     snap: Any, names: Sequence[str], *, noheader: bool = False, nounits: bool = False
 ) -> str:
     """``--query-gpu=NAMES --format=csv[,noheader][,nounits]``."""
-    specs = [(key, GPU_FIELDS[key]) for key in gpu_field_keys(names)]
+    driver = str(getattr(snap.config, "driver_version", ""))
+    specs = [(key, GPU_FIELDS[key]) for key in gpu_field_keys(names, driver)]
     rows = [
         [
             cell(get(snap, g), unit, nounits, g.gpu.unavailable.get(key))

@@ -104,3 +104,8 @@ def kill_sim_processes(config_path: str | Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return pids
+
+
+def ps_line(pid: int, pgid: int, user: str, command: str, uid: int = 1000) -> str:
+    """A `ps` line as the probe frames it: PID, process group, uid, user, hex command line."""
+    return f"{pid} {pgid} {uid} {user} x{command.encode().hex()}"

@@ -1,5 +1,6 @@
-"""GPU health is read from `nvidia-smi -q -x`, which also carries process names a user picks:
-a forged `<gpu>` block must not mark another user's GPU failed (or hide a failure)."""
+"""Process names a user picks must not mark another user's GPU failed (or hide a failure):
+the probe reads health from `--query-gpu` fields, and `-q -x` (which carries the names; the
+doctor reads it) trusts no forged, duplicated or comment-hidden `<gpu>` block."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from jupyter_gpuhive.hosts.health import FAILED, parse_health
-from jupyter_gpuhive.hosts.probe import HEALTH_AWK
+from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError, parse_query_xml
 from jupyter_gpuhive.sim.cluster import LocalSimHost
-from jupyter_gpuhive.sim.inventory import set_gpu_fault
+from jupyter_gpuhive.sim.inventory import preset, set_gpu_fault
+from tests.hosts.test_hostile_probe import forged_names, probe
+from tests.support.hostile import hostile_process, named_argv
 
 
 def stand_in_xml(tmp_path: Path) -> tuple[str, list[str]]:
@@ -57,27 +62,37 @@ def test_a_forged_block_for_anothers_gpu_is_trusted_for_nothing(tmp_path: Path) 
     assert uuids[0] not in parse_health(xml, set(uuids[1:]))
 
 
-def test_a_forged_block_in_a_name_that_passes_the_probes_filter_is_trusted_for_nothing(
-    tmp_path: Path,
-) -> None:
-    """On a host without MIG the probe's awk keeps only the lines health reads, and a name
-    with newlines can bring lines that look like those: they count for nothing either."""
+def test_a_real_user_s_names_forge_nothing_in_the_xml_nor_the_probe(tmp_path: Path) -> None:
+    """A real second user's processes, named to close their `<gpu>` block, add one with ECC
+    errors for another GPU and hide the real ones in a comment, on a driver that prints names
+    unescaped: neither the probe (health from query fields) nor the XML reading (doctor's)
+    marks that GPU failed; the real failure of GPU 2 still counts."""
+    config = preset("a100x4", "gpu1")
+    config.raw_names = True
+    sim = LocalSimHost("gpu1", tmp_path / "sim", config)
+    set_gpu_fault(sim.config_path, 2, "ecc")
+    uuids = [g.uuid for g in config.gpus]
+    first, last = forged_names(uuids[1], whole_xml=True)
+    with (
+        hostile_process(sim.name, [0], argv=named_argv(first), config=sim.config_path),
+        hostile_process(sim.name, [3], argv=named_argv(last), config=sim.config_path),
+    ):
+        xml = subprocess.run(["nvidia-smi", "-q", "-x"], env=sim.env(), capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        sample = probe(sim)
+    assert "<!--" in xml and first in xml  # the names are in the driver's XML, unescaped
+    assert sample.health[uuids[1]].state != FAILED and sample.health[uuids[2]].state == FAILED
+    assert parse_health(xml, set(uuids)) == {}  # a comment: the XML is trusted for nothing
+
+
+def test_a_comment_in_the_xml_is_trusted_for_nothing(tmp_path: Path) -> None:
+    """Parser level: the victim's real block inside a comment, a forged one beside it."""
     xml, uuids = stand_in_xml(tmp_path)
     victim = uuids[1]
+    real = blocks(xml)[1]
     forged = blocks(xml)[0].replace(uuids[0], victim)
-    # the forged block as one process's name, unescaped, as nvidia-smi may print it: inside
-    # the real block, and closing it first (then opening another, so that the XML still reads)
-    for name in (f"x{forged}\n", f'x\n\t</gpu>{forged}\n\t<gpu id="00000000:99:00.0">\n'):
-        named = xml.replace(
-            "</processes>",
-            f"\t\t\t<process_info>\n\t\t\t\t<process_name>{name}</process_name>\n"
-            "\t\t\t</process_info>\n\t\t</processes>",
-            1,
-        )
-        assert named != xml
-        kept = subprocess.run(["awk", "-v", "all=", HEALTH_AWK], input=named,
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
-        lines = kept.replace("\n|", "\n").removeprefix("|")
-        assert victim in lines and "<process_name" not in lines  # through awk...
-        health = parse_health(lines, set(uuids))
-        assert health.get(victim) is None or health[victim].state != FAILED  # ...for nothing
+    hidden = xml.replace(real, f"{forged}<!--{real.replace('--', '- -')}-->")
+    assert hidden != xml
+    assert parse_health(hidden, set(uuids)) == {}
+    with pytest.raises(NvsmiParseError, match="<!--"):
+        parse_query_xml(hidden)

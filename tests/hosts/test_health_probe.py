@@ -1,6 +1,6 @@
-"""What the probe sends of `nvidia-smi -q -x` for health (issue #30): on a host without MIG
-only the lines health reads (no process names, nothing that changes while a GPU is healthy),
-on a MIG host the whole XML; the temperature is judged from the CSV query's reading."""
+"""What the probe sends for health: `--query-gpu` fields (issue #41; #30 kept its cost low:
+unchanged lines are sent once per loop), never `-q -x`, which carries process names; the XML
+comes only from MIG hosts, for their slices. The temperature is the CSV query's reading."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from jupyter_gpuhive.hosts.probe import (
 )
 from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.sim.cluster import LocalSimHost
-from jupyter_gpuhive.sim.inventory import preset, set_gpu_fault
+from jupyter_gpuhive.sim.inventory import load_config, preset, set_gpu_fault, write_config
 from jupyter_gpuhive.sim.users import start_gpu_process
+from tests.support.hostile import named_argv
 
 NAME = "gpuhive-health-probe-marker"
 
@@ -41,37 +42,52 @@ def full_xml(sim: LocalSimHost) -> str:
     return done.stdout
 
 
-def test_without_mig_only_the_health_lines_leave_the_host(tmp_path: Path) -> None:
+def test_health_comes_from_query_fields_that_hold_no_process_name(tmp_path: Path) -> None:
     sim = LocalSimHost("hp1", tmp_path / "sim", preset("a100x4", "hp1"))
     set_gpu_fault(sim.config_path, 1, "ecc")
-    gpu = start_gpu_process("hp1", [0], command=("sleep", "120"), config=sim.config_path)
+    gpu = start_gpu_process("hp1", [0], command=named_argv(NAME), config=sim.config_path)
     try:
         full = full_xml(sim)
         first, second = probe_answer(sim), probe_answer(sim)
     finally:
         gpu.kill()
         gpu.wait()
-    assert "<process_name>" in full and "<gpu_temp>" in full  # what the filter leaves behind
-    sent = split_sections(first)["xml"][1]
-    assert "<process_name" not in sent and "<processes>" not in sent
-    assert "<gpu_temp>" not in sent and "<fb_memory_usage>" not in sent
-    assert len(sent) * 2 < len(full)
-    # a healthy host's lines are the same sweep after sweep (the reading is kept by text)
-    assert sent == split_sections(second)["xml"][1]
+    assert NAME in full  # the XML would carry the name: the probe no longer asks for it
+    sections = split_sections(first)
+    assert "xml" not in sections and NAME not in sections["health"][1]
+    assert "<" not in sections["health"][1]
+    assert sections["health"][1] == split_sections(second)["health"][1]  # unchanged when healthy
     sample = parse_probe("hp1", first, utcnow())
     states = {g.index: sample.health[g.uuid].state for g in sample.gpus}
     assert states == {0: OK, 1: FAILED, 2: OK, 3: OK}
-    # the same verdicts as the whole XML gives
+    # the same verdicts as the stand-in's whole XML gives
     uuids = {g.uuid for g in sample.gpus}
     assert {u: h.state for u, h in parse_health(full, uuids).items()} == {
         u: h.state for u, h in sample.health.items()
     }
 
 
+def test_a_driver_without_remapped_row_fields_gets_the_rest(tmp_path: Path) -> None:
+    """An unknown field fails a whole query: drivers that do not know remapped_rows.* (535 in
+    the corpus) get the query without them, for the loop's life; 590 gets them."""
+    sim = LocalSimHost("hp6", tmp_path / "sim", preset("a100x4", "hp6"))
+    set_gpu_fault(sim.config_path, 1, "ecc")
+    set_gpu_fault(sim.config_path, 2, "remapped")
+    for driver, rows in (("535.129.03", False), ("590.48.01", True)):
+        config = load_config(sim.config_path)
+        config.driver_version = driver
+        write_config(sim.config_path, config)
+        answer = probe_answer(sim)
+        assert ("remapped_rows.failure" in split_sections(answer)["health"][1]) is rows
+        sample = parse_probe("hp6", answer, utcnow())
+        assert sample.health[sample.gpus[1].uuid].state == FAILED
+        assert sample.health[sample.gpus[2].uuid].state == (FAILED if rows else OK)
+
+
 def test_a_mig_host_sends_the_whole_xml_for_its_slices(tmp_path: Path) -> None:
     sim = LocalSimHost("hp2", tmp_path / "sim", preset("mig", "hp2"))
     sent = split_sections(probe_answer(sim))["xml"][1]
-    assert "<mig_devices>" in sent and "<gpu_temp>" in sent
+    assert "<mig_devices>" in sent  # for the slices, never for health
     sample = parse_probe("hp2", probe_answer(sim), utcnow())
     assert sample.slices and all(h.state == OK for h in sample.health.values())
 
@@ -109,7 +125,9 @@ SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 
 
 async def test_unchanged_health_lines_are_sent_once_per_loop(tmp_path: Path) -> None:
-    sim = LocalSimHost("hp4", tmp_path / "sim", preset("a100x4", "hp4"))
+    config = preset("a100x4", "hp4")
+    config.driver_version = "590.48.01"  # knows remapped_rows.* in --query-gpu
+    sim = LocalSimHost("hp4", tmp_path / "sim", config)
     env = sim.env({})
     decl = HostDecl("hp4", transport="local", extra={"env": {k: env[k] for k in SIM_ENV}})
     pool = HostPool([decl])
@@ -123,29 +141,29 @@ async def test_unchanged_health_lines_are_sent_once_per_loop(tmp_path: Path) -> 
 
     try:
         first, sample = await ask()
-        version = first["xmlv"][1].strip()
-        assert "xml" in first and seen["hp4"][0] == version
+        version = first["healthv"][1].strip()
+        assert "health" in first and seen["hp4"][0] == version
         assert {h.state for h in sample.health.values()} == {OK}
         second, again = await ask()
-        assert "xml" not in second and second["xmlsame"][1].strip() == version
+        assert "health" not in second and second["healthsame"][1].strip() == version
         assert again.health == sample.health
         # a change on the host: the lines come again, with a new version
         set_gpu_fault(sim.config_path, 3, "remapped")
         third, failed = await ask()
-        assert "xml" in third and third["xmlv"][1].strip() != version
+        assert "health" in third and third["healthv"][1].strip() != version
         assert failed.health[failed.gpus[3].uuid].state == FAILED
         # a client that names another version (or words that are no version) gets the lines;
         # what it sent is never run
         mark = tmp_path / "ran"
         for word in ("1.2", f"$(touch {mark})", "`id`;x"):
             answer, _ = await ask(say=word)
-            assert "xml" in answer and "xmlsame" not in answer
+            assert "health" in answer and "healthsame" not in answer
         assert not mark.exists()
         # a new loop (the old one ended): its versions are its own, the lines come again
         await pool.close()
         pool = HostPool([decl])
         fresh, sample = await ask()
-        assert "xml" in fresh and sample.health[sample.gpus[3].uuid].state == FAILED
+        assert "health" in fresh and sample.health[sample.gpus[3].uuid].state == FAILED
     finally:
         await pool.close()
 
@@ -153,10 +171,10 @@ async def test_unchanged_health_lines_are_sent_once_per_loop(tmp_path: Path) -> 
 def test_an_answer_naming_lines_not_held_is_no_health(tmp_path: Path) -> None:
     sim = LocalSimHost("hp5", tmp_path / "sim", preset("a100x4", "hp5"))
     answer = probe_answer(sim)
-    version = split_sections(answer)["xmlv"][1].strip()
+    version = split_sections(answer)["healthv"][1].strip()
     seen: dict[str, tuple[str, str]] = {}
     parse_probe("hp5", answer, utcnow(), seen)
-    same = answer[: answer.index(f"{MARK}xml 0")] + f"{MARK}xmlsame 0\n{version}9\n"
+    same = answer[: answer.index(f"{MARK}health 0")] + f"{MARK}healthsame 0\n{version}9\n"
     with pytest.raises(NvsmiParseError, match="not known here"):
         parse_probe("hp5", same, utcnow(), seen)
     assert "hp5" not in seen  # the next request asks for the lines afresh

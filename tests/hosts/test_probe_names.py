@@ -13,7 +13,7 @@ import pytest
 from jupyter_gpuhive.hosts.probe import MARK, PROBE_COMMAND, HostSample, parse_probe
 from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.sim.users import start_gpu_process
-from tests.hosts.helpers import local_decl
+from tests.hosts.helpers import local_decl, ps_line
 
 PY = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"  # readable by all
 # execv with a bytes argv[0]: any byte but NUL, as a hostile user can.
@@ -177,7 +177,7 @@ def test_unescaped_names_in_nvidia_smi_xml_neither_blind_nor_move_a_process() ->
         "apps": f"pid, gpu_uuid, used_memory [MiB]\n4242, {PARENT}, 700\n5151, {PARENT}, 300\n",
         "list": (FIXTURES / "L.mig.txt").read_text(),
         "xml": "".join(f"|{line}\n" for line in xml.split("\n")),  # as the probe sends it
-        "ps": "4242 4242 gh-bob python train.py\n5151 5151 gh-alice ?\n",
+        "ps": f"{ps_line(4242, 4242, 'gh-bob', 'python train.py')}\n{ps_line(5151, 5151, 'gh-alice', '?')}\n",
     }
     text = "".join(f"{MARK}{name} 0\n{body.rstrip()}\n" for name, body in sections.items())
 
@@ -202,7 +202,7 @@ def test_xml_a_name_made_unreadable_costs_the_slices_only() -> None:
         "apps": f"pid, gpu_uuid, used_memory [MiB]\n4242, {PARENT}, 700\n5151, {PARENT}, 300\n",
         "list": (FIXTURES / "L.mig.txt").read_text(),
         "xml": "".join(f"|{line}\n" for line in xml.split("\n")),
-        "ps": "4242 4242 gh-bob python train.py\n5151 5151 gh-alice a\n",
+        "ps": f"{ps_line(4242, 4242, 'gh-bob', 'python train.py')}\n{ps_line(5151, 5151, 'gh-alice', 'a')}\n",
     }
     text = "".join(f"{MARK}{name} 0\n{body.rstrip()}\n" for name, body in sections.items())
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jupyter_gpuhive.hosts.probe import MARK, parse_probe
 from jupyter_gpuhive.monitor.slices import discovered_slices
+from tests.hosts.helpers import ps_line
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 PARENT = "GPU-c1e2da59-5c26-e34c-59a7-373b4ab9404c"
@@ -16,7 +17,7 @@ APPS = (
     f"4242, python, {PARENT}, 700 MiB\n"
     f"5151, python, {PARENT}, 300 MiB\n"
 )
-PS = "4242 4242 gh-bob python train.py\n5151 5151 gh-carol python eval.py\n"
+PS = f"{ps_line(4242, 4242, 'gh-bob', 'python train.py')}\n{ps_line(5151, 5151, 'gh-carol', 'python eval.py')}\n"
 
 
 def _with_processes(xml: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.sim.cluster import LocalSimHost
-from jupyter_gpuhive.sim.inventory import set_gpu_fault
+from jupyter_gpuhive.sim.inventory import load_config, set_gpu_fault, write_config
 from tests.conftest import book, iso
 from tests.integrations.receiver import Receiver, receiving
 from tests.integrations.test_webhooks import add_hook
@@ -36,7 +36,11 @@ PRESETS = {
 
 @pytest.fixture
 def sim(tmp_path: Path) -> LocalSimHost:
-    return LocalSimHost("gpu1", tmp_path / "sim")
+    host = LocalSimHost("gpu1", tmp_path / "sim")
+    config = load_config(host.config_path)
+    config.driver_version = "590.48.01"  # knows remapped_rows.* in --query-gpu (535 does not)
+    write_config(host.config_path, config)
+    return host
 
 
 @pytest.fixture

@@ -15,12 +15,16 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.sim import core, fastpath, nvidia_smi
+from jupyter_gpuhive.sim.health import FIELDS_SINCE
 from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, SimMig, preset, write_config
 from jupyter_gpuhive.sim.query import APP_FIELDS, GPU_FIELDS
 from jupyter_gpuhive.sim.users import start_gpu_process
 
 PROFILES = ("a100x4", "mig", "gtx", "mixed")
-GPU_QUERY = ",".join(k for k in GPU_FIELDS if k != "timestamp")
+# every field the profiles' driver (535) knows: not remapped_rows.* (sim/health.py FIELDS_SINCE)
+GPU_QUERY = ",".join(
+    k for k in GPU_FIELDS if k != "timestamp" and not k.startswith(tuple(FIELDS_SINCE))
+)
 APPS_QUERY = ",".join(APP_FIELDS)
 FORMATS = ("csv", "csv,noheader", "csv,nounits", "csv,noheader,nounits")
 

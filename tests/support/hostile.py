@@ -33,6 +33,12 @@ def sleeper_argv(*args: str | bytes) -> list[str | bytes]:
     return ["python3", "-c", SLEEPER, *args]
 
 
+def named_argv(name: str | bytes) -> list[str | bytes]:
+    """An argv whose process is named `name` (its argv[0], what nvidia-smi prints as its
+    process name) and sleeps: bash's ``exec -a``."""
+    return ["bash", "-c", 'exec -a "$0" sleep 600', name]
+
+
 @contextlib.contextmanager
 def hostile_process(
     host: str,
