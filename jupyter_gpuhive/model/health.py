@@ -30,13 +30,13 @@ class GpuCondition:
             why = "; ".join(self.reasons) or "it failed"
             return (
                 f"{ref} cannot be booked: its health check failed ({why}). An admin has been "
-                "told; choose another GPU (POST reservations/search finds the earliest)."
+                "told; choose another GPU (%gpureserve N --earliest finds the earliest free ones)."
             )
         by = f" by {self.drained_by}" if self.drained_by else ""
         reason = f": {self.drain_reason}" if self.drain_reason else ""
         return (
             f"{ref} cannot be booked: it was drained for maintenance{by}{reason}. Choose another "
-            "GPU (POST reservations/search finds the earliest)."
+            "GPU (%gpureserve N --earliest finds the earliest free ones)."
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -50,3 +50,40 @@ class GpuCondition:
             "drain_reason": self.drain_reason,
             "bookable": self.bookable,
         }
+
+
+# A GPU's state as every view shows it, most pressing first; only "free" may be booked now.
+# GET hosts sends it per GPU and slice as "state"; %gpustatus and the sidebar read it (the
+# sidebar and the magics turn "reserved" into "mine" when the holder is the viewer).
+GPU_STATES = ("down", "failed", "drained", "reserved", "busy", "unknown", "free")
+UNBOOKABLE = frozenset({"failed", "drained"})
+
+
+def gpu_state(
+    condition: GpuCondition | None, host_state: str, reserved: bool, processes: bool
+) -> str:
+    """One of GPU_STATES: down (its host), failed or drained (never free), reserved now,
+    busy (unreserved but running processes), unknown (no data yet) or free."""
+    if host_state == "down":
+        return "down"
+    if condition is not None and condition.state == "failed":
+        return "failed"
+    if condition is not None and condition.drained:
+        return "drained"
+    if reserved:
+        return "reserved"
+    if processes:
+        return "busy"
+    return "free" if host_state == "up" else "unknown"
+
+
+def condition_of(
+    conditions: dict[int, GpuCondition], unit_id: int, parent_id: int | None
+) -> GpuCondition | None:
+    """A unit's own condition, or its GPU's when that one closes it (a slice of a failed or
+    drained GPU is closed with it)."""
+    own = conditions.get(unit_id)
+    parent = conditions.get(parent_id) if parent_id is not None else None
+    if parent is not None and not parent.bookable and (own is None or own.bookable):
+        return parent
+    return own

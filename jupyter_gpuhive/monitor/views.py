@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import Invalid
 from ..hosts.pool import HostPool, HostStatus
 from ..model import Reservation, isoformat
+from ..model.health import GpuCondition, condition_of, gpu_state
 from ..store import Store
 from .holders import HolderCache
 from .metrics import GPU_FIELDS, HOST_FIELDS
@@ -51,28 +52,41 @@ class HostViews:
         topology = self.store.topology.cached()  # read once: no thread hop for each poll
         if topology is None:
             topology = await self.run_blocking(self.store.topology.all)
+        conditions = self.store.health.cached()  # fresh: no thread hop for each poll
+        if conditions is None:
+            conditions = await self.run_blocking(self.store.health.all)
         live = self._live_hosts(statuses)
-        inputs = (live, self.holders.generation, topology)
+        inputs = (live, self.holders.generation, topology, conditions)
         last = self._answer
-        if last and last[0] is live and last[1] == inputs[1] and last[2] is topology:
+        if (last and last[0] is live and last[1] == inputs[1] and last[2] is topology
+                and last[3] == conditions):  # fmt: skip
             return last[-1]  # type: ignore[no-any-return]
         holder = {ref: cur for ref, (cur, _) in held.items() if cur is not None}
         following = {ref: nxt for ref, (_, nxt) in held.items() if nxt is not None}
+        inventory = self.store.inventory
+
+        def unit(item: dict[str, Any], host_state: str) -> dict[str, Any]:
+            """One GPU or slice with its holders, health and state (model.health.gpu_state)."""
+            found = inventory.gpu(item["id"])
+            condition = None if found is None else condition_of(
+                conditions, found.id, found.parent_id)  # fmt: skip
+            now = holder.get(item["id"])
+            return {
+                **item,
+                "reservation": _brief(now),
+                "next_reservation": _brief(following.get(item["id"])),
+                "health": (condition or GpuCondition(0)).to_json(),
+                "state": gpu_state(condition, host_state, now is not None,
+                                   bool(item.get("processes"))),
+            }  # fmt: skip
+
         out = []
         for host in live:
+            state = str(host.get("state") or "unknown")
             gpus = [
                 {
-                    **gpu,
-                    "reservation": _brief(holder.get(gpu["id"])),
-                    "next_reservation": _brief(following.get(gpu["id"])),
-                    "slices": [
-                        {
-                            **part,
-                            "reservation": _brief(holder.get(part["id"])),
-                            "next_reservation": _brief(following.get(part["id"])),
-                        }
-                        for part in gpu.get("slices", ())
-                    ],
+                    **unit(gpu, state),
+                    "slices": [unit(part, state) for part in gpu.get("slices", ())],
                 }
                 for gpu in host["gpus"]
             ]

@@ -15,6 +15,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..model import describe_duration, parse_duration
+from ..model.health import UNBOOKABLE
 from .args import parse_gpu_args, parse_when
 from .client import HiveClient, HiveClientError
 from .earliest import earliest, expected_wait
@@ -217,7 +218,13 @@ class GpuHiveMagics(Magics):
         for h in hosts:
             if host and h["name"] != host:
                 continue
-            free = [g["id"] for g in h["gpus"] if g["id"] not in busy and not g.get("processes")]
+            free = [
+                g["id"]
+                for g in h["gpus"]
+                if g["id"] not in busy
+                and not g.get("processes")
+                and g.get("state") not in UNBOOKABLE
+            ]  # failed or drained: never chosen
             candidates.append(free)
         for free in sorted(candidates, key=len):
             if len(free) >= count:

@@ -2,8 +2,8 @@
 
 A result is the API's data itself (a dict or a list), so `r = %gpureserve …` binds data
 that `r["id"]` reads; it only adds how it looks. Colours are the panel's: free green, mine
-blue, reserved by others orange, busy red, down grey (JupyterLab's theme variables, with
-fallbacks for other front ends).
+blue, reserved by others orange, busy red, failed dark red, drained and down grey
+(JupyterLab's theme variables, with fallbacks for other front ends).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ COLOURS = {
     "reserved": "var(--jp-warn-color1, #f57c00)",
     "busy": "var(--jp-error-color1, #d32f2f)",
     "down": "var(--jp-border-color1, #9e9e9e)",
+    "failed": "var(--jp-error-color0, #b71c1c)",
+    "drained": "var(--jp-border-color1, #9e9e9e)",
     "unknown": "var(--jp-border-color1, #9e9e9e)",
 }
 _TABLE = "border-collapse:collapse;font-size:var(--jp-ui-font-size1, 13px);margin:2px 0"
@@ -173,9 +175,17 @@ class ReservationList(Rich, list):  # type: ignore[type-arg]
 
 
 def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
-    """(kind, label) of a GPU for `me`, as the panel says it."""
+    """(kind, label) of a GPU for `me`, as the panel says it: the server's `state`
+    (model.health.gpu_state), with "reserved" by `me` read as "mine"."""
     if host_state == "down":
         return "down", "down"
+    health = gpu.get("health") or {}
+    if gpu.get("state") == "failed":
+        reasons = health.get("reasons") or ["its health check failed"]
+        return "failed", f"failed: {reasons[0]}"
+    if gpu.get("state") == "drained":
+        by = f" by {health['drained_by']}" if health.get("drained_by") else ""
+        return "drained", f"drained{by}"
     users = sorted({p.get("user") or f"pid {p.get('pid')}" for p in gpu.get("processes", [])})
     now = gpu.get("reservation")
     if now:

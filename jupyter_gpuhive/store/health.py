@@ -27,10 +27,9 @@ class HealthStore:
 
     def all(self) -> dict[int, GpuCondition]:
         """{gpu_id: condition} of every GPU with a row (a GPU without one is ok, not drained)."""
-        with self._lock:
-            cached = self._cache
-        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
-            return cached[1]
+        cached = self.cached()
+        if cached is not None:
+            return cached
         with self.db.read() as conn:
             rows = conn.execute(select(gpu_health)).all()
         found = {
@@ -43,6 +42,14 @@ class HealthStore:
         with self._lock:
             self._cache = (time.monotonic(), found)
         return found
+
+    def cached(self) -> dict[int, GpuCondition] | None:
+        """`all()` when its cached answer is still fresh, else None (then read `all()`)."""
+        with self._lock:
+            cached = self._cache
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        return None
 
     def _forget(self) -> None:
         with self._lock:

@@ -75,8 +75,9 @@ class HostsHandler(HiveLogic):
     @web.authenticated
     @operation(
         "Live state of every host and GPU: metrics, processes with owners, who holds each GPU "
-        "now and next; on a host that is down, 'advice' (the reason and the fix); with no "
-        "hosts, 'setup' (the first steps)"
+        "now and next, and its 'state' (down, failed, drained, reserved, busy, unknown or free: "
+        "a failed or drained GPU is never free) with its 'health'; on a host that is down, "
+        "'advice' (the reason and the fix); with no hosts, 'setup' (the first steps)"
     )
     async def get(self) -> None:
         reply = await self.hive.monitor.report()
