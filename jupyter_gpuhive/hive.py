@@ -88,7 +88,7 @@ class Hive:
         self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
         scraped = scrape.sources(self.monitor, self.store, s.protection.idle_util)
         self.monitor.exposition.use(scraped)  # the same on every replica
-        notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings.search)
+        notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings)
         self.monitor.health_changed = notices.then(self.integrations.health_changed, self.now)
         self.leadership = Leadership(s.db_url, self._lead, self._follow,
                                      interval=max(0.2, s.poll_interval / 2))  # fmt: skip

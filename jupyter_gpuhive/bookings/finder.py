@@ -104,8 +104,8 @@ class SlotSearch:
         if not hosts:
             raise Conflict(NO_HOSTS)
         raise Conflict(
-            f"None of the GPU hosts ({', '.join(hosts)}) has reported GPUs yet; GET hosts (the "
-            "sidebar, %gpustatus) says why: a host that is down, or nvidia-smi failing there."
+            f"None of the GPU hosts ({', '.join(hosts)}) has reported GPUs yet; the GPU sidebar "
+            "and %gpustatus say why: a host that is down, or nvidia-smi failing there."
         )
 
     def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:

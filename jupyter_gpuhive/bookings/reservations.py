@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 from ..errors import Conflict, Forbidden, Invalid
-from ..model import Gpu, Identity, Reservation, describe_duration
+from ..model import Gpu, Identity, Reservation, describe_duration, describe_instant
 from ..model import utcnow as _utcnow
 from ..model.requests import Booking, BookingChange
 from ..model.rules import Rule
@@ -33,12 +33,12 @@ def unknown_unit(name: str) -> str:
     if "/" in name:
         return (
             f"Unknown MIG slice '{name}'. Name slices as 'host:index/migGI' (e.g. 'gpu1:0/mig5') "
-            "or by MIG UUID; GET hosts lists each GPU's slices (a re-partition may have "
-            "removed this one)."
+            "or by MIG UUID; %gpustatus and the sidebar list each GPU's slices (a re-partition "
+            "may have removed this one)."
         )
     return (
         f"Unknown GPU '{name}'. Name GPUs as 'host:index' (e.g. 'gpu1:0') "
-        "or by UUID; GET hosts lists them."
+        "or by UUID; %gpustatus and the sidebar list them."
     )
 
 
@@ -136,8 +136,7 @@ class ReservationService:
         if problems:
             gpu, (gap_start, gap_end) = problems[0]
             zone = self.policy.zone
-            begin = f"{gap_start.astimezone(zone):%a %Y-%m-%d %H:%M}"
-            until = f"{gap_end.astimezone(zone):%a %Y-%m-%d %H:%M}"
+            begin, until = describe_instant(gap_start, zone), describe_instant(gap_end, zone)
             raise Forbidden(
                 f"{who.name} may not use {gpu.ref} from {begin} to {until} ({zone}): "
                 "no access rule allows it.",

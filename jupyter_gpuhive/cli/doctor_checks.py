@@ -394,8 +394,8 @@ def _health(host: str, xml: str, lost: tuple[tuple[str, str], ...], report: Nvsm
             "health",
             WARN,
             " | ".join(degraded),
-            "still bookable; look at it (nvidia-smi -q), or drain it for maintenance "
-            "(POST gpuhive/api/health/drain).",
+            "still bookable; look at it (nvidia-smi -q), or drain it for maintenance (in "
+            "the GPU sidebar, or through the REST API: POST /gpuhive/api/health/drain).",
             XML_QUERY,
         )
     return Check(host, "health", OK, f"{_n(len(report.gpus), 'GPU')}: ok", "", XML_QUERY)

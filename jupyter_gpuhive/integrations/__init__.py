@@ -186,7 +186,8 @@ class Integrations:
                 if not self.settings.mail.enabled else "it knows no e-mail address of yours: "
                 "give 'email'"),
             "webhook": None if any("gpus.available" in w.events for w in hooks) else
-                "you have no webhook for the event gpus.available (POST webhooks)",
+                "you have no webhook for the event gpus.available (add one through the REST "
+                "API: POST /gpuhive/api/webhooks)",
         }  # fmt: skip
         if asked is None:
             return tuple(c for c in ("email", "lab", "webhook") if why.get(c) is None)

@@ -91,7 +91,11 @@ class DigestService:
             f" by {v.offender or 'an unknown user'}"
             for v in mine
         ] or ["  none"]
-        lines += ["", '-- gpuhive (turn this off with PUT digest {"enabled": false})']
+        lines += [
+            "",
+            "-- gpuhive (turn this off through the REST API: "
+            'PUT /gpuhive/api/digest {"enabled": false})',
+        ]
         subject = f"[gpuhive] Your GPUs on {today:%a %d %b}: {len(coming)} reservation(s)"
         return subject, "\n".join(lines) + "\n"
 

@@ -86,7 +86,7 @@ class JobRules:
         for ref in refs:
             gpu = self.store.inventory.gpu(ref)
             if gpu is None:
-                raise Invalid(f"Unknown GPU '{ref}'. GET hosts lists the GPUs.")
+                raise Invalid(f"Unknown GPU '{ref}'. %gpustatus and the sidebar list the GPUs.")
             gpus[gpu.id] = gpu
         return list(gpus.values())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from enum import StrEnum
 from typing import Any
 
@@ -75,6 +75,11 @@ def parse_duration(value: Any, name: str) -> timedelta:
     if seconds > _LONGEST.total_seconds():  # also infinity
         raise Invalid(f"'{name}' is too long: at most 100 years.")
     return timedelta(seconds=seconds)
+
+
+def describe_instant(instant: datetime, zone: tzinfo) -> str:
+    """An instant as people at the site read it: 'Tue 2026-12-08 09:00' on its clock."""
+    return f"{instant.astimezone(zone):%a %Y-%m-%d %H:%M}"
 
 
 def describe_duration(delta: timedelta) -> str:

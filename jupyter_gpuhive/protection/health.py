@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import HiveError
-from ..model import Identity, Reservation
+from ..model import Identity, Reservation, describe_instant
 from ..model.finder import Slot, Want
 from ..model.health import GpuCondition
 from ..model.violations import GPU_HEALTH, Violation
@@ -30,6 +30,14 @@ log = logging.getLogger(__name__)
 AHEAD = timedelta(days=7)  # as the gpu.health webhook event: running now or within a week
 Search = Callable[[Identity, Want], Awaitable[tuple[Want, list[Slot]]]]
 Notify = Callable[[Incident, Sequence[str], Mapping[str, Any]], None]
+
+
+class Finder(Protocol):
+    """What the notices use of the bookings service: its finder and its site's policy."""
+
+    policy: Any  # .zone: the site's time zone
+
+    async def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]: ...
 
 
 def slot_json(slot: Slot) -> dict[str, Any]:
@@ -63,6 +71,7 @@ class HealthNotices:
         unix_user: Callable[[str], str],
         handlers: Sequence[str],
         level: int,
+        zone: tzinfo = UTC,
     ) -> None:
         self.store = store
         self._run = run
@@ -71,6 +80,7 @@ class HealthNotices:
         self._unix_user = unix_user
         self.handlers = tuple(handlers)
         self.level = level
+        self.zone = zone  # the site's: times in a notice read on its clock
         self._open: dict[tuple[int, int], int] = {}  # (reservation, GPU id) -> notice id
 
     @classmethod
@@ -79,12 +89,14 @@ class HealthNotices:
         protection: Protection,
         store: Store,
         run: Callable[..., Awaitable[Any]],
-        search: Search,
+        bookings: Finder,
     ) -> HealthNotices:
-        """Notices through `protection`'s handlers named in its `health_handlers` setting."""
+        """Notices through `protection`'s handlers named in its `health_handlers` setting, with
+        the alternatives of `bookings`' finder and times on its site's clock."""
         s = protection.settings
         told = [n for n in s.health_handlers if n in protection.handlers]
-        return cls(store, run, search, protection.notify, protection.unix_user, told, s.level)
+        return cls(store, run, bookings.search, protection.notify, protection.unix_user, told,
+                   s.level, bookings.policy.zone)  # fmt: skip
 
     def then(
         self,
@@ -163,17 +175,19 @@ class HealthNotices:
         now: datetime,
     ) -> None:
         gpu = self.store.inventory.gpu_by_id(gpu_id)
+        when = lambda iso: describe_instant(datetime.fromisoformat(iso), self.zone)  # noqa: E731
         text = (
             f"GPU {gpu.ref} of your reservation {res.id} ('{res.title}', until "
-            f"{res.end.isoformat()}) {what_happened(gpu.ref, condition)}."
+            f"{describe_instant(res.end, self.zone)}) {what_happened(gpu.ref, condition)}."
         )
         if offer:
             text += (
-                f" The earliest alternative: {', '.join(offer['gpus'])} from {offer['start']} "
-                f"to {offer['end']} (book it, or find more with POST reservations/search)."
+                f" The earliest alternative: {', '.join(offer['gpus'])} from "
+                f"{when(offer['start'])} to {when(offer['end'])} (book it in the GPU sidebar "
+                "or with %gpureserve; %gpureserve N --earliest finds more)."
             )
         else:
-            text += " No alternative is free; POST reservations/search finds the earliest slot."
+            text += " No alternative is free now; %gpureserve N --earliest finds the earliest."
         record = Violation(
             GPU_HEALTH, gpu.host, gpu.ref, gpu.uuid, None, res.owner, res.id, self.level,
             (), (), text, now,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import os
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -93,6 +94,9 @@ async def test_holders_are_told_with_the_best_alternative(
         message = notice["message"]
         assert f"GPU gpu1:1 of your reservation {held.body['id']}" in message and words in message
         assert "The earliest alternative: gpu1:" in message and "gpu1:1 from" not in message
+        # people's words (#48): the site's clock, no ISO timestamps, no route names
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", message), message
+        assert "reservations/search" not in message and "%gpureserve" in message, message
         await told.until(1, timeout=15)
         event = told.new_events[-1]
         assert event["event"] == "gpu.health" and event["data"]["gpu"] == "gpu1:1"
