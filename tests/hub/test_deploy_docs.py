@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import subprocess
-import textwrap
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,20 +23,16 @@ import pytest
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.store import Store
+from tests.support.docblocks import code_blocks
 from tests.support.postgres import PostgresCluster, _bin, running_postgres
 from tests.support.team_hub import EXAMPLE, REPO, TeamHub
 
 DOC = REPO / "docs" / "team-mode.md"
-BLOCK = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 
 
 def blocks(language: str, containing: str) -> list[str]:
     """The document's code blocks of `language` that contain `containing`, dedented."""
-    found = [
-        textwrap.dedent(body)
-        for _, lang, body in BLOCK.findall(DOC.read_text())
-        if lang == language and containing in body
-    ]
+    found = [b.text for b in code_blocks(DOC) if b.language == language and containing in b.text]
     assert found, f"no {language or 'plain'} block with {containing!r} in {DOC}"
     return found
 
@@ -62,7 +58,8 @@ def test_the_documented_hosts_file_is_what_the_service_reads(tmp_path: Path) -> 
 
 
 def test_the_hub_tests_load_the_example_as_the_document_says() -> None:
-    (line,) = [b.strip() for b in blocks("python", "load_subconfig(")]
+    # Deploy's one-line block (the quick start's Hub config ends with such a line too).
+    (line,) = [b.strip() for b in blocks("python", "load_subconfig(") if "\n" not in b.strip()]
     assert line == 'load_subconfig("/etc/jupyterhub/gpuhive_hub_config.py")'
     hub = TeamHub("postgresql+psycopg://nobody@127.0.0.1/none", {"alice": ["phd"]})
     try:
@@ -81,20 +78,26 @@ def cluster() -> Iterator[PostgresCluster]:
         yield fresh
 
 
-def as_postgres(command: str, cluster: PostgresCluster, stdin: str = "") -> str:
-    """Run one documented `sudo -u postgres …` line against `cluster`."""
-    words = shlex.split(command, comments=True)
-    assert words[:3] == ["sudo", "-u", "postgres"], command
-    argv = [_bin(words[3]), *words[4:]]
-    if os.geteuid() == 0:
-        argv = ["runuser", "-u", "postgres", "--", *argv]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PGHOST": "127.0.0.1",
-           "PGPORT": str(cluster.port), "PGUSER": cluster.user}  # fmt: skip
-    # A new session has no terminal: --pwprompt reads the password from stdin then.
-    done = subprocess.run(
-        argv, input=stdin, env=env, capture_output=True, text=True, timeout=60,
-        start_new_session=True,
+def cluster_env(cluster: PostgresCluster) -> dict[str, str]:
+    """What a shell on the database's machine has, with libpq pointed at `cluster`."""
+    path = f"{Path(_bin('psql')).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    return {"PATH": path, "PGHOST": "127.0.0.1", "PGPORT": str(cluster.port),
+            "PGUSER": cluster.user, "LANG": "C.UTF-8"}  # fmt: skip
+
+
+def as_shell(script: str, cluster: PostgresCluster) -> subprocess.CompletedProcess[str]:
+    """Run a documented block with bash, as root with no terminal (a new session)."""
+    return subprocess.run(
+        ["bash", "-e", "-c", script], env=cluster_env(cluster), capture_output=True, text=True,
+        timeout=60, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+
+
+def as_postgres(command: str, cluster: PostgresCluster) -> str:
+    """Run one `runuser -u postgres -- …` command line against `cluster`."""
+    words = shlex.split(command, comments=True)
+    assert words[:4] == ["runuser", "-u", "postgres", "--"], command
+    done = as_shell(command, cluster)
     assert done.returncode == 0, (command, done.stderr)
     return done.stdout
 
@@ -103,19 +106,19 @@ def test_the_documented_postgresql_setup_gives_the_service_its_store(
     cluster: PostgresCluster,
 ) -> None:
     secret = "s3cret pa@ss"
-    setup = next(b for b in blocks("sh", "createuser") if "createdb" in b)
-    for line in setup.strip().splitlines():
-        stdin = f"{secret}\n{secret}\n" if "--pwprompt" in line else ""
-        as_postgres(line, cluster, stdin)
+    (setup,) = blocks("sh", "CREATE ROLE gpuhive")
+    assert setup.startswith("runuser -u postgres -- psql"), setup  # no sudo, no terminal
+    made = as_shell(setup.replace("SECRET", secret), cluster)
+    assert made.returncode == 0, made.stderr
     (hba,) = blocks("", "scram-sha-256")
     rule = [ln for ln in hba.splitlines() if ln.strip() and not ln.startswith("#")]
     assert rule == ["host    gpuhive   gpuhive  127.0.0.1/32   scram-sha-256"]
-    hba_file = as_postgres("sudo -u postgres psql -tA -c 'SHOW hba_file'", cluster).strip()
-    path = Path(hba_file)
+    hba_file = as_postgres("runuser -u postgres -- psql -tA -c 'SHOW hba_file'", cluster)
+    path = Path(hba_file.strip())
     path.write_text(rule[0] + "\n" + path.read_text())  # above the cluster's trust lines
-    as_postgres("sudo -u postgres psql -c 'SELECT pg_reload_conf()'", cluster)
+    as_postgres("runuser -u postgres -- psql -c 'SELECT pg_reload_conf()'", cluster)
 
-    (config,) = blocks("python", "c.GpuHiveApp.db_url")
+    (config,) = blocks("python", 'c.GpuHiveApp.db_url = "postgresql')
     documented = re.search(r'db_url = "([^"]+)"', config)
     assert documented is not None
     url = documented.group(1)
@@ -124,6 +127,14 @@ def test_the_documented_postgresql_setup_gives_the_service_its_store(
     from urllib.parse import quote
 
     url = url.replace("SECRET", quote(secret, safe="")).replace(":5432/", f":{cluster.port}/")
+    # The document's check of the URL, with the Hub environment's Python: silent when it works.
+    (check,) = blocks("sh", "sqlalchemy.create_engine")
+    check = check.replace("/opt/jupyterhub/bin/python", sys.executable)
+    site_url = "postgresql+psycopg://gpuhive:SECRET@127.0.0.1:5432/gpuhive"
+    works = as_shell(check.replace(site_url, url), cluster)
+    assert (works.returncode, works.stdout, works.stderr) == (0, "", ""), works
+    wrong = as_shell(check.replace(site_url, url.replace("s3cret", "wrong")), cluster)
+    assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr, wrong
     store = Store(url)
     store.open()  # the gpuhive role creates the tables (btree_gist was created for it)
     try:

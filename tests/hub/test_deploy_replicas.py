@@ -128,6 +128,16 @@ def test_a_users_server_in_client_mode_calls_the_balancer(stack: ReplicaStack) -
     assert [r["title"] for r in listed.body["reservations"]] == ["via haproxy"]
 
 
+def test_the_replicas_give_out_the_hubs_public_url(stack: ReplicaStack, token: str) -> None:
+    """replica.env's JUPYTERHUB_PUBLIC_URL: a feed's URL is the Hub's, whatever a request says."""
+    public = stack.hub.public_url + "services/gpuhive/api/calendar/"
+    for _ in range(2):  # round-robin: both replicas
+        made = via_balancer(stack, token, "POST", "feeds/personal",
+                            headers={"X-Forwarded-Host": "elsewhere.example"})  # fmt: skip
+        assert made.status == 201, made
+        assert made.body["url"].startswith(public), (made.body["url"], public)
+
+
 def test_a_killed_replica_leaves_the_rotation_and_the_other_serves(
     stack: ReplicaStack, token: str
 ) -> None:

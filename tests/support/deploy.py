@@ -2,8 +2,8 @@
 
 The recipe's files are used as they are; only the site's addresses and paths are replaced
 (`render`): haproxy's frontend, replica and stats ports by free ports, /etc/gpuhive/ by a
-directory of the run, /opt/jupyterhub/bin/python by this interpreter, the Hub's API port by
-the test Hub's. A systemd unit is started the way systemd would start it (`unit_command`):
+directory of the run, /opt/jupyterhub/bin/python by this interpreter, the Hub's API port and
+public URL by the test Hub's. A systemd unit is started the way systemd would start it (`unit_command`):
 a minimal environment (systemd's PATH, the account's HOME, USER, LOGNAME, SHELL), then its
 EnvironmentFile= and Environment= lines (%i is the instance: the replica's port), and its
 ExecStart= as the command. The Hub is tests/support/team_hub.py's TeamHub, configured by
@@ -45,6 +45,7 @@ SITE_BALANCER, SITE_STATS, SITE_HUB_API = "127.0.0.1:10100", "127.0.0.1:10109", 
 SITE_REPLICAS = ("127.0.0.1:10101", "127.0.0.1:10102")  # gpuhive@1, gpuhive@2
 SITE_HEALTH = ("10111", "10112")  # their health ports
 SITE_CONFIG = "/etc/gpuhive/gpuhive_config.py"
+SITE_PUBLIC = "https://hub.example.org/"  # replica.env: the Hub's public URL + services/gpuhive/
 SITE_ETC = "/etc/gpuhive/"
 SITE_PYTHON = "/opt/jupyterhub/bin/python"
 PREFIX = "/services/gpuhive/"
@@ -232,6 +233,9 @@ class ReplicaStack:
             balancer_url=hub_env["GPUHIVE_SERVICE_URL"],
             service_token_file=Path(hub_env["GPUHIVE_SERVICE_TOKEN_FILE"]),
             hub_db_url=hub_db_url,
+            # c.JupyterHub.public_url, under another name of the proxy's address (so that a
+            # URL built from it is told apart from one built from a request's Host)
+            public_host="localhost",
         )
         self.replicas: list[Replica] = []
         self.haproxy: subprocess.Popen[bytes] | None = None
@@ -336,7 +340,10 @@ class ReplicaStack:
         """Every replica from the unit file, all at once on the new database."""
         env_file = self.etc / "replica.env"
         env_file.write_text(
-            render(REPLICA_ENV.read_text(), {SITE_HUB_API: f"127.0.0.1:{self.hub.hub_port}"})
+            render(
+                REPLICA_ENV.read_text(),
+                {SITE_HUB_API: f"127.0.0.1:{self.hub.hub_port}", SITE_PUBLIC: self.hub.public_url},
+            )
         )
         for i, (port, health) in enumerate(
             zip(self.replica_ports, self.health_ports, strict=True), 1
