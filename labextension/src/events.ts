@@ -1,7 +1,10 @@
 /**
  * Toasts from the server's event bus: gpuhive emits an event when someone runs on GPUs that
- * another user reserved (or leaves a reservation idle). Only the people concerned see it.
+ * another user reserved (or leaves a reservation idle). Only the people concerned see it. A
+ * window opened while a violation lasts shows it at once, from GET hosts (openViolations).
  */
+
+import type { IHost } from './model';
 
 export const VIOLATION_SCHEMA = 'https://events.jupyter.org/jupyter_gpuhive/violation';
 /** GPUs an availability subscription asked for are free (docs/integrations.md). */
@@ -92,10 +95,59 @@ export class ToastBoard {
     }
     if (known && this.notifier.update(known.id, toast.message, toast.level)) {
       known.message = toast.message;
+      known.seeded = false;
+      return;
+    }
+    if (known?.seeded) {
+      known.message = toast.message; // dismissed before the server said it in its own words
+      known.seeded = false;
       return;
     }
     this._shown.set(key, { id: this.notifier.emit(toast.message, toast.level), message: toast.message });
   }
 
-  private _shown = new Map<string, { id: string; message: string }>();
+  /**
+   * Show the notice of a violation that was open when this window started (GET hosts): once.
+   * The server's next event for it then updates the notice in place, or, when the user has
+   * dismissed it meanwhile, is taken as said (the same violation, only in the server's words).
+   */
+  seed(event: IHiveEvent, toast: IToast): void {
+    const key = toastKey(event);
+    if (!this._shown.has(key)) {
+      this._shown.set(key, { id: this.notifier.emit(toast.message, toast.level), message: toast.message, seeded: true });
+    }
+  }
+
+  private _shown = new Map<string, { id: string; message: string; seeded?: boolean }>();
+}
+
+/**
+ * The violations going on now that concern `me` (my processes on others' GPUs, others' on mine),
+ * as the events the server sends for them: one per violation, from the processes GET hosts marks.
+ */
+export function openViolations(hosts: IHost[], me: string): IHiveEvent[] {
+  const found = new Map<number, IHiveEvent>();
+  for (const host of hosts) {
+    for (const gpu of host.gpus.flatMap(g => [g, ...(g.slices ?? [])])) {
+      for (const p of gpu.processes ?? []) {
+        const v = p.violation;
+        if (!v || v.id === null || v.id === undefined || found.has(v.id) || (p.user !== me && v.holder !== me)) {
+          continue;
+        }
+        const program = (p.command ?? '').trim().split(/\s+/)[0]?.split('/').pop();
+        const where = v.holder ? `a GPU reserved by ${v.holder}` : 'a GPU nobody reserved';
+        found.set(v.id, {
+          schema_id: VIOLATION_SCHEMA,
+          kind: v.kind,
+          holder: v.holder ?? null,
+          offender: p.user,
+          gpu: gpu.id,
+          host: host.name,
+          violation: v.id,
+          message: p.user === me ? `Your process ${p.pid}${program ? ` (${program})` : ''} on GPU ${gpu.id} runs on ${where}.` : ''
+        });
+      }
+    }
+  }
+  return [...found.values()];
 }

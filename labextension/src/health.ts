@@ -5,6 +5,7 @@
  */
 
 import { HiveApi } from './api';
+import type { IGpuState } from './model';
 
 /** One GPU or MIG slice as GET health reports it. */
 export interface IGpuHealth {
@@ -49,6 +50,32 @@ export function healthNotes(h: IGpuHealth | undefined): IHealthNote[] {
     notes.push({ kind: 'drained', text: `Drained for maintenance${by}${why}. Not bookable.` });
   }
   return notes;
+}
+
+/**
+ * A GPU's state with its health: a failed or drained GPU is never free, whatever its bookings
+ * say (its badge, colour, the summary's count and its checkbox follow). A GPU whose host is down
+ * stays down; who holds it still shows after the word.
+ */
+export function healthyState(state: IGpuState, h: IGpuHealth | undefined): IGpuState {
+  const failed = h?.state === 'failed';
+  if (!h || (!failed && !h.drained) || state.kind === 'down') {
+    return state;
+  }
+  const held = ['mine', 'reserved', 'busy'].includes(state.kind) ? ` · ${state.label}` : '';
+  const why = failed
+    ? `failed: ${(h.reasons ?? []).join('; ') || 'the health check failed'}`
+    : `drained for maintenance${h.drained_by ? ` by ${h.drained_by}` : ''}${h.drain_reason ? ` (${h.drain_reason})` : ''}`;
+  return {
+    kind: failed ? 'failed' : 'drained',
+    label: `${failed ? 'failed' : 'drained'}${held}`,
+    detail: `${h.gpu}: ${why}; it cannot be booked${held ? `; ${state.detail.replace(`${h.gpu}: `, '')}` : ''}`
+  };
+}
+
+/** Whether a row in this state may be selected for booking (a checkbox's enabled state). */
+export function selectable(state: IGpuState): boolean {
+  return !['down', 'failed', 'drained'].includes(state.kind);
 }
 
 /** The drain action an admin gets on a row: whole GPUs only (a slice follows its GPU). */

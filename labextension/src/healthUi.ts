@@ -1,14 +1,15 @@
 /**
  * GPU health on the sidebar's GPU rows (health.ts decides, this draws): a note per finding
- * (failed or degraded with the reasons, drained with who and why) and, for admins, a Drain or
- * Undrain button on each whole GPU.
+ * (failed or degraded with the reasons, drained with who and why) and, for admins, Drain or
+ * End the drain in each whole GPU's row menu (rowMenu.ts).
  */
 
 import { InputDialog, showErrorMessage } from '@jupyterlab/apputils';
 
 import { HiveApi } from './api';
-import { button, el } from './dom';
+import { el } from './dom';
 import { IGpuHealth, drainAction, fetchHealth, healthByGpu, healthNotes, setDrain } from './health';
+import { IRowAction } from './rowMenu';
 
 export class HealthRows {
   constructor(
@@ -25,24 +26,33 @@ export class HealthRows {
     }
   }
 
+  /** The health of one row's GPU, if known. */
+  get(gpu: string): IGpuHealth | undefined {
+    return this._byGpu.get(gpu);
+  }
+
   /** The health of one row's GPU, if known (its state, for the row's data attribute). */
   state(gpu: string): string {
     return this._byGpu.get(gpu)?.state ?? 'ok';
   }
 
-  /** The nodes a GPU's row gets: its health notes and, for admins, the drain action. */
-  nodes(gpu: string, isSlice: boolean, admin: boolean): HTMLElement[] {
-    const h = this._byGpu.get(gpu);
-    const out: HTMLElement[] = healthNotes(h).map(note =>
+  /** The notes a GPU's row gets: its health, worst first, then its drain. */
+  nodes(gpu: string): HTMLElement[] {
+    return healthNotes(this._byGpu.get(gpu)).map(note =>
       el('div', { class: `jp-gpuhive-health jp-gpuhive-health-${note.kind}`, role: 'note' }, note.text)
     );
-    const action = drainAction(h, admin, isSlice);
+  }
+
+  /** The admin actions of a GPU's row menu: drain, or end the drain (whole GPUs only). */
+  actions(gpu: string, isSlice: boolean, admin: boolean): IRowAction[] {
+    const action = drainAction(this._byGpu.get(gpu), admin, isSlice);
     if (action === 'drain') {
-      out.push(button('Drain', `Drain ${gpu} for maintenance (no new bookings; holders are told)`, () => void this._drain(gpu, true), 'jp-gpuhive-drain'));
-    } else if (action === 'undrain') {
-      out.push(button('Undrain', `End the drain of ${gpu}: it takes bookings again`, () => void this._drain(gpu, false), 'jp-gpuhive-undrain'));
+      return [{ label: 'Drain…', title: `Drain ${gpu} for maintenance (no new bookings; holders are told)`, run: () => void this._drain(gpu, true) }];
     }
-    return out;
+    if (action === 'undrain') {
+      return [{ label: 'End the drain', title: `End the drain of ${gpu}: it takes bookings again`, run: () => void this._drain(gpu, false) }];
+    }
+    return [];
   }
 
   private async _drain(gpu: string, drain: boolean): Promise<void> {

@@ -9,7 +9,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Notification } from '@jupyterlab/apputils';
 
 import { Fetcher, HiveApi } from './api';
-import { IHiveEvent, ToastBoard, VIOLATION_SCHEMA, eventToast } from './events';
+import { IHiveEvent, ToastBoard, VIOLATION_SCHEMA, eventToast, openViolations } from './events';
 import { IKernelEvent, KERNEL_SCHEMA } from './kernels';
 import { KernelSection, KernelStatus, KernelStore, installSwitch, openNotebookButton, showKernelEvent } from './kernelsUi';
 import { GpuHivePanel } from './panel';
@@ -107,13 +107,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       update: (id, message, level) =>
         Notification.update({ id, message, type: level, autoClose: level === 'warning' ? false : 10000 })
     });
+    // Who I am, asked now: the panel asks only once it is shown, and a window whose sidebar shows
+    // something else would drop every event meant for me. The violations going on now are shown
+    // at once (the server repeats an event only about once a minute), once per violation.
+    let me: string | null = null;
+    void (async () => {
+      me = (await api.me()).name;
+      for (const event of openViolations((await api.hostsReply()).hosts, me)) {
+        const toast = eventToast(event, me);
+        if (toast) {
+          toasts.seed(event, toast);
+        }
+      }
+    })().catch(error => console.warn('gpuhive: could not read the violations going on now', error));
     app.serviceManager.events.stream.connect((_, emission) => {
+      const who = me ?? panel.me;
       if (emission.schema_id === KERNEL_SCHEMA) {
-        showKernelEvent(emission as unknown as IKernelEvent, panel.me, tracker, kernels);
+        showKernelEvent(emission as unknown as IKernelEvent, who, tracker, kernels);
         return;
       }
       const event = emission as unknown as IHiveEvent;
-      const toast = eventToast(event, panel.me);
+      const toast = eventToast(event, who);
       if (toast && event.schema_id === VIOLATION_SCHEMA) {
         toasts.show(event, toast); // one notice per violation, updated in place
       } else if (toast) {

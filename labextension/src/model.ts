@@ -141,7 +141,11 @@ export interface IJob {
 /** `GET me`: who I am. */
 export type IMe = IdentityReply;
 
-export type GpuKind = 'free' | 'mine' | 'reserved' | 'busy' | 'down' | 'unknown';
+/** 'failed' and 'drained' come from GET health (health.ts healthyState): never free. */
+export type GpuKind = 'free' | 'mine' | 'reserved' | 'busy' | 'failed' | 'drained' | 'down' | 'unknown';
+
+/** The kinds the summary line counts, in its order. */
+export const SUMMARY_KINDS: GpuKind[] = ['free', 'mine', 'reserved', 'busy', 'failed', 'drained', 'down'];
 
 export interface IGpuState {
   kind: GpuKind;
@@ -251,8 +255,11 @@ export function processUsers(gpu: IGpu): string[] {
   return users;
 }
 
-/** A GPU's state for `me`: down / mine / reserved by whom until when / busy with whose processes / free. */
-export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = new Date()): IGpuState {
+/**
+ * A GPU's state for `me`: down / mine / reserved by whom until when / busy with whose processes /
+ * free. `myJob`: my job running on it (jobs.ts jobsByGpu), named when the GPU is not reserved.
+ */
+export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = new Date(), myJob = ''): IGpuState {
   if (hostState === 'down') {
     return { kind: 'down', label: 'down', detail: `${gpu.id}: host ${gpu.host} is down` };
   }
@@ -274,6 +281,11 @@ export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = n
       label: `${res.owner} until ${until}`,
       detail: `${gpu.id}: reserved by ${res.owner} ('${res.title}') until ${until}${running}`
     };
+  }
+  if (users.length && !others.length) {
+    // Only my own processes (my job, preemptible or not): mine, never an intruder's colour.
+    const what = myJob || 'in use by you';
+    return { kind: 'mine', label: what, detail: `${gpu.id}: not reserved, ${myJob ? `running ${myJob}` : 'running your processes'}` };
   }
   if (users.length) {
     const n = gpu.processes?.length ?? 0;
@@ -302,15 +314,25 @@ export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = n
   return { kind: 'free', label: 'free', detail: `${gpu.id}: free` };
 }
 
-/** Counts of each kind over all hosts: for the summary line. */
-export function summarize(hosts: IHost[], me: string, now: Date = new Date()): Record<GpuKind, number> {
-  const counts: Record<GpuKind, number> = { free: 0, mine: 0, reserved: 0, busy: 0, down: 0, unknown: 0 };
+/** Counts of each kind over all hosts (each GPU's state as `stateOf` gives it): for the summary line. */
+export function summarize(
+  hosts: IHost[],
+  me: string,
+  now: Date = new Date(),
+  stateOf: (gpu: IGpu, host: IHost) => IGpuState = (g, h) => gpuState(g, h.state, me, now)
+): Record<GpuKind, number> {
+  const counts: Record<GpuKind, number> = { free: 0, mine: 0, reserved: 0, busy: 0, failed: 0, drained: 0, down: 0, unknown: 0 };
   for (const h of hosts) {
     for (const g of h.gpus) {
-      counts[gpuState(g, h.state, me, now).kind] += 1;
+      counts[stateOf(g, h).kind] += 1;
     }
   }
   return counts;
+}
+
+/** The summary line: "8 free · 2 mine · 1 failed". */
+export function summaryText(counts: Record<GpuKind, number>): string {
+  return SUMMARY_KINDS.filter(k => counts[k]).map(k => `${counts[k]} ${k}`).join(' · ') || 'No GPUs';
 }
 
 /** My reservations worth listing (running or upcoming), soonest first. */
@@ -349,34 +371,6 @@ export function hostGoneText(hosts: string[]): string {
 export function isRunning(r: IBrief, now: Date = new Date()): boolean {
   const t = now.getTime();
   return new Date(r.start).getTime() <= t && t < new Date(r.end).getTime();
-}
-
-/** Whether a job can still be stopped. */
-export function isJobActive(job: IJob): boolean {
-  return ['pending', 'queued', 'starting', 'running'].includes(String(job.status).toLowerCase());
-}
-
-/** The status line of a job: "running · 2 GPUs", "pending · queued". */
-export function jobStatusText(job: IJob): string {
-  const parts = [String(job.status)];
-  if (job.queued === true && String(job.status).toLowerCase() === 'pending') {
-    parts.push('queued');
-  }
-  const gpus = Array.isArray(job.gpus) ? job.gpus.length : 0;
-  if (gpus) {
-    parts.push(`${gpus} GPU${gpus === 1 ? '' : 's'}`);
-  }
-  return parts.join(' · ');
-}
-
-/** The jobs worth listing: every active one (newest first), then the `recent` latest finished ones. */
-export function jobsToShow(jobs: IJob[], recent = 5): IJob[] {
-  const newest = (a: IJob, b: IJob) =>
-    String(b.updated_at ?? b.created_at ?? '').localeCompare(String(a.updated_at ?? a.created_at ?? '')) ||
-    Number(b.id) - Number(a.id);
-  const active = jobs.filter(isJobActive).sort(newest);
-  const done = jobs.filter(j => !isJobActive(j)).sort(newest).slice(0, recent);
-  return [...active, ...done];
 }
 
 /** 'gpu1:0','gpu1:1','gpu2:3' → 'gpu1:0,1 gpu2:3' (the %gpureserve form). */

@@ -11,9 +11,11 @@ import { Widget } from '@lumino/widgets';
 import { HiveApi, LENGTHS, buildReservationRequest } from './api';
 import { button, el, section, sendForm } from './dom';
 import { EarliestSection } from './earliest';
+import { GpuRows } from './gpuRows';
 import { HealthRows } from './healthUi';
 import { IntegrationSections } from './integrationsPanel';
-import { lentText, reclaimedText } from './lending';
+import { isJobActive, jobStatusText, jobsToShow } from './jobs';
+import { IReclaimSent, loanView, pruneReclaims, reclaimedText } from './lending';
 import {
   FALLBACK_SETUP,
   IGuidance,
@@ -22,19 +24,14 @@ import {
   IMe,
   IReservation,
   activeReservations,
-  bookableUnits,
   formatTime,
-  formatUsage,
-  gpuState,
   hostGoneText,
-  isJobActive,
   isRunning,
-  jobStatusText,
-  jobsToShow,
   reservationCountdown,
   summarize,
-  violationNotes
+  summaryText
 } from './model';
+import { RowMenu } from './rowMenu';
 import { dueReminders } from './reminders';
 import { WIDGETS, WidgetName, gpureserveCell, widgetCell } from './snippets';
 
@@ -100,6 +97,7 @@ export class GpuHivePanel extends Widget {
       return;
     }
     window.clearInterval(this._tick);
+    this._menu.node.remove();
     this._poll.dispose();
     super.dispose();
   }
@@ -129,6 +127,7 @@ export class GpuHivePanel extends Widget {
       this._setup = reply.hosts.length ? null : (reply.setup ?? FALLBACK_SETUP);
       this._note = reply.note ?? '';
       this._reservations = reservations;
+      pruneReclaims(this._reclaims, reservations);
       this._jobs = jobs;
       this._updatedAt = new Date();
       this._setStatus(`Updated ${formatTime(this._updatedAt.toISOString())}`, false);
@@ -144,6 +143,10 @@ export class GpuHivePanel extends Widget {
   private _build(): void {
     const root = this.node;
     this._health = new HealthRows(this._api, () => this._render());
+    this._menu = new RowMenu();
+    this._gpus = new GpuRows(this._health, this._menu, this._selected, () => this._renderSelection(), g => this._guidance(g, 'advice'));
+    // Scrolling the panel moves the rows away from an open menu: close it.
+    root.addEventListener('scroll', () => this._menu.close(false), { passive: true });
     root.setAttribute('role', 'region');
     root.setAttribute('aria-label', 'GPU hive');
 
@@ -220,6 +223,8 @@ export class GpuHivePanel extends Widget {
     root.append(...this._integrations.nodes);
     // The earliest slot that fits, from the server's finder (earliest.ts).
     root.append(new EarliestSection(this._api, () => void this.refresh()).node);
+    // The menu pops up over everything: in the page's body (a side panel contains what it holds).
+    document.body.append(this._menu.node);
   }
 
   private _setStatus(text: string, error: boolean): void {
@@ -232,68 +237,15 @@ export class GpuHivePanel extends Widget {
   private _render(): void {
     const me = this._me?.name ?? '';
     const now = new Date();
-    const counts = summarize(this._hosts, me, now);
-    this._summary.textContent = this._setup
-      ? 'No GPU hosts configured'
-      : (['free', 'mine', 'reserved', 'busy', 'down'] as const)
-          .filter(k => counts[k])
-          .map(k => `${counts[k]} ${k}`)
-          .join(' · ') || 'No GPUs';
+    const ctx = { me, admin: Boolean(this._me?.admin), now, jobs: this._jobs };
+    this._summary.textContent = this._setup ? 'No GPU hosts configured' : summaryText(summarize(this._hosts, me, now, this._gpus.stateFor(ctx)));
     this._noteNode.textContent = this._note;
     this._noteNode.hidden = !this._note;
     this._setupNode.hidden = !this._setup;
     this._setupNode.replaceChildren(...(this._setup ? [this._guidance(this._setup, 'setup')] : []));
     this._gpusSection.hidden = this._reserveSection.hidden = Boolean(this._setup);
     this._integrations.setHosts(this._setup ? [] : this._hosts.map(h => h.name));
-
-    // Hosts and GPUs.
-    const known = new Set<string>();
-    this._hostsNode.replaceChildren(
-      ...this._hosts.map(host => {
-        const list = el('ul', { class: 'jp-gpuhive-gpus', 'aria-label': `GPUs of ${host.name}` });
-        for (const gpu of bookableUnits(host.gpus)) {
-          known.add(gpu.id);
-          const state = gpuState(gpu, host.state, me, now);
-          const box = el('input', { type: 'checkbox', class: 'jp-gpuhive-select', 'aria-label': `Select ${gpu.id} (${state.label})` });
-          box.checked = this._selected.has(gpu.id);
-          box.disabled = state.kind === 'down';
-          box.addEventListener('change', () => {
-            if (box.checked) {
-              this._selected.add(gpu.id);
-            } else {
-              this._selected.delete(gpu.id);
-            }
-            this._renderSelection();
-          });
-          const usage = formatUsage(gpu);
-          list.append(
-            el(
-              'li',
-              { class: `jp-gpuhive-gpu jp-gpuhive-state-${state.kind}`, 'data-gpu': gpu.id, 'data-state': state.kind, 'data-kind': gpu.kind ?? 'gpu', 'data-health': this._health.state(gpu.id), title: state.detail },
-              el('label', { class: 'jp-gpuhive-gpu-label' }, box, el('span', { class: 'jp-gpuhive-gpu-id' }, gpu.profile ? `${gpu.id} (${gpu.profile})` : gpu.id)),
-              el('span', { class: 'jp-gpuhive-badge' }, state.label),
-              el('span', { class: 'jp-gpuhive-usage' }, usage),
-              el('span', { class: 'jp-gpuhive-sr' }, state.detail),
-              ...violationNotes(gpu, me).map(note => el('div', { class: 'jp-gpuhive-violation' }, note)),
-              ...this._health.nodes(gpu.id, gpu.kind === 'slice', Boolean(this._me?.admin))
-            )
-          );
-        }
-        const problem = host.state === 'up' ? '' : host.error ? `: ${host.error}` : '';
-        return el(
-          'div',
-          { class: `jp-gpuhive-host jp-gpuhive-host-${host.state}`, 'data-host': host.name },
-          el('h4', {}, host.name, el('span', { class: 'jp-gpuhive-host-state', title: `${host.state}${problem}` }, host.state)),
-          host.advice ? this._guidance(host.advice, 'advice') : '',
-          list
-        );
-      })
-    );
-    for (const id of [...this._selected]) {
-      if (!known.has(id)) {
-        this._selected.delete(id);
-      }
-    }
+    this._hostsNode.replaceChildren(...this._gpus.render(this._hosts, ctx));
     this._renderSelection();
 
     // My reservations.
@@ -318,7 +270,7 @@ export class GpuHivePanel extends Widget {
     const verb = running ? 'End now' : 'Cancel';
     const action = button(verb, `${verb}: reservation '${r.title}'`, () => void this._cancel(r), 'jp-gpuhive-cancel');
     const countdown = el('span', { class: 'jp-gpuhive-countdown', 'data-start': r.start, 'data-end': r.end }, reservationCountdown(r, now));
-    const lent = lentText(r);
+    const loan = loanView(r, this._reclaims, now);
     return el(
       'li',
       { class: `jp-gpuhive-reservation${running ? ' jp-mod-running' : ''}`, 'data-reservation-id': String(r.id) },
@@ -327,9 +279,9 @@ export class GpuHivePanel extends Widget {
       el('div', { class: 'jp-gpuhive-res-time' }, `${formatTime(r.start, now)}–${formatTime(r.end, now)} · `, countdown),
       r.flagged ? el('div', { class: 'jp-gpuhive-flag' }, `⚠ ${r.flag_reason ?? 'no longer allowed by the access rules'}`) : '',
       r.hosts_gone?.length ? el('div', { class: 'jp-gpuhive-flag jp-gpuhive-host-gone' }, hostGoneText(r.hosts_gone)) : '',
-      lent ? el('div', { class: 'jp-gpuhive-lent' }, lent) : '',
+      loan.text ? el('div', { class: 'jp-gpuhive-lent' }, loan.text) : '',
       action,
-      lent
+      loan.reclaim
         ? button('I need my GPUs now', `Stop the preemptible jobs on reservation '${r.title}'`, () => void this._reclaim(r), 'jp-gpuhive-reclaim')
         : '',
       this._extras?.(r, now) ?? ''
@@ -341,7 +293,7 @@ export class GpuHivePanel extends Widget {
       'li',
       { class: `jp-gpuhive-job jp-gpuhive-job-${String(job.status).toLowerCase()}`, 'data-job-id': String(job.id) },
       el('span', { class: 'jp-gpuhive-job-name' }, job.name || `job ${job.id}`),
-      el('span', { class: 'jp-gpuhive-badge' }, jobStatusText(job))
+      el('span', { class: 'jp-gpuhive-badge', title: jobStatusText(job) }, jobStatusText(job))
     );
     if (isJobActive(job)) {
       item.append(button('Stop', `Stop job '${job.name}'`, () => void this._stopJob(job), 'jp-gpuhive-stop'));
@@ -429,6 +381,8 @@ export class GpuHivePanel extends Widget {
   private async _reclaim(r: IReservation): Promise<void> {
     try {
       const reply = await this._api.reclaim(r.id);
+      this._reclaims.set(r.id, { ...reply, at: Date.now() });
+      this._render(); // at once: the row no longer offers what was just done
       Notification.success(reclaimedText(r.id, reply), { autoClose: 8000 });
       await this.refresh();
     } catch (error) {
@@ -490,4 +444,7 @@ export class GpuHivePanel extends Widget {
   private _jobsSection!: HTMLElement;
   private _integrations!: IntegrationSections;
   private _health!: HealthRows;
+  private _menu!: RowMenu;
+  private _gpus!: GpuRows;
+  private _reclaims = new Map<number, IReclaimSent>();
 }

@@ -19,6 +19,8 @@ function freePort(): string {
 process.env.GPUHIVE_UI_PORT ??= freePort();
 process.env.GPUHIVE_UI_PORT_ZERO ??= freePort();
 process.env.GPUHIVE_UI_PORT_EMPTY ??= freePort();
+// The demo-sized servers scale.spec.ts starts and stops itself (one at a time).
+process.env.GPUHIVE_UI_PORT_SCALE ??= freePort();
 process.env.GPUHIVE_UI_TOKEN ??= 'gpuhive-ui-test-token';
 process.env.GPUHIVE_UI_BOB_TOKEN ??= 'gpuhive-ui-test-bob';
 process.env.GPUHIVE_UI_ADMIN_TOKEN ??= 'gpuhive-ui-test-ada';

@@ -9,13 +9,21 @@ workspaces, the notebooks, and a labextensions folder that points at the freshly
 `nvidia-smi` on PATH that answers for a simulated 4-GPU machine (a GPU workstation's first
 start); `start_server.py empty` one with no gpuhive configuration and no nvidia-smi (port from
 GPUHIVE_UI_PORT_ZERO / GPUHIVE_UI_PORT_EMPTY).
+
+`start_server.py demo` is `make demo` itself (its 3 hosts x 4 GPUs, alice's and bob's bookings, the
+violation, the queued job, the load), for the token's user named as this machine's user (the
+demo's admin); `start_server.py wide` the same with 5 more hosts: 32 GPUs. The sidebar-at-size
+spec (scale.spec.ts) starts and stops these itself, on GPUHIVE_UI_PORT_SCALE.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +41,9 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else "sim"
 PORT = int(
     {"sim": os.environ.get("GPUHIVE_UI_PORT", "18765"),
      "zeroconf": os.environ.get("GPUHIVE_UI_PORT_ZERO", "18766"),
-     "empty": os.environ.get("GPUHIVE_UI_PORT_EMPTY", "18767")}[MODE]
+     "empty": os.environ.get("GPUHIVE_UI_PORT_EMPTY", "18767"),
+     "demo": os.environ.get("GPUHIVE_UI_PORT_SCALE", "18768"),
+     "wide": os.environ.get("GPUHIVE_UI_PORT_SCALE", "18768")}[MODE]
 )  # fmt: skip
 TOKEN = os.environ.get("GPUHIVE_UI_TOKEN", "gpuhive-ui-test-token")
 BOB_TOKEN = os.environ.get("GPUHIVE_UI_BOB_TOKEN", "gpuhive-ui-test-bob")
@@ -74,6 +84,24 @@ def driver_bin(root: Path) -> Path:
     )
     script.chmod(0o755)
     return folder
+
+
+def demo_config(root: Path) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    """`make demo`'s config, store and load (demo mode; wide: 5 more hosts, 32 GPUs in all)."""
+    from jupyter_gpuhive.cli import demo
+    from jupyter_gpuhive.sim.cluster import LocalSimHost
+    from jupyter_gpuhive.sim.inventory import preset
+
+    hosts = demo.demo_hosts(root)
+    if MODE == "wide":
+        hosts += [LocalSimHost(f"gpu{i}", root / "sim" / f"gpu{i}", preset("a100x4", f"gpu{i}"))
+                  for i in range(4, 9)]  # fmt: skip
+    config = demo.write_config(root / "demo", hosts)
+    demo.seed_store(config)
+    text = config.read_text().replace("c = get_config()  # noqa\n", "")
+    if MODE == "wide":
+        text += "c.GpuHiveApp.poll_interval = 5.0\n"  # 8 probe loops on a small machine
+    return text, demo.start_load(hosts)
 
 
 def gpuhive_config(root: Path) -> str:
@@ -124,13 +152,17 @@ def main() -> None:
     (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
         json.dumps({"windowingMode": "none", "autoStartDefaultKernel": True})
     )
+    demo, load = demo_config(root) if MODE in ("demo", "wide") else ("", [])
+    # In the demo, the token's user is this machine's user, as in `make demo`: its admin.
+    me = f"{TOKEN!r}: {{'name': {getpass.getuser()!r}, 'groups': []}}, " if demo else ""
     config = root / "jupyter_server_config.py"
     config.write_text(
         "c = get_config()  # noqa\n"
-        + gpuhive_config(root)
+        + (demo or gpuhive_config(root))
         + "c.ServerApp.identity_provider_class = "
         "'jupyter_gpuhive.auth.TokenUsersIdentityProvider'\n"
-        f"c.TokenUsersIdentityProvider.users = {{{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}, "
+        f"c.TokenUsersIdentityProvider.users = {{{me}"
+        f"{BOB_TOKEN!r}: {{'name': 'bob', 'groups': []}}, "
         f"{ADMIN_TOKEN!r}: {{'name': 'ada', 'groups': []}}}}\n"
         f"c.IdentityProvider.token = {TOKEN!r}\n"
         "c.ServerApp.allow_root = True\n"
@@ -166,7 +198,17 @@ def main() -> None:
         path.insert(0, str(driver_bin(root)))
     env["PATH"] = os.pathsep.join(path)
     args = [sys.executable, "-m", "jupyterlab", f"--config={config}"]
-    os.execve(sys.executable, args, env)  # noqa: S606
+    if not load:
+        os.execve(sys.executable, args, env)  # noqa: S606
+    # The demo's load runs in sessions of its own: ended here when JupyterLab stops (SIGTERM).
+    lab = subprocess.Popen(args, env=env)
+    signal.signal(signal.SIGTERM, lambda *_: lab.send_signal(signal.SIGTERM))
+    try:
+        lab.wait()
+    finally:
+        for process in load:
+            process.kill()
+            process.wait()
 
 
 if __name__ == "__main__":

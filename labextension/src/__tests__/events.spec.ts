@@ -1,4 +1,5 @@
-import { AVAILABILITY_SCHEMA, INotifier, ToastBoard, VIOLATION_SCHEMA, eventToast } from '../events';
+import { AVAILABILITY_SCHEMA, ToastBoard, VIOLATION_SCHEMA, eventToast } from '../events';
+import { FakeNotices } from './notices';
 
 const foreign = {
   schema_id: VIOLATION_SCHEMA,
@@ -56,23 +57,6 @@ describe('eventToast', () => {
   });
 });
 
-/** A notice list like JupyterLab's: emit adds, update replaces, the user may dismiss. */
-class FakeNotices implements INotifier {
-  shown = new Map<string, string>();
-  emitted = 0;
-  emit(message: string): string {
-    const id = `n${++this.emitted}`;
-    this.shown.set(id, message);
-    return id;
-  }
-  update(id: string, message: string): boolean {
-    if (!this.shown.has(id)) {
-      return false;
-    }
-    this.shown.set(id, message);
-    return true;
-  }
-}
 
 describe('ToastBoard', () => {
   const event = { ...foreign, violation: 7 };

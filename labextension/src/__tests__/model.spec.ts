@@ -10,14 +10,12 @@ import {
   formatUsage,
   gpuState,
   hostGoneText,
-  isJobActive,
   isRunning,
-  jobStatusText,
-  jobsToShow,
   reservationCountdown,
   summarize,
   violationNotes
 } from '../model';
+import { isJobActive, jobStatusText, jobsToShow } from '../jobs';
 
 // jest.config.js sets TZ=UTC, so local times below are UTC.
 const NOW = new Date('2026-11-22T10:00:00Z');
@@ -129,7 +127,7 @@ describe('summaries and lists', () => {
     { name: 'gpu2', state: 'down', gpus: [gpu({ id: 'gpu2:0', host: 'gpu2' })] }
   ];
   it('counts kinds', () => {
-    expect(summarize(hosts, 'me', NOW)).toEqual({ free: 1, mine: 1, reserved: 0, busy: 0, down: 1, unknown: 0 });
+    expect(summarize(hosts, 'me', NOW)).toEqual({ free: 1, mine: 1, reserved: 0, busy: 0, failed: 0, drained: 0, down: 1, unknown: 0 });
   });
   const res = (id: number, start: string, end: string, extra: Partial<IReservation> = {}): IReservation => ({
     id,

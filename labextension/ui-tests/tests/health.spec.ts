@@ -1,8 +1,8 @@
 /**
  * GPU health in the sidebar (issue #30): a failure preset on the UI-test server's simulated host
- * (row remapping failed on gpu1:3) marks the GPU's row failed with the reason; ada, an admin,
- * drains gpu2:0 from its row (the row then says who drained it and why) and undrains it; a
- * user who is not an admin gets no drain button. Everything it changes is undone afterwards.
+ * (row remapping failed on gpu1:3) marks the GPU's row failed with the reason, never free; ada, an
+ * admin, drains gpu2:0 from its row's menu (the row then says who drained it and why) and ends the
+ * drain; a user who is not an admin gets no admin menu. Everything it changes is undone afterwards.
  */
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
@@ -56,10 +56,21 @@ test("a failed GPU's row says so, with the reason", async () => {
     "Failed: row remapping failed: the GPU's memory needs service. Not bookable."
   );
   await expect(row('gpu1:0').locator('.jp-gpuhive-health')).toHaveCount(0);
+  // Never free: its state, its checkbox and the summary's count say so (issue #48).
+  await expect(row('gpu1:3')).toHaveAttribute('data-state', 'failed');
+  await expect(row('gpu1:3').locator('.jp-gpuhive-badge')).toHaveText(/^failed/);
+  await expect(row('gpu1:3').getByRole('checkbox')).toBeDisabled();
+  await expect(panel().locator('.jp-gpuhive-summary')).toContainText('1 failed');
 });
 
+/** Run an action of a row's admin menu. */
+async function adminAction(gpu: string, action: RegExp): Promise<void> {
+  await row(gpu).getByRole('button', { name: `Admin actions for ${gpu}` }).click();
+  await page.getByRole('menuitem', { name: action }).click();
+}
+
 test('an admin drains a GPU from its row, and undrains it', async ({ request }) => {
-  await row('gpu2:0').getByRole('button', { name: /^Drain gpu2:0/ }).click();
+  await adminAction('gpu2:0', /^Drain gpu2:0/);
   const dialog = page.locator('.jp-Dialog');
   await dialog.locator('input').fill('fan swap');
   await dialog.getByRole('button', { name: 'Drain' }).click();
@@ -67,9 +78,15 @@ test('an admin drains a GPU from its row, and undrains it', async ({ request }) 
   const health = (await api(request, 'GET', 'health')).body.gpus as { gpu: string; drained: boolean; drained_by: string }[];
   expect(health.find(h => h.gpu === 'gpu2:0')).toMatchObject({ drained: true, drained_by: 'ada' });
 
-  await row('gpu2:0').getByRole('button', { name: /^End the drain of gpu2:0/ }).click();
+  await expect(row('gpu2:0')).toHaveAttribute('data-state', 'drained');
+  await expect(row('gpu2:0').getByRole('checkbox')).toBeDisabled();
+  await adminAction('gpu2:0', /^End the drain of gpu2:0/);
   await expect(row('gpu2:0').locator('.jp-gpuhive-health')).toHaveCount(0);
-  await expect(row('gpu2:0').getByRole('button', { name: /^Drain gpu2:0/ })).toBeVisible();
+  await expect(row('gpu2:0')).toHaveAttribute('data-state', 'free');
+  await row('gpu2:0').getByRole('button', { name: 'Admin actions for gpu2:0' }).click();
+  await expect(page.getByRole('menuitem', { name: /^Drain gpu2:0/ })).toBeVisible();
+  await page.keyboard.press('Escape');
+  await expect(page.locator('.jp-gpuhive-rowmenu')).toBeHidden();
   const after = (await api(request, 'GET', 'health')).body.gpus as { gpu: string; drained: boolean }[];
   expect(after.find(h => h.gpu === 'gpu2:0')?.drained).toBe(false);
 });
@@ -80,5 +97,5 @@ test('a user who is not an admin sees the health, and no drain button', async ({
   errors = watchErrors(page);
   await openPanel(TOKEN, 'gpuhive-health-user');
   await expect(row('gpu1:3').locator('.jp-gpuhive-health-failed')).toBeVisible();
-  await expect(panel().locator('.jp-gpuhive-drain, .jp-gpuhive-undrain')).toHaveCount(0);
+  await expect(panel().locator('.jp-gpuhive-rowmenu-button')).toHaveCount(0);
 });
