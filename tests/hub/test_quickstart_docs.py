@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
+import re
 import shlex
 import signal
 import subprocess
@@ -204,7 +204,7 @@ def test_the_quick_start_books_through_the_hub_as_written(tmp_path: Path) -> Non
 
 @pytest.fixture
 def loop_site(tmp_path: Path, postgres: PostgresCluster) -> Iterator[dict[str, str]]:
-    """/etc/gpuhive/ for two replicas (their config, replica.env, the token file), here."""
+    """/etc/gpuhive/ for two replicas (their config, replica.env, the how-to's token file)."""
     etc = tmp_path / "etc-gpuhive"
     etc.mkdir()
     config = etc / "gpuhive_config.py"
@@ -215,9 +215,11 @@ def loop_site(tmp_path: Path, postgres: PostgresCluster) -> Iterator[dict[str, s
     )
     replace = {SITE_HUB_API: f"127.0.0.1:{free_port()}", SITE_PUBLIC: "http://127.0.0.1:8000/"}
     (etc / "replica.env").write_text(render(REPLICA_ENV.read_text(), replace))
-    token = etc / "service-token.env"
-    token.write_text(f"JUPYTERHUB_API_TOKEN={secrets.token_hex(32)}\n")
-    token.chmod(0o600)
+    (made,) = code_blocks(REPLICAS_DOC, "1. The token")  # the how-to's token file, made here
+    bash(render(made.text, {"/etc/gpuhive": str(etc)}), shell_env(tmp_path), tmp_path)
+    token = (etc / "service-token.env").read_text()
+    assert re.fullmatch(r"JUPYTERHUB_API_TOKEN=[0-9a-f]{64}\n", token), token
+    assert (etc / "service-token.env").stat().st_mode & 0o777 == 0o600
     (tmp_path / "bin").mkdir()
     yield {"/etc/gpuhive": str(etc), "/opt/jupyterhub/bin/": f"{tmp_path}/bin/",
            "config": str(config)}  # fmt: skip
