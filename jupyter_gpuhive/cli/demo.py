@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -77,6 +78,16 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
     return config
 
 
+def cli_hint(config: Path) -> str:
+    """The start-up line that says how `jupyter gpuhive` commands see the demo's hosts."""
+    flag = f"--config {shlex.quote(str(config))}"
+    return (
+        f"gpuhive demo: the CLI sees these hosts with {flag}, e.g. "
+        f"`jupyter gpuhive hosts {flag}`, `jupyter gpuhive doctor {flag}`, "
+        f"`jupyter gpuhive sim fail gpu2:1 {flag}` and `jupyter gpuhive sim recover gpu2:1 {flag}`"
+    )
+
+
 def write_config_text(path: Path, text: str) -> None:
     """Write a server config as a secret file (0600 from its first byte)."""
     from ..hosts.secretfiles import write_secret
@@ -125,6 +136,7 @@ def main() -> None:
     print(f"gpuhive demo: added {len(seeded['reservations'])} reservations of alice and bob"
           f"{' and a queued job' if seeded['job'] else ''}")  # fmt: skip
     print("gpuhive demo: REST API under <URL>/gpuhive/api/ (e.g. /gpuhive/api/hosts)")
+    print(cli_hint(config))
     load = [] if "--no-load" in sys.argv else start_load(hosts)
     try:
         lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", f"--config={config}", *args])

@@ -19,8 +19,8 @@ from typing import Any
 from traitlets import Bool, Unicode
 
 from .._version import __version__
+from .base import _Base
 from .common import fail
-from .main import _Base
 
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 

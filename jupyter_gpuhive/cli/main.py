@@ -8,41 +8,19 @@ Errors a person can fix end in one sentence on stderr and status 1 (`common.run`
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.application import JupyterApp
 from jupyter_core.paths import jupyter_config_dir
-from traitlets import Bool, Enum, Int, Unicode, default
-from traitlets.config import Application
+from traitlets import Bool, Enum, Int, Unicode
 
-from .._version import __version__
 from ..hosts.guidance import setup_text
+from .base import _Base
 from .common import GpuHiveApp, fail, run, unreachable
 
 CONFIG_NAME = "jupyter_gpuhive_config.py"
-
-
-class _Base(JupyterApp):
-    version = __version__
-    classes = [GpuHiveApp]
-
-    @default("log_format")
-    def _plain_log(self) -> str:
-        return "%(message)s"  # a bad option is one sentence, not "[App] CRITICAL | …"
-
-    @default("log_level")
-    def _quiet(self) -> int:
-        return logging.WARNING  # the settings' info lines are for the server's log
-
-    def gpuhive(self) -> GpuHiveApp:
-        """A GpuHiveApp configured as the server would configure it."""
-        for name in ("jupyter_server_config", "jupyter_gpuhive_config"):
-            Application.load_config_file(self, name, path=self.config_file_paths)
-        return GpuHiveApp(config=self.config, parent=self)  # logs as this command
 
 
 class InitApp(_Base):
@@ -453,7 +431,10 @@ jupyter gpuhive hosts add --help
         "trust": (TrustApp, TrustApp.__doc__),
         "migrate": (MigrateApp, MigrateApp.__doc__),
         "report": (ReportApp, ReportApp.__doc__),
-        "sim": ("jupyter_gpuhive.cli.sim.SimApp", "Simulated GPU hosts: sim up, sim down."),
+        "sim": (
+            "jupyter_gpuhive.cli.sim.SimApp",
+            "Simulated GPU hosts: sim up, sim down, sim fail, sim recover.",
+        ),
         "doctor": (
             "jupyter_gpuhive.cli.doctor.DoctorApp",
             "Check hosts as gpuhive uses them: driver, nvidia-smi formats, SSH, screen, kernels.",

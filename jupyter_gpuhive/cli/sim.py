@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Int
+from traitlets import Bool, Int, Unicode
 
 from ..errors import Invalid
-from .main import _Base, _reload_note
+from .base import _Base
+from .main import _reload_note
 
 SIM_DIR = "gpuhive-sim"
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
@@ -173,23 +174,94 @@ jupyter gpuhive sim down
         print(_reload_note(app))
 
 
+class SimFailApp(_Base):
+    """Make a simulated GPU fail its health check: sim fail HOST:INDEX [--fault ecc]."""
+
+    name = "jupyter-gpuhive-sim-fail"
+    description = __doc__
+    examples = """
+jupyter gpuhive sim fail sim1:2
+jupyter gpuhive sim fail gpu2:1 --fault lost --config DEMO_DIR/jupyter_server_config.py
+"""
+    fault = Unicode(
+        "ecc", help="The failure: ecc, retired, remapped, thermal, lost or xid (see sim/health.py)."
+    ).tag(config=True)
+    aliases = {"fault": "SimFailApp.fault"}
+    usage = "Usage: jupyter gpuhive sim fail HOST:INDEX [--fault ecc] [--config PATH]"
+    done = "{ref} now fails its health check ({fault}); gpuhive sees it at its next sweep."
+
+    def start(self) -> None:
+        if len(self.extra_args) != 1:
+            print(self.usage, file=sys.stderr)
+            sys.exit(1)
+        try:
+            ref = set_fault(self, self.extra_args[0], self.fault or None)
+        except Invalid as error:
+            print(f"Not changed: {error.message}", file=sys.stderr)
+            sys.exit(1)
+        print(self.done.format(ref=ref, fault=self.fault))
+
+
+class SimRecoverApp(SimFailApp):
+    """Make a simulated GPU healthy again: sim recover HOST:INDEX."""
+
+    name = "jupyter-gpuhive-sim-recover"
+    description = __doc__
+    examples = """
+jupyter gpuhive sim recover sim1:2
+"""
+    fault = Unicode("")
+    aliases: dict[str, Any] = {}
+    usage = "Usage: jupyter gpuhive sim recover HOST:INDEX [--config PATH]"
+    done = "{ref} is healthy again; gpuhive takes bookings on it from its next sweep."
+
+
+def set_fault(command: _Base, ref: str, fault: str | None) -> str:
+    """Give the simulated GPU `ref` ('host:index') a failure preset (None: healthy); Invalid
+    when it names no simulated GPU of the configured hosts."""
+    from ..sim.inventory import SimConfigError, set_gpu_fault
+
+    host, _, index = ref.partition(":")
+    if not index.isdigit():
+        raise Invalid(f"{ref!r} is not a GPU: write host:index, e.g. sim1:2.")
+    specs = {str(h.get("name")): h for h in command.gpuhive().all_host_specs()}
+    if host not in specs:
+        known = ", ".join(sorted(specs)) or "none"
+        raise Invalid(f"there is no host {host!r} (the configured hosts: {known}); a demo's "
+                      "hosts need its --config PATH.")  # fmt: skip
+    config = (specs[host].get("env") or {}).get("GPUHIVE_SIM_CONFIG")
+    if not config:
+        raise Invalid(f"{host} is not a simulated host (`jupyter gpuhive sim up` makes some).")
+    try:
+        set_gpu_fault(config, int(index), fault)
+    except (SimConfigError, OSError) as error:
+        raise Invalid(f"{ref}: {error}.") from None
+    return ref
+
+
 class SimApp(_Base):
-    """Simulated GPU hosts to try gpuhive without GPUs: `sim up`, `sim down`."""
+    """Simulated GPU hosts to try gpuhive without GPUs: `sim up`, `sim down`, and
+    `sim fail` / `sim recover` to make one of their GPUs fail its health check and heal."""
 
     name = "jupyter-gpuhive-sim"
     description = __doc__
     examples = """
 jupyter gpuhive sim up --gpus 4
+jupyter gpuhive sim fail sim1:2
+jupyter gpuhive sim recover sim1:2
 jupyter gpuhive sim down
 """
     subcommands = {
         "up": (SimUpApp, SimUpApp.__doc__),
         "down": (SimDownApp, SimDownApp.__doc__),
+        "fail": (SimFailApp, SimFailApp.__doc__),
+        "recover": (SimRecoverApp, SimRecoverApp.__doc__),
     }
 
     def start(self) -> None:
         if self.subapp is None:
-            print("Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig] | sim down",
+            print("Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig] | sim down | "
+                  "sim fail HOST:INDEX [--fault ecc] | sim recover HOST:INDEX",
                   file=sys.stderr)  # fmt: skip
             sys.exit(1)
         self.subapp.start()
