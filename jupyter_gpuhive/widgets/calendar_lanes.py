@@ -20,6 +20,7 @@ CHAR_PX = 6.5  # the most a character of that font takes on average (DejaVu/Libe
 INSET_PX = 4  # a label starts this far inside its box, and ends this far before its end
 MIN_CHARS = 3  # fewer than this: no label (the tooltip has it)
 TOP_PX, BOTTOM_PX, RIGHT_PX = 40, 36, 12
+CHROME_PX = 12  # the figure's widget keeps this much of its height for itself (measured)
 VISIBLE_PX = 720  # a taller figure scrolls in a box this high
 ELLIPSIS = "…"
 
@@ -43,7 +44,7 @@ class Frame:
 
     @property
     def height_px(self) -> int:
-        return int(self.plot_height_px) + TOP_PX + BOTTOM_PX
+        return int(self.plot_height_px) + TOP_PX + BOTTOM_PX + CHROME_PX
 
     @property
     def px_per_hour(self) -> float:

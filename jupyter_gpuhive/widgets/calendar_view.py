@@ -60,7 +60,7 @@ class CalendarView(Shown):
     shown and scrolls in its box; its width is fixed (`width` px) so labels fit what they name.
     """
 
-    def __init__(self, model: CalendarModel, width: int = 960) -> None:
+    def __init__(self, model: CalendarModel, width: int = 840) -> None:
         self.model = model
         self.width = width
         m = model
@@ -95,6 +95,7 @@ class CalendarView(Shown):
             marks=[self.allowed, self.grid, self.boxes, self.labels, self.handles, self.now],
             axes=[self.top_axis, self.bottom_axis, self.lane_axis],
             interaction=self.brush,
+            padding_y=0.0,  # lanes at exactly LANE_PX (the default pads the range by 2.5 %)
             min_aspect_ratio=0.001,
             max_aspect_ratio=1000.0,
             layout=w.Layout(width=f"{width}px", min_width=f"{width}px"),
@@ -208,12 +209,12 @@ class CalendarView(Shown):
 
     def _render_controls(self) -> None:
         m = self.model
-        hosts = [("All hosts", None)] + [(h, h) for h in m.hosts]
+        hosts = [("All hosts", "")] + [(h, h) for h in m.hosts]
         if list(self.host.options) != hosts:
             self.host.options = hosts
         shown = {g.rsplit(":", 1)[0] for g in m.gpus}
-        one = next(iter(shown)) if len(shown) == 1 and len(m.hosts) > 1 else None
-        if self.host.value != one and (one is not None or len(m.gpus) == len(m.all_gpus)):
+        one = next(iter(shown)) if len(shown) == 1 and len(m.hosts) > 1 else ""
+        if self.host.value != one and (one or len(m.gpus) == len(m.all_gpus)):
             self.host.value = one
         if set(self.gpu_picker.options) != set(m.all_gpus):
             self.gpu_picker.options = m.all_gpus
@@ -278,7 +279,7 @@ class CalendarView(Shown):
         self.handles.visible = change["new"] == "Pick a box" and bool(self.model.boxes)
 
     def _host_chosen(self, change: dict[str, Any]) -> None:
-        host = change["new"]
+        host = change["new"] or None  # "": all hosts
         shown = {g.rsplit(":", 1)[0] for g in self.model.gpus}
         if (host is None and len(self.model.gpus) != len(self.model.all_gpus)) or (
             host is not None and shown != {host}

@@ -46,7 +46,7 @@ def test_labels_never_overlap_and_each_fits_its_box(count: int) -> None:
     model = CalendarModel(None, start=date(2027, 3, 1), gpus=gpus(count), zone="UTC")
     model.me, model.all_gpus = "ann", gpus(count)
     model.apply(crowded_week(model, ["ann", "bob", "carolyn-with-a-long-name"]), {})
-    frame = model.frame(960)
+    frame = model.frame(840)
     placed = model.labels(frame)
     assert len(model.boxes) > 20 * count and len(placed) > 3 * count  # crowded, and labelled
     for a, b in itertools.combinations(placed, 2):
@@ -67,9 +67,11 @@ def test_labels_never_overlap_and_each_fits_its_box(count: int) -> None:
 def test_lanes_keep_their_height_and_the_figure_grows(count: int) -> None:
     model = CalendarModel(None, start=date(2027, 3, 1), gpus=gpus(count), zone="UTC")
     model.all_gpus = gpus(count)
-    frame = model.frame(960)
+    frame = model.frame(840)
     assert frame.plot_height_px / count == lanes.LANE_PX >= 2 * lanes.FONT_PX
-    assert frame.height_px == count * lanes.LANE_PX + lanes.TOP_PX + lanes.BOTTOM_PX
+    assert (
+        frame.height_px == count * lanes.LANE_PX + lanes.TOP_PX + lanes.BOTTOM_PX + lanes.CHROME_PX
+    )
     ticks = lanes.lane_ticks(model.lane_names())
     assert list(ticks.values()) == gpus(count)  # names, one per lane, not numbers
     assert list(ticks) == [i + 0.5 for i in range(count)]
@@ -124,7 +126,8 @@ def test_a_drained_gpu_is_marked_and_never_free_and_one_host_can_be_shown(as_use
         assert cal.gpus == ["gpu06:0", "gpu06:1", "gpu06:2", "gpu06:3"]
         assert cal.unbookable[0].lane == 2
         assert list(view.lane_axis.tick_labels.values())[2] == "gpu06:2 · drained"
-        view.host.value = None
+        assert view.host.value == "gpu06"
+        view.host.value = ""  # All hosts
         assert len(cal.gpus) == 64
     finally:
         boss.request("POST", "health/drain", body={"gpu": "gpu06:2", "drain": False})
