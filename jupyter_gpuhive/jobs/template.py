@@ -71,9 +71,11 @@ def substitute(command_template: str, values: Mapping[str, str], hint: str = "")
     if unknown:
         listed = ", ".join(repr(name) for name in unknown)
         known = ", ".join(sorted(values))
+        literal = "${{" + unknown[0] + "}}"  # how the shell's own ${…} is written
         raise TemplateError(
             f"unknown field{'s' if len(unknown) > 1 else ''} {listed} in the command "
-            f"(known: {known}){hint}"
+            f"(known: {known}){hint}. Braces mark gpuhive's fields; for a literal brace, "
+            f"such as the shell's own ${{…}}, double them: {literal}"
         )
     parts: list[str] = []
     for literal, name, _spec, _conversion in _parse(command_template):

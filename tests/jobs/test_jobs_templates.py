@@ -162,3 +162,20 @@ def test_bad_hosts(hosts):
 def test_unknown_option(hosts):
     with pytest.raises(TemplateError, match="unknown option chief for the plain template"):
         plain.render("j", "t", hosts(1), options={"chief": True})
+
+
+def test_the_preemptible_how_tos_shell_line_pastes_and_the_error_says_how(hosts):
+    """#48 item 7: the how-to's command form of its trap line is accepted as it is written,
+    and the plain shell form is refused with the doubled-brace form to write instead."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs/how-to/preemptible.md").read_text()
+    [line] = re.findall(r"`(trap [^`]*\$\{\{[^`]*)`", doc)
+    [task] = plain.render("j", line, hosts(1))
+    assert task.command == """trap 'stop=yes' "${GPUHIVE_PREEMPT_SIGNAL#SIG}\""""
+    shell = """trap 'stop=yes' "${GPUHIVE_PREEMPT_SIGNAL#SIG}\""""
+    with pytest.raises(TemplateError) as refused:
+        plain.render("j", shell, hosts(1))
+    assert "${{GPUHIVE_PREEMPT_SIGNAL#SIG}}" in str(refused.value)
+    assert "literal brace" in str(refused.value)
