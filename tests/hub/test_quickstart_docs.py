@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpuhive._version import __version__
 from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.sshd import SYSTEM_PATH
 from tests.support.deploy import REPLICA_ENV, SITE_HUB_API, SITE_PUBLIC, render
@@ -147,6 +148,7 @@ def test_the_quick_start_books_through_the_hub_as_written(tmp_path: Path) -> Non
     blocks = code_blocks(DOC, QUICK_START)
     installs = [b for b in blocks if "pip install" in b.text]
     assert len(installs) == 1 and "npm install --global configurable-http-proxy" in installs[0].text
+    assert f"jupyter_gpuhive-{__version__}-py3-none-any.whl[hub,lab]" in installs[0].text
     values = trial_values(tmp_path / "trial")
     env = shell_env(tmp_path)
     trial = Trial(tmp_path / "trial", values)
