@@ -18,7 +18,7 @@ from .args import parse_gpu_args
 from .client import HiveClientError
 from .lending import SIGNALS
 from .magics import GpuHiveMagics
-from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows
+from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows, job_gpus
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -127,7 +127,10 @@ class GpuJobMagics(GpuHiveMagics):
             return JobPreview(tasks)
         queued = bool(body["queued"])
         job = self._call(self.client.request, "POST", "jobs", {**body, "start": not queued})
-        where = ", ".join(job["gpus"]) or "its GPUs"
+        count = (body.get("options") or {}).get("gpu_count")
+        where = ", ".join(job_gpus(job)) or (
+            f"{count} GPU{'s' if count != 1 else ''} chosen when it starts" if count else "its GPUs"
+        )
         verb = "queued" if queued else "started"
         if job.get("preemptible"):
             verb += " (preemptible)"

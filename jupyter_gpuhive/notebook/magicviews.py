@@ -274,6 +274,12 @@ class GpuStatus(Rich):
         return "\n\n".join([table, *(steps_text(a) for a in self.advice)])
 
 
+def job_gpus(job: dict[str, Any]) -> list[str]:
+    """A job's GPUs as 'host:index' refs, from its tasks (the job's own list holds UUIDs)."""
+    refs = [f"{t['host']}:{i}" for t in job.get("tasks", []) for i in t.get("gpu_indices", [])]
+    return list(dict.fromkeys(refs))
+
+
 class JobResult(Rich, dict):  # type: ignore[type-arg]
     """A job as the API returned it: what happened, its tasks, and how to follow it."""
 
@@ -286,7 +292,7 @@ class JobResult(Rich, dict):  # type: ignore[type-arg]
 
     def rows(self) -> list[tuple[Any, ...]]:
         return [
-            (t["index"], t["host"], ", ".join(t.get("gpus", [])), t["state"],
+            (t["index"], t["host"], ", ".join(job_gpus({"tasks": [t]})), t["state"],
              "" if t.get("exit_status") is None else t["exit_status"])
             for t in self.get("tasks", [])
         ]  # fmt: skip

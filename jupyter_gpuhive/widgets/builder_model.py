@@ -283,8 +283,12 @@ class JobBuilderModel:
             self.error = error_text(error, "preview the job")
         else:
             self.previewed = body
-            n = len(self.tasks)
-            self.message = f"{n} task{'s' if n != 1 else ''} on {self._hosts_text()}."
+            n, count = len(self.tasks), (body.get("options") or {}).get("gpu_count")
+            if not n and count:  # placed when it starts: no task can be shown yet
+                gpus = f"{count} GPU{'s' if count != 1 else ''}"
+                self.message = f"Queued by count: it runs on {gpus} chosen when it starts."
+            else:
+                self.message = f"{n} task{'s' if n != 1 else ''} on {self._hosts_text()}."
         self._changed()
         return self.tasks if not self.error else None
 
@@ -306,7 +310,9 @@ class JobBuilderModel:
         verb = {"now": "started", "schedule": "scheduled", "queue": "queued"}[self.form.mode]
         if job.get("preemptible"):
             verb += " (preemptible)"
-        where = ", ".join(job_gpus(job)) or "its GPUs"
+        count = (job.get("options") or {}).get("gpu_count")
+        where = ", ".join(job_gpus(job)) or (f"{count} GPUs chosen when it starts" if count
+                                             else "its GPUs")  # fmt: skip
         self.message = f"Job {job['id']} ({job['name']}) {verb} on {where}: {job['status']}."
         if self.form.mode == "schedule" and self.form.start_at is not None:
             self.message += f" It starts at {self.form.start_at:%a %d %b %H:%M}."

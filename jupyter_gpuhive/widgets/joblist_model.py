@@ -7,13 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..notebook.client import HiveClientError
+from ..notebook.magicviews import job_gpus
 from .messages import error_text, hosts_notice
-
-
-def job_gpus(job: dict[str, Any]) -> list[str]:
-    """A job's GPUs as 'host:index' refs, from its tasks (the job's own list holds UUIDs)."""
-    refs = [f"{t['host']}:{i}" for t in job.get("tasks", []) for i in t.get("gpu_indices", [])]
-    return list(dict.fromkeys(refs))
 
 
 @dataclass(frozen=True)

@@ -362,6 +362,24 @@ def test_queue_schedule_and_reservation_choice(owner: HiveClient) -> None:
 
 
 @needs_root
+def test_a_queue_by_count_preview_and_submit_say_what_will_happen(owner: HiveClient) -> None:
+    """#48 item 7: not "0 tasks on no host", nor "queued on its GPUs" when none were named."""
+    m = JobBuilderModel(owner)
+    m.load()
+    m.choose_template("plain")
+    m.pick_gpus([])
+    m.edit(name="counted", command="sleep 1", mode="queue", walltime="1h", gpu_count=2,
+           preemptible=True)  # fmt: skip
+    assert m.preview() is not None, m.error
+    assert m.message == "Queued by count: it runs on 2 GPUs chosen when it starts."
+    job = m.submit()
+    assert job is not None, m.error
+    assert "on 2 GPUs chosen when it starts" in m.message or "on wjob" in m.message, m.message
+    assert "its GPUs" not in m.message
+    owner.request("POST", f"jobs/{job['id']}/stop")
+
+
+@needs_root
 def test_overview_shows_a_running_queued_job(owner: HiveClient) -> None:
     body = {"name": "q-hold", "template": "plain", "gpus": ["wjob1:2"], "command": "sleep 120",
             "queued": True, "walltime": "1h"}  # fmt: skip
