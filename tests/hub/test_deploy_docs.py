@@ -145,3 +145,17 @@ def test_the_documented_postgresql_setup_gives_the_service_its_store(
     # The pg_hba line demands the password: without it the role is refused.
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(f"host=127.0.0.1 port={cluster.port} user=gpuhive dbname=gpuhive")
+
+
+def test_the_documented_key_command_reads_the_services_settings(tmp_path: Path) -> None:
+    (command,) = blocks("sh", "gpuhive key --config")
+    config = tmp_path / "gpuhive_config.py"
+    key = tmp_path / "ssh" / "id_ed25519"
+    config.write_text(f"c = get_config()  # noqa: F821\nc.GpuHiveApp.ssh_key = {str(key)!r}\n")
+    command = command.replace("/etc/gpuhive/gpuhive_config.py", str(config))
+    command = command.replace("/opt/jupyterhub/bin/", f"{Path(sys.executable).parent}/")
+    done = subprocess.run(["bash", "-e", "-c", command], capture_output=True, text=True,
+                          timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ssh-ed25519 "), done.stdout
+    assert key.stat().st_mode & 0o777 == 0o600  # made where the service's settings say
