@@ -7,11 +7,17 @@ from typing import Any
 from . import brokered as b
 from . import fairshare as f
 from . import finder as fi
-from . import handlers as h
 from . import health as he
+from . import hosts as ho
 from . import integrations as i
+from . import jobs as j
 from . import kernels as k
+from . import me
+from . import openapi as o
 from . import prometheus as pr
+from . import reservations as rs
+from . import rules as ru
+from . import violations as v
 from .base import HiveHandler, HiveLogic
 from .openapi import generate
 from .operations import PATH_PARAMETERS, implemented, operation_of
@@ -20,40 +26,40 @@ PREFIX = "/gpuhive/api"
 
 # (path below PREFIX, handler); parameters in braces are PATH_PARAMETERS. The OpenAPI
 # document is generated from this table and each method's @operation (openapi.py).
-ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
-    ("/me", h.MeHandler),
-    ("/me/ssh", h.SshHandler),
-    ("/hosts", h.HostsHandler),
-    ("/metrics", h.MetricsHandler),
+ENDPOINTS: list[tuple[str, type[HiveLogic]]] = [
+    ("/me", me.MeHandler),
+    ("/me/ssh", me.SshHandler),
+    ("/hosts", ho.HostsHandler),
+    ("/metrics", ho.MetricsHandler),
     ("/prometheus", pr.PrometheusHandler),
     ("/health", he.HealthHandler),
     ("/health/drain", he.DrainHandler),
-    ("/usage", h.UsageHandler),
+    ("/usage", f.UsageHandler),
     ("/usage/scores", f.ScoresHandler),
     ("/limits", f.LimitsHandler),
     ("/limits/tiers", f.TiersHandler),
     ("/reports/accounting", f.ReportHandler),
     ("/reports/accounting.csv", f.ReportCsvHandler),
-    ("/violations", h.ViolationsHandler),
-    ("/reservations", h.ReservationsHandler),
+    ("/violations", v.ViolationsHandler),
+    ("/reservations", rs.ReservationsHandler),
     ("/reservations/search", fi.SlotSearchHandler),
-    ("/reservations/{id}", h.ReservationHandler),
-    ("/reservations/{id}/usage", h.ReservationUsageHandler),
-    ("/reservations/{id}/reclaim", h.ReclaimHandler),
-    ("/overview", h.OverviewHandler),
-    ("/rules", h.RulesHandler),
-    ("/rules/coverage", h.CoverageHandler),
-    ("/rules/{id}", h.RuleHandler),
-    ("/templates", h.TemplatesHandler),
-    ("/jobs", h.JobsHandler),
-    ("/jobs/preview", h.JobPreviewHandler),
-    ("/queue", h.QueueHandler),
-    ("/jobs/{id}", h.JobHandler),
-    ("/jobs/{id}/start", h.JobStartHandler),
-    ("/jobs/{id}/stop", h.JobStopHandler),
-    ("/jobs/{id}/enqueue", h.JobEnqueueHandler),
-    ("/jobs/{id}/dequeue", h.JobDequeueHandler),
-    ("/jobs/{id}/log", h.JobLogHandler),
+    ("/reservations/{id}", rs.ReservationHandler),
+    ("/reservations/{id}/usage", rs.ReservationUsageHandler),
+    ("/reservations/{id}/reclaim", rs.ReclaimHandler),
+    ("/overview", rs.OverviewHandler),
+    ("/rules", ru.RulesHandler),
+    ("/rules/coverage", ru.CoverageHandler),
+    ("/rules/{id}", ru.RuleHandler),
+    ("/templates", j.TemplatesHandler),
+    ("/jobs", j.JobsHandler),
+    ("/jobs/preview", j.JobPreviewHandler),
+    ("/queue", j.QueueHandler),
+    ("/jobs/{id}", j.JobHandler),
+    ("/jobs/{id}/start", j.JobStartHandler),
+    ("/jobs/{id}/stop", j.JobStopHandler),
+    ("/jobs/{id}/enqueue", j.JobEnqueueHandler),
+    ("/jobs/{id}/dequeue", j.JobDequeueHandler),
+    ("/jobs/{id}/log", j.JobLogHandler),
     ("/feeds", i.FeedsHandler),
     ("/feeds/personal", i.PersonalFeedHandler),
     ("/feeds/site", i.SiteFeedsHandler),
@@ -73,7 +79,7 @@ ENDPOINTS: list[tuple[str, type[h.HiveLogic]]] = [
     ("/kernels/{kernel}/process", b.ProcessHandler),
     ("/kernels/{kernel}/signal", b.SignalHandler),
     ("/kernels/{kernel}/cleanup", b.CleanupHandler),
-    ("/openapi.json", h.OpenAPIHandler),
+    ("/openapi.json", o.OpenAPIHandler),
 ]
 
 # Paths that take no Jupyter credentials (@operation(public=True)): a feed's token in its URL

@@ -1,8 +1,9 @@
-"""REST handlers of fair share: limits and tiers, usage scores, the accounting report."""
+"""REST handlers of usage and fair share: GPU-hours used, limits and tiers, usage scores, the
+accounting report."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
 from tornado import web
 
@@ -11,6 +12,21 @@ from ...model import utcnow
 from .base import HiveLogic
 from .operations import operation
 from .schemas import fairshare as fs
+from .schemas import queries
+
+
+class UsageHandler(HiveLogic):
+    @web.authenticated
+    @operation(
+        "Reserved and used GPU-hours per GPU and for the site in a window; per user and per "
+        "reservation: one's own rows (admins: all; see docs/privacy.md)",
+        query=queries.UsageQuery,
+    )
+    async def get(self) -> None:
+        q = self.query(queries.UsageQuery)
+        end = q.end or utcnow()
+        start = q.start or end - timedelta(days=7)
+        self.reply(await self.hive.bookings.usage(self.who, start, end))
 
 
 class LimitsHandler(HiveLogic):

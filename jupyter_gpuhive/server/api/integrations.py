@@ -13,9 +13,9 @@ from ...integrations.digests import setting_json
 from ...integrations.subscriptions import subscription_json
 from ...integrations.webhooks import describe
 from .base import HiveLogic
-from .handlers import Shown
 from .operations import operation
 from .schemas import bodies, queries, replies
+from .shown import Shown
 
 
 def feed_url(handler: HiveLogic, token: str) -> str:

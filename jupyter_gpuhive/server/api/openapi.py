@@ -16,11 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from tornado import web
 
 from ..._version import __version__
 from ...model import ID_MAX
+from .base import HiveLogic
 from .inputs import INT_MAX, MAX_BODY_BYTES
-from .operations import PATH_PARAMETERS, Operation, implemented, operation_of
+from .operations import PATH_PARAMETERS, Operation, implemented, operation, operation_of
 from .schemas import BODIES, REPLIES, ErrorReply
 
 REF = "#/components/schemas/{model}"
@@ -208,3 +210,10 @@ def generate(endpoints: tuple[tuple[str, type], ...], base_url: str = "/") -> di
             "securitySchemes": SECURITY_SCHEMES,
         },
     }
+
+
+class OpenAPIHandler(HiveLogic):
+    @web.authenticated
+    @operation("This document (OpenAPI 3.1, generated from the routes and their models)")
+    async def get(self) -> None:
+        self.reply(generate(self.endpoints, self.settings.get("base_url", "/")))
