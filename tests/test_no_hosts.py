@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy
 from jupyter_gpuhive.errors import Conflict
-from jupyter_gpuhive.model import HostDecl, Identity
+from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
 from jupyter_gpuhive.model.finder import Want
 from jupyter_gpuhive.store import Store
 from tests.api.helpers import refused
@@ -84,5 +84,30 @@ def test_hosts_without_gpus_yet_say_so(sqlite_url: str) -> None:
         store.inventory.sync([HostDecl("far", transport="ssh", address="far.example.org")])
         with pytest.raises(Conflict, match=r"None of the GPU hosts \(far\) has reported GPUs"):
             search.search(Identity("me"), Want(1, 3600, 0, 0))
+    finally:
+        store.close()
+
+
+def test_gpus_that_all_failed_or_are_drained_are_named(sqlite_url: str) -> None:
+    """GPUs reported but none bookable: the 409 says which failed or were drained, and why,
+    not that no host has reported GPUs (issue #48)."""
+    store = Store(sqlite_url).open()
+    try:
+        gpus = tuple(GpuDecl(i, f"GPU-near-{i}", "Simulated A100") for i in range(2))
+        store.inventory.sync([HostDecl("near", transport="local", gpus=gpus)])
+        first, second = store.inventory.gpus()
+        store.health.record({first.id: ("failed", ("uncorrectable ECC errors",))})
+        store.health.drain(second.id, True, "boss", "fan swap")
+        search = SlotSearch(store, Policy(ZoneInfo("UTC")), lambda: None)
+        with pytest.raises(Conflict) as refused:
+            search.search(Identity("me"), Want(1, 3600, 0, 0))
+        message = str(refused.value)
+        assert "has reported GPUs" not in message, message
+        assert "all 2 are failed or drained" in message, message
+        assert "near:0 failed its health check (uncorrectable ECC errors)" in message, message
+        assert "near:1 was drained for maintenance by boss: fan swap" in message, message
+        store.health.drain(second.id, False, "boss", None)  # one back: it is offered again
+        _, slots = search.search(Identity("me"), Want(1, 3600, 0, 0))
+        assert slots and all(u.ref == "near:1" for s in slots for u in s.units), slots
     finally:
         store.close()

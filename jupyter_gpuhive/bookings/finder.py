@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Conflict, Invalid
 from ..model import Gpu, Identity, describe_duration, utcnow
 from ..model.finder import Inputs, Slot, Span, Want, devices_needed, find
+from ..model.health import none_bookable
 from ..model.rules import Rule
 from ..store import Store
 from . import access
@@ -103,6 +104,10 @@ class SlotSearch:
         hosts = sorted(h.name for h in self.store.inventory.hosts())
         if not hosts:
             raise Conflict(NO_HOSTS)
+        closed = self.store.health.unbookable()
+        named = [(g.ref, closed[g.id]) for g in self.store.inventory.gpus() if g.id in closed]
+        if named:  # GPUs there are, but every one is failed or drained
+            raise Conflict(none_bookable(named))
         raise Conflict(
             f"None of the GPU hosts ({', '.join(hosts)}) has reported GPUs yet; the GPU sidebar "
             "and %gpustatus say why: a host that is down, or nvidia-smi failing there."

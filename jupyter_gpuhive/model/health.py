@@ -39,6 +39,15 @@ class GpuCondition:
             "GPU (%gpureserve N --earliest finds the earliest free ones)."
         )
 
+    def what_happened(self) -> str:
+        """'failed its health check (reasons)' or 'was drained for maintenance by X: why'."""
+        if self.state == "failed":
+            return f"failed its health check ({'; '.join(self.reasons) or 'no reason given'})"
+        by = f" by {self.drained_by}" if self.drained_by else ""
+        return f"was drained for maintenance{by}" + (
+            f": {self.drain_reason}" if self.drain_reason else ""
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The condition as GET health shows it."""
         return {
@@ -87,3 +96,13 @@ def condition_of(
     if parent is not None and not parent.bookable and (own is None or own.bookable):
         return parent
     return own
+
+
+def none_bookable(closed: list[tuple[str, GpuCondition]], shown: int = 6) -> str:
+    """The refusal when GPUs exist but every one is failed or drained: which, and why."""
+    named = "; ".join(f"{ref} {c.what_happened()}" for ref, c in closed[:shown])
+    more = f"; and {len(closed) - shown} more" if len(closed) > shown else ""
+    return (
+        f"No GPU can be booked now: all {len(closed)} are failed or drained ({named}{more}). "
+        "Admins see failures in the GPU sidebar; %gpustatus shows when a GPU is back."
+    )

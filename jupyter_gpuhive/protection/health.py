@@ -51,12 +51,7 @@ def slot_json(slot: Slot) -> dict[str, Any]:
 
 def what_happened(ref: str, condition: GpuCondition) -> str:
     """'failed its health check (reasons)' or 'was drained for maintenance by X: why'."""
-    if condition.state == "failed":
-        return f"failed its health check ({'; '.join(condition.reasons) or 'no reason given'})"
-    by = f" by {condition.drained_by}" if condition.drained_by else ""
-    return f"was drained for maintenance{by}" + (
-        f": {condition.drain_reason}" if condition.drain_reason else ""
-    )
+    return condition.what_happened()
 
 
 class HealthNotices:
