@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, tzinfo
 
-from ..model import Reservation, utcnow
+from ..model import Reservation, describe_instant, utcnow
 from ..model.violations import Violation, ViolationRecord
 from ..store import Store
 from .actions import Actions, EndReservation, Run
@@ -23,6 +23,7 @@ from .violations import IDLE
 
 log = logging.getLogger(__name__)
 
+IDLE_SINCE = "idle since "  # the notice's detail: this, then the time on the site's clock
 ENDED_IDLE = "ended early: idle"  # the reason the reservation's change event gives
 IDLE_ENDED = (
     "Your reservation {reservation} ('{title}') was ended early because its GPUs {gpu} were "
@@ -50,8 +51,10 @@ class IdleWatch:
         run: Run,
         unix_user: Callable[[str], str],
         end_reservation: EndReservation,
+        zone: tzinfo = UTC,
     ) -> None:
         self.settings = settings
+        self.zone = zone  # the site's: times in details read on its clock
         self.actions = actions
         self.store = store
         self._run = run
@@ -98,7 +101,7 @@ class IdleWatch:
         """Continue the idle notices another leader sent (by reservation id): not sent again,
         and ended early when due unless that leader did (its 'end-reservation' action)."""
         for rid, (record, res) in records.items():
-            since = _since(record)
+            since = idle_since(record.detail or "", self.zone, record.started_at)
             case = Case(record.id, since, self._incident(record.id, res, since), record.host)
             ended = any(a.handler == "end-reservation" for a in record.actions)
             self._idle[rid] = _Idle(since, case, ended)
@@ -111,7 +114,7 @@ class IdleWatch:
         """The idle notice as recorded at `at` (its detail says since when)."""
         refs = ",".join(g.ref for g in res.gpus)
         since = self._idle[res.id].since
-        detail = f"idle since {since.isoformat()}"
+        detail = IDLE_SINCE + describe_instant(since, self.zone)
         return Violation(
             IDLE, res.gpus[0].host, refs, res.gpus[0].uuid, None, res.owner, res.id,
             self.settings.level, (), (), detail, at,
@@ -127,7 +130,8 @@ class IdleWatch:
         started = utcnow()
         try:
             await self._end_reservation(res, ENDED_IDLE)  # through the bookings service
-            ok, detail = True, f"reservation {res.id} ended early at {started.isoformat()}"
+            when = describe_instant(started, self.zone)
+            ok, detail = True, f"reservation {res.id} ended early at {when}"
         except Exception as error:
             log.warning("gpuhive: could not end idle reservation %d: %s", res.id, error)
             ok, detail = False, f"could not end reservation {res.id}: {error}"
@@ -138,12 +142,19 @@ class IdleWatch:
             self.actions.notify(incident, self.settings.idle_handlers, {"message": IDLE_ENDED})
 
 
-def _since(record: ViolationRecord) -> datetime:
-    """Since when a recorded idle notice's GPUs were idle (its detail says; else its start)."""
-    detail = record.detail or ""
-    if detail.startswith("idle since "):
-        try:
-            return datetime.fromisoformat(detail.removeprefix("idle since "))
-        except ValueError:
-            pass
-    return record.started_at
+def idle_since(detail: str, zone: tzinfo, otherwise: datetime) -> datetime:
+    """Since when a recorded idle notice's GPUs were idle, read back from its detail (its
+    minute on the site's clock, taken at its last second: never earlier than it was; an ISO
+    time as older versions wrote); `otherwise` when the detail does not say."""
+    text = detail.removeprefix(IDLE_SINCE)
+    if text == detail:
+        return otherwise
+    try:
+        local = datetime.strptime(text, "%a %Y-%m-%d %H:%M").replace(tzinfo=zone)
+        return local.astimezone(UTC) + timedelta(seconds=59)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return otherwise

@@ -22,10 +22,10 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from ..hosts.probe import HostSample
-from ..model import Reservation, utcnow
+from ..model import Reservation, describe_instant, utcnow
 from ..model.violations import NO_SHOW, Violation
 from ..store import Store
 from .actions import Actions, EndReservation, Run
@@ -85,8 +85,10 @@ class NoShows:
         run: Run,
         unix_user: Callable[[str], str],
         end_reservation: EndReservation,
+        zone: tzinfo = UTC,
     ) -> None:
         s = self.settings = settings
+        self.zone = zone  # the site's: times in details read on its clock
         self.actions = actions
         self.store = store
         self._run = run
@@ -148,7 +150,8 @@ class NoShows:
         record = Violation(
             NO_SHOW, res.gpus[0].host, refs, res.gpus[0].uuid, None, res.owner, res.id,
             self.settings.level, (), (),
-            f"no process of {res.owner} since the start at {res.start.isoformat()}", at,
+            f"no process of {res.owner} since the start at "
+            f"{describe_instant(res.start, self.zone)}", at,
         )  # fmt: skip
         (vid,) = await self._run(self.store.violations.sync, at, [record], None, ())
         since = dataclasses.replace(record, started_at=res.start)
@@ -163,7 +166,8 @@ class NoShows:
         started = utcnow()
         try:
             await self._end_reservation(res, RELEASED_NO_SHOW)  # through the bookings service
-            ok, detail = True, f"reservation {res.id} released at {started.isoformat()}"
+            when = describe_instant(started, self.zone)
+            ok, detail = True, f"reservation {res.id} released at {when}"
         except Exception as error:
             log.warning("gpuhive: could not release no-show reservation %d: %s", res.id, error)
             ok, detail = False, f"could not release reservation {res.id}: {error}"

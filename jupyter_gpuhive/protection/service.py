@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -67,6 +67,7 @@ class Protection:
         public: bool = False,
         mail: MailSettings | None = None,
         opened: Callable[[list[dict[str, Any]]], Any] = lambda _violations: None,
+        zone: tzinfo = UTC,
     ) -> None:
         self.settings = settings
         self.public = public  # every violation listed to every user (details: involved only)
@@ -80,11 +81,11 @@ class Protection:
         self.actions = Actions(self.handlers, store, run)
         unix = self.unix_user
         self.escalation = Escalation(self.ladder, self.actions, store, run, unix)
-        self.idle = IdleWatch(settings, self.actions, store, run, unix, end_reservation)
+        self.idle = IdleWatch(settings, self.actions, store, run, unix, end_reservation, zone)
         self.reports = Reports(store, run, unix, self.escalation.cases, public)
         self._ready = False
         self.noshows = (
-            NoShows(settings, self.actions, store, run, unix, end_reservation)
+            NoShows(settings, self.actions, store, run, unix, end_reservation, zone)
             if settings.noshow_after
             else None
         )

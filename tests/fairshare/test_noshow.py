@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyter_gpuhive.model import utcnow
+from jupyter_gpuhive.model import describe_instant, utcnow
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from tests.protection.conftest import USER_MAP, local_decl
 
@@ -24,7 +26,8 @@ async def test_no_show_is_released_and_a_reservation_in_use_is_kept(
         user_map=USER_MAP, ladder=[], noshow_after=0.6, noshow_release_after=3.0,
         noshow_handlers=["event"],
     )  # fmt: skip
-    rig = make_rig([local_decl(host)], settings)
+    site = ZoneInfo("Asia/Kolkata")  # the site's clock: +05:30, never UTC
+    rig = make_rig([local_decl(host)], settings, zone=site)
     await rig.sweep()  # watching from here on
     absent = rig.reserve("alice", f"{host.name}:2")
     present = rig.reserve("alice", f"{host.name}:1")
@@ -51,6 +54,11 @@ async def test_no_show_is_released_and_a_reservation_in_use_is_kept(
     assert notice.kind == "no-show" and notice.holder == "alice" and notice.offender is None
     assert notice.ended_at is not None
     assert ("release", "ok") in [(a.handler, a.outcome) for a in notice.actions]
+    # People's words (#48): times on the site's clock, no ISO timestamp
+    start = describe_instant(absent.start, site)
+    assert notice.detail == f"no process of alice since the start at {start}", notice.detail
+    details = [a.detail or "" for a in notice.actions]
+    assert not any(re.search(r"\d{4}-\d\d-\d\dT\d\d:", d) for d in details), details
     assert rig.store.violations.for_reservation(present.id) == []
     (told,) = rig.store.violations.for_reservation(late.id)  # told, then kept
     assert told.kind == "no-show" and told.ended_at is not None

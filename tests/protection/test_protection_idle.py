@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from jupyter_gpuhive.model import utcnow
+from jupyter_gpuhive.protection.idle import idle_since
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from tests.protection.conftest import USER_MAP, local_decl
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
+SITE = ZoneInfo("Asia/Kolkata")  # the site's clock: +05:30, never UTC
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:")
 
 
 async def test_idle_reservation_is_reported_then_ended_early(
@@ -31,7 +37,7 @@ async def test_idle_reservation_is_reported_then_ended_early(
                       "address_template": "{user}@x.org", "admins": ["admin@x.org"]},
         },
     )  # fmt: skip
-    rig = make_rig([local_decl(host)], settings)
+    rig = make_rig([local_decl(host)], settings, zone=SITE)
     await rig.sweep()
     idle = rig.reserve("alice", f"{host.name}:2")
     busy = rig.reserve("alice", f"{host.name}:1")
@@ -56,3 +62,10 @@ async def test_idle_reservation_is_reported_then_ended_early(
     actions = [(a.handler, a.outcome) for a in record.actions]
     assert ("end-reservation", "ok") in actions and actions.count(("event", "ok")) == 2
     assert rig.store.violations.for_reservation(busy.id) == []
+    # People's words (#48): the detail gives the time on the site's clock, no ISO timestamp,
+    # and a new leader reads it back (to end the reservation on time).
+    details = [record.detail or ""] + [a.detail or "" for a in record.actions]
+    assert not any(ISO.search(d) for d in details), details
+    assert re.fullmatch(r"idle since \w{3} \d{4}-\d\d-\d\d \d\d:\d\d", record.detail or "")
+    since = idle_since(record.detail or "", SITE, record.started_at)
+    assert abs(since - idle.start) <= timedelta(minutes=1), (since, idle.start)  # its minute
