@@ -139,6 +139,24 @@ def test_every_magic_has_help_and_results_can_be_bound(shell: Any) -> None:
         shell.run_line_magic("gpureserve", "--list -o 'not a name'")
 
 
+def test_gpujob_help_over_an_empty_cell_is_the_help() -> None:
+    """`%%gpujob -h` alone in a cell, as a person types it, prints the help (IPython refused a
+    cell magic with an empty body before the magic was called: a UsageError, #48 item 10)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_gpuhive")
+    for cell in ("%%gpujob -h", "%%gpujob --help\n", "%%gpujob --dry-run -h\n\n   \n"):
+        with capture_output() as out:
+            result = shell.run_cell(cell)
+        assert result.success, (cell, out.stderr, result.error_in_exec)
+        assert out.stdout.startswith("usage: %gpujob"), (cell, out.stdout, out.stderr)
+        assert "cell body is empty" not in out.stderr + out.stdout
+    with capture_output() as out:  # an empty body without -h is still IPython's refusal
+        assert not shell.run_cell("%%gpujob gpu1:0\n").success
+    assert "usage: %gpujob" not in out.stdout
+
+
 def test_gpureserve_waits_until_the_gpu_frees_up(shell: Any, server: JupyterServer) -> None:
     bob = Client(server.port, "tok-bob")
     now = time.time()

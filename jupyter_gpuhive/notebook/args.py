@@ -61,3 +61,20 @@ def parse_when(text: str, now: datetime) -> datetime:
     except ValueError:
         raise UsageError(f"Cannot read the time {text!r}: use HH:MM or ISO 8601.") from None
     return when if when.tzinfo else when.replace(tzinfo=zone)
+
+
+CELL_MAGICS = ("gpujob",)  # gpuhive's cell magics (each is a line magic as well)
+HELP_FLAGS = frozenset({"-h", "--help"})
+
+
+def help_cell(lines: list[str]) -> list[str]:
+    """An input transformer: `%%gpujob -h` over an empty body becomes the line magic `%gpujob -h`
+    (IPython refuses a cell magic with an empty body before the magic could show its help)."""
+    if not lines or any(line.strip() for line in lines[1:]):
+        return lines
+    words = lines[0].split()
+    if not words or words[0] not in {f"%%{m}" for m in CELL_MAGICS}:
+        return lines
+    if not HELP_FLAGS & set(words[1:]):
+        return lines
+    return [lines[0].replace("%%", "%", 1)]
