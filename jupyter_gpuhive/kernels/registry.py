@@ -44,7 +44,7 @@ from zoneinfo import ZoneInfo
 
 from ..errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from ..hosts.pool import HostPool
-from ..model import Gpu, HostDecl, Identity, Reservation, utcnow
+from ..model import Gpu, HostDecl, Identity, Reservation, describe_instant, utcnow
 from ..model.kernel import KernelState
 from ..store import Store
 
@@ -238,11 +238,16 @@ class KernelRegistry:
         now = self.now()
         if res.start <= now < res.end:
             return
+        if now >= res.end:  # one short sentence: JupyterLab shows it in a small dialog (no '%':
+            # jupyter_server's kernels API shows tornado's log_message, which doubles it)
+            raise Conflict(
+                f"Reservation {res.id} ended at {describe_instant(res.end, self.zone)}: book GPUs "
+                "again in the GPU sidebar to start a kernel on them."
+            )
         fmt = "%Y-%m-%d %H:%M %Z"
         span = f"{res.start.astimezone(self.zone):{fmt}} to {res.end.astimezone(self.zone):{fmt}}"
-        when = "has not started yet" if now < res.start else "has ended"
         raise Conflict(
-            f"Reservation {res.id} runs from {span}; it {when} (now "
+            f"Reservation {res.id} runs from {span}; it has not started yet (now "
             f"{now.astimezone(self.zone):{fmt}}), so no kernel can start on it now."
         )
 

@@ -14,12 +14,14 @@ import json
 import time
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpuhive.kernels.events import KERNEL_SCHEMA_ID
 from jupyter_gpuhive.kernels.specs import spec_name
+from jupyter_gpuhive.model import describe_instant
 from tests.conftest import TOKENS, UTC, book, iso
 from tests.kernels.remote_helpers import UNIX, local_host
 
@@ -246,3 +248,26 @@ async def test_a_kernel_cannot_start_outside_its_reservation(
     message = json.loads(refused.value.response.body)["message"]  # type: ignore[union-attr]
     assert "has not started yet" in message and str(made["id"]) in message
     assert iso(later)[:10] in message or later.astimezone().strftime("%Y-%m-%d") in message
+
+
+@SQLITE
+async def test_a_kernel_on_an_ended_reservation_is_refused_in_one_short_sentence(
+    jp_fetch: Any, started: Any, api: Any, hive_config: dict[str, Any]
+) -> None:
+    """What JupyterLab's small 'Error Starting Kernel' dialog shows after the reservation
+    ended (#48 item 5): when it ended, on the site's clock, and what to do; no ISO time."""
+    alice = api("alice")
+    made = (await book(alice, "given back", ["kn1:7"], datetime.now(UTC), "10m")).body
+    ended = await alice("DELETE", f"reservations/{made['id']}")
+    assert ended.status == 200 and ended.body["status"] == "ended", ended
+    with pytest.raises(HTTPClientError) as refused:
+        await start_kernel(jp_fetch, "alice", made["id"])
+    assert refused.value.code == 409
+    message = json.loads(refused.value.response.body)["message"]  # type: ignore[union-attr]
+    end = datetime.fromisoformat(ended.body["end"])
+    when = describe_instant(end, ZoneInfo(hive_config["site_timezone"]))
+    assert message == (
+        f"Reservation {made['id']} ended at {when}: book GPUs again in the GPU sidebar to "
+        "start a kernel on them."
+    ), message
+    assert len(message) <= 120 and message.count(". ") == 0, message
