@@ -20,17 +20,16 @@ from .integrations import Integrations
 from .jobs.service import Jobs
 from .kernels import images, lifecycle, registry
 from .model import HostDecl, Reservation, utcnow
+from .model.errand import in_executor
 from .monitor import containers, scrape
 from .monitor.accounting import Meter
 from .monitor.service import Monitor
 from .protection.health import HealthNotices
 from .protection.service import Protection
 from .store import Store
-from .store.errand import ERRAND, Dropped, Errand, KeyAnswered, KeyTerms, in_executor
 from .store.leader import Leadership
 
 T = TypeVar("T")
-__all__ = ["ERRAND", "Dropped", "Errand", "Hive", "HiveSettings", "KeyAnswered", "KeyTerms"]
 
 
 class Hive:
@@ -142,7 +141,7 @@ class Hive:
         return await self.bookings.end(res.id, PROTECTION, reason)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run blocking (database) work in the thread pool (a request's: see store/errand.py)."""
+        """Run blocking (database) work in the thread pool (a request's: see model/errand.py)."""
         return await in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     def now(self) -> datetime:

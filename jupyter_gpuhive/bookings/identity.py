@@ -1,4 +1,5 @@
-"""Who is asking: a user's groups (from the login and from configuration) and admin rights."""
+"""Who is asking: a user's groups (from the login and from configuration), admin rights, and
+the Idempotency-Keys of their requests (`keys`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from ..model import Identity
 from ..store import Store
+from .keys import RequestKeys
 
 
 class Identities:
@@ -22,6 +24,7 @@ class Identities:
     ) -> None:
         self.store = store
         self.run = run
+        self.keys = RequestKeys(store, run)  # each requester's Idempotency-Keys
         self.admin_users = admin_users
         self.admin_groups = admin_groups
         self._member_of: dict[str, set[str]] = {}

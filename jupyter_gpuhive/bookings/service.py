@@ -98,6 +98,11 @@ class Bookings:
         )
         return shown
 
+    async def lending_shown(self, reservation_ids: list[int]) -> LendingShown:
+        """Each reservation's lending choice and the jobs its loans run now."""
+        shown: LendingShown = await self.run(self.store.preemption.shown, reservation_ids)
+        return shown
+
     def _window(
         self,
         start: datetime,

@@ -54,6 +54,10 @@ class DigestService:
         self.hour = hour
         self.now = clock
 
+    def setting(self, who: Identity) -> dict[str, Any]:
+        """My digest setting (GET digest)."""
+        return setting_json(self.rows.get(who.name), who.name)
+
     def configure(self, who: Identity, request: DigestRequest) -> dict[str, Any]:
         """Turn my digest on or off (PUT digest)."""
         enabled, email = request.enabled, request.email

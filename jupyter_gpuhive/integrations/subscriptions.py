@@ -117,6 +117,19 @@ class Availability:
             "created_at": now, "starts_now": starts_now,
         }  # fmt: skip
 
+    def listed(self, who: Identity) -> list[Subscription]:
+        """The requester's subscriptions (an admin's: everyone's)."""
+        return self.rows.all(None if who.is_admin else who.name)
+
+    def add(self, values: dict[str, Any]) -> Subscription:
+        """Record a subscription `parse` made."""
+        return self.rows.add(values)
+
+    def remove(self, who: Identity, sub_id: int) -> None:
+        """End one of the requester's subscriptions (404 if it is not theirs)."""
+        self.owned(who, sub_id)
+        self.rows.delete(sub_id)
+
     def owned(self, who: Identity, sub_id: int) -> Subscription:
         found = self.rows.get(sub_id)
         if found is None or not (who.is_admin or found.owner == who.name):

@@ -80,7 +80,9 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
 
         attach(self.serverapp, self.hive)
         self.log.info(
-            "gpuhive: store %s, %d hosts", self.hive.store.db.dialect, len(settings.hosts)
+            "gpuhive: store %s, %d hosts",
+            self.hive.settings.db_url.split(":")[0].split("+")[0],
+            len(settings.hosts),
         )
         self._watcher = self.watch_hosts_file(self.hive)
 

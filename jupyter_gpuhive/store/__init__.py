@@ -50,6 +50,7 @@ class Store:
         self.digests = Digests(self.db)  # who gets a daily digest, and when it was sent
         self.live_counts = LiveCountReads(self.db)  # a Prometheus scrape's aggregates
         self.idempotency = IdempotencyKeys(self.db)  # creating POSTs' Idempotency-Key
+        self.db.take_key = self.idempotency.take  # first in a keyed request's first write
         self.live_sweeps = LiveSweeps(self.db)  # the leader's sweeps, for every replica
         self.preemption = Preemption(self.db)  # loans of reserved GPUs to preemptible jobs
 

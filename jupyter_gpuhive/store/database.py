@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +25,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from ..files import UnsafePath, private_file
-from .errand import current as current_errand
+from ..model.core import utcnow
+from ..model.errand import Claim, Errand, KeyAnswered, KeyTerms
+from ..model.errand import current as current_errand
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -263,8 +266,8 @@ class Database:
         for attempt in range(1, attempts + 1):
             try:
                 with self._turns, self.writer.begin() as connection:
-                    if errand is not None:
-                        errand.beginning(connection)  # its Idempotency-Key, first
+                    if errand is not None and not errand.unkeyed():
+                        self._take_key(connection, errand)  # its Idempotency-Key, first
                     done = work(connection)
                     if errand is not None:
                         errand.writing(connection)
@@ -282,6 +285,18 @@ class Database:
                 log.debug("retrying write after %s (attempt %d)", sqlstate(error), attempt)
                 time.sleep(random.uniform(0.002, 0.02) * attempt)
         raise AssertionError("unreachable")
+
+    # Set by Store: takes a request's key in a transaction (store/idempotency.py `take`).
+    take_key: Callable[[Connection, KeyTerms, datetime], Claim] | None = None
+
+    def _take_key(self, connection: Connection, errand: Errand) -> None:
+        """Take the request's Idempotency-Key first in its write, or answer from the key's
+        row instead (KeyAnswered: this transaction rolls back)."""
+        assert self.take_key is not None
+        assert errand.key is not None
+        claim = self.take_key(connection, errand.key, utcnow())
+        if claim.outcome != "claimed":
+            raise KeyAnswered(claim)
 
     def write_one(self, statement: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run one statement as a transaction of its own, outside any request's errand (the

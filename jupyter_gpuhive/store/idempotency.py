@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ..model.errand import Claim, KeyAnswered, KeyTerms
 from .database import Database
-from .errand import Claim, KeyAnswered, KeyTerms
 from .schema import idempotency_keys
 
 __all__ = ["APPLIED", "Claim", "IdempotencyKeys", "KeyAnswered", "KeyTerms"]

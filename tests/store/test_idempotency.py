@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import bindparam, text
 
 from jupyter_gpuhive.model import utcnow
+from jupyter_gpuhive.model.errand import ERRAND, Dropped, Errand
 from jupyter_gpuhive.store import Store
-from jupyter_gpuhive.store.errand import ERRAND, Dropped, Errand
 from jupyter_gpuhive.store.idempotency import KeyAnswered, KeyTerms
 from jupyter_gpuhive.store.schema import UTCDateTime
 
@@ -63,9 +63,10 @@ def test_the_first_use_takes_the_key_and_a_retry_gets_its_answer(store: Store) -
 def test_a_key_is_taken_first_in_the_requests_first_write_and_commits_with_it(
     store: Store,
 ) -> None:
-    """`on_begin` takes the key before the write's work: a failed write takes nothing (a
-    retry runs afresh); a committed one holds the key, and its next writes leave it alone;
-    a second request with the key finds it before its work runs (and rolls back)."""
+    """The store takes the key the errand carries before the write's work: a failed write
+    takes nothing (a retry runs afresh); a committed one holds the key, and its next writes
+    leave it alone; a second request with the key finds it before its work runs (and rolls
+    back)."""
     keys, now = store.idempotency, utcnow()
     store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t2 (n INTEGER)")))
     ran: list[int] = []
@@ -79,13 +80,7 @@ def test_a_key_is_taken_first_in_the_requests_first_write_and_commits_with_it(
 
     def bound(key: str) -> Errand:
         errand = Errand.starting(60)
-
-        def take(conn: Any) -> None:
-            claim = keys.take(conn, terms(key), now)
-            if claim.outcome != "claimed":
-                raise KeyAnswered(claim)
-
-        errand.on_begin = take
+        errand.key = terms(key)
         return errand
 
     errand = bound("k2")
@@ -189,7 +184,7 @@ async def test_a_request_that_reaches_hosts_runs_to_its_end_once_started() -> No
     if its client has gone meanwhile; other requests start nothing more."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from jupyter_gpuhive.store.errand import in_executor
+    from jupyter_gpuhive.model.errand import in_executor
 
     done: list[str] = []
     with ThreadPoolExecutor(1) as pool:
@@ -212,12 +207,12 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
     a later write of a request whose first write committed is never rolled back."""
     import time
 
-    from jupyter_gpuhive.store.errand import COMMIT_MARGIN
+    from jupyter_gpuhive.model.errand import COMMIT_MARGIN
 
-    keys, now = store.idempotency, utcnow()
+    keys = store.idempotency
     store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t3 (n INTEGER)")))
     errand = Errand.starting(60)
-    errand.on_begin = lambda conn: keys.take(conn, terms("k3"), now)
+    errand.key = terms("k3")
     errand.client_deadline = time.monotonic() + COMMIT_MARGIN + 0.2
     errand.check()  # the client still waits when the work starts
 

@@ -6,7 +6,7 @@ service keeps serving at its best rate instead of queueing work its clients give
 its memory stays bounded too (benchmarks/overload_memory.py: 400 clients for 20 s took a
 replica from 151 to 161 MiB with the bound, to 194-221 MiB without it, never given back;
 glibc's malloc_trim and gc.collect after the burst gave back nothing measurable).
-Each admitted request gets an errand with its deadline (`jupyter_gpuhive.store.errand`):
+Each admitted request gets an errand with its deadline (`jupyter_gpuhive.model.errand`):
 database work it has not started by then, or after its client has gone, is not started.
 """
 

@@ -39,8 +39,9 @@ from ...errors import (
     TooLarge,
     Unauthorized,
 )
-from ...hive import ERRAND, Errand, Hive, KeyAnswered
+from ...hive import Hive
 from ...model import ID_MAX, Identity
+from ...model.errand import ERRAND, Errand, KeyAnswered
 from ..kernel_tokens import SETTING as KERNEL_TOKENS
 from ..kernel_tokens import KernelTokens, KernelUser
 from . import idempotency
@@ -91,7 +92,7 @@ class HiveLogic(RequestHandler):
     # commit), so in team mode they may run on the Hub's last answer about the token while
     # the Hub is asked afresh, committing only once it confirms (server/hub.py)
     confirms_identity_late = False
-    errand: Errand | None = None  # what its database work may still do (store/errand.py)
+    errand: Errand | None = None  # what its database work may still do (model/errand.py)
     _admission: Intake | None = None  # the bound it was counted in, until it finishes
     _key: idempotency.KeyUse | None = None  # its Idempotency-Key, until its answer is stored
 

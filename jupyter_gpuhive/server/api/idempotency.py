@@ -22,16 +22,15 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from ...errors import BadRequest, Conflict, HiveError, Invalid
-from ...hive import ERRAND, Errand, Hive, KeyAnswered, KeyTerms
+from ...hive import Hive
 from ...model import utcnow
+from ...model.errand import Errand, KeyAnswered, KeyTerms
 from .admission import InProgress
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"  # on an answer given again for a retried key
@@ -75,11 +74,11 @@ async def answers_stored() -> None:
 
 
 class KeyUse:
-    """One request's use of its key: bound to its errand (its first write takes the key),
-    then its answer stored."""
+    """One request's use of its key: carried by its errand (the store takes it in the
+    request's first write), then its answer stored."""
 
     def __init__(self, hive: Hive, owner: str, key: str, print_: str, deadline: float) -> None:
-        self.hive, self.owner, self.key = hive, owner, key
+        self.keys, self.owner, self.key = hive.identities.keys, owner, key
         stale = timedelta(seconds=max(60.0, 3 * deadline))
         self.terms = KeyTerms(owner, key, print_, TTL, stale)
 
@@ -93,20 +92,14 @@ class KeyUse:
     async def peek(self) -> None:
         """For a request that reaches hosts: answer from the key's row before it starts, if
         the key was used (a retry must not run its checks on hosts again)."""
-        found = await self._outside(self.hive.store.idempotency.peek, self.terms, utcnow())
+        found = await self.keys.peek(self.terms)
         if found is not None:
             raise KeyAnswered(found)
 
     def bind(self, errand: Errand) -> None:
-        """Take the key first in the request's first write transaction (or answer from it)."""
-        keys, terms = self.hive.store.idempotency, self.terms
-
-        def take(connection: Any) -> None:
-            claim = keys.take(connection, terms, utcnow())
-            if claim.outcome != "claimed":
-                raise KeyAnswered(claim)  # rolled back; the handler answers from `claim`
-
-        errand.on_begin = take
+        """Hand the key to the request's errand: its first write transaction takes it first
+        (or rolls back with KeyAnswered, and the handler answers from the key's row)."""
+        errand.key = self.terms
 
     def settle_after(self, status: int, body: bytes, location: str | None, wrote: bool) -> None:
         """Store an answer below 500 once it went out (`settle`): it costs the client no
@@ -129,25 +122,15 @@ class KeyUse:
         once it is stale."""
         if status >= 500:
             return
-        keys, text = self.hive.store.idempotency, body.decode("utf-8", "replace")
+        text = body.decode("utf-8", "replace")
         try:
             if wrote:
                 expired = utcnow() - TTL  # purged at most once a minute per process
-                await self._outside(
-                    keys.answer, self.owner, self.key, status, text, location, expired
-                )
+                await self.keys.answer(self.terms, status, text, location, expired)
             else:
-                await self._outside(keys.refusal, self.terms, utcnow(), status, text, location)
+                await self.keys.refusal(self.terms, status, text, location)
         except Exception:
             log.exception("gpuhive: storing the answer to an Idempotency-Key failed")
-
-    async def _outside(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run key bookkeeping outside the request's errand (it is never dropped)."""
-        token = ERRAND.set(None)
-        try:
-            return await self.hive.run(fn, *args)
-        finally:
-            ERRAND.reset(token)
 
 
 def refusal(answered: KeyAnswered) -> HiveError:

@@ -9,7 +9,6 @@ from jupyter_server.auth.decorator import allow_unauthenticated
 from tornado import web
 
 from ...errors import NotFound
-from ...integrations.digests import setting_json
 from ...integrations.subscriptions import subscription_json
 from ...integrations.webhooks import describe
 from .base import HiveLogic
@@ -164,9 +163,8 @@ class SubscriptionsHandler(HiveLogic):
     @web.authenticated
     @operation("My availability subscriptions (admins: all)")
     async def get(self) -> None:
-        rows = self.hive.integrations.availability.rows
-        owner = None if self.who.is_admin else self.who.name
-        found = await self.hive.run(rows.all, owner)
+        availability = self.hive.integrations.availability
+        found = await self.hive.run(availability.listed, self.who)
         self.reply({"subscriptions": [subscription_json(s) for s in found]})
 
     @web.authenticated
@@ -185,7 +183,7 @@ class SubscriptionsHandler(HiveLogic):
         channels = await integrations.channels(self.who, request.channels, request.email)
         request = replace(request, channels=channels)
         values = integrations.availability.parse(self.who, request, policy.horizon)
-        made = await self.hive.run(integrations.availability.rows.add, values)
+        made = await self.hive.run(integrations.availability.add, values)
         integrations.subscribed()
         self.set_header("Location", self.request.path.rstrip("/") + f"/{made.id}")
         self.reply(subscription_json(made), status=201)
@@ -204,8 +202,7 @@ class SubscriptionHandler(HiveLogic):
     async def delete(self, sub_id: str) -> None:
         availability = self.hive.integrations.availability
         sid = self.id_arg(sub_id, "subscription")
-        await self.hive.run(availability.owned, self.who, sid)
-        await self.hive.run(availability.rows.delete, sid)
+        await self.hive.run(availability.remove, self.who, sid)
         self.reply({"deleted": True})
 
 
@@ -231,8 +228,7 @@ class DigestHandler(HiveLogic):
     @operation("My daily digest e-mail setting")
     async def get(self) -> None:
         digests = self.hive.integrations.digests
-        found = await self.hive.run(digests.rows.get, self.who.name)
-        self.reply(setting_json(found, self.who.name))
+        self.reply(await self.hive.run(digests.setting, self.who))
 
     @web.authenticated
     @operation(

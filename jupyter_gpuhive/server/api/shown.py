@@ -35,9 +35,7 @@ class Shown(HiveLogic):
 
     async def lending(self, found: list[Reservation]) -> Lending:
         """Each reservation's lending choice and the jobs its GPUs run now."""
-        shown: Lending = await self.hive.run(
-            self.hive.store.preemption.shown, [r.id for r in found]
-        )
+        shown: Lending = await self.hive.bookings.lending_shown([r.id for r in found])
         return shown
 
     async def shown(self, res: Reservation, now: datetime | None = None) -> dict[str, Any]:

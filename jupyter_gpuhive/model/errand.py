@@ -1,4 +1,5 @@
-"""What the database work of one API request may still do: its errand.
+"""What the database work of one API request may still do: its errand (request state, not
+storage: the store only reads what a write is handed).
 
 The web layer opens an errand per request (`ERRAND.set`); the Hive consults it in the
 executor thread right before each piece of blocking work starts (`Errand.check`), so work
@@ -6,10 +7,11 @@ queued behind a busy pool is dropped once its client has gone or its deadline ha
 Once the request has committed a write, nothing more is dropped: its answer must be given
 (and stored under its idempotency key), since the change stays. A request that reaches hosts
 (`whole`: a job's launch, a brokered kernel) runs to its end once its work has started: what
-it did on a host must be recorded. `on_begin` runs first in each of the request's write
-transactions until one commits (its Idempotency-Key is taken there, so the booking and its
+it did on a host must be recorded. Its Idempotency-Key (`key`, the terms the server read
+from the request) is taken by the store first in each of the request's write transactions
+until one commits (`Database.write`, store/idempotency.py `take`), so the booking and its
 key commit together, and a retry of a request that already wrote is told so before its own
-checks could answer otherwise).
+checks could answer otherwise.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _UNCONFIRMED = "The Hub did not confirm your token in time; nothing was changed.
 ERRAND: ContextVar[Errand | None] = ContextVar("gpuhive_errand", default=None)
 
 
-# --- a request's Idempotency-Key (store/idempotency.py takes it in its first write) ---
+# --- a request's Idempotency-Key (the store takes it in the request's first write) ---
 
 Outcome = Literal["claimed", "replay", "mismatch", "busy", "lost"]
 
@@ -96,7 +98,7 @@ class Errand:
     wrote: bool = False  # a write of this request committed
     whole: bool = False  # once its work has started, it runs to the end
     started: bool = False  # a piece of its work has started
-    on_begin: Callable[[Any], None] | None = field(default=None, repr=False)
+    key: KeyTerms | None = None  # its Idempotency-Key, taken in its first write
     # Set while the request runs on an identity remembered from the Hub's last answer and
     # the Hub is asked afresh meanwhile (server/hub.py): True once the Hub confirmed it.
     # No write of the request commits before that, and none at all unless it is True.
@@ -123,10 +125,9 @@ class Errand:
                 f"{self.seconds:g} s and was not carried out. Retry in a moment.",
             )
 
-    def beginning(self, connection: Any) -> None:
-        """First in each write transaction of the request, until one has committed."""
-        if self.on_begin is not None and not self.wrote and not self.finished:
-            self.on_begin(connection)
+    def unkeyed(self) -> bool:
+        """Whether its writes take no key now: it has none, or a write already took it."""
+        return self.key is None or self.wrote or self.finished
 
     def writing(self, connection: Any) -> None:
         """Inside each write transaction of the request (before its commit).
