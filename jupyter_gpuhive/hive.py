@@ -54,7 +54,7 @@ class Hive:
                                public_key=self.jobs.public_key, enabled=s.monitor)  # fmt: skip
         self.protection = Protection(
             s.protection, self.store, self.pool, self.run, publish=publish, lent=self.jobs.lent,
-            job_owners=self.jobs.owners, public=s.privacy.public_violations,
+            job_owners=self.jobs.owners, public=s.privacy.public_violations, zone=s.policy.zone,
             end_reservation=self._end_reservation,  # through the bookings service, built next
             mail=s.integrations.mail, opened=self.integrations.violations_opened,  # SMTP, webhooks
         )  # fmt: skip
