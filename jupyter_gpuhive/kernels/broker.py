@@ -68,7 +68,6 @@ class _ServiceSide(LoggingConfigurable):
     session = AnyTrait()
     gpuhive_kernels = AnyTrait()
     reason = Unicode("")
-    _restarter = None
 
 
 @dataclass

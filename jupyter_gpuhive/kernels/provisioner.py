@@ -44,6 +44,7 @@ from .launch import PORTS, Launch
 from .local import LocalKernel
 from .registry import KernelRecord, KernelRegistry
 from .remote import KernelProcess, SshKernel
+from .restarts import end_for_good
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     registry.check(record.kernel_id, who, "restart")
                 registry.check_time(await registry.reservation(record.reservation_id))
             except HiveError as error:  # the old process is gone by now: so is the kernel
-                self._no_restarts(f"not restarted: {error}")
+                end_for_good(self, f"not restarted: {error}")
                 registry.ended(record.kernel_id, KernelState.DEAD, f"not restarted: {error}")
                 # Its socket folder goes now: jupyter_server drops a kernel whose restart
                 # failed without a cleanup (and its restarter is stopped: no 'dead' comes).
@@ -220,7 +221,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             if registry.get(record.kernel_id) is None:
                 self._record = None  # a first launch: the next try places it afresh
             else:
-                self._no_restarts(f"the restart failed: {error}")
+                end_for_good(self, f"the restart failed: {error}")
                 registry.ended(record.kernel_id, KernelState.DEAD, f"the restart failed: {error}")
             raise
         self._running, self._dead_reason = True, None
@@ -297,21 +298,11 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def _declare_dead(self, reason: str) -> None:
         """The connection is gone: no auto-restart; the registry and the model say why."""
         self._dead_reason = reason
-        self._no_restarts(reason)
+        end_for_good(self, reason)
         if self._record is not None:
             find_registry(self).ended(self._record.kernel_id, KernelState.DEAD, reason)
         if self._kernel is not None:
             await self._kernel.close()
-
-    def _no_restarts(self, reason: str) -> None:
-        """The auto-restarter's next poll declares the kernel dead (no retries); its model
-        says why until the server forgets it."""
-        km = self.parent
-        restarter = getattr(km, "_restarter", None)
-        if restarter is not None:
-            restarter.restart_limit = 0
-        if km is not None:
-            km.reason = f"Kernel dead: {reason}."
 
     async def wait(self) -> int | None:
         while (code := await self.poll()) is None:  # noqa: ASYNC110 - polled, as LocalProvisioner

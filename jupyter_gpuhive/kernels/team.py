@@ -25,6 +25,7 @@ from traitlets import Integer, Unicode
 
 from ..errors import HiveError, Invalid, NotFound, Unavailable
 from .provisioner import PASSED_ON, settle_after_restart
+from .restarts import end_for_good
 
 log = logging.getLogger(__name__)
 LIVE_STATES = ("starting", "running", "restarting")
@@ -143,12 +144,7 @@ class TeamProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         if code is not None and state.get("state") not in LIVE_STATES and not self._dead_reason:
             # Ended by the service (end policy, lost host): no auto-restart, and say why.
             self._dead_reason = str(state.get("reason") or "ended by the gpuhive service")
-            km = self.parent
-            restarter = getattr(km, "_restarter", None)
-            if restarter is not None:
-                restarter.restart_limit = 0
-            if km is not None:
-                km.reason = f"Kernel dead: {self._dead_reason}."
+            end_for_good(self, self._dead_reason)
         return None if code is None else int(code)
 
     async def wait(self) -> int | None:

@@ -89,8 +89,11 @@ class GpuHiveApp(ExtensionApp, GpuHiveSettings):
     def initialize_handlers(self) -> None:
         from .api import PREFIX, ROUTES
         from .api.proxy import proxy_routes
+        from .kernel_guard import SessionsHandler
 
         self.handlers.extend(proxy_routes(PREFIX) if self.service_url else ROUTES)
+        # a kernel start's refusal answered with its status in api/sessions (kernel_guard)
+        self.handlers.append((SessionsHandler.ROUTE, SessionsHandler))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # Kernels find this server through GPUHIVE_URL and a gpuhive-only token bound to the

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import hashlib
 import inspect
 import json
 import logging
@@ -41,6 +39,8 @@ from .api.idempotency import answers_stored
 from .app import GpuHiveApp, GpuHiveSettings
 from .heap import freeze_startup_heap
 from .heartbeat import Heartbeat
+from .hub_answers import SETTING as HUB_ANSWERS
+from .hub_answers import Answer, HubAnswers
 from .hub_kernel_tokens import SETTING as KERNEL_TOKENS
 from .hub_kernel_tokens import Held, ServiceKernelTokens
 from .kernel_tokens import PREFIX as KERNEL_TOKEN_PREFIX
@@ -76,14 +76,18 @@ class HubHandler(HubAuthenticated, HiveLogic):
             if self.kernel_token is None:
                 raise Unauthorized("This kernel token is void: its kernel has ended.")
             token = self.kernel_token.hub_token  # asked of the Hub as its owner's server
-        remembered = self._remembered(auth, token)
+        answers: HubAnswers = self.settings[HUB_ANSWERS]
+        known, answer = answers.get(token)
+        remembered = self._remembered(answer)
         if self.request.method in _READS:
-            model = await auth.user_for_token(token, use_cache=True, sync=False)
+            model = answer if known else await _ask(auth, answers, token)
         elif remembered is not None:
             # Asked afresh while the request runs on the Hub's last answer: no change
             # commits, and no answer goes out, before the Hub confirmed it (the gate).
             model = remembered
-            self._confirming = asyncio.ensure_future(self._confirm(auth, token, remembered))
+            self._confirming = asyncio.ensure_future(
+                self._confirm(auth, answers, token, remembered)
+            )
             gate: concurrent.futures.Future[bool] = concurrent.futures.Future()
             self.errand.gate = gate  # type: ignore[union-attr]  # (_remembered: an errand)
             self._confirming.add_done_callback(
@@ -92,8 +96,7 @@ class HubHandler(HubAuthenticated, HiveLogic):
         else:
             # Every write asks the Hub now, so a revoked token or a removed admin stops
             # working at once; the answer also replaces the cached one that reads use.
-            model = await auth.user_for_token(token, use_cache=False, sync=False)
-            _remember(auth, token, model)
+            model = await _ask(auth, answers, token)
         if model is None:
             raise Unauthorized("The Hub does not know this token (expired or revoked?).")
         if model.get("kind") != "user":
@@ -109,9 +112,9 @@ class HubHandler(HubAuthenticated, HiveLogic):
     def get_current_user(self) -> Any:
         return self._hub_user
 
-    def _remembered(self, auth: HubAuth, token: str) -> dict[str, Any] | None:
-        """The Hub's last answer about `token` (younger than `token_cache_seconds`) where this
-        write may run on it while the Hub is asked afresh; None: ask first."""
+    def _remembered(self, answer: Answer) -> dict[str, Any] | None:
+        """The Hub's last answer about the token (younger than `token_cache_seconds`) where
+        this write may run on it while the Hub is asked afresh; None: ask first."""
         if (
             self.request.method in _READS
             or not self.confirms_identity_late
@@ -119,21 +122,20 @@ class HubHandler(HubAuthenticated, HiveLogic):
             or self.errand is None
         ):
             return None
-        with contextlib.suppress(AttributeError, TypeError):
-            found = auth.cache.get(_cache_key(token))
-            if isinstance(found, dict) and found.get("kind") == "user":
-                return found
+        if isinstance(answer, dict) and answer.get("kind") == "user":
+            return answer
         return None
 
-    async def _confirm(self, auth: HubAuth, token: str, remembered: dict[str, Any]) -> str:
+    async def _confirm(
+        self, auth: HubAuth, answers: HubAnswers, token: str, remembered: dict[str, Any]
+    ) -> str:
         """Ask the Hub afresh: _SAME, or why the request may not stand (its answer replaces
         the remembered one, as every write's does)."""
         try:
-            fresh = await auth.user_for_token(token, use_cache=False, sync=False)
+            fresh = await _ask(auth, answers, token)
         except Exception as error:  # the Hub is unreachable or answered with an error
             log.warning("gpuhive: the Hub could not confirm a token: %s", error)
             return _UNREACHABLE
-        _remember(auth, token, fresh)
         if fresh is None:
             return _UNKNOWN
         return _SAME if _same_rights(fresh, remembered) else _CHANGED
@@ -232,15 +234,12 @@ def _refusal(verdict: str) -> HiveError:
     return Unconfirmed("The Hub could not confirm your token; nothing was changed. Retry.")
 
 
-def _remember(auth: HubAuth, token: str, model: dict[str, Any] | None) -> None:
-    """Put a fresh answer into HubAuth's cache (its key for `user_for_token`)."""
-    with contextlib.suppress(AttributeError, TypeError):  # a HubAuth without that cache
-        auth.cache[_cache_key(token)] = model
-
-
-def _cache_key(token: str) -> str:
-    """HubAuth's cache key of its answer about `token` (`user_for_token`)."""
-    return "token::" + hashlib.sha256(token.encode("utf8", "replace")).hexdigest()
+async def _ask(auth: HubAuth, answers: HubAnswers, token: str) -> Answer:
+    """Ask the Hub afresh about `token` (HubAuth's public call, past its cache); the answer
+    replaces the remembered one."""
+    model: Answer = await auth.user_for_token(token, use_cache=False, sync=False)
+    answers.put(token, model)
+    return model
 
 
 def _log_event(data: dict[str, Any]) -> None:
@@ -294,7 +293,7 @@ class GpuHiveService(Application):
         # Users' servers (client mode) get their reservation kernels through the service.
         broker = KernelBroker(hive.kernels, configured.kernel_socket_dir, configured.kernel_lease)
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhive/")
-        auth = HubAuth(cache_max_age=int(self.token_cache_seconds))
+        auth = HubAuth()  # asked past its cache: the answers are kept in HubAnswers
         root = prefix.rstrip("/") + "/api"
         api = routes(HubHandler, prefix=root)
         # The same API under PREFIX/gpuhive/api: HiveClient (the magics) appends gpuhive/api/
@@ -309,6 +308,7 @@ class GpuHiveService(Application):
         )
         app.settings[ADMISSION] = configured.intake()  # requests in flight, their deadline
         app.settings[KERNEL_TOKENS] = ServiceKernelTokens(hive.kernels)
+        app.settings[HUB_ANSWERS] = HubAnswers(self.token_cache_seconds)
         for _, handler in api:
             handler.hub_auth = auth
         url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")

@@ -18,7 +18,6 @@ actions (`kernels.registry.internal()`: the end policy) are not checked.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,6 @@ from ..model import Identity
 Resolve = Callable[[Any, Any], tuple[str, list[str] | None]]
 ACTIONS = {"interrupt": "interrupt", "restart": "restart", "channels": "attach to"}
 SETTING = "gpuhive_kernel_guard"  # the server's KernelGuard, in its web app settings
-ANSWERED = "gpuhive_answered"  # CallContext: this request's refusal is already answered
 
 
 class KernelGuard:
@@ -109,13 +107,21 @@ def install(serverapp: Any, hive: Hive, resolve: Resolve) -> KernelGuard:
     return guard
 
 
-def answer_session(error: HiveError) -> None:
-    """POST api/sessions (how JupyterLab opens a notebook) turns every error of a kernel
-    start into a 500, and jupyter_server offers no hook for its status: answer the refusal
-    with its own status and message first, through the request's handler."""
-    handler = CallContext.get(CallContext.JUPYTER_HANDLER)
-    if isinstance(handler, SessionRootHandler) and not CallContext.get(ANSWERED):
-        CallContext.set(ANSWERED, True)
-        handler.set_status(error.status)
-        handler.set_header("Content-Type", "application/json")
-        handler.finish(json.dumps({"message": str(error), "reason": None}))
+class SessionsHandler(SessionRootHandler):  # type: ignore[misc]
+    """POST api/sessions (how JupyterLab opens a notebook) with a kernel start's refusal in
+    its own status: jupyter_server's handler answers every error of a start as a 500 that
+    carries the original (`raise HTTPError(500, ...) from error`). Registered by the
+    extension on the same route, so it serves api/sessions (docs/architecture.md)."""
+
+    ROUTE = r"/api/sessions/?"
+
+    async def post(self) -> None:
+        try:
+            await super().post()  # type: ignore[misc]
+        except HTTPError as error:
+            cause = error.__cause__
+            if error.status_code == 500 and isinstance(cause, HTTPError | HiveError):
+                status = cause.status_code if isinstance(cause, HTTPError) else cause.status
+                message = cause.log_message if isinstance(cause, HTTPError) else str(cause)
+                raise HTTPError(status, message) from None
+            raise

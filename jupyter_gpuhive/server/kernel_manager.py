@@ -11,6 +11,10 @@ service link) exists, the app hands these classes their collaborators as attribu
   the server's secrets and a kernel token of its requester;
 - `gpuhive_kernels` (the Hive's registry) and, in client mode, `gpuhive_service` and
   `gpuhive_provisioner` are what the gpuhive provisioners look up on their parent.
+
+Each kernel's own manager gets, by configuration, a `restarter_class` mixed with
+`kernels.restarts.FinalEnds`: a kernel its provisioner marked ended for good is not
+restarted (the configured restarter class, or jupyter_client's default, underneath).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from traitlets.config import Config
 from traitlets.utils.importstring import import_item
 
 from ..errors import HiveError
-from .kernel_guard import KernelOwnerAuthorizer, answer_session
+from ..kernels.restarts import FinalEnds
+from .kernel_guard import KernelOwnerAuthorizer
 
 
 class GpuHiveKernelManager:
@@ -123,7 +128,7 @@ async def _result(value: Any) -> Any:
 
 
 def _answer(error: HiveError) -> HTTPError:
-    answer_session(error)
+    """The HTTP answer to a domain error (api/sessions: kernel_guard.SessionsHandler)."""
     return HTTPError(error.status, error.message)
 
 
@@ -161,6 +166,25 @@ def configure(serverapp: Any) -> None:
             manager = import_item("jupyter_server.gateway.managers.GatewayMappingKernelManager")
     settings["kernel_manager_class"] = _mixed(GpuHiveKernelManager, manager)
     set_classes(serverapp, settings)
+    serverapp.update_config(restarter_config(serverapp.config))
+
+
+# Where a site may configure each kernel's restarter class, most specific first.
+RESTARTER_SECTIONS = ("ServerKernelManager", "AsyncIOLoopKernelManager")
+
+
+def restarter_config(config: Config) -> Config:
+    """Configuration that gives each kernel's manager a restarter class mixed with
+    `FinalEnds`: the one the site configured (in its section), else jupyter_client's."""
+    from jupyter_client.ioloop.restarter import AsyncIOLoopKernelRestarter
+
+    for section in RESTARTER_SECTIONS:
+        value = dict.get(config, section, {}).get("restarter_class")
+        if value is not None:
+            base = import_item(value) if isinstance(value, str) else value
+            return Config({section: {"restarter_class": _mixed(FinalEnds, base)}})
+    default = _mixed(FinalEnds, AsyncIOLoopKernelRestarter)
+    return Config({"AsyncIOLoopKernelManager": {"restarter_class": default}})
 
 
 def set_classes(serverapp: Any, classes: dict[str, type]) -> None:

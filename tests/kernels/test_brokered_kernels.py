@@ -26,10 +26,11 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from traitlets import Any as AnyTrait
-from traitlets.config import LoggingConfigurable
+from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpuhive.kernels.broker import KernelBroker
 from jupyter_gpuhive.kernels.team import TeamProvisioner
+from jupyter_gpuhive.server.kernel_manager import restarter_config
 from jupyter_gpuhive.server.service_link import ServiceLink
 from tests.conftest import TOKENS, UTC, book, iso
 from tests.kernels.remote_helpers import UNIX, local_host, write_spec
@@ -94,10 +95,11 @@ async def test_an_admin_signals_but_never_launches_and_the_end_policy_ends_it_fo
     link = ServiceLink(f"http://127.0.0.1:{jp_http_port}{jp_base_url}gpuhive", TOKENS["alice"])
     name = write_spec(tmp_path, f"brokered-{rid}", {"reservation_id": rid})
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
-    km = ServerKernelManager(
-        parent=UsersServer(gpuhive_service=link, gpuhive_provisioner=TeamProvisioner),
-        kernel_name=name, kernel_spec_manager=specs,
-    )  # fmt: skip
+    # configured as a client-mode server configures its kernels' managers: a restarter that
+    # heeds a kernel's final end (server/kernel_manager.py)
+    users_server = UsersServer(config=restarter_config(Config()), gpuhive_service=link,
+                               gpuhive_provisioner=TeamProvisioner)  # fmt: skip
+    km = ServerKernelManager(parent=users_server, kernel_name=name, kernel_spec_manager=specs)
     await km.start_kernel()
     fired: list[str] = []  # the restarter's callbacks (jupyter_server's: 'dead' ends it)
     km.add_restart_callback(lambda: fired.append("dead"), "dead")
