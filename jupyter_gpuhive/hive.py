@@ -49,6 +49,7 @@ class Hive:
             self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
             privacy=s.privacy, interval=s.poll_interval, changed=self.integrations.job_changed,
             preemption=s.preemption, preempted=self.integrations.job_preempted,
+            stop_lending=lambda rid, by, why: self.bookings.stop_lending(rid, by, why),  # below
         )  # fmt: skip
         self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
                                public_key=self.jobs.public_key, enabled=s.monitor)  # fmt: skip
@@ -58,16 +59,15 @@ class Hive:
             end_reservation=self._end_reservation,  # through the bookings service, built next
             mail=s.integrations.mail, opened=self.integrations.violations_opened,  # SMTP, webhooks
         )  # fmt: skip
+        self.fairshare = FairShare(
+            self.store, self.run, s.fairshare, s.policy.zone, identity_of, s.privacy,
+            reflag=lambda *why: self.bookings.reflag(*why), unix_user=self.protection.unix_user,
+        )  # fmt: skip
         self.bookings = Bookings(
-            self.store, self.run, s.policy, identity_of, s.privacy,
+            self.store, self.run, s.policy, identity_of, s.privacy, limits=self.fairshare.limits,
             remember=self.identities.remember, changed=self.integrations.reservation_event,
             unix_user=self.protection.unix_user, violations=self.protection.of_reservation,
         )  # fmt: skip
-        self.fairshare = FairShare(
-            self.store, self.run, s.fairshare, s.policy.zone, identity_of, s.privacy,
-            reflag=self.bookings.reflag, unix_user=self.protection.unix_user,
-        )  # fmt: skip
-        self.bookings.reservations.limits = self.fairshare.limits  # checked in each booking
         self.monitor.reflag = self.bookings.repartitioned
         self.meter = Meter(
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -513,14 +514,19 @@ def reservation_writes(path: Path) -> list[int]:
     return lines
 
 
-def test_only_bookings_writes_reservations() -> None:
-    """Every change to a reservation goes through the bookings service (so its events follow)."""
-    found = [
+def outside_the_writer(check: Callable[[Path], list[int]]) -> list[str]:
+    """'  path:line' of each line `check` finds outside store/ and bookings/."""
+    return [
         f"  {path.relative_to(ROOT.parent)}:{line}"
         for name, (path, _) in modules().items()
         if top(name) not in ONE_WRITER
-        for line in reservation_writes(path)
+        for line in check(path)
     ]
+
+
+def test_only_bookings_writes_reservations() -> None:
+    """Every change to a reservation goes through the bookings service (so its events follow)."""
+    found = outside_the_writer(reservation_writes)
     if found:
         pytest.fail(
             "only bookings/ writes reservations (Bookings.update/cancel/end/reflag); "
@@ -734,3 +740,57 @@ def test_the_state_check_sees_a_string(tmp_path: Path) -> None:
         "x.py:1: 'failed'",
         "x.py:1: 'pending'",
     ]
+
+
+LENDING_WRITERS = {"set_lending", "choose_lending"}
+
+
+def _names(node: ast.AST) -> set[str]:
+    """The names a node reaches: an attribute's, a name's, an import's."""
+    if isinstance(node, ast.Attribute):
+        return {node.attr}
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.ImportFrom):
+        return {alias.name for alias in node.names}
+    return set()
+
+
+def lending_writes(path: Path) -> list[int]:
+    """Lines of `path` that reach a writer of a reservation's lending choice (a call, a
+    reference or an import), or the bookings service's inner ReservationService (whose writes
+    skip the events: `….bookings.reservations`)."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        inner = (
+            isinstance(node, ast.Attribute)
+            and node.attr == "reservations"
+            and _names(node.value) == {"bookings"}
+        )
+        if inner or _names(node) & LENDING_WRITERS:
+            lines.add(getattr(node, "lineno", 0))
+    return sorted(lines)
+
+
+def test_only_bookings_changes_a_reservations_lending() -> None:
+    """A reservation's lending choice changes only through Bookings (create, update,
+    stop_lending): with the reservation, in its transaction, and with its event."""
+    found = outside_the_writer(lending_writes)
+    if found:
+        pytest.fail(
+            "only bookings/ changes a reservation's lending (Bookings.stop_lending, "
+            "Bookings.update) and books (Bookings.create); reached here:\n" + "\n".join(found)
+        )
+
+
+def test_the_lending_check_sees_a_write_an_import_and_the_inner_service(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from ..store.preemption import choose_lending\n"
+        "async def f(self, rid):\n"
+        "    await _db(self.store.preemption.set_lending, rid, False, None)\n"
+        "    self.store.preemption.lending([rid])\n"
+        "    hive.bookings.reservations.create(None, None)\n"
+        "    await self.bookings.stop_lending(rid, 'alice', 'asked')\n"
+    )
+    assert lending_writes(probe) == [1, 3, 5]

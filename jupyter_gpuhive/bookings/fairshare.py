@@ -23,8 +23,8 @@ Reflag = Callable[[str, str], Awaitable[dict[int, "str | None"]]]
 LIMITS_CHANGED = "limits changed"
 
 
-async def _no_reflag(by: str, reason: str) -> dict[int, str | None]:
-    """No reservations to re-flag (a FairShare without the bookings service)."""
+async def no_reflag(by: str, reason: str) -> dict[int, str | None]:
+    """No reservations to re-flag: for a FairShare that reports only (no bookings service)."""
     return {}
 
 
@@ -49,7 +49,7 @@ class FairShare:
         identity_of: Callable[[str], Identity],
         privacy: Privacy,
         *,
-        reflag: Reflag = _no_reflag,
+        reflag: Reflag,
         unix_user: Callable[[str], str] = lambda name: name,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:

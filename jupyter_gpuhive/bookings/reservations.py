@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING
 
 from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration, describe_instant
@@ -16,9 +15,7 @@ from ..store import Changes, Store
 from ..store.limits import LimitReads
 from ..store.reservations import PendingWrite
 from . import access
-
-if TYPE_CHECKING:
-    from .quotas import LimitService
+from .quotas import LimitService
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
@@ -61,13 +58,20 @@ class ReservationService:
         store: Store,
         policy: Policy,
         identity_of: Callable[[str], Identity],
+        *,
+        limits: LimitService,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
+        if limits is None:  # unwired, no booking would be checked
+            raise TypeError(
+                "ReservationService needs the fair-share limits (bookings.quotas.LimitService, "
+                f"FairShare.limits), not {limits!r}: without them no booking is checked."
+            )
         self.store = store
         self.policy = policy
         self.identity_of = identity_of
         self.now = clock
-        self.limits: LimitService | None = None  # fair-share limits (bookings.quotas)
+        self.limits = limits  # fair-share limits, checked in each booking's transaction
 
     # --- helpers -------------------------------------------------------------------
 
@@ -177,17 +181,18 @@ class ReservationService:
                 raise Forbidden("Only admins may book for someone else.")
             owner = self.identity_of(booking.owner)
         self._check_span(start, end, now, new_start=True)
-        limits = self.limits.guard(who) if self.limits is not None else None
+        limits = self.limits.guard(who)
 
         def guard(reads: LimitReads, pending: PendingWrite) -> None:
             # The rules are read in the booking's own transaction: one round trip less, and
             # the check sees the rules that hold when the booking is written.
             self._check_access(owner, gpus, start, end, reads.access_rules())
-            if limits is not None:
+            if limits is not None:  # None: admins are exempt
                 limits(reads, pending)
 
+        lending = (booking.lend, booking.reclaim_before_start)
         return self.store.reservations.create(
-            owner.name, title, description, start, end, [g.id for g in gpus], guard
+            owner.name, title, description, start, end, [g.id for g in gpus], guard, lending
         )
 
     def update(self, who: Identity, reservation_id: int, change: BookingChange) -> Reservation:
@@ -235,9 +240,11 @@ class ReservationService:
                 start=start,
                 end=end,
                 gpu_ids=tuple(g.id for g in gpus),
+                lend=change.lend,
+                reclaim_before_start=change.reclaim_before_start,
             )
 
-        guard = self.limits.guard(who) if self.limits is not None else None
+        guard = self.limits.guard(who)
         return self.store.reservations.modify(reservation_id, decide, guard)
 
     def cancel(self, who: Identity, reservation_id: int) -> Reservation:
@@ -279,7 +286,7 @@ class ReservationService:
         live = self.store.reservations.window(now, now + self.policy.horizon * 2)
         changes: dict[int, str | None] = {}
         owners: dict[str, Identity] = {}
-        over = self.limits.flags(live) if self.limits is not None else {}
+        over = self.limits.flags(live)
         for res in live:
             start = max(res.start, now)
             owner = owners.get(res.owner) or owners.setdefault(

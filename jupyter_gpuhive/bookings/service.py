@@ -22,6 +22,7 @@ from ..store.preemption import LendingShown
 from . import access
 from .finder import SlotSearch
 from .overview import occupancy
+from .quotas import LimitService
 from .reservations import Policy, ReservationService
 from .usage import usage_report
 
@@ -35,6 +36,7 @@ PROTECTION = "protection"  # who protection's ends are by
 SYSTEM = "gpuhive"  # who changes nobody asked for are by (a MIG re-partition)
 RULES_CHANGED = "access rules changed"
 MIG_CHANGED = "MIG slices re-partitioned"
+LENDING_STOPPED = "lends its GPUs no more"
 
 
 class Bookings:
@@ -48,6 +50,7 @@ class Bookings:
         identity_of: Callable[[str], Identity],
         privacy: Privacy,
         *,
+        limits: LimitService,
         remember: Callable[[Identity], Awaitable[None]],
         changed: Changed = lambda _kind, _res, _by, _why: None,
         unix_user: Callable[[str], str] = lambda name: name,
@@ -57,7 +60,7 @@ class Bookings:
         self.run = run
         self.policy = policy
         self.privacy = privacy
-        self.reservations = ReservationService(store, policy, identity_of)
+        self.reservations = ReservationService(store, policy, identity_of, limits=limits)
         self._remember = remember
         self._changed = changed
         self._unix_user = unix_user
@@ -150,9 +153,6 @@ class Bookings:
         """Book GPUs for `who` (or, for admins, for the owner the booking names)."""
         await self._remember(who)
         made: Reservation = await self.run(self.reservations.create, who, booking)
-        if not booking.lend or booking.reclaim_before_start:  # no row: the defaults
-            await self.run(self.store.preemption.set_lending, made.id, booking.lend,
-                           booking.reclaim_before_start)  # fmt: skip
         self._changed("created", made, who.name, None)
         return made
 
@@ -161,13 +161,16 @@ class Bookings:
     ) -> Reservation:
         """Change a reservation's title, description, span or GPUs (`reason`: why, if not asked)."""
         changed: Reservation = await self.run(self.reservations.update, who, reservation_id, change)
-        if change.lend is not None or change.reclaim_before_start is not None:
-            had = (await self.run(self.store.preemption.lending, [reservation_id]))[reservation_id]
-            lend = had[0] if change.lend is None else change.lend
-            early = had[1] if change.reclaim_before_start is None else change.reclaim_before_start
-            await self.run(self.store.preemption.set_lending, reservation_id, lend, early)
         self._changed("changed", changed, who.name, reason)
         return changed
+
+    async def stop_lending(self, reservation_id: int, by: str, reason: str) -> Reservation:
+        """The reservation lends its GPUs no more (the holder took them back); a change by
+        `by` for `reason`. Its early-reclaim choice stays."""
+        await self.run(self.store.preemption.set_lending, reservation_id, False, None)
+        res = await self.get(reservation_id)
+        self._changed("changed", res, by, f"{LENDING_STOPPED}: {reason}")
+        return res
 
     async def cancel(self, who: Identity, reservation_id: int) -> Reservation:
         """Cancel a reservation (a running one ends now)."""

@@ -10,6 +10,7 @@ process out (and so the violation).
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import os
@@ -107,7 +108,7 @@ def seed_store(config: Path) -> dict[str, Any]:
     app = GpuHiveApp(config=loaded)
     hive = Hive(app.settings_for_hive(), publish=lambda _event: None).open()
     try:
-        return seed(hive, getpass.getuser())
+        return asyncio.run(seed(hive, getpass.getuser()))
     finally:
         hive.close()
 

@@ -49,8 +49,9 @@ def bookings(now: datetime, zone: tzinfo) -> list[requests.Booking]:
     ]  # fmt: skip
 
 
-def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
-    """Book for alice and bob and queue a job of `admin` (the demo user); what was added."""
+async def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
+    """Book for alice and bob (through Bookings.create, as the REST API does: its events
+    follow) and queue a job of `admin` (the demo user); what was added."""
     now = now or utcnow()
     who = hive.identities.identify(admin, [])
     made: list[int] = []
@@ -60,7 +61,7 @@ def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
         if (booking.owner, booking.title) in present:
             continue
         try:
-            made.append(hive.bookings.reservations.create(who, booking).id)
+            made.append((await hive.bookings.create(who, booking)).id)
         except HiveError as error:  # the user booked that slot meanwhile: leave it out
             log.info("demo: not booking %r for %s: %s", booking.title, booking.owner, error)
     job_id = None
@@ -76,6 +77,7 @@ def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str, Any]:
         )
         job, specs = hive.jobs.rules.build(who, queued)
         job_id = hive.store.jobs.create(job, specs).id
+    await hive.integrations.settle()  # the bookings' events, before the loop ends
     return {"reservations": made, "job": job_id}
 
 

@@ -33,14 +33,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import Conflict, NotFound
-from ..model import Identity, Reservation, utcnow
-from ..model.jobs import ACTIVE, Job, TaskState
+from ..model import Identity, utcnow
+from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
-from ..store.preemption import EXHAUSTED, RESUMED
 from .admission import (
     RESERVATION_DEPTH,
     Candidate,
@@ -54,14 +53,7 @@ from .preemption import (
     Lending,
     PreemptionSettings,
     Watch,
-    borrowers,
-    free_by,
-    holder_process,
-    job_groups,
-    judge,
-    lending_states,
     probe_host,
-    samples_of,
 )
 from .queue_inputs import (
     RuleCheck,
@@ -76,10 +68,10 @@ from .queue_inputs import (
     gpu_states,
     reserved_spans,
 )
+from .reclaims import Reclaims, in_thread
 from .tasks import TemplateError
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass
@@ -97,8 +89,9 @@ class TickReport:
     skipped: bool = False  # another tick was still running
 
 
-class Scheduler:
-    """Runs scheduled jobs on time and queued jobs in free, unreserved GPU time."""
+class Scheduler(Reclaims):
+    """Runs scheduled jobs on time and queued jobs in free, unreserved GPU time (and, as a
+    `Reclaims`, preemptible jobs on lent GPUs too)."""
 
     def __init__(
         self,
@@ -163,9 +156,9 @@ class Scheduler:
             interval = sweep.interval if sweep is not None else self.interval
             now = self.clock()
             report = TickReport(now)
-            snap = await _db(self.snapshot, now, sweep)
+            snap = await in_thread(self.snapshot, now, sweep)
             if await self._housekeeping(snap, report, self.lead_time(interval)):
-                snap = await _db(self.snapshot, now, sweep)
+                snap = await in_thread(self.snapshot, now, sweep)
             await self._admit(snap, report, self.lead_time(interval))
             if snap.lending is not None and (snap.lending.loans or report.admitted):
                 self.watch.ensure()
@@ -191,10 +184,10 @@ class Scheduler:
                 if active:
                     self._stop_later(job.id, reason, requeue=True)
                 elif status == TaskState.STOPPED:
-                    if await _db(jobs.requeue, job.id, expect={"stopped"}, note=reason):
+                    if await in_thread(jobs.requeue, job.id, expect={"stopped"}, note=reason):
                         report.requeued.append(job.id)
                 else:
-                    await _db(jobs.mark_requeue, job.id, None)
+                    await in_thread(jobs.mark_requeue, job.id, None)
                 changed = True
             elif job.stop_at is not None and job.stop_at <= now:
                 if active or (status == TaskState.PENDING and job.tasks):
@@ -205,11 +198,11 @@ class Scheduler:
                 report.stopping[job.id] = over
                 self._stop_later(job.id, over, requeue=False, reason=over)
             elif job.queued and active and job.preemptible and snap.lending is not None:
-                changed |= await self._borrowing(job, snap, report, lead)
+                changed |= await self._borrowing(job, snap, report.stopping, lead)
             elif job.queued and active:
                 soon = _reserved_soon(job, snap, now.timestamp() + lead)
                 if soon is not None:
-                    await _db(jobs.mark_requeue, job.id, soon)
+                    await in_thread(jobs.mark_requeue, job.id, soon)
                     report.stopping[job.id] = soon
                     self._stop_later(job.id, soon, requeue=True)
                     changed = True
@@ -219,7 +212,7 @@ class Scheduler:
                 and job.attempts < job.max_retries
             ):
                 note = f"retry {job.attempts + 1} of {job.max_retries} after: {_cause(job)}"
-                if await _db(jobs.requeue, job.id, expect={"failed", "lost"}, note=note,
+                if await in_thread(jobs.requeue, job.id, expect={"failed", "lost"}, note=note,
                              count_attempt=True):  # fmt: skip
                     report.retried.append(job.id)
                     changed = True
@@ -256,43 +249,13 @@ class Scheduler:
                        horizon=until)  # fmt: skip
         return queued, result
 
-    def _lending_pass(self, snap: Snapshot, queued: list[Candidate], first: Any) -> list[Any]:
-        """The second pass: preemptible jobs the first left waiting, on lent GPUs too."""
-        if snap.lending is None:
-            return []
-        by_id = {job.id: job for job in snap.jobs}
-        started = {a.job_id for a in first.admitted}
-        wanting = [c for c in borrowers(queued, by_id, self.preemption) if c.job_id not in started]
-        if not wanting:
-            return []
-        now = snap.now.timestamp()
-        taken = [uuid for a in first.admitted for uuid in a.gpus]
-        mine = {c.job_id for c in wanting}  # their own slots: they may start now instead
-        kept = [(slot.start, slot.end, slot.gpus) for job_id, slot in first.planned.items()
-                if job_id not in mine]  # fmt: skip
-        states, spans = lending_states(snap.gpus, snap.reserved, snap.lending, self.preemption,
-                                       now, taken, kept)  # fmt: skip
-        until = (snap.now + self.horizon).timestamp()
-        second = admit(wanting, states, now, access=RuleCheck(snap, self.zone), reserved=spans,
-                       depth=0, horizon=until)  # fmt: skip
-        return list(second.admitted)
-
-    def _open_loans(self, job_id: int, gpus: Sequence[str], snap: Snapshot, lead: float) -> None:
-        """Open the loans of the lending bookings on `gpus` that begin within `lead`."""
-        lending = snap.lending
-        assert lending is not None
-        at = snap.now.timestamp()
-        for res in lending.on(gpus, at, at + lead):
-            mine = set(gpus).intersection(g.uuid for g in res.gpus)
-            self.store.preemption.lend(job_id, res.id, mine, snap.now)
-
     async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
-        queued, result = await _db(self._pass, snap, lead, self.depth)
+        queued, result = await in_thread(self._pass, snap, lead, self.depth)
         self._plan = dict(result.planned)
         if not queued:
             return
         report.waiting = result.waiting
-        borrowed = await _db(self._lending_pass, snap, queued, result)
+        borrowed = await in_thread(self._lending_pass, snap, queued, result)
         for admission in borrowed:
             report.waiting.pop(admission.job_id, None)
         by_id = {job.id: job for job in snap.jobs}
@@ -303,10 +266,10 @@ class Scheduler:
             try:
                 if gpu_count(job.options) is not None:
                     chosen = [snap.inventory[u] for u in admission.gpus]
-                    specs = await _db(bind, job, chosen, self.store)
-                    await _db(self.store.jobs.replace_tasks, job.id, specs)
+                    specs = await in_thread(bind, job, chosen, self.store)
+                    await in_thread(self.store.jobs.replace_tasks, job.id, specs)
                 if admission.job_id in lent:
-                    await _db(self._open_loans, job.id, admission.gpus, snap, lead)
+                    await in_thread(self._open_loans, job.id, admission.gpus, snap, lead)
             except (TemplateError, ValueError, Conflict, NotFound) as error:
                 report.failures[job.id] = f"could not place the job: {error}"
                 continue
@@ -319,7 +282,7 @@ class Scheduler:
             else:
                 report.failures[job_id] = outcome
                 if job_id in lent:
-                    await _db(self.store.preemption.end_loans, job_id, snap.now)
+                    await in_thread(self.store.preemption.end_loans, job_id, snap.now)
 
     async def _start_all(self, job_ids: Sequence[int]) -> list[str | None]:
         """Start jobs, a few at a time; None for each that started, else why not."""
@@ -376,194 +339,14 @@ class Scheduler:
                 await self._requeue_preempted(job_id, why)
             elif requeue:
                 jobs = self.store.jobs
-                if not await _db(jobs.requeue, job_id, expect={"stopped"}, note=why):
-                    await _db(jobs.mark_requeue, job_id, None)
+                if not await in_thread(jobs.requeue, job_id, expect={"stopped"}, note=why):
+                    await in_thread(jobs.mark_requeue, job_id, None)
         except NotFound:
             pass
         except Exception:
             log.exception("gpuhive queue: stopping job %s failed", job_id)
 
     # --- preemptible jobs -----------------------------------------------------------
-
-    async def reclaim(self, job: Job, why: str, reservation: int) -> bool:
-        """Take lent GPUs back from a job: its signal now, its grace, then the ladder; it is
-        requeued once stopped. False when a reclaim of it is already under way."""
-        grace = self.preemption.grace(job)
-        now = self.clock()
-        done = await _db(self.store.preemption.reclaim, job.id, now, why, job.preempt_signal,
-                         grace)  # fmt: skip
-        if not done:
-            return False
-        log.info("gpuhive queue: reclaiming job %s: %s", job.id, why)
-        self._stop_later(job.id, why, requeue=True, preempt=(job.preempt_signal, grace))
-        self.preempted({"job": job.id, "owner": job.owner, "reservation": reservation,
-                        "signal": job.preempt_signal, "grace_s": grace,
-                        "restarts": job.restarts + 1})  # fmt: skip
-        return True
-
-    async def reclaim_reservation(self, reservation: int, why: str) -> tuple[list[int], datetime]:
-        """The holder asked for the GPUs ("I need my GPUs now"): the booking lends no more
-        (its `lend` turns false: the holder may turn it on again), and every loan of it is
-        reclaimed; the jobs signalled, and when all are gone. Without the first step the
-        next admission pass would lend the GPUs again before the holder started anything."""
-        choice = await _db(self.store.preemption.lending, [reservation])
-        early = choice.get(reservation, (True, False))[1]
-        await _db(self.store.preemption.set_lending, reservation, False, early)
-        loans = await _db(self.store.preemption.open_loans, reservation)
-        now = self.clock()
-        latest = now
-        jobs: list[int] = []
-        for loan in loans:
-            job = await _db(self.store.jobs.get, loan.job_id)
-            if loan.reclaimed_at is None:
-                await self.reclaim(job, why, reservation)
-            latest = max(latest, free_by(loan.reclaimed_at or now, self.preemption.grace(job)))
-            jobs.append(job.id)
-        return jobs, latest
-
-    async def _before_start(self, job: Job) -> None:
-        """Before one of a holder's jobs starts: reclaim the GPUs it needs from borrowers and
-        wait for them (at most their grace and the kill patience, then it starts anyway)."""
-        await self.make_way(job.owner, job.gpus, f"{job.owner} starts job {job.id} on a lent GPU",
-                            but=job.id)  # fmt: skip
-
-    async def make_way(self, owner: str, gpus: Sequence[str], why: str, but: int = 0) -> None:
-        """Reclaim the loans on `gpus` of `owner`'s reservations (job `but` excepted) and
-        wait for their jobs to go (at most their grace and the kill patience)."""
-        wanted = set(gpus)
-        if not wanted:
-            return
-        loans = [loan for loan in await _db(self.store.preemption.open_loans)
-                 if loan.job_id != but and wanted.intersection(loan.gpus)]  # fmt: skip
-        waits = []
-        for loan in loans:
-            res = await _db(self.store.reservations.get, loan.reservation_id)
-            if res.owner != owner:
-                continue
-            other = await _db(self.store.jobs.get, loan.job_id)
-            await self.reclaim(other, why, res.id)
-            if other.id in self._stopping:
-                waits.append(self._stopping[other.id])
-        if waits:
-            limit = self.preemption.grace_s + PREEMPT_PATIENCE + self.launcher.timeout
-            await asyncio.wait(waits, timeout=limit)
-
-    async def lent_processes(self, sweep: Sweep) -> dict[tuple[str, int], int]:
-        """GPU processes of jobs on loan: (host, pid) -> the reservation that lends."""
-
-        def read() -> dict[tuple[str, int], int]:
-            loans = self.store.preemption.open_loans()
-            if not loans:
-                return {}
-            by_job = {loan.job_id: loan.reservation_id for loan in loans}
-            groups = {(t.host, t.pgid): by_job[t.job_id] for t in
-                      self.store.jobs.tasks(ACTIVE) if t.job_id in by_job and t.pgid}  # fmt: skip
-            return {
-                (host, proc.pid): groups[(host, proc.pgid)]
-                for host, sample in sweep.samples.items()
-                for proc in sample.processes
-                if proc.pgid is not None and (host, proc.pgid) in groups
-            }
-
-        return await _db(read)
-
-    async def _lent(self) -> list[tuple[Job, Reservation]]:
-        """(job, reservation) of each loan the watch looks after: open, not reclaimed, of a
-        reservation that is active now."""
-
-        def read() -> list[tuple[Job, Reservation]]:
-            now = self.clock()
-            out = []
-            for loan in self.store.preemption.open_loans():
-                if loan.reclaimed_at is not None:
-                    continue
-                res = self.store.reservations.get(loan.reservation_id)
-                if not res.cancelled and res.start <= now < res.end:
-                    out.append((self.store.jobs.get(loan.job_id), res))
-            return out
-
-        return await _db(read)
-
-    async def _borrowing(self, job: Job, snap: Snapshot, report: TickReport, lead: float) -> bool:
-        """A running preemptible job: open its loans, end those that are over, reclaim, or
-        requeue it before a booking that does not lend; whether the store changed."""
-        lending = snap.lending
-        assert lending is not None
-        if any(loan.job_id == job.id and loan.reclaimed_at for loan in lending.loans):
-            return False  # being reclaimed (`_reclaimed`)
-        samples, groups = samples_of(self._sweep), job_groups(job)
-        verdict = judge(
-            job, lending, self.preemption, snap.now.timestamp(), lead,
-            lambda res, uuids: holder_process(samples, res, uuids, self.unix_user, groups),
-        )  # fmt: skip
-        changed = False
-        for rid in verdict.end:
-            await _db(self.store.preemption.end_loans, job.id, snap.now, rid)
-            changed = True
-        if verdict.requeue is not None:
-            await _db(self.store.jobs.mark_requeue, job.id, verdict.requeue)
-            report.stopping[job.id] = verdict.requeue
-            self._stop_later(job.id, verdict.requeue, requeue=True)
-            return True
-        have = {loan.reservation_id for loan in lending.loans if loan.job_id == job.id}
-        for rid, uuids in verdict.lend:
-            if rid not in have:
-                await _db(self.store.preemption.lend, job.id, rid, uuids, snap.now)
-                changed = True
-        if verdict.reclaim is not None:
-            why, rid = verdict.reclaim
-            if await self.reclaim(replace(job, lent_from=rid), why, rid):
-                report.stopping[job.id] = why
-                changed = True
-        return changed
-
-    async def _reclaimed(self, snap: Snapshot) -> bool:
-        """Finish reclaims a previous leader (or a failed stop) left: stop the job again once
-        its stop is overdue (another server may be stopping it: a reclaim through its API),
-        or requeue it if it stopped."""
-        if snap.lending is None:
-            return False
-        by_id = {job.id: job for job in snap.jobs}
-        changed = False
-        reclaimed = {n.job_id: n for n in snap.lending.loans if n.reclaimed_at is not None}
-        for job_id, loan in reclaimed.items():
-            job = by_id.get(job_id)
-            if job_id in self._stopping:
-                continue
-            if job is not None and any(t.active for t in job.tasks):
-                allowed = self.preemption.grace(job) + PREEMPT_PATIENCE + self.launcher.timeout
-                assert loan.reclaimed_at is not None
-                if (snap.now - loan.reclaimed_at).total_seconds() < allowed:
-                    continue
-                self._stop_later(job_id, loan.reclaim_reason or "reclaimed", requeue=True,
-                                 preempt=(job.preempt_signal, 0.0))  # fmt: skip
-            else:
-                await self._requeue_preempted(job_id, "reclaimed by its lender")
-            changed = True
-        return changed
-
-    async def _requeue_preempted(self, job_id: int, why: str) -> None:
-        """Back to the queue after a reclaim; told when it may no longer borrow."""
-        now = self.clock()
-        if not await _db(self.store.preemption.requeue, job_id, now, f"{why}; back in the queue"):
-            return
-        job = await _db(self.store.jobs.get, job_id)
-        limit = self.preemption.max_preemptions
-        if job.preemptible and job.restarts == limit:
-            detail = (f"preempted {job.restarts} times, the site's limit: it waits for GPUs "
-                      "nobody booked from now on")  # fmt: skip
-            await _db(self.store.preemption.event, job_id, now, EXHAUSTED, detail)
-        self.launcher._changed(job_id)
-
-    async def _resumed(self, job: Job, snap: Snapshot) -> None:
-        if not job.preemptible or not job.restarts:
-            return
-        fresh = await _db(self.store.jobs.get, job.id)
-        where = (
-            f"on reservation {fresh.lent_from}'s GPUs" if fresh.lent_from else "in unbooked time"
-        )
-        detail = f"started again after {job.restarts} preemption(s), {where}"
-        await _db(self.store.preemption.event, job.id, snap.now, RESUMED, detail, fresh.lent_from)
 
     # --- what the UI asks ------------------------------------------------------------
 
@@ -578,10 +361,10 @@ class Scheduler:
         sweep = self._sweep
         if sweep is not None and (now - sweep.at).total_seconds() > 3 * sweep.interval:
             sweep = None
-        snap = await _db(self.snapshot, now, sweep)
+        snap = await in_thread(self.snapshot, now, sweep)
         interval = sweep.interval if sweep is not None else self.interval
         depth = max(self.depth, self.estimate_depth)
-        _, result = await _db(self._pass, snap, self.lead_time(interval), depth)
+        _, result = await in_thread(self._pass, snap, self.lead_time(interval), depth)
         return {
             job_id: None if ts is None else datetime.fromtimestamp(ts, UTC)
             for job_id, ts in result.starts(now.timestamp()).items()
@@ -618,11 +401,6 @@ class Scheduler:
             lending = Lending(bookings, choice, loans)
         return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities,
                         lending)  # fmt: skip
-
-
-async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Blocking work off the event loop."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 __all__ = [

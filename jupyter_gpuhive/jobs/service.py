@@ -25,6 +25,9 @@ from .rules import JobRules
 if TYPE_CHECKING:
     from ..monitor.sampler import Sweep
 
+# (reservation, by whom, why): the booking lends no more (Bookings.stop_lending)
+StopLending = Callable[[int, str, str], Awaitable[Any]]
+
 
 class Jobs:
     """Every job operation a request or the monitor asks for, on one object."""
@@ -40,6 +43,7 @@ class Jobs:
         interval: float,
         ssh: SshSettings,
         privacy: Privacy,
+        stop_lending: StopLending,
         changed: Callable[[int], Any] = lambda _job_id: None,
         preemption: PreemptionSettings | None = None,
         preempted: Callable[[dict[str, Any]], Any] = lambda _event: None,
@@ -47,6 +51,7 @@ class Jobs:
         self.store = store
         self.run = run
         self.privacy = privacy
+        self._stop_lending = stop_lending
         self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
         self.preemption = preemption or PreemptionSettings()
         unix_user = self.preemption.unix_user  # the site's unix_users: what each user runs as
@@ -84,6 +89,9 @@ class Jobs:
         if res.cancelled or res.end <= now:
             raise Conflict(f"Reservation {reservation_id} is over: it has no GPUs to take back.")
         why = f"{who.name} took the GPUs of reservation {reservation_id} back"
+        # first: else the next admission pass would lend the GPUs again before the holder
+        # started anything (the holder may turn lending on again)
+        await self._stop_lending(reservation_id, who.name, why)
         jobs, free_by = await self.scheduler.reclaim_reservation(reservation_id, why)
         return {"reclaimed": jobs, "free_by": isoformat(free_by)}
 

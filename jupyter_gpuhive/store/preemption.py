@@ -74,6 +74,21 @@ def lending_of(
     return found
 
 
+def choose_lending(
+    conn: Connection, reservation_id: int, lend: bool | None, early: bool | None
+) -> tuple[bool, bool]:
+    """Write a reservation's lending choice in the caller's transaction (None keeps that part
+    of the stored one, or the default); the choice now. The defaults need no row."""
+    had = lending_of(conn, [reservation_id])[reservation_id]
+    choice = (had[0] if lend is None else lend, had[1] if early is None else early)
+    table = reservation_lending
+    conn.execute(delete(table).where(table.c.reservation_id == reservation_id))
+    if choice != (True, False):
+        values = {"lend": choice[0], "reclaim_before_start": choice[1]}
+        conn.execute(insert(table).values(reservation_id=reservation_id, **values))
+    return choice
+
+
 def lent_to_of(
     conn: Connection, ids: Collection[int] | Select[Any]
 ) -> dict[int, list[dict[str, Any]]]:
@@ -112,16 +127,14 @@ class Preemption:
         with self.db.read() as conn:
             return lending_of(conn, ids)
 
-    def set_lending(self, reservation_id: int, lend: bool, reclaim_before_start: bool) -> None:
-        """Record a booking's lending choice."""
-
-        def work(conn: Connection) -> None:
-            table = reservation_lending
-            conn.execute(delete(table).where(table.c.reservation_id == reservation_id))
-            values = {"lend": lend, "reclaim_before_start": reclaim_before_start}
-            conn.execute(insert(table).values(reservation_id=reservation_id, **values))
-
-        self.db.write(work)
+    def set_lending(
+        self, reservation_id: int, lend: bool | None, reclaim_before_start: bool | None
+    ) -> tuple[bool, bool]:
+        """Change a booking's lending choice (None keeps a part), in one transaction; the
+        choice now. Only bookings/ calls it (tests/test_architecture.py): the event follows."""
+        return self.db.write(
+            lambda conn: choose_lending(conn, reservation_id, lend, reclaim_before_start)
+        )
 
     # --- loans -------------------------------------------------------------------------
 

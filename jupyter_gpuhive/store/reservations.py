@@ -33,7 +33,7 @@ from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
 from .limits import LimitReads
-from .preemption import LendingShown, lending_of, lent_to_of
+from .preemption import LendingShown, choose_lending, lending_of, lent_to_of
 from .reservationrows import COLUMNS, build, build_joined, gpu_order
 from .schema import gpus as gpu_table
 from .schema import reservation_gpus, reservation_stats, reservations
@@ -51,6 +51,8 @@ class Changes:
     end: datetime | None = None
     gpu_ids: tuple[int, ...] | None = None
     cancelled_at: datetime | None = None
+    lend: bool | None = None  # the lending choice, written in the same transaction
+    reclaim_before_start: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,10 @@ class Reservations:
         end: datetime,
         gpu_ids: Sequence[int],
         guard: Guard | None = None,
+        lending: tuple[bool, bool] = (True, False),
     ) -> Reservation:
-        """Insert a reservation, or raise Conflict naming the reservations in the way."""
+        """Insert a reservation and its lending choice (lend, reclaim_before_start) in one
+        transaction, or raise Conflict naming the reservations in the way."""
         created = utcnow()
 
         def work(conn: Connection) -> int:
@@ -234,6 +238,8 @@ class Reservations:
             }
             units = [(gid, self.inventory.gpu_by_id(gid).device_id) for gid in gpu_ids]
             rid = _insert_booking(conn, row, units)
+            if lending != (True, False):  # the defaults need no row
+                choose_lending(conn, rid, *lending)
             self.longest.note(conn, start, end)
             return rid
 
@@ -313,6 +319,8 @@ class Reservations:
                         for g in added
                     ],
                 )
+            if change.lend is not None or change.reclaim_before_start is not None:
+                choose_lending(conn, reservation_id, change.lend, change.reclaim_before_start)
             self.longest.note(conn, start, end)
             spans[:] = (
                 Touch(reservation_id, tuple(g.id for g in old.gpus), old.start, old.end),

@@ -67,6 +67,11 @@ async def test_lending_choice_and_reclaim(api: Any) -> None:
         assert reply.status == 200, reply
         assert reply.body["reclaimed"] == []
         assert datetime.fromisoformat(reply.body["free_by"]) <= datetime.now(UTC)  # free now
+        # and the booking lends no more (Bookings.stop_lending, with its event)
+        shown = await alice("GET", f"reservations/{rid}")
+        assert (shown.body["lend"], shown.body["reclaim_before_start"]) == (False, True), shown
+        changed = await alice("PATCH", f"reservations/{rid}", {"lend": True})
+        assert changed.body["lend"] is True
     gone = await alice("DELETE", f"reservations/{rid}")
     assert gone.status == 200, gone
     refused(await alice("POST", f"reservations/{rid}/reclaim"), 409, "over")

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jupyter_gpuhive.bookings.accounting import to_csv
-from jupyter_gpuhive.bookings.fairshare import FairShare, FairShareSettings
+from jupyter_gpuhive.bookings.fairshare import FairShare, FairShareSettings, no_reflag
 from jupyter_gpuhive.errors import Invalid
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
 from jupyter_gpuhive.monitor.accounting import month_of
@@ -73,7 +73,9 @@ def fairshare(store: Store) -> FairShare:
     def identity_of(name: str) -> Identity:
         return Identity(name, frozenset(GROUPS.get(name, ())))
 
-    return FairShare(store, run, FairShareSettings(), ZONE, identity_of, Privacy())
+    return FairShare(
+        store, run, FairShareSettings(), ZONE, identity_of, Privacy(), reflag=no_reflag
+    )
 
 
 # The report of November 2026 by hand: (scope, name) -> reserved, used, queued, kWh, measured.

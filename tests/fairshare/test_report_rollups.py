@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from jupyter_gpuhive.bookings import accounting
-from jupyter_gpuhive.bookings.fairshare import FairShare, FairShareSettings
+from jupyter_gpuhive.bookings.fairshare import FairShare, FairShareSettings, no_reflag
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
 from jupyter_gpuhive.monitor.accounting import month_of
 from jupyter_gpuhive.privacy import Privacy
@@ -57,7 +57,7 @@ def fairshare(store: Store) -> FairShare:
         return Identity(name, frozenset(GROUPS.get(name, ())))
 
     return FairShare(store, run, FairShareSettings(), ZONE, identity_of, Privacy(),
-                     clock=lambda: NOW)  # fmt: skip
+                     reflag=no_reflag, clock=lambda: NOW)  # fmt: skip
 
 
 def book_randomly(store: Store, rng: random.Random) -> None:

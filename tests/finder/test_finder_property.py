@@ -18,9 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpuhive.bookings.finder import SlotSearch
+from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.bookings.reservations import Policy, ReservationService
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, SliceDecl
 from jupyter_gpuhive.model.finder import Inputs, Slot, Want, find
+from jupyter_gpuhive.model.limits import LimitTable
 from jupyter_gpuhive.model.requests import Booking
 from jupyter_gpuhive.model.rules import Rule, Window
 from jupyter_gpuhive.store import Store
@@ -186,7 +188,8 @@ def test_answers_are_bookable_in_the_store(db_url: str, seed: int) -> None:
         policy = Policy(ZONE, min_length=timedelta(minutes=5), max_length=timedelta(days=3),
                         horizon=timedelta(days=30))  # fmt: skip
         who = Identity("alice")
-        service = ReservationService(store, policy, lambda name: Identity(name))
+        limits = LimitService(store, ZONE, LimitTable(), Identity)  # none configured
+        service = ReservationService(store, policy, lambda name: Identity(name), limits=limits)
         base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
         units = store.inventory.units()
         for n in range(25):  # random bookings by bob, whatever fits

@@ -203,6 +203,8 @@ async def test_reclaim_before_start_and_by_request(bed: Bed) -> None:
                                                            - timedelta(minutes=1)))  # fmt: skip
     await bed.tick()
     assert bed.job(made.id).lent_from == early
+    # Jobs.reclaim: Bookings.stop_lending first (tests/test_bookings_wiring.py), then this
+    bed.store.preemption.set_lending(early, lend=False, reclaim_before_start=None)
     jobs, free_by = await bed.scheduler.reclaim_reservation(early, "the holder asked")
     assert jobs == [made.id] and free_by > datetime.now(UTC)
     again, _ = await bed.scheduler.reclaim_reservation(early, "the holder asked")

@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
+from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.bookings.reservations import Policy
 from jupyter_gpuhive.bookings.service import PROTECTION, Bookings
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl, Identity, Reservation, utcnow
+from jupyter_gpuhive.model.limits import LimitTable
 from jupyter_gpuhive.model.violations import ViolationRecord
 from jupyter_gpuhive.monitor.service import Monitor
 from jupyter_gpuhive.privacy import Privacy
@@ -112,7 +114,9 @@ def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterat
         monitor.sampler.timeout = 5.0  # the stand-in is slow on a busy 2-core box
         events: list[dict[str, Any]] = []
         kwargs.setdefault("publish", events.append)
-        bookings = Bookings(store, run, Policy(timezone.utc), Identity, Privacy(), remember=_nobody)
+        limits = LimitService(store, timezone.utc, LimitTable(), Identity)  # none configured
+        bookings = Bookings(store, run, Policy(timezone.utc), Identity, Privacy(), limits=limits,
+                            remember=_nobody)  # fmt: skip
 
         async def end(res: Reservation, reason: str) -> Reservation | None:
             return await bookings.end(res.id, PROTECTION, reason)  # as the Hive wires it

@@ -1,0 +1,275 @@
+"""The queue's part for preemptible jobs: the second admission pass on lent GPUs, the
+loans it opens, ends and reclaims, and the jobs put back in the queue after a reclaim.
+
+`Scheduler` (jobs/queue.py) is a `Reclaims`: the tick calls `_borrowing`, `_reclaimed` and
+`_lending_pass`; kernels and the API call `make_way`, `reclaim` and `reclaim_reservation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..model import Reservation
+from ..model.jobs import ACTIVE, Job
+from ..monitor.sampler import Sweep
+from ..store import Store
+from ..store.preemption import EXHAUSTED, RESUMED
+from .admission import Candidate, admit
+from .launcher import Launcher
+from .preemption import (
+    PREEMPT_PATIENCE,
+    PreemptionSettings,
+    borrowers,
+    free_by,
+    holder_process,
+    job_groups,
+    judge,
+    lending_states,
+    samples_of,
+)
+from .queue_inputs import RuleCheck, Snapshot
+
+if TYPE_CHECKING:
+    from datetime import timedelta, tzinfo
+
+log = logging.getLogger("jupyter_gpuhive.jobs.queue")
+T = TypeVar("T")
+
+
+class Reclaims:
+    """Loans of reserved GPUs to preemptible jobs, as the scheduler keeps them."""
+
+    store: Store
+    launcher: Launcher
+    preemption: PreemptionSettings
+    clock: Callable[[], datetime]
+    zone: tzinfo
+    horizon: timedelta
+    unix_user: Callable[[str], str]
+    preempted: Callable[[dict[str, Any]], Any]
+    _sweep: Sweep | None
+    _stopping: dict[int, asyncio.Task[None]]
+    _stop_later: Callable[..., None]  # the scheduler's: stop a job in the background
+
+    def _lending_pass(self, snap: Snapshot, queued: list[Candidate], first: Any) -> list[Any]:
+        """The second pass: preemptible jobs the first left waiting, on lent GPUs too."""
+        if snap.lending is None:
+            return []
+        by_id = {job.id: job for job in snap.jobs}
+        started = {a.job_id for a in first.admitted}
+        wanting = [c for c in borrowers(queued, by_id, self.preemption) if c.job_id not in started]
+        if not wanting:
+            return []
+        now = snap.now.timestamp()
+        taken = [uuid for a in first.admitted for uuid in a.gpus]
+        mine = {c.job_id for c in wanting}  # their own slots: they may start now instead
+        kept = [(slot.start, slot.end, slot.gpus) for job_id, slot in first.planned.items()
+                if job_id not in mine]  # fmt: skip
+        states, spans = lending_states(snap.gpus, snap.reserved, snap.lending, self.preemption,
+                                       now, taken, kept)  # fmt: skip
+        until = (snap.now + self.horizon).timestamp()
+        second = admit(wanting, states, now, access=RuleCheck(snap, self.zone), reserved=spans,
+                       depth=0, horizon=until)  # fmt: skip
+        return list(second.admitted)
+
+    def _open_loans(self, job_id: int, gpus: Sequence[str], snap: Snapshot, lead: float) -> None:
+        """Open the loans of the lending bookings on `gpus` that begin within `lead`."""
+        lending = snap.lending
+        assert lending is not None
+        at = snap.now.timestamp()
+        for res in lending.on(gpus, at, at + lead):
+            mine = set(gpus).intersection(g.uuid for g in res.gpus)
+            self.store.preemption.lend(job_id, res.id, mine, snap.now)
+
+    async def reclaim(self, job: Job, why: str, reservation: int) -> bool:
+        """Take lent GPUs back from a job: its signal now, its grace, then the ladder; it is
+        requeued once stopped. False when a reclaim of it is already under way."""
+        grace = self.preemption.grace(job)
+        now = self.clock()
+        done = await in_thread(self.store.preemption.reclaim, job.id, now, why, job.preempt_signal,
+                         grace)  # fmt: skip
+        if not done:
+            return False
+        log.info("gpuhive queue: reclaiming job %s: %s", job.id, why)
+        self._stop_later(job.id, why, requeue=True, preempt=(job.preempt_signal, grace))
+        self.preempted({"job": job.id, "owner": job.owner, "reservation": reservation,
+                        "signal": job.preempt_signal, "grace_s": grace,
+                        "restarts": job.restarts + 1})  # fmt: skip
+        return True
+
+    async def reclaim_reservation(self, reservation: int, why: str) -> tuple[list[int], datetime]:
+        """The holder asked for the GPUs ("I need my GPUs now"): every loan of the booking
+        is reclaimed; the jobs signalled, and when all are gone. That it lends no more is
+        the bookings service's part (Jobs.reclaim asks it first)."""
+        loans = await in_thread(self.store.preemption.open_loans, reservation)
+        now = self.clock()
+        latest = now
+        jobs: list[int] = []
+        for loan in loans:
+            job = await in_thread(self.store.jobs.get, loan.job_id)
+            if loan.reclaimed_at is None:
+                await self.reclaim(job, why, reservation)
+            latest = max(latest, free_by(loan.reclaimed_at or now, self.preemption.grace(job)))
+            jobs.append(job.id)
+        return jobs, latest
+
+    async def _before_start(self, job: Job) -> None:
+        """Before one of a holder's jobs starts: reclaim the GPUs it needs from borrowers and
+        wait for them (at most their grace and the kill patience, then it starts anyway)."""
+        await self.make_way(job.owner, job.gpus, f"{job.owner} starts job {job.id} on a lent GPU",
+                            but=job.id)  # fmt: skip
+
+    async def make_way(self, owner: str, gpus: Sequence[str], why: str, but: int = 0) -> None:
+        """Reclaim the loans on `gpus` of `owner`'s reservations (job `but` excepted) and
+        wait for their jobs to go (at most their grace and the kill patience)."""
+        wanted = set(gpus)
+        if not wanted:
+            return
+        loans = [loan for loan in await in_thread(self.store.preemption.open_loans)
+                 if loan.job_id != but and wanted.intersection(loan.gpus)]  # fmt: skip
+        waits = []
+        for loan in loans:
+            res = await in_thread(self.store.reservations.get, loan.reservation_id)
+            if res.owner != owner:
+                continue
+            other = await in_thread(self.store.jobs.get, loan.job_id)
+            await self.reclaim(other, why, res.id)
+            if other.id in self._stopping:
+                waits.append(self._stopping[other.id])
+        if waits:
+            limit = self.preemption.grace_s + PREEMPT_PATIENCE + self.launcher.timeout
+            await asyncio.wait(waits, timeout=limit)
+
+    async def lent_processes(self, sweep: Sweep) -> dict[tuple[str, int], int]:
+        """GPU processes of jobs on loan: (host, pid) -> the reservation that lends."""
+
+        def read() -> dict[tuple[str, int], int]:
+            loans = self.store.preemption.open_loans()
+            if not loans:
+                return {}
+            by_job = {loan.job_id: loan.reservation_id for loan in loans}
+            groups = {(t.host, t.pgid): by_job[t.job_id] for t in
+                      self.store.jobs.tasks(ACTIVE) if t.job_id in by_job and t.pgid}  # fmt: skip
+            return {
+                (host, proc.pid): groups[(host, proc.pgid)]
+                for host, sample in sweep.samples.items()
+                for proc in sample.processes
+                if proc.pgid is not None and (host, proc.pgid) in groups
+            }
+
+        return await in_thread(read)
+
+    async def _lent(self) -> list[tuple[Job, Reservation]]:
+        """(job, reservation) of each loan the watch looks after: open, not reclaimed, of a
+        reservation that is active now."""
+
+        def read() -> list[tuple[Job, Reservation]]:
+            now = self.clock()
+            out = []
+            for loan in self.store.preemption.open_loans():
+                if loan.reclaimed_at is not None:
+                    continue
+                res = self.store.reservations.get(loan.reservation_id)
+                if not res.cancelled and res.start <= now < res.end:
+                    out.append((self.store.jobs.get(loan.job_id), res))
+            return out
+
+        return await in_thread(read)
+
+    async def _borrowing(
+        self, job: Job, snap: Snapshot, stopping: dict[int, str], lead: float
+    ) -> bool:
+        """A running preemptible job: open its loans, end those that are over, reclaim, or
+        requeue it before a booking that does not lend (`stopping`: the tick report's jobs
+        being stopped, and why); whether the store changed."""
+        lending = snap.lending
+        assert lending is not None
+        if any(loan.job_id == job.id and loan.reclaimed_at for loan in lending.loans):
+            return False  # being reclaimed (`_reclaimed`)
+        samples, groups = samples_of(self._sweep), job_groups(job)
+        verdict = judge(
+            job, lending, self.preemption, snap.now.timestamp(), lead,
+            lambda res, uuids: holder_process(samples, res, uuids, self.unix_user, groups),
+        )  # fmt: skip
+        changed = False
+        for rid in verdict.end:
+            await in_thread(self.store.preemption.end_loans, job.id, snap.now, rid)
+            changed = True
+        if verdict.requeue is not None:
+            await in_thread(self.store.jobs.mark_requeue, job.id, verdict.requeue)
+            stopping[job.id] = verdict.requeue
+            self._stop_later(job.id, verdict.requeue, requeue=True)
+            return True
+        have = {loan.reservation_id for loan in lending.loans if loan.job_id == job.id}
+        for rid, uuids in verdict.lend:
+            if rid not in have:
+                await in_thread(self.store.preemption.lend, job.id, rid, uuids, snap.now)
+                changed = True
+        if verdict.reclaim is not None:
+            why, rid = verdict.reclaim
+            if await self.reclaim(replace(job, lent_from=rid), why, rid):
+                stopping[job.id] = why
+                changed = True
+        return changed
+
+    async def _reclaimed(self, snap: Snapshot) -> bool:
+        """Finish reclaims a previous leader (or a failed stop) left: stop the job again once
+        its stop is overdue (another server may be stopping it: a reclaim through its API),
+        or requeue it if it stopped."""
+        if snap.lending is None:
+            return False
+        by_id = {job.id: job for job in snap.jobs}
+        changed = False
+        reclaimed = {n.job_id: n for n in snap.lending.loans if n.reclaimed_at is not None}
+        for job_id, loan in reclaimed.items():
+            job = by_id.get(job_id)
+            if job_id in self._stopping:
+                continue
+            if job is not None and any(t.active for t in job.tasks):
+                allowed = self.preemption.grace(job) + PREEMPT_PATIENCE + self.launcher.timeout
+                assert loan.reclaimed_at is not None
+                if (snap.now - loan.reclaimed_at).total_seconds() < allowed:
+                    continue
+                self._stop_later(job_id, loan.reclaim_reason or "reclaimed", requeue=True,
+                                 preempt=(job.preempt_signal, 0.0))  # fmt: skip
+            else:
+                await self._requeue_preempted(job_id, "reclaimed by its lender")
+            changed = True
+        return changed
+
+    async def _requeue_preempted(self, job_id: int, why: str) -> None:
+        """Back to the queue after a reclaim; told when it may no longer borrow."""
+        now = self.clock()
+        if not await in_thread(
+            self.store.preemption.requeue, job_id, now, f"{why}; back in the queue"
+        ):
+            return
+        job = await in_thread(self.store.jobs.get, job_id)
+        limit = self.preemption.max_preemptions
+        if job.preemptible and job.restarts == limit:
+            detail = (f"preempted {job.restarts} times, the site's limit: it waits for GPUs "
+                      "nobody booked from now on")  # fmt: skip
+            await in_thread(self.store.preemption.event, job_id, now, EXHAUSTED, detail)
+        self.launcher._changed(job_id)
+
+    async def _resumed(self, job: Job, snap: Snapshot) -> None:
+        if not job.preemptible or not job.restarts:
+            return
+        fresh = await in_thread(self.store.jobs.get, job.id)
+        where = (
+            f"on reservation {fresh.lent_from}'s GPUs" if fresh.lent_from else "in unbooked time"
+        )
+        detail = f"started again after {job.restarts} preemption(s), {where}"
+        await in_thread(
+            self.store.preemption.event, job.id, snap.now, RESUMED, detail, fresh.lent_from
+        )
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Blocking work off the event loop."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
