@@ -794,3 +794,56 @@ def test_the_lending_check_sees_a_write_an_import_and_the_inner_service(tmp_path
         "    await self.bookings.stop_lending(rid, 'alice', 'asked')\n"
     )
     assert lending_writes(probe) == [1, 3, 5]
+
+
+UNIT_REF_MARKS = ("(?P<index>", "/mig(?P<")  # the regex of 'host:index/migGI.CI'
+THRESHOLDS = {"idle_util", "util_below"}  # what a GPU's utilisation is compared with
+# The Prometheus gauge of idle reservations reads utilisation alone (no processes there).
+THRESHOLD_EXCEPTIONS = {"monitor/prometheus.py"}
+
+
+def one_definition_breaches(root: Path) -> list[str]:
+    """'path:line' where a unit-reference pattern is written outside model/core.py, or a
+    utilisation is compared with the idle threshold outside model/activity.py."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            pattern = (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and any(mark in node.value for mark in UNIT_REF_MARKS)
+                and rel != "model/core.py"
+            )
+            compared = (
+                isinstance(node, ast.Compare)
+                and {n for part in (node.left, *node.comparators) for n in _names(part)}
+                & THRESHOLDS
+                and rel not in ("model/activity.py", *THRESHOLD_EXCEPTIONS)
+            )
+            if pattern or compared:
+                found.append(f"{rel}:{getattr(node, 'lineno', 0)}")
+    return found
+
+
+def test_unit_refs_and_busy_gpus_have_one_definition_each() -> None:
+    """model.parse_ref reads every 'host:index/migGI.CI'; model.activity.gpu_busy says when a
+    GPU is busy: usage, accounting and protection ask it (issue #42 item 6)."""
+    found = one_definition_breaches(ROOT)
+    assert found == [], (
+        "a second unit-reference pattern or busy-GPU rule; use model.parse_ref or "
+        f"model.activity.gpu_busy: {found}"
+    )
+
+
+def test_the_one_definition_check_sees_a_pattern_and_a_threshold(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "core.py").write_text('R = r"(?P<host>.+):(?P<index>\\d+)"\n')
+    (tmp_path / "probe.py").write_text(
+        'REF = r"(?P<host>.+):(?P<index>\\d+)(?:/mig(?P<gi>\\d+))?"\n'
+        "def busy(util, idle_util):\n"
+        "    return util >= idle_util\n"
+        "def fine(self):\n"
+        "    return self.util_below + 1\n"
+    )
+    assert one_definition_breaches(tmp_path) == ["probe.py:1", "probe.py:3"]

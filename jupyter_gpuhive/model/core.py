@@ -188,7 +188,9 @@ class UnitRef:
         return self.gpu_instance_id is not None
 
 
-_UNIT_REF = re.compile(r"(?P<host>[^:/\s]+):(?P<index>\d+)(?:/mig(?P<gi>\d+)(?:\.(?P<ci>\d+))?)?")
+# The one pattern of a unit's ref. A host name may hold ':', '/' or spaces (the hosts file
+# allows them): the index is after the last ':' that a number (and a slice) follows.
+_UNIT_REF = re.compile(r"(?P<host>.+):(?P<index>\d+)(?:/mig(?P<gi>\d+)(?:\.(?P<ci>\d+))?)?")
 
 
 def parse_ref(text: str) -> UnitRef | None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..hosts.probe import HostSample
 from ..model import Reservation
+from ..model.activity import IDLE_UTIL, gpu_busy
 from ..store import Store
 from ..store.accounting import IDLE, JOB, QUEUED, RESERVED, UNRESERVED, Charge, RunningTask
 from .sampler import Sweep
@@ -117,14 +118,14 @@ def charge(
     after: Reading,
     payers: Payers,
     zone: tzinfo,
-    idle_util: float = 5.0,
+    idle_util: float = IDLE_UTIL,
 ) -> list[Charge]:
     """The charges of one GPU for the interval between two of its readings."""
     seconds = (after.at - before.at).total_seconds()
     if seconds <= 0:
         return []
     joules = energy_j(before, after)
-    busy = bool(after.users) or (after.util or 0) >= idle_util
+    busy = gpu_busy(bool(after.users), after.util, idle_util) is True
     figures: dict[str, Any] = {
         "seconds": seconds,
         "used_seconds": seconds if busy else 0.0,
@@ -167,7 +168,7 @@ class Meter:
         zone: tzinfo,
         *,
         max_gap: float,
-        idle_util: float = 5.0,
+        idle_util: float = IDLE_UTIL,
         user_of: Callable[[str], str] = lambda name: name,
     ) -> None:
         self.store = store

@@ -16,8 +16,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..model.jobs import FINAL
 from .args import parse_gpu_args
 from .client import HiveClientError
+from .jobsweeps import clashing, sweep_body
 from .lending import SIGNALS
-from .magics import GpuHiveMagics
+from .magics import GpuHiveMagics, unquote
 from .magicviews import JOB_COLUMNS, JobPreview, JobResult, Rows, job_gpus
 
 
@@ -159,13 +160,21 @@ class GpuJobMagics(GpuHiveMagics):
             ) as script:
                 script.write(cell)
             command = f"{shlex.quote(sys.executable)} {shlex.quote(script.name)}"
+        variables = _pairs(args.var, "--var")
+        try:  # as the job builder builds it (notebook.jobsweeps)
+            sweep = sweep_body(unquote(entry) for entry in args.sweep or [])  # IPython keeps quotes
+        except ValueError as error:
+            raise UsageError(f"--sweep: {error}") from None
+        clash = clashing(variables, sweep)
+        if clash:
+            raise UsageError(clash)
         body: dict[str, Any] = {
             "name": args.name,
             "template": args.template,
             "command": command,
-            "variables": _pairs(args.var, "--var"),
+            "variables": variables,
             "options": self._options(args.template, _pairs(args.option, "--option")),
-            "sweep": list(args.sweep or []),
+            "sweep": sweep,
             "queued": bool(args.queue),
         }
         if args.python:

@@ -21,6 +21,7 @@ from datetime import datetime
 from ..hosts.nvsmi import GpuMetrics
 from ..hosts.probe import HostSample, ProcessInfo
 from ..model import Reservation, slice_name
+from ..model.activity import IDLE_UTIL, gpu_busy
 from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
 
 __all__ = [
@@ -230,7 +231,7 @@ def idle_reservations(
     samples: Iterable[HostSample],
     active: Sequence[Reservation],
     at: datetime,
-    util_below: float = 5.0,
+    util_below: float = IDLE_UTIL,
 ) -> dict[int, Reservation]:
     """Active reservations whose every GPU was seen this sweep with no process and low load.
 
@@ -249,7 +250,7 @@ def idle_reservations(
 
 
 def _idle(view: GpuView | None, util_below: float) -> bool:
-    if view is None or view.processes:
-        return False
-    util = view.metrics.util_gpu
-    return util is not None and util < util_below  # not reported (MIG): not known to be idle
+    if view is None:
+        return False  # not seen: not known to be idle
+    # utilisation not reported (MIG): not known to be idle either
+    return gpu_busy(bool(view.processes), view.metrics.util_gpu, util_below) is False

@@ -7,27 +7,23 @@ one the service will start these kernels for (kernels/broker.py).
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, tzinfo
 from typing import Any
 from urllib.parse import urlencode
 
 from ..kernels.specs import ReservationSpecs, SpecSource
-from ..model import Gpu, Reservation
+from ..model import Gpu, Reservation, parse_ref
 from .service_link import ServiceLink
-
-REF = re.compile(r"(?P<host>.+):(?P<index>\d+)(?:/mig(?P<gi>\d+)(?:\.(?P<ci>\d+))?)?")
 
 
 def gpu_of(ref: str, uuid: str = "") -> Gpu:
     """A GPU (or MIG slice) as far as its name tells ('host:index' or 'host:index/migG.C')."""
-    found = REF.fullmatch(ref)
+    found = parse_ref(ref)
     if found is None:
         return Gpu(id=0, host=ref, index=0, uuid=uuid)
-    gi, ci = found["gi"], found["ci"]
-    return Gpu(id=0, host=found["host"], index=int(found["index"]), uuid=uuid,
-               parent_id=None if gi is None else 0, gpu_instance_id=None if gi is None else int(gi),
-               compute_instance_id=int(ci) if ci else None)  # fmt: skip
+    return Gpu(id=0, host=found.host, index=found.index, uuid=uuid,
+               parent_id=0 if found.is_slice else None, gpu_instance_id=found.gpu_instance_id,
+               compute_instance_id=found.compute_instance_id)  # fmt: skip
 
 
 def reservation_of(data: dict[str, Any]) -> Reservation:

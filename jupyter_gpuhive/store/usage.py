@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Table, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model import Reservation
+from ..model.activity import gpu_busy
 from .database import Database
 from .schema import gpu_usage_hourly, reservation_usage
 
@@ -30,7 +31,8 @@ class GpuReading:
 
     @property
     def busy(self) -> bool:
-        return bool(self.owners) or (self.util or 0) >= 5
+        """Known busy (model.activity): a process on it, or utilisation of at least 5%."""
+        return gpu_busy(bool(self.owners), self.util) is True
 
 
 def _values(r: GpuReading, **key: Any) -> dict[str, Any]:

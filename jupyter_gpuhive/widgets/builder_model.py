@@ -14,6 +14,7 @@ from typing import Any
 
 from ..notebook.client import HiveClientError
 from ..notebook.clock import UTC, iso, parse
+from ..notebook.jobsweeps import clashing
 from ..notebook.lending import lent_text
 from .calendar_model import gpus_of
 from .job_form import (
@@ -230,9 +231,9 @@ class JobBuilderModel:
             raise FormError("Pick GPUs or one of your reservations.")
         variables = parse_pairs(f.variables, "variable")
         sweep = parse_sweeps(f.sweeps)
-        clash = sorted(set(variables) & set(sweep))
+        clash = clashing(variables, sweep)
         if clash:
-            raise FormError(f"{', '.join(clash)} is both a variable and a sweep.")
+            raise FormError(clash)
         env = parse_pairs(f.env, "environment variable")
         for key, value in (("options", options), ("variables", variables), ("sweep", sweep),
                            ("env", env)):  # fmt: skip

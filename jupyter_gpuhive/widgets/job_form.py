@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..notebook.jobsweeps import NAME, sweep_body
+
 MODES = ("now", "schedule", "queue")  # run now, start at a time, put in the queue
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
@@ -27,7 +27,7 @@ def parse_pairs(text: str, what: str = "variable") -> dict[str, str]:
     for line in _lines(text):
         name, sep, value = line.partition("=")
         name = name.strip()
-        if not sep or not _NAME.match(name):
+        if not sep or not NAME.match(name):
             raise FormError(f"The {what} '{line}' must look like name=value.")
         if name in out:
             raise FormError(f"The {what} '{name}' is given twice.")
@@ -36,20 +36,12 @@ def parse_pairs(text: str, what: str = "variable") -> dict[str, str]:
 
 
 def parse_sweeps(text: str) -> dict[str, list[str]]:
-    """'lr=0.1,0.01' per line (or separated by ';') into {"lr": ["0.1", "0.01"]}."""
-    out: dict[str, list[str]] = {}
-    for line in _lines(text.replace(";", "\n")):
-        name, sep, rest = line.partition("=")
-        name = name.strip()
-        if not sep or not _NAME.match(name):
-            raise FormError(f"The sweep '{line}' must look like name=value1,value2.")
-        values = [v.strip() for v in rest.split(",")]
-        if any(not v for v in values):
-            raise FormError(f"The sweep '{line}' has an empty value (commas separate values).")
-        if name in out:
-            raise FormError(f"The sweep '{name}' is given twice.")
-        out[name] = values
-    return out
+    """'lr=0.1,0.01' per line (or separated by ';') into {"lr": ["0.1", "0.01"]}: the body's
+    sweep as %%gpujob builds it too (notebook.jobsweeps)."""
+    try:
+        return sweep_body(_lines(text.replace(";", "\n")))
+    except ValueError as error:
+        raise FormError(str(error)) from None
 
 
 def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
