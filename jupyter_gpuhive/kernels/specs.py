@@ -1,7 +1,8 @@
 """Kernelspecs "Python on my reservation …": one per active or upcoming reservation of the user.
 
-jupyter_server asks its KernelSpecManager for the specs without saying who asks; the request
-handler is in jupyter_server's CallContext, so the list is built for that handler's user. The
+jupyter_server asks its KernelSpecManager for the specs without saying who asks; the server's
+subclass (server/kernelspecs.py) reads the request handler from jupyter_server's CallContext,
+so the list is built for that handler's user. The
 specs are not files: `gpuhive-r<ID>` names reservation ID, and its kernel_provisioner is the
 `gpuhive` provisioner (kernels/provisioner.py) with `config.reservation_id`, which checks the
 owner and the reservation's times at launch.
@@ -120,6 +121,11 @@ class ReservationSpecs:
     gpuhive_source: SpecSource | None = None
     _gpuhive_titles: dict[int, str]
 
+    def current_handler(self) -> Any:
+        """The request handler being answered (None: outside a request). The server's
+        subclass reads it from jupyter_server (server/kernelspecs.py)."""
+        return None
+
     async def get_all_specs(self) -> dict[str, Any]:
         """The configured specs plus one per active or upcoming reservation of the requester."""
         specs: dict[str, Any] = super().get_all_specs()  # type: ignore[misc]
@@ -157,9 +163,7 @@ class ReservationSpecs:
         source = self.gpuhive_source
         if source is None:
             return []
-        from jupyter_server import CallContext
-
-        handler = CallContext.get(CallContext.JUPYTER_HANDLER)
+        handler = self.current_handler()
         user = source.requester(handler) if handler is not None else None
         if user is None:
             return []
@@ -173,8 +177,8 @@ class ReservationSpecs:
         return mine[:MAX_SPECS]
 
 
-def with_reservation_specs(base: type) -> type:
-    """`base` (a KernelSpecManager class) with the reservation specs mixed in."""
+def with_reservation_specs(base: type, mixin: type[ReservationSpecs] = ReservationSpecs) -> type:
+    """`base` (a KernelSpecManager class) with the reservation specs (`mixin`) mixed in."""
     if issubclass(base, ReservationSpecs):
         return base
-    return type(f"GpuHive{base.__name__}", (ReservationSpecs, base), {})
+    return type(f"GpuHive{base.__name__}", (mixin, base), {})

@@ -10,10 +10,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from jupyter_server import CallContext
+
 from ..hive import Hive
 from ..kernels.specs import ReservationSpecs, SpecSource, with_reservation_specs
 from ..model import Reservation
 from .kernel_manager import behind_gateway, configured, set_classes
+
+
+class RequestSpecs(ReservationSpecs):
+    """Reservation specs of whoever makes the current jupyter_server request."""
+
+    def current_handler(self) -> Any:
+        return CallContext.get(CallContext.JUPYTER_HANDLER)
 
 
 def mix(serverapp: Any) -> bool:
@@ -30,7 +39,8 @@ def mix(serverapp: Any) -> bool:
         from jupyter_client.kernelspec import KernelSpecManager
 
         base = KernelSpecManager
-    set_classes(serverapp, {"kernel_spec_manager_class": with_reservation_specs(base)})
+    mixed = with_reservation_specs(base, RequestSpecs)
+    set_classes(serverapp, {"kernel_spec_manager_class": mixed})
     return True
 
 
