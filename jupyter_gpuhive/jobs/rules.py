@@ -104,26 +104,7 @@ class JobRules:
     def build(self, who: Identity, request: JobRequest) -> tuple[Job, list[TaskSpec]]:
         """Check a job request against the site and render its tasks (nothing is stored)."""
         options = _placement_option(request.same_host, request.options)
-        job = Job(
-            name=request.name,
-            owner=who.name,
-            command=request.command,
-            template=request.template,
-            description=request.description,
-            options=options,
-            variables=request.variables,
-            sweep=request.sweep,
-            env=request.env,
-            workdir=request.workdir,
-            queued=request.queued,
-            walltime=request.walltime,
-            start_at=request.start_at,
-            stop_at=request.stop_at,
-            max_retries=request.max_retries,
-            preemptible=request.preemptible,
-            preempt_signal=request.preempt_signal,
-            grace_s=request.grace_s,
-        )
+        job = Job(owner=who.name, **{**request.defines(), "options": options})
         try:
             check_request(request.preemptible, request.preempt_signal, request.grace_s,
                           self.preempt_grace_s)  # fmt: skip

@@ -8,7 +8,7 @@ kept exactly as sent. Instants are timezone-aware UTC, durations timedeltas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,6 +74,16 @@ class JobRequest:
     preemptible: bool = False  # may run on GPUs reservations lend (issue #31)
     preempt_signal: str = "SIGTERM"  # sent when the lender takes the GPUs back
     grace_s: int | None = None  # seconds to checkpoint after it; None: the site's
+
+    def defines(self) -> dict[str, Any]:
+        """The values of the fields a stored Job has too (model.jobs.Job), by name: every
+        field but those in `REQUEST_ONLY` (where the job runs, how it starts, its container)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in REQUEST_ONLY}
+
+
+# The JobRequest fields a Job does not keep as they are: the rules turn them into its tasks
+# (gpus, reservation, same_host), its container (image, mounts), or an action (start).
+REQUEST_ONLY = frozenset({"gpus", "reservation", "same_host", "start", "image", "mounts"})
 
 
 @dataclass(frozen=True)
