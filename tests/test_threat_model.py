@@ -3,10 +3,12 @@ hostile user for real: a row without its hostile test is a boundary nobody holds
 that only edits text proves nothing about what a real user's process or file can do (#41).
 
 "Plays a user" is read statically: the test function, a fixture it takes (from its file or a
-conftest.py above it), or a function it calls (in its file or a tests/ module it imports),
-directly or through each other, starts a process or makes a file as a second UNIX user
-(`PLAYERS`: ensure_user, hostile_process, start_gpu_process, runuser, ...). A test that is
-about something no user can be (`EXEMPT`) says why there."""
+conftest.py above it, or re-exported by one), or a function it calls (in its file or a tests/
+module it imports, `module.function` too), directly or through each other, starts a process
+or makes a file as a second UNIX user (`PLAYERS`: ensure_user, hostile_process,
+start_gpu_process, runuser, ...); the test bed's own accounts (`NOT_A_USER`: PostgreSQL's)
+are no hostile user. A test about something no user can be (`EXEMPT`) says why there, and an
+exemption that no longer applies fails the check."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import ast
 import functools
 import re
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "explanation" / "threat-model.md"
@@ -21,8 +24,12 @@ REF = re.compile(r"`((?:tests/[\w/]+\.py|…)(?:::\w+)?)")
 # Calls (by name) and words that make a process or a file belong to another UNIX user.
 PLAYERS = frozenset(
     {"ensure_user", "hostile_process", "start_gpu_process", "add_user", "start_process",
-     "runuser", "setuid", "setresuid", "chown", "demote"}
+     "runuser", "setpriv", "setuid", "setresuid", "chown", "demote"}
 )  # fmt: skip
+# Modules whose accounts are the test bed's own, not a hostile user: not followed.
+NOT_A_USER = frozenset(
+    {"tests/support/postgres.py"}  # the database server runs as its `postgres` account
+)
 # Rows whose test no real user can make more real, and why.
 EXEMPT: dict[str, str] = {
     "tests/api/test_api_hostile_input.py": "request bodies: the hostile user is an HTTP client",
@@ -30,8 +37,11 @@ EXEMPT: dict[str, str] = {
     "tests/integrations/test_outbound_privacy.py::"
     "test_site_webhooks_and_feeds_leave_private_descriptions_out": "what leaves the service",
     "tests/hub/test_team_public.py::test_a_feed_made_through_a_users_server_has_the_hubs_public_url": "a header the caller sends",
+    "tests/hub/test_team.py::test_bobs_forged_server_config_gives_him_nothing": "the hostile "
+    "party is a Hub user (her token, her server's config), not a UNIX account",
+    "tests/hub/test_team.py::test_bobs_own_client_mode_server_cannot_claim_alice": "a Hub user's "
+    "token and the identity her own server claims",
     "tests/kernels/test_provisioner_config.py::test_a_bad_provisioner_config_is_a_json_422": "a kernelspec's values through the REST API",
-    "tests/api/test_container_jobs_api.py::test_images_mounts_and_engine_flags_are_refused": "a request body",
     "tests/hosts/test_probe.py::test_hostile_nvidia_smi_output_never_runs_as_code": "the hostile "
     "party is the host's nvidia-smi (its PATH), not a user's process",
     "tests/jobs/test_jobs_containers.py::test_hostile_values_stay_single_words_in_bash": "the "
@@ -40,19 +50,6 @@ EXEMPT: dict[str, str] = {
     "configuration": "the site's own configuration",
     "tests/jobs/test_jobs_containers.py::test_env_file_is_verbatim_and_refuses_line_breaks": "the "
     "owner's request values written to her own env file",
-}
-# Rows whose test should play a real user and does not yet (or does in a way this static check
-# cannot see): each a known gap, listed here so it is not forgotten (#41).
-NOT_YET: dict[str, str] = {
-    "tests/hosts/test_probe_names.py::test_unescaped_names_in_nvidia_smi_xml_neither_blind_nor_"
-    "move_a_process": "parser level; tests/support/hostile.py can run it as a real process",
-    "tests/containers/test_protection.py::test_forged_container_on_a_reserved_gpu_is_a_violation_"
-    "and_is_removed": "a container engine stand-in run by root",
-    "tests/containers/test_protection.py::test_the_site_may_trust_a_label_for_containers_it_did_"
-    "not_start": "a container engine stand-in run by root",
-    "tests/jobs/test_preemption.py::test_a_job_that_ignores_its_signal_is_killed_after_the_grace": "its job's account is made where this check does not look",
-    "tests/test_kernel_python.py::test_a_package_of_the_callers_path_is_not_found_in_another_"
-    "interpreter": "probes as nobody through tests/support/kernel_python.py (an attribute call)",
 }
 
 
@@ -124,6 +121,7 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
+@functools.cache
 def _functions(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     """Every function of a module by name (methods too: tests call their rigs' methods)."""
     return {
@@ -133,15 +131,46 @@ def _functions(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     }
 
 
-def _imported(path: Path) -> dict[str, Path]:
-    """Names a test module imports from other tests/ modules, with their files."""
-    found: dict[str, Path] = {}
+@functools.cache
+def _imported(path: Path) -> dict[str, tuple[Path, str]]:
+    """Names a module takes from other tests/ modules: each with its file and its name there
+    ('' for a module itself: `from tests.jobs import test_jobs_queue`), and module-level
+    aliases of a module's function (`bed = test_jobs_queue.bed`)."""
+    found: dict[str, tuple[Path, str]] = {}
     for node in ast.walk(_tree(path)):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
-            module = ROOT / (str(node.module).replace(".", "/") + ".py")
-            if module.is_file():
-                found.update({alias.asname or alias.name: module for alias in node.names})
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests":
+            folder = ROOT / str(node.module).replace(".", "/")
+            for alias in node.names:
+                name = alias.asname or alias.name
+                if (folder / f"{alias.name}.py").is_file():
+                    found[name] = (folder / f"{alias.name}.py", "")
+                elif folder.with_suffix(".py").is_file():
+                    found[name] = (folder.with_suffix(".py"), alias.name)
+    for node in _tree(path).body:
+        if (
+            isinstance(node, ast.Assign)
+            and [type(t) for t in node.targets] == [ast.Name]
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and found.get(node.value.value.id, (path, "x"))[1] == ""
+        ):
+            module = found[node.value.value.id][0]
+            found[cast(ast.Name, node.targets[0]).id] = (module, node.value.attr)
     return found
+
+
+def _lookup(path: Path, name: str) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """The function `name` means in `path`: its own, or the one it imports or aliases."""
+    for _ in range(8):  # re-exports chain through a few modules at most
+        if path.relative_to(ROOT).as_posix() in NOT_A_USER:
+            return None
+        found = _functions(path).get(name)
+        if found is not None:
+            return path, found
+        path, name = _imported(path).get(name, (path, ""))
+        if not name:
+            return None
+    return None
 
 
 def _fixture_files(path: Path) -> list[Path]:
@@ -156,7 +185,8 @@ def _fixture_files(path: Path) -> list[Path]:
 
 
 def _words(node: ast.AST) -> set[str]:
-    """The names a function calls or mentions (and its string constants' first word)."""
+    """The names a function calls or mentions (and its string constants' first word, a
+    program's path as its name: '/usr/sbin/runuser' is runuser)."""
     words: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
@@ -164,7 +194,7 @@ def _words(node: ast.AST) -> set[str]:
         elif isinstance(sub, ast.Attribute):
             words.add(sub.attr)
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value:
-            words.add(sub.value.split()[0] if sub.value.split() else sub.value)
+            words.add(Path(sub.value.split()[0]).name if sub.value.split() else sub.value)
     return words
 
 
@@ -178,20 +208,26 @@ def plays_a_user(path: Path, name: str | None) -> bool:
     seen: set[tuple[Path, str]] = set()
     while todo:
         files, function = todo.pop()
-        for file in files:
-            found = _functions(file).get(function)
-            if found is not None:
-                break
-        if found is None or (file, function) in seen:
+        hit = next(filter(None, (_lookup(file, function) for file in files)), None)
+        if hit is None or (hit[0], function) in seen:
             continue
+        file, found = hit
         seen.add((file, function))
         words = _words(found)
         if words & PLAYERS:
             return True
         imports = _imported(file)
+        modules = {n: f for n, (f, there) in imports.items() if not there}
         arguments = (*found.args.posonlyargs, *found.args.args, *found.args.kwonlyargs)
         todo += [(fixtures, a.arg) for a in arguments]
-        todo += [([imports[w]] if w in imports else [file], w) for w in words]
+        todo += [([file], w) for w in words if w not in modules]
+        todo += [  # `kernel_python._has(...)`: a function of an imported tests/ module
+            ([modules[sub.value.id]], sub.attr)
+            for sub in ast.walk(found)
+            if isinstance(sub, ast.Attribute)
+            and isinstance(sub.value, ast.Name)
+            and sub.value.id in modules
+        ]
     return False
 
 
@@ -199,7 +235,7 @@ def test_every_boundary_test_plays_a_second_user() -> None:
     silent = [
         f"{file}::{name}" if name else file
         for file, name in references(boundary_rows())
-        if (f"{file}::{name}" if name else file) not in {**EXEMPT, **NOT_YET}
+        if (f"{file}::{name}" if name else file) not in EXEMPT
         and not plays_a_user(ROOT / file, name)
     ]
     assert not silent, (
@@ -208,26 +244,75 @@ def test_every_boundary_test_plays_a_second_user() -> None:
     )
 
 
+def test_every_exemption_is_a_rows_test_that_plays_no_user() -> None:
+    named = {f"{file}::{name}" if name else file for file, name in references(boundary_rows())}
+    stale = [key for key in EXEMPT if key not in named]
+    assert not stale, f"EXEMPT names tests that no trust-boundary row names: {stale}"
+    playing = [key for key in EXEMPT if plays_a_user(ROOT / key.split("::")[0],
+                                                     key.partition("::")[2] or None)]  # fmt: skip
+    assert not playing, f"these EXEMPT tests do play a user: drop their entries: {playing}"
+
+
+SAMPLE_RIG = """\
+import pytest
+from jupyter_gpuhive.sim.users import ensure_user
+@pytest.fixture
+def mallory():
+    return ensure_user('mallory')
+def player():
+    return ensure_user('trudy')
+def plain():
+    return 'gh-eve'
+"""
+SAMPLE = """\
+import pytest
+from jupyter_gpuhive.sim.users import ensure_user
+from tests.{pkg} import rig
+bed = rig.mallory
+@pytest.fixture
+def eve():
+    return ensure_user('eve')
+def helper():
+    return ensure_user('mallory')
+def test_strings():
+    assert 'docker' in '/docker/x'
+def test_names_only():
+    assert rig.plain() != 'gh-mallory'
+def test_database_only(postgres):
+    assert postgres
+def test_fixture(eve):
+    assert eve
+def test_helper():
+    assert helper()
+def test_module_function():
+    assert rig.player()
+def test_aliased_fixture(bed):
+    assert bed
+def test_fixture_a_conftest_reexports(mallory):
+    assert mallory
+def test_program_by_path():
+    assert ['/usr/sbin/runuser', '-u', 'eve']
+"""
+
+
 def test_the_check_tells_a_test_that_plays_a_user_from_one_that_edits_text(
     tmp_path: Path,
 ) -> None:
     folder = ROOT / "tests" / f"_threat_check_{tmp_path.name}"
     folder.mkdir()
     try:
-        sample = folder / "test_sample.py"
-        sample.write_text(
-            "import pytest\n"
-            "from jupyter_gpuhive.sim.users import ensure_user\n"
-            "@pytest.fixture\n"
-            "def eve():\n    return ensure_user('eve')\n"
-            "def helper():\n    return ensure_user('mallory')\n"
-            "def test_strings():\n    assert 'docker' in '/docker/x'\n"
-            "def test_fixture(eve):\n    assert eve\n"
-            "def test_helper():\n    assert helper()\n",
-            encoding="utf-8",
+        (folder / "rig.py").write_text(SAMPLE_RIG, encoding="utf-8")
+        (folder / "conftest.py").write_text(
+            f"from tests.{folder.name}.rig import mallory\n", encoding="utf-8"
         )
-        assert not plays_a_user(sample, "test_strings")
-        assert plays_a_user(sample, "test_fixture") and plays_a_user(sample, "test_helper")
+        sample = folder / "test_sample.py"
+        sample.write_text(SAMPLE.format(pkg=folder.name), encoding="utf-8")
+        for silent in ("test_strings", "test_names_only", "test_database_only"):
+            assert not plays_a_user(sample, silent), silent
+        for playing in ("test_fixture", "test_helper", "test_module_function",
+                        "test_aliased_fixture", "test_fixture_a_conftest_reexports",
+                        "test_program_by_path"):  # fmt: skip
+            assert plays_a_user(sample, playing), playing
     finally:
         for path in folder.iterdir():
             path.unlink()

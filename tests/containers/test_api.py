@@ -7,7 +7,6 @@ while her job runs on."""
 from __future__ import annotations
 
 import os
-import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from jupyter_gpuhive.model import UTC
 from jupyter_gpuhive.sim.cluster import LocalSimHost, ensure_user
 from tests.conftest import USERS, iso
-from tests.support.engine_access import engine_user
+from tests.support.engine_access import as_user, engine_user
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
@@ -55,16 +54,6 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-def as_bob(docker: Any, *args: str) -> str:
-    """The engine's client as bob: a real user in the group that may use the socket."""
-    done = subprocess.run(
-        ["/usr/sbin/runuser", "-u", BOB, "--", *docker.argv(*args)],
-        capture_output=True, text=True, timeout=60, check=True, cwd="/",
-        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
-    )  # fmt: skip
-    return done.stdout.strip()
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_bobs_container_on_alices_gpu_is_his_violation_and_is_removed(
     api, running_hive, sim_host, docker, container_image
@@ -89,7 +78,7 @@ async def test_bobs_container_on_alices_gpu_is_his_violation_and_is_removed(
     uid = ensure_user(OWNER).pw_uid
     labels = ["--label", "gpuhive=1", "--label", f"gpuhive.owner={OWNER}",
               "--label", f"gpuhive.job={job.body['id']}"]  # fmt: skip
-    bobs = as_bob(docker, "run", "-d", "--name", "bobs-copy", "--network", "none",
+    bobs = as_user(docker, BOB, "run", "-d", "--name", "bobs-copy", "--network", "none",
                   "--user", f"{uid}:{uid}", "--restart", "always", *labels,
                   "--env", "GPUHIVE_SIM_HOST=gpu1", "--env", "CUDA_VISIBLE_DEVICES=1",
                   container_image.tag, "sleep", "300")  # fmt: skip

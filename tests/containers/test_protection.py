@@ -1,6 +1,7 @@
-"""Protection sees inside containers (#29): the hostile user starts a container on a reserved
-GPU with another user's uid and gpuhive's labels; the violation names the container and the
-person the site's rule makes answer for it, and the kill step removes the container."""
+"""Protection sees inside containers (#29): the hostile user (gh-bob, a real UNIX user who may
+use the engine, running its client himself) starts a container on a reserved GPU with another
+user's uid and gpuhive's labels; the violation names the container and the person the site's
+rule makes answer for it, and the kill step removes the container."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from jupyter_gpuhive.store.jobs import TaskChange
 from jupyter_gpuhive.widgets.dashboard_model import DashboardModel
 from jupyter_gpuhive.widgets.dashboard_view import process_table
 from tests.protection.conftest import SIM_ENV, USER_MAP
+from tests.support.engine_access import as_user, engine_user
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as test users")
@@ -49,15 +51,18 @@ def decl_with_engine(host: Any, docker: Any) -> HostDecl:
                     extra={"env": {k: env[k] for k in SIM_ENV}, "containers": engine})  # fmt: skip
 
 
-def start(docker: Any, image: Any, name: str, host: str, gpu: str, uid: int, *labels: str) -> str:
-    """`docker run -d` a process that stays on `gpu` of the simulated `host`; its id."""
+def start(docker: Any, image: Any, by: str, name: str, host: str, gpu: str, uid: int,
+          *labels: str) -> str:  # fmt: skip
+    """`docker run -d`, as the real user `by` (the engine's client is his), a process that stays
+    on `gpu` of the simulated `host`; its id."""
+    engine_user(docker, by)
     words = [w for label in labels for w in ("--label", label)]
-    return docker.run(
-        "run", "-d", "--name", name, "--network", "none", "--user", f"{uid}:{uid}",
+    return as_user(
+        docker, by, "run", "-d", "--name", name, "--network", "none", "--user", f"{uid}:{uid}",
         "--restart", "always", *words,
         "--env", f"GPUHIVE_SIM_HOST={host}", "--env", f"CUDA_VISIBLE_DEVICES={gpu}",
         image.tag, "sleep", "600",
-    ).stdout.strip()  # fmt: skip
+    )  # fmt: skip
 
 
 def running(docker: Any, cid: str) -> bool:
@@ -96,10 +101,12 @@ async def test_forged_container_on_a_reserved_gpu_is_a_violation_and_is_removed(
     # alice's own container job, started as gpuhive starts it (its name is the task's session).
     task = await run(alices_container_job, rig.store, host.name, gpu0, container_image.tag)
     own_labels = ("gpuhive=1", "gpuhive.owner=alice", f"gpuhive.job={task.job_id}")
-    alices = start(docker, container_image, task.session, host.name, "0", alice_uid, *own_labels)
+    alices = start(docker, container_image, "gh-alice", task.session, host.name, "0", alice_uid,
+                   *own_labels)  # fmt: skip
     # bob, who may use the engine, copies her labels and uid: not her container for all that.
     bobs_name = f"bobs-{uuid.uuid4().hex[:6]}"
-    bobs = start(docker, container_image, bobs_name, host.name, "0", alice_uid, *own_labels)
+    bobs = start(docker, container_image, "gh-bob", bobs_name, host.name, "0", alice_uid,
+                 *own_labels)  # fmt: skip
 
     sweep = await rig.sweep()
     procs = {p.container.id: p for p in sweep.samples[host.name].processes if p.container}
@@ -145,9 +152,11 @@ async def test_the_site_may_trust_a_label_for_containers_it_did_not_start(
     rig = make_rig([decl_with_engine(host, docker)], ProtectionSettings(level=0, user_map=USER_MAP))
     rule = SiteRule("gpuhive.owner")
     rig.monitor.containers = ContainerOwners(rig.pool, rule, unix_user=rig.protection.unix_user)
-    root_run = start(docker, container_image, f"plain-{uuid.uuid4().hex[:6]}", host.name, "1", 0)
-    labelled = start(docker, container_image, f"lab-{uuid.uuid4().hex[:6]}", host.name, "2", 0,
-                     "gpuhive.owner=bob")  # fmt: skip
+    # bob, who may use the engine, runs two containers as uid 0: one plain, one labelled his.
+    root_run = start(docker, container_image, "gh-bob", f"plain-{uuid.uuid4().hex[:6]}",
+                     host.name, "1", 0)  # fmt: skip
+    labelled = start(docker, container_image, "gh-bob", f"lab-{uuid.uuid4().hex[:6]}", host.name,
+                     "2", 0, "gpuhive.owner=bob")  # fmt: skip
     sample = (await rig.sweep()).samples[host.name]
     owners = {p.container.id: (p.user, p.container.source) for p in sample.processes}
     assert owners == {root_run: ("root", "unattributed"), labelled: ("gh-bob", "label")}
