@@ -21,7 +21,7 @@ from traitlets import Bool, Int, Unicode
 
 from ..errors import Invalid
 from .base import _Base
-from .main import _reload_note
+from .hosts import reload_note
 
 SIM_DIR = "gpuhive-sim"
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
@@ -136,7 +136,7 @@ jupyter gpuhive sim up --gpus 8 --hosts 2 --mig
         replaced = " (replacing the earlier ones)" if simulated else ""
         print(f"Added {', '.join(names)} to {path}{replaced}: {each} each{mig}.")
         print(f"Their nvidia-smi stand-in lives in {root}.")
-        print(_reload_note(app))
+        print(reload_note(app))
         print("Start JupyterLab (`jupyter lab`) and open the GPU sidebar; "
               "`jupyter gpuhive sim down` removes them again.")  # fmt: skip
 
@@ -171,7 +171,7 @@ jupyter gpuhive sim down
             print(f"No simulated hosts in {path}; nothing to remove.")
             return
         print(f"Removed {', '.join(gone)} from {path}; their reservations and history stay.")
-        print(_reload_note(app))
+        print(reload_note(app))
 
 
 class SimFailApp(_Base):
