@@ -1,11 +1,12 @@
-"""Rows of the reservations and reservation_gpus tables, read back as the model's Reservation."""
+"""Rows of the reservations and reservation_gpus tables: a booking's rows inserted, and rows
+read back as the model's Reservation."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Integer, column, insert, literal, select, true, values
 
 from ..model import Gpu, Reservation
 from .schema import reservation_gpus, reservations
@@ -92,3 +93,43 @@ def build_joined(rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> list[Reserva
             booked.sort(key=gpu_order)
         out[-1].gpus = tuple(booked)
     return out
+
+
+def insert_booking(conn: Connection, row: dict[str, Any], units: list[tuple[int, int]]) -> int:
+    """Insert a reservation and its units' rows; its id. PostgreSQL: one statement (the
+    reservation's INSERT in a WITH), a round trip less in every booking."""
+    made = insert(reservations).values(**row)
+    start, end = row["start_at"], row["end_at"]
+    if conn.dialect.name != "postgresql":
+        rid = int(conn.execute(made).inserted_primary_key[0])  # type: ignore[index]
+        conn.execute(
+            insert(reservation_gpus),
+            [
+                {
+                    "reservation_id": rid,
+                    "gpu_id": gid,
+                    "device_id": device,
+                    "start_at": start,
+                    "end_at": end,
+                    "cancelled": False,
+                }
+                for gid, device in units
+            ],
+        )
+        return rid
+    rg = reservation_gpus
+    new = made.returning(reservations.c.id).cte("new_reservation")
+    chosen = values(column("gpu_id", Integer), column("device_id", Integer), name="units").data(
+        units
+    )
+    rows = select(
+        new.c.id,
+        chosen.c.gpu_id,
+        chosen.c.device_id,
+        literal(start, rg.c.start_at.type),
+        literal(end, rg.c.end_at.type),
+        literal(False),
+    ).select_from(new.join(chosen, true()))
+    columns = ["reservation_id", "gpu_id", "device_id", "start_at", "end_at", "cancelled"]
+    both = insert(rg).from_select(columns, rows).add_cte(new).returning(rg.c.reservation_id)
+    return int(conn.execute(both).scalars().first())  # type: ignore[arg-type]

@@ -6,24 +6,17 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Integer,
     Subquery,
-    and_,
-    column,
     delete,
-    exists,
     func,
     insert,
-    literal,
     select,
-    true,
     update,
-    values,
 )
 from sqlalchemy.exc import IntegrityError
 
@@ -33,10 +26,11 @@ from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
 from .limits import LimitReads
+from .longest import LongestKnown, overlapping
 from .preemption import LendingShown, choose_lending, lending_of, lent_to_of
-from .reservationrows import COLUMNS, build, build_joined, gpu_order
+from .reservationrows import COLUMNS, build, build_joined, gpu_order, insert_booking
 from .schema import gpus as gpu_table
-from .schema import reservation_gpus, reservation_stats, reservations
+from .schema import reservation_gpus, reservations
 
 DEVICE_LOCKS = 0x67707568  # 'gpuh': the advisory lock space of physical GPUs (PostgreSQL)
 
@@ -71,41 +65,6 @@ class PendingWrite:
 Guard = Callable[[LimitReads, PendingWrite], None]
 
 
-def _chosen(
-    conn: Connection,
-    start: datetime,
-    end: datetime,
-    *,
-    gpu_ids: Iterable[int] | None = None,
-    owner: str | None = None,
-    include_cancelled: bool = False,
-    limit: int | None = None,
-) -> Subquery:
-    """The ids of the reservations overlapping [start, end) (the filters given), as a
-    subquery: the first `limit` by start."""
-    longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
-    query = select(reservations.c.id).where(
-        reservations.c.start_at < end,
-        reservations.c.end_at > start,
-        reservations.c.start_at >= start - timedelta(seconds=longest + 1),
-    )
-    if not include_cancelled:
-        query = query.where(reservations.c.cancelled_at.is_(None))
-    if owner is not None:
-        query = query.where(reservations.c.owner == owner)
-    if gpu_ids is not None:
-        query = query.where(
-            exists().where(
-                reservation_gpus.c.reservation_id == reservations.c.id,
-                reservation_gpus.c.gpu_id.in_(list(gpu_ids)),
-            )
-        )
-    query = query.order_by(reservations.c.start_at, reservations.c.id)
-    if limit is not None:
-        query = query.limit(limit)
-    return query.subquery()
-
-
 class Reservations:
     """Reservation rows; every write is one transaction that re-checks for clashes."""
 
@@ -132,10 +91,10 @@ class Reservations:
             return build(conn, rows, self.inventory.gpu_by_id)[0]
 
     def window(self, start: datetime, end: datetime, **filters: Any) -> list[Reservation]:
-        """Reservations overlapping [start, end), ordered by start; `filters` as `_chosen`
+        """Reservations overlapping [start, end), ordered by start; `filters` as `overlapping`
         takes them (gpu_ids, owner, include_cancelled, limit)."""
         with self.db.read() as conn:
-            return self._joined(conn, _chosen(conn, start, end, **filters))
+            return self._joined(conn, overlapping(conn, start, end, **filters))
 
     def window_shown(
         self, start: datetime, end: datetime, **filters: Any
@@ -144,7 +103,7 @@ class Reservations:
         run), in one read: three statements on one snapshot, not three transactions with a
         bound list of hundreds of ids in two of them."""
         with self.db.read() as conn:
-            chosen = _chosen(conn, start, end, **filters)
+            chosen = overlapping(conn, start, end, **filters)
             found = self._joined(conn, chosen)
             ids = select(chosen.c.id)
             choices, lent = lending_of(conn, ids), lent_to_of(conn, ids)
@@ -237,7 +196,7 @@ class Reservations:
                 "flagged": False,
             }
             units = [(gid, self.inventory.gpu_by_id(gid).device_id) for gid in gpu_ids]
-            rid = _insert_booking(conn, row, units)
+            rid = insert_booking(conn, row, units)
             if lending != (True, False):  # the defaults need no row
                 choose_lending(conn, rid, *lending)
             self.longest.note(conn, start, end)
@@ -411,72 +370,3 @@ class Touch:
     gpu_ids: tuple[int, ...]
     start: datetime
     end: datetime
-
-
-def _insert_booking(conn: Connection, row: dict[str, Any], units: list[tuple[int, int]]) -> int:
-    """Insert a reservation and its units' rows; its id. PostgreSQL: one statement (the
-    reservation's INSERT in a WITH), a round trip less in every booking."""
-    made = insert(reservations).values(**row)
-    start, end = row["start_at"], row["end_at"]
-    if conn.dialect.name != "postgresql":
-        rid = int(conn.execute(made).inserted_primary_key[0])  # type: ignore[index]
-        conn.execute(
-            insert(reservation_gpus),
-            [
-                {
-                    "reservation_id": rid,
-                    "gpu_id": gid,
-                    "device_id": device,
-                    "start_at": start,
-                    "end_at": end,
-                    "cancelled": False,
-                }
-                for gid, device in units
-            ],
-        )
-        return rid
-    rg = reservation_gpus
-    new = made.returning(reservations.c.id).cte("new_reservation")
-    chosen = values(column("gpu_id", Integer), column("device_id", Integer), name="units").data(
-        units
-    )
-    rows = select(
-        new.c.id,
-        chosen.c.gpu_id,
-        chosen.c.device_id,
-        literal(start, rg.c.start_at.type),
-        literal(end, rg.c.end_at.type),
-        literal(False),
-    ).select_from(new.join(chosen, true()))
-    columns = ["reservation_id", "gpu_id", "device_id", "start_at", "end_at", "cancelled"]
-    both = insert(rg).from_select(columns, rows).add_cte(new).returning(rg.c.reservation_id)
-    return int(conn.execute(both).scalars().first())  # type: ignore[arg-type]
-
-
-class LongestKnown:
-    """The longest booking stored, as far as this process knows (`reservation_stats` only
-    grows): a write of a booking no longer than that leaves the row alone, a round trip less
-    in nearly every booking. Another process's longer bookings only make the row longer."""
-
-    def __init__(self) -> None:
-        self.seconds = 0  # committed: the row holds at least this
-
-    def note(self, conn: Connection, start: datetime, end: datetime) -> None:
-        """Inside a booking's write: make the row hold its length."""
-        seconds = _length(start, end)
-        if seconds <= self.seconds:
-            return
-        stats = reservation_stats
-        conn.execute(
-            update(stats)
-            .where(and_(stats.c.id == 1, stats.c.longest_seconds < seconds))
-            .values(longest_seconds=seconds)
-        )
-
-    def stored(self, start: datetime, end: datetime) -> None:
-        """After the write's commit: the row holds at least this length now."""
-        self.seconds = max(self.seconds, _length(start, end))
-
-
-def _length(start: datetime, end: datetime) -> int:
-    return int((end - start).total_seconds()) + 1
