@@ -16,7 +16,7 @@ import pytest
 from jupyter_gpuhive.cli.doctor_checks import QUERIES, Output, judge
 from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.file import add_host
-from jupyter_gpuhive.hosts.health import parse_health
+from jupyter_gpuhive.hosts.health import health_from_csv
 from jupyter_gpuhive.hosts.nvsmi import (
     parse_compute_apps,
     parse_gpu_list,
@@ -24,7 +24,9 @@ from jupyter_gpuhive.hosts.nvsmi import (
     parse_query_xml,
 )
 from jupyter_gpuhive.hosts.topology import parse_topology
-from jupyter_gpuhive.sim.inventory import set_gpu_fault
+from jupyter_gpuhive.sim.inventory import load_config, set_gpu_fault, write_config
+from tests.hosts.test_hostile_probe import forged_names
+from tests.support.hostile import hostile_process, named_argv
 
 CLI = [sys.executable, "-m", "jupyter_gpuhive.cli.main"]
 NAMES = [
@@ -156,9 +158,8 @@ def test_save_keeps_raw_outputs_that_parse_again(tmp_path: Path) -> None:
     assert parse_compute_apps(text["query-compute-apps.csv"]) == []
     assert len(parse_gpu_list(text["L.txt"])[0].mig) == 3
     assert parse_query_xml(text["q-x.xml"]).driver_version == "550.90.07"
-    assert parse_health(text["q-x.xml"])[parse_query_gpu(text["query-gpu.csv"])[1].uuid].state == (
-        "failed"
-    )
+    health = health_from_csv(text["query-gpu-health.csv"])
+    assert health[parse_query_gpu(text["query-gpu.csv"])[1].uuid].state == "failed"
     assert len(parse_topology(text["topo-m.txt"]).gpus) == 2
     outputs = {
         o["file"]: Output(o["file"], o["command"], o["exit_status"], text[o["file"]])
@@ -200,3 +201,23 @@ def test_with_no_hosts_configured_it_checks_this_machine(tmp_path: Path) -> None
     assert {c["host"] for c in report["checks"]} == {local_host_name()}
     assert [c["name"] for c in report["checks"]][:2] == ["connection", "nvidia-smi"]
     assert report["summary"]["fail"] == 1 and report["hosts"][0]["where"].startswith("this machine")
+
+
+def test_a_users_process_names_neither_forge_nor_hide_the_health_check(tmp_path: Path) -> None:
+    """A real second user's processes with names that forge a failed `<gpu>` block for GPU 1
+    and hide the real XML in a comment (a driver that prints names unescaped): the doctor's
+    health comes from the `--query-gpu` fields, as the probe's, and says every GPU is ok."""
+    config = sim_up(tmp_path)
+    sim = load_config(config)
+    sim.raw_names = True
+    write_config(config, sim)
+    a, b = forged_names(sim.gpus[1].uuid, whole_xml=True)
+    with (
+        hostile_process("sim1", [0], argv=named_argv(a), config=config),
+        hostile_process("sim1", [1], argv=named_argv(b), config=config),
+    ):
+        done = gpuhive(tmp_path, "doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert (checks["health"]["status"], checks["health"]["detail"]) == ("ok", "2 GPUs: ok")
+    assert "nvidia-smi --query-gpu=uuid,ecc" in checks["health"]["command"]
+    assert checks["query-gpu"]["status"] == "ok"  # read though -q -x was not

@@ -2,10 +2,12 @@
 
 Every nvidia-smi query the probe sends (hosts/probe.py), the MIG listing and `topo -m`
 (hosts/topology.py) run one by one and are read by gpuhive's own parsers; GPU health as the
-monitor judges it (hosts/health.py); the connection (SSH: the host key and the login), GNU
-screen (jobs) and the kernel Python (ipykernel, isolated with `-I`, as kernels start). A host's
-container engine (its `containers` entry) is not checked yet: its settings are checked when
-the configuration is read, and a container job's start failure names the engine's error.
+monitor judges it, from the probe's own `--query-gpu` health fields and parser
+(hosts/health.py; never from `-q -x`, which carries process names); the connection (SSH: the
+host key and the login), GNU screen (jobs) and the kernel Python (ipykernel, isolated with
+`-I`, as kernels start). A host's container engine (its `containers` entry) is not checked
+yet: its settings are checked when the configuration is read, and a container job's start
+failure names the engine's error.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..hosts.health import DEGRADED, FAILED, lost_gpus, parse_health, without_lost
+from ..hosts.health import DEGRADED, FAILED, health_from_csv, lost_gpus, without_lost
 from ..hosts.nvsmi import (
     NvsmiDriverError,
     NvsmiParseError,
@@ -28,6 +30,7 @@ from ..hosts.nvsmi import (
 )
 from ..hosts.pool import HostPool, HostUnavailable
 from ..hosts.probe import APPS_QUERY, GPU_QUERY, LIST_QUERY, XML_QUERY, without_process_names
+from ..hosts.probe_command import HEALTH_ONCE, HEALTH_QUERY
 from ..hosts.topology import COMMAND as TOPO_QUERY
 from ..hosts.topology import TopologyError, parse_topology
 from ..kernels.launch import python_command
@@ -40,6 +43,7 @@ QUERIES = (
     ("query-compute-apps", "query-compute-apps.csv", APPS_QUERY),
     ("mig", "L.txt", LIST_QUERY),
     ("q-x", "q-x.xml", XML_QUERY),
+    ("health", "query-gpu-health.csv", HEALTH_ONCE),
     ("topo", "topo-m.txt", TOPO_QUERY),
 )
 ISSUE = "gpuhive cannot read this driver's output: paste this report into an issue with the "
@@ -233,9 +237,12 @@ def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
             )
         )
         return checks
-    except NvsmiParseError as error:
+    except NvsmiParseError as error:  # the other queries are read all the same
         checks.append(Check(host, "driver", FAIL, f"-q -x: {error}", ISSUE, XML_QUERY))
-        return checks
+        checks += _queries(host, texts, status, None)
+        checks += [_mig(host, texts["L.txt"], status["L.txt"], None)]
+        return [*checks, _topo(host, texts["topo-m.txt"], status["topo-m.txt"]),
+                _health(host, texts, status, lost)]  # fmt: skip
     off = [str(g.index) for g in report.gpus if g.persistence_mode is False]
     driver = f"driver {report.driver_version}, CUDA {report.cuda_version}"
     if off:
@@ -265,12 +272,12 @@ def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
     checks += _queries(host, texts, status, {g.uuid for g in report.gpus})
     checks.append(_mig(host, texts["L.txt"], status["L.txt"], report))
     checks.append(_topo(host, texts["topo-m.txt"], status["topo-m.txt"]))
-    checks.append(_health(host, xml, lost, report))
+    checks.append(_health(host, texts, status, lost))
     return checks
 
 
 def _queries(
-    host: str, texts: dict[str, str], status: dict[str, int], uuids: set[str]
+    host: str, texts: dict[str, str], status: dict[str, int], uuids: set[str] | None
 ) -> list[Check]:
     checks = []
     try:
@@ -279,7 +286,7 @@ def _queries(
         models = sorted({g.name or "?" for g in gpus})
         if not gpus:
             raise NvsmiParseError("nvidia-smi listed no GPUs")
-        other = {g.uuid for g in gpus} ^ uuids
+        other = {g.uuid for g in gpus} ^ uuids if uuids is not None else set()
         if other:
             checks.append(
                 Check(
@@ -317,19 +324,23 @@ def _queries(
     return checks
 
 
-def _mig(host: str, text: str, status: int, report: NvsmiReport) -> Check:
+def _mig(host: str, text: str, status: int, report: NvsmiReport | None) -> Check:
     try:
         check_driver(text, status)
         listings = parse_gpu_list(text)
     except NvsmiParseError as error:
         return Check(host, "mig", FAIL, f"-L: {error}", ISSUE, LIST_QUERY)
-    xml = {g.uuid: len(g.mig) for g in report.gpus}
+    xml = {g.uuid: len(g.mig) for g in report.gpus} if report else None
     split = [
         f"GPU {g.index}: {len(g.mig)} slices ({', '.join(str(m.profile) for m in g.mig)})"
         for g in listings
         if g.mig
     ]
-    differ = [str(g.index) for g in listings if g.mig and xml.get(g.uuid) != len(g.mig)]
+    differ = [
+        str(g.index)
+        for g in listings
+        if g.mig and xml is not None and xml.get(g.uuid) != len(g.mig)
+    ]
     if differ:
         return Check(
             host,
@@ -368,11 +379,20 @@ def _topo(host: str, text: str, status: int) -> Check:
     )
 
 
-def _health(host: str, xml: str, lost: tuple[tuple[str, str], ...], report: NvsmiReport) -> Check:
-    found = parse_health(xml)
+def _health(
+    host: str, texts: dict[str, str], status: dict[str, int], lost: tuple[tuple[str, str], ...]
+) -> Check:
+    """GPU health as the probe reads it: its `--query-gpu` health fields, its parser."""
+    try:
+        gpus = parse_query_gpu(texts["query-gpu.csv"])
+    except NvsmiParseError:
+        gpus = []
+    answer, ok = texts["query-gpu-health.csv"], status["query-gpu-health.csv"] == 0
+    temperatures = {g.uuid: g.temperature_c for g in gpus}
+    found = health_from_csv(answer, set(temperatures), temperatures) if ok else {}
     failed = [f"GPU at {bus}: {message}" for bus, message in lost]
     degraded: list[str] = []
-    for gpu in report.gpus:
+    for gpu in gpus:
         health = found.get(gpu.uuid)
         if health is None or health.state not in (FAILED, DEGRADED):
             continue
@@ -386,8 +406,15 @@ def _health(host: str, xml: str, lost: tuple[tuple[str, str], ...], report: Nvsm
             " | ".join(failed + degraded),
             "gpuhive refuses bookings on a failed GPU; reset or service it (its holders "
             "are told); once healthy it is bookable again at the next sweep.",
-            XML_QUERY,
+            HEALTH_QUERY,
         )
+    unread = [str(g.index) for g in gpus if g.uuid not in found]
+    if unread:
+        said = answer.strip().splitlines()[0] if answer.strip() else "no output"
+        return Check(
+            host, "health", WARN, f"no health fields for GPU {', '.join(unread)}: {said[:200]}",
+            ISSUE, HEALTH_QUERY,
+        )  # fmt: skip
     if degraded:
         return Check(
             host,
@@ -396,6 +423,6 @@ def _health(host: str, xml: str, lost: tuple[tuple[str, str], ...], report: Nvsm
             " | ".join(degraded),
             "still bookable; look at it (nvidia-smi -q), or drain it for maintenance (in "
             "the GPU sidebar, or through the REST API: POST /gpuhive/api/health/drain).",
-            XML_QUERY,
+            HEALTH_QUERY,
         )
-    return Check(host, "health", OK, f"{_n(len(report.gpus), 'GPU')}: ok", "", XML_QUERY)
+    return Check(host, "health", OK, f"{_n(len(gpus), 'GPU')}: ok", "", HEALTH_QUERY)

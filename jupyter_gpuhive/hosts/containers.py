@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from ..model import HostDecl
 from .engines import DEFAULT_BINARY, engine_of
+from .framing import HEX_AWK, unframe
 
 _ID = r"[0-9a-f]{64}"
 _ROOTFUL = (
@@ -130,21 +131,23 @@ def container_of(cgroup: str) -> Container | None:
 
 
 def cgroups_after_ps(text: str) -> dict[int, str]:
-    """The probe's cgroup lines, sent behind a '=' after a `ps` line, as {pid: text}; a PID
-    that comes twice has none."""
+    """The probe's cgroup files, each framed on one line ('=x' and hex, `HEX_AWK`'s `cg`)
+    after its process's `ps` line, as {pid: text}. An unframed line counts for nothing; a
+    PID that comes twice has none."""
     found: dict[int, list[str]] = {}
     twice: set[int] = set()
     pid = None
     for line in text.split("\n"):
         if line.startswith("="):
-            if pid is not None:
-                found.setdefault(pid, []).append(line[1:])
+            cgroup = unframe(line[1:])
+            if pid is not None and cgroup is not None:
+                found.setdefault(pid, []).append(cgroup)
             continue
         parts = line.split(None, 2)
         pid = int(parts[0]) if len(parts) >= 2 and parts[0].isdigit() else None
         if pid is not None and pid in found:
             twice.add(pid)
-    return {p: "\n".join(lines) for p, lines in found.items() if p not in twice}
+    return {p: "".join(texts) for p, texts in found.items() if p not in twice}
 
 
 @dataclass(frozen=True)
@@ -249,15 +252,14 @@ def engine_words(decl: HostDecl | None, engine: str) -> list[str]:
     return [DEFAULT_BINARY.get(engine, f"/usr/bin/{engine}")]
 
 
-# For the kill step: each pid's cgroup lines behind '=', after a line that starts with the pid
-# (the form `cgroups_after_ps` reads). Only all-digit pids are read.
-CGROUPS_OF = r"""
-for p in "$@"; do
-  case $p in ''|*[!0-9]*) continue ;; esac
-  echo "$p 0 -"
-  while IFS= read -r l; do printf '=%s\n' "$l"; done 2>/dev/null </proc/$p/cgroup
-done
-"""
+# For the kill step: each pid's line, then its cgroup file framed (the form `cgroups_after_ps`
+# reads). Only all-digit pids are read.
+CGROUPS_OF = (
+    "LC_ALL=C awk '"
+    + HEX_AWK
+    + 'BEGIN { for (a = 1; a < ARGC; a++) if (ARGV[a] ~ /^[0-9]+$/) { print ARGV[a] " 0 -"\n'
+    + '  cg(ARGV[a], 1) }\n  exit }\' "$@"'
+)
 
 
 def remove_command(words: Sequence[str], ids: Iterable[str], grace: float = 0.0) -> str:

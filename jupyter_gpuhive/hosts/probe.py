@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from .containers import Container, cgroups_after_ps, container_of
+from .framing import unframe
 from .health import Health, health_from_csv, lost_gpus, without_lost
 from .nvsmi import (
     GpuListing,
@@ -133,16 +134,6 @@ def _health_lines(
     return lines if status == 0 else ""
 
 
-def _command(encoded: str) -> str:
-    """A command line the probe sent in hex behind an 'x' (display only); '' if not that."""
-    if not encoded.startswith("x"):
-        return ""
-    try:
-        return bytes.fromhex(encoded[1:]).decode(errors="replace")
-    except ValueError:
-        return ""
-
-
 def _owners(text: str) -> dict[int, tuple[str, str, int]]:
     """The probe's `ps` lines ("PID PGID UID USER xHEX") as {pid: (user, command, pgid)}.
 
@@ -159,7 +150,7 @@ def _owners(text: str) -> dict[int, tuple[str, str, int]]:
         pid = int(parts[0])
         if pid in owners:
             twice.add(pid)
-        owners[pid] = (parts[3], _command(parts[4]), int(parts[1]))
+        owners[pid] = (parts[3], unframe(parts[4]) or "", int(parts[1]))
     return {pid: found for pid, found in owners.items() if pid not in twice}
 
 

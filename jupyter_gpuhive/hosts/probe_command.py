@@ -3,14 +3,15 @@
 It asks nvidia-smi three things at once (GPU metrics, compute processes, GPU health), the GPU
 and MIG list where MIG is on, resolves the owners of the GPU processes with one `ps`, and reads
 CPU and memory counters from /proc. It never sleeps: CPU utilisation comes from the difference
-between two sweeps. Text a user controls (a command line) leaves the host framed (in hex);
-hosts/probe.py parses the answer.
+between two sweeps. Text a user controls (a command line, a cgroup file) leaves the host framed
+(in hex, hosts/framing.py); hosts/probe.py parses the answer.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from .framing import HEX_AWK
 from .nvsmi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 
 MARK = "@@gpuhive:"
@@ -41,14 +42,12 @@ XML_QUERY = "nvidia-smi -q -x"
 # The XML holds process names as nvidia-smi prints them (newlines too): each of its lines is
 # sent behind a '|', so none can pass for a section mark.
 # A new GPU process that runs in a container (its /proc/PID/cgroup names docker or libpod) has
-# that file's lines after its `ps` line, each behind a '=' (a `ps` line starts with its PID),
-# kept with it like the `ps` line (hosts/containers.py reads them).
+# that file after its `ps` line, framed like its command line: one line, '=x' and the file's
+# hex (a user names cgroups below her delegated subtree), kept with the `ps` line
+# (hosts/containers.py reads it). The awk that frames the command line reads it.
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _BODY_TEMPLATE = r"""
-cg() { y=; c=; while IFS= read -r l; do y="$y
-=$l"; case $l in *docker*|*libpod*) c=1 ;; esac; done 2>/dev/null </proc/$1/cgroup
-[ -z "$c" ] || x="$x$y"; }
 @GPUQ@ >"$t/g" 2>&1 </dev/null & g=$!
 @APPSQ@ >"$t/a" 2>&1 </dev/null & a=$!
 @XSTART@
@@ -78,9 +77,10 @@ for p in $pids; do
 done
 if [ -n "$new" ]; then
   out=$(ps -ww -o pid=,pgid=,uid=,user:64=,args= -p "${new#,}" </dev/null | LC_ALL=C awk '@PSAWK@')
-  while IFS= read -r x; do
-    set -- $x; case $1 in ''|*[!0-9]*) continue ;; esac; eval "k=\${s_$1-}"
-    [ -z "$k" ] || { cg "$1"; eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
+  k=; while IFS= read -r x; do
+    case $x in =x*) [ -n "$k" ] && eval "$k=\${$k}\$nl\$x" && printf '%s\n' "$x"; continue ;; esac
+    k=; set -- $x; case $1 in ''|*[!0-9]*) continue ;; esac; eval "k=\${s_$1-}"
+    [ -z "$k" ] || { eval "$k=\$x"; unset "s_$1"; printf '%s\n' "$x"; }
   done <<PS
 $out
 PS
@@ -108,11 +108,13 @@ printf '%s\n' "@M@ncpu 0" "$n"
 # version it holds after its token, and when that is the current one the answer is the
 # `healthsame` mark and the version, no lines. The client holds what it was sent, so "same" is
 # never a guess.
+# What an older driver answers to `remapped_rows.*` (a shell pattern): ask without them.
+OLD_DRIVER = "*remapped_rows.*valid*"
 _HEALTH = (
     '$hq >"$t/x" 2>&1 </dev/null & q=$!\nexec 3<"$t/g" 4<"$t/a" 5<"$t/x"',
     'h=\nwhile IFS= read -r x || [ -n "$x" ]; do h="$h$x\n"; done <&5\n'
     "exec 5<&-; wait $q; st=$?; q=\n"
-    'case $h in *remapped_rows.*valid*) if [ "$hq" != "$hq0" ]; then\n'
+    f'case $h in {OLD_DRIVER}) if [ "$hq" != "$hq0" ]; then\n'
     "  hq=$hq0; h=$($hq 2>&1 </dev/null); st=$?; fi ;; esac\n"
     'if [ "$h" != "$hprev" ]; then hv=$((hv + 1)); hprev=$h; fi\n'
     'if [ "$st" = 0 ] && [ "$have" = "$hid.$hv" ]; then\n'
@@ -135,16 +137,15 @@ _XML_FOR_MIG = (
 )
 # The owners' `ps` lines leave the host framed: PID, process group, uid and user name as ps
 # prints them (none of them a user can write), then the command line in hex behind an 'x'
-# (LC_ALL=C: byte by byte). No byte a user put in their arguments can be read as a line, a
-# section mark, a separator or a driver's sentence; `_owners` decodes it for display only.
-PS_AWK = (
-    'BEGIN { for (i = 1; i < 256; i++) o[sprintf("%c", i)] = sprintf("%02x", i) }\n'
+# (LC_ALL=C: byte by byte), then, in a container, its cgroup file framed the same way (`cg`,
+# hosts/framing.py). No byte a user put in their arguments or cgroup names can be read as a
+# line, a section mark, a separator or a driver's sentence; `_owners` decodes the command
+# line for display only.
+PS_AWK = HEX_AWK + (
     '{ s = $0; f = ""\n'
     '  for (k = 0; k < 4; k++) { sub(/^[ \\t]+/, "", s); i = index(s " ", " ")\n'
     '    f = f substr(s, 1, i - 1) " "; s = substr(s, i + 1) }\n'
-    '  sub(/^[ \\t]+/, "", s); h = "x"\n'
-    "  for (i = 1; i <= length(s); i++) h = h o[substr(s, i, 1)]\n"
-    "  print f h }"
+    '  sub(/^[ \\t]+/, "", s); print f "x" hex(s); cg($1, 0) }'
 )
 # The health query's fields; `remapped_rows.*` only where the driver knows them.
 HEALTH_FIELDS = (
@@ -160,6 +161,12 @@ HEALTH_FIELDS = (
 ROW_FIELDS = ("remapped_rows.pending", "remapped_rows.failure")
 HEALTH_QUERY = f"nvidia-smi --query-gpu={','.join(HEALTH_FIELDS + ROW_FIELDS)} --format=csv,nounits"
 HEALTH_QUERY_OLD = f"nvidia-smi --query-gpu={','.join(HEALTH_FIELDS)} --format=csv,nounits"
+# The health query once, asked again without `remapped_rows.*` where the driver does not know
+# them (`jupyter gpuhive doctor`; the probe's loop remembers which one the host takes).
+HEALTH_ONCE = (
+    f"h=$({HEALTH_QUERY} 2>&1); st=$?; case $h in {OLD_DRIVER}) exec {HEALTH_QUERY_OLD} 2>&1 ;; "
+    "esac; printf '%s\\n' \"$h\"; exit $st"
+)
 
 
 def _body(health: bool) -> str:
@@ -179,7 +186,7 @@ def _body(health: bool) -> str:
 
 # A private scratch folder (mktemp; else a fresh 0700 one) with the two FIFOs; no globbing.
 _SCRATCH = (
-    "set -f; old= g= a= q= h= hprev= have= hv=0 hid=$$\n"
+    "set -f; old= g= a= q= h= hprev= have= hv=0 hid=$$ nl='\n'\n"
     f"hq={shlex.quote(HEALTH_QUERY)} hq0={shlex.quote(HEALTH_QUERY_OLD)}\n"
     "t=$(mktemp -d 2>/dev/null) ||\n"
     '  { t=/tmp/gpuhive.$$.$(date +%s); mkdir -m 700 "$t" || exit 1; }\n'
