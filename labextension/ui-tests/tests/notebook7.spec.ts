@@ -53,7 +53,7 @@ test('the quickstart runs in Notebook 7 and its widgets render', async ({ reques
   await expect(output(page, 'm.end_or_cancel()')).toContainText(/Reservation \d+ cancelled\./, { timeout: 60_000 });
   await expect(page.locator('.jp-OutputArea-output', { hasText: /Traceback|Error/ })).toHaveCount(0);
 
-  // The calendar: one box per reservation × shown GPU × day of its 7-day window, as the API has them.
+  // The calendar: one box per reservation × shown GPU (a lane per GPU), as the API has them.
   const figure = output(page, 'cal = gpuhive.calendar(').locator('.bqplot.figure');
   await expect(figure).toHaveCount(1);
   const today = Math.floor(Date.now() / DAY) * DAY;
@@ -66,13 +66,14 @@ test('the quickstart runs in Notebook 7 and its widgets render', async ({ reques
   }[];
   let expected = 0;
   for (const r of found.filter(r => r.status !== 'cancelled')) {
-    for (let d = 0; d < 7; d++) {
-      const overlaps = Math.max(Date.parse(r.start), today + d * DAY) < Math.min(Date.parse(r.end), today + (d + 1) * DAY);
-      expected += overlaps ? r.gpus.filter(g => GPUS.includes(g)).length : 0;
-    }
+    const overlaps = Date.parse(r.start) < today + 7 * DAY && Date.parse(r.end) > today;
+    expected += overlaps ? r.gpus.filter(g => GPUS.includes(g)).length : 0;
   }
   expect(expected).toBeGreaterThan(0); // the one seeded, at least
   await expect.poll(async () => (await drawnBoxes(figure)).count).toBe(expected);
+  // A lane per GPU, named on the lane axis (a GPU that cannot be booked says why after its name).
+  const lanes = await figure.locator('g.axis', { hasText: 'gpu1:0' }).locator('g.tick text').allTextContents();
+  expect(lanes.map(l => l.split(' · ')[0])).toEqual(GPUS);
 
   // Overview rows and dashboard charts.
   await expect(output(page, 'ov = gpuhive.overview(').locator('.bqplot.figure g.heatmaprow')).toHaveCount(6);
