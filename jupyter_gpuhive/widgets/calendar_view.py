@@ -15,6 +15,13 @@ from .calendar_candidates import CandidatesPanel
 from .calendar_model import Box, CalendarModel, Span
 from .display import Shown
 
+# The labels are drawn over their boxes: they let the mouse through, so hovering a box anywhere,
+# its label too, shows the box's tooltip (its whole title). Only in "Pick a box": while
+# "Select time" is on, the brush lies over every mark and takes the mouse for dragging.
+LABELS_CSS = "<style>.gpuhive-calendar text.label { pointer-events: none; }</style>"
+MODE_TIPS = ["Drag over free time to book it",
+             "Hover a box for its whole title; click one of yours to change it"]  # fmt: skip
+
 
 def outlines(shapes: list[Box] | list[Span]) -> tuple[list[list[float]], list[list[float]]]:
     """Closed rectangles as the 2-D x/y arrays of one multi-line Lines mark."""
@@ -100,6 +107,7 @@ class CalendarView(Shown):
             max_aspect_ratio=1000.0,
             layout=w.Layout(width=f"{width}px", min_width=f"{width}px"),
         )
+        self.figure.add_class("gpuhive-calendar")
         # A tall figure (many GPUs) scrolls here; lanes never shrink below LANE_PX.
         self.scroller = w.Box(
             [self.figure],
@@ -117,7 +125,9 @@ class CalendarView(Shown):
             button.on_click(lambda _b, d=days: self._shift(d))
         self.gpu_picker = w.SelectMultiple(rows=4, description="GPUs")
         self.gpu_picker.observe(self._gpus_changed, "value")
-        self.mode = w.ToggleButtons(options=["Select time", "Pick a box"], value="Select time")
+        self.mode = w.ToggleButtons(
+            options=["Select time", "Pick a box"], value="Select time", tooltips=MODE_TIPS
+        )
         self.mode.observe(self._mode_changed, "value")
         self.mine = w.Dropdown(description="Mine", layout=w.Layout(width="320px"))
         self.mine.observe(self._mine_chosen, "value")
@@ -150,7 +160,7 @@ class CalendarView(Shown):
         self.widget = w.VBox(
             [self.notice, w.HBox([back, self.day, forward, self.mode, refresh]),
              w.HBox([self.host, self.gpu_picker, self.mine]), self.status, self.scroller,
-             self.dialog]
+             self.dialog, w.HTML(LABELS_CSS)]
         )  # fmt: skip
         m.listeners.append(self.render)
         self.render()

@@ -3,7 +3,8 @@
  * (calendar_hive.py, started and stopped here), drawn by a Lab kernel at the demo's size (12 GPUs,
  * 3 hosts) and at 64 GPUs. In the DOM: GPU names on the lane axis, lanes at least 24 px, no two
  * box labels overlap (getBoundingClientRect), the drained GPU's lane says so, and the Host
- * dropdown shows one host. Screenshots → artifacts/screenshots/
+ * dropdown shows one host. Hovering a cut label shows the box's whole title. Screenshots →
+ * artifacts/screenshots/
  * 18-calendar-12.png, 19-calendar-64.png.
  */
 import { ChildProcess, spawn } from 'child_process';
@@ -22,6 +23,8 @@ test.describe.configure({ mode: 'serial' });
 test.use({ timezoneId: 'UTC' });
 
 let hive: ChildProcess | null = null;
+let hiveUrl = '';
+let hiveToken = '';
 let page: Page;
 let errors: string[] = [];
 
@@ -77,6 +80,7 @@ test.beforeAll(async ({ browser, request }) => {
   hive = spawn(PYTHON, [path.resolve(__dirname, '..', 'calendar_hive.py'), INFO], { stdio: 'inherit' });
   await expect.poll(() => fs.existsSync(INFO), { timeout: 180_000, intervals: [1000] }).toBe(true);
   const { url, token } = JSON.parse(fs.readFileSync(INFO, 'utf8'));
+  [hiveUrl, hiveToken] = [url, token];
   const client = `from jupyter_gpuhive import widgets\nfrom jupyter_gpuhive.notebook.client import HiveClient\nclient = HiveClient(${JSON.stringify(url)}, ${JSON.stringify(token)})`;
   const notebook = {
     nbformat: 4,
@@ -125,6 +129,29 @@ test('at 64 GPUs the lanes keep their height, the figure scrolls, labels stay ap
   });
   expect(scroller.overflow).toBe('auto');
   expect(scroller.scroll).toBeGreaterThan(scroller.client); // 64 lanes do not fit: it scrolls
+});
+
+test('hovering a box where its label is cut shows the whole title', async ({ request }) => {
+  const out = output(page, 'cal12 = widgets.calendar(');
+  const figure = out.locator('.bqplot.figure');
+  // "Pick a box": in "Select time" the brush lies over the marks and takes the mouse.
+  await out.getByRole('button', { name: 'Pick a box' }).click();
+  await figure.scrollIntoViewIfNeeded();
+  const cut = (await drawn(figure)).labels.find(l => l.text.endsWith('…'))!;
+  expect(cut, 'a label cut to its box').toBeDefined();
+  // On the label's first letters: the label lies over its box (and away from the box's handle).
+  await page.mouse.move(cut.left + 3, (cut.top + cut.bottom) / 2, { steps: 3 });
+  const tip = page.locator('.bqplot_mark_tooltip:visible');
+  await expect(tip).toHaveCount(1);
+  const shown = (await tip.innerText()).replace(/^reservation\s*/, '').trim();
+  // The tooltip is one booking's whole label (owner: title), of which the drawn one is the cut.
+  const answer = await request.get(`${hiveUrl}gpuhive/api/reservations?limit=10000`, { headers: { Authorization: `token ${hiveToken}` } });
+  const whole = new Set(((await answer.json()).reservations as { owner: string; title: string }[]).map(r => `${r.owner}: ${r.title}`));
+  expect(whole).toContain(shown);
+  expect(shown.startsWith(cut.text.slice(0, -1).trimEnd())).toBe(true);
+  expect(shown.length).toBeGreaterThan(cut.text.length - 1);
+  await page.mouse.move(0, 0);
+  await out.getByRole('button', { name: 'Select time' }).click();
 });
 
 test('the Host dropdown shows one host, its drained GPU still marked', async () => {
