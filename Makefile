@@ -167,7 +167,7 @@ docs: $(STAMP)
 # tests, then copies the pictures the docs show into docs/_static/screenshots/.
 # 09-violation (violations.spec.ts) is the sidebar of the index, the README and the demo tutorial;
 # 40-sidebar-12 and 41-sidebar-32 (scale.spec.ts) the sidebar at the demo's size and at 32 GPUs.
-DOCS_SHOTS := 01-panel 06-dark 09-violation 11-calendar 12-overview 13-dashboard 16-job-builder 17-job-builder-dark 40-sidebar-12 41-sidebar-32
+DOCS_SHOTS := 01-panel 06-dark 09-violation 11-calendar 12-overview 13-dashboard 16-job-builder 17-job-builder-dark 18-calendar-12 19-calendar-64 40-sidebar-12 41-sidebar-32
 docs-screenshots: test-ui
 	mkdir -p docs/_static/screenshots
 	for s in $(DOCS_SHOTS); do cp $(LABEXT)/ui-tests/artifacts/screenshots/$$s.png docs/_static/screenshots/; done
