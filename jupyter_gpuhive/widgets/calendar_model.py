@@ -131,7 +131,7 @@ def gpus_of(hosts: Sequence[dict[str, Any]]) -> list[str]:
 
 
 class CalendarModel:
-    """Seven (or `days`) local days from a start date, a sub-column per selected GPU."""
+    """Seven (or `days`) local days from a start date, a lane per selected GPU."""
 
     def __init__(
         self,
