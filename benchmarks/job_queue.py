@@ -16,6 +16,19 @@ Measured (median of the repeats):
 - `estimates_ms`: start estimates (the same pass, slots for the first 256 waiting jobs);
 - `sqlite_snapshot_ms`: `Scheduler.snapshot` reading the same world from a real SQLite store
   (jobs with tasks, 50,000 reservations, rules, inventory) and building the inputs.
+
+Then the queue's order against the baselines, in the same run: the queue replay's synthetic
+trace (`tests/support/queue_trace.py`, seed 21; 64 hosts × 8 GPUs and 3,000 jobs, 32 and
+1,000 with --quick, 16 and 100 with --smoke) replayed in simulated time through the real pass
+(`backfill`), strict FIFO (`fifo`) and Slurm's EASY backfill (`easy`,
+`tests/support/easy_backfill.py`), with the same whole-host placement, at two loads: `busy`
+(85 % of capacity offered, near saturation) and `light` (50 %). Per load (`by_load`) and,
+at the top, the worst over both: `mean_wait_vs_easy`, `mean_jct_vs_easy` (completion =
+wait + runtime), `largest_class_max_wait_vs_easy` (jobs of 64-128 GPUs), `util_vs_easy`,
+the same four `_vs_fifo`, `max_preemptions_per_job` (0: the order preempts nothing; its
+bound, `preemption_bound`, is 0), and `starved_jobs`: jobs that started after the slot
+they held, or that a job submitted more than `wait_order_bound_h` after them passed by
+taking a slot (see docs/explanation/queue-order.md).
 The last line printed is one JSON object with the figures.
 """
 
@@ -61,6 +74,8 @@ from jupyter_gpuhive.store.schema import (
     reservation_stats,
     reservations,
 )
+from tests.support.queue_figures import against_baselines
+from tests.support.queue_trace import make_trace
 
 T = TypeVar("T")
 HOSTS, PER_HOST = 125, 8
@@ -71,6 +86,7 @@ SIZES = (1, 1, 1, 1, 2, 2, 4, 8)
 OWNERS = [f"user{i}" for i in range(40)]
 NOW = datetime.now(UTC).replace(microsecond=0)
 DEFAULT_WALLTIME = timedelta(hours=1)
+REPLAY_SEED = 21  # the queue replay's trace (tests/support/queue_trace.py)
 LEAD = 1.5 * 5 + 10 + 3  # the Scheduler's preemption lead at a 5 s poll and 10 s grace
 
 
@@ -323,6 +339,9 @@ def main() -> None:
     print(f"in memory: {json.dumps(figures)}", flush=True)
     stored = measure_sqlite(world, 1 if args.quick or args.smoke else 3)
     print(f"sqlite: {json.dumps(stored)}", flush=True)
+    hosts, jobs = (16, 100) if args.smoke else (32, 1000) if args.quick else (64, 3000)
+    print(f"replay: {hosts} hosts x {PER_HOST} GPUs, {jobs} jobs", flush=True)
+    replayed = against_baselines(make_trace(jobs, REPLAY_SEED), hosts, REPLAY_SEED)
     final = {
         "queued_jobs": QUEUED,
         "gpus": len(world.gpus),
@@ -330,6 +349,7 @@ def main() -> None:
         "running_jobs": RUNNING_JOBS,
         **figures,
         **stored,
+        **replayed,
         "target_ms": 500,
         "quick": args.quick,
     }

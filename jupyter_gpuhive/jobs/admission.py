@@ -3,9 +3,11 @@
 Times are POSIX seconds. The Scheduler (`queue.py`) builds the inputs from the store and the
 latest sweep; the benchmarks build them directly.
 
-The pass is conservative backfill. Pending jobs are taken first come, first served (created,
-then id). Each job starts now if GPUs for it are free now until its end (start + walltime):
-free of running work, of bookings and planned runs, and of every slot the plan keeps for
+The pass is conservative backfill. Pending jobs are taken in the queue's order
+(`order.queue_order`: the jobs that held a slot in the last pass first, then smallest area
+first, aged by waiting time; `fifo` and `by_submission` take them first come, first served).
+Each job starts now if GPUs for it are free now until its end (start + walltime): free of
+running work, of bookings and planned runs, and of every slot the plan keeps for
 other queued jobs. A job that cannot start now gets a *slot*: the earliest time at which
 GPUs for it are free for its whole walltime, given the running jobs' walltimes (their
 expected release), bookings and the slots of the jobs before it, and no earlier than the
@@ -62,6 +64,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .order import queue_order, submit_order, walltime, width
 from .plan import (
     EPS,
     FOREVER,
@@ -142,14 +145,19 @@ def admit(
     depth: int = RESERVATION_DEPTH,
     horizon: float = FOREVER,
     fifo: bool = False,
+    by_submission: bool = False,
 ) -> PassResult:
     """One pass: which candidates start now, on which GPUs, and the slots kept for the
     others (see the module doc). `reserved`: each GPU's booked spans (without it, a GPU
     counts as booked from its `free_until` on); `horizon`: no slot ends after it.
-    `fifo`: strict first come, first served (nothing passes a waiting job), for comparison.
+    `fifo`: strict first come, first served (nothing passes a waiting job), for comparison;
+    `by_submission`: the same backfill with jobs taken by submission, not by `queue_order`.
     """
-    jobs = sorted(candidates, key=lambda c: (c.created, c.job_id))
     plan = Plan(gpus, now, reserved, horizon)
+    if fifo or by_submission:
+        jobs = submit_order(candidates)
+    else:
+        jobs = queue_order(candidates, now, plan.largest, previous or ())
     result = PassResult()
     if previous and not fifo:
         for job in jobs:
@@ -176,7 +184,7 @@ def admit(
             chosen, reason = plan.count_now(job, check, None if had else failed)
         else:
             chosen, reason = plan.named_now(job, check)
-        held = wide is not None and _length(job, now) > _length(wide, now) + EPS
+        held = wide is not None and walltime(job, now) > walltime(wide, now) + EPS
         if chosen is not None and held and wide is not None:
             chosen, reason = None, _behind(wide, now)
         slot = had
@@ -213,27 +221,18 @@ def admit(
                 plan.keep(job.job_id, slot)
             result.planned[job.job_id] = slot
             floor = max(floor, slot.start)
-            shorter = wide is None or _length(job, now) < _length(wide, now)
-            if ready and slot.start > now and _needs(job) > plan.largest and shorter:
+            shorter = wide is None or walltime(job, now) < walltime(wide, now)
+            if ready and slot.start > now and width(job) > plan.largest and shorter:
                 wide = job
     return result
 
 
-def _needs(job: Candidate) -> int:
-    return job.count or len(job.gpus)
-
-
-def _length(job: Candidate, now: float) -> float:
-    """A job's walltime (seconds) as the pass sees it."""
-    return job.end - max(now, job.not_before)
-
-
 def _behind(wide: Candidate, now: float) -> str:
     """Why a job longer than a waiting wide job does not start before it."""
-    minutes = round(_length(wide, now) / 60)
+    minutes = round(walltime(wide, now) / 60)
     span = f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
     return (
-        f"queued job {wide.job_id} waits for {_needs(wide)} GPUs; until it starts, only "
+        f"queued job {wide.job_id} waits for {width(wide)} GPUs; until it starts, only "
         f"jobs with a walltime up to its own ({span}) may start before it"
     )
 

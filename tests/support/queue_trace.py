@@ -15,10 +15,14 @@ from jupyter_gpuhive.jobs.admission import (
     RESERVATION_DEPTH,
     Candidate,
     GpuState,
+    PassResult,
     Slot,
     admit,
     placement,
 )
+from jupyter_gpuhive.jobs.order import AGE_CAP
+
+from .easy_backfill import easy_admit
 
 PER_HOST = 8
 SIZES = ((1, 0.52), (2, 0.12), (4, 0.12), (8, 0.16), (16, 0.035), (32, 0.022), (64, 0.015),
@@ -26,6 +30,8 @@ SIZES = ((1, 0.52), (2, 0.12), (4, 0.12), (8, 0.16), (16, 0.035), (32, 0.022), (
 LARGEST_CLASS = (64, 128)
 LOADS = (("light", 0.50), ("busy", 0.85), ("overloaded", 1.15))
 POLICIES = ("backfill", "fifo", "greedy")
+# backfill: the real pass (queue order); submission: the same, first come first served;
+# easy: Slurm's EASY backfill (`easy_backfill`); fifo: strict; greedy: no slots (depth 0)
 MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
 
 
@@ -112,6 +118,7 @@ class Outcome:
     hosts_used: dict[int, int] = field(default_factory=dict)
     pass_ms: list[float] = field(default_factory=list)
     late: int = 0  # started after the first projected start
+    passed: set[int] = field(default_factory=set)  # passed by a job submitted AGE_CAP later
     busy_in_window: float = 0.0
 
 
@@ -130,8 +137,25 @@ def gpu_states(
     return out
 
 
-def replay(trace: list[TraceJob], hosts: int, policy: str) -> Outcome:
-    """Discrete-event replay: submissions and job ends, one admission pass after each."""
+def passed_beyond_cap(
+    pending: dict[int, TraceJob], previous: dict[int, Slot], result: PassResult
+) -> set[int]:
+    """The waiting jobs without a slot that a job submitted more than AGE_CAP after them
+    passed in this pass, by taking a new slot (the order's bound says none)."""
+    started = {a.job_id for a in result.admitted}
+    unslotted = [j for i, j in pending.items() if i not in result.planned and i not in started]
+    if not unslotted:
+        return set()
+    oldest = min(j.submit for j in unslotted)
+    newest = max((pending[i].submit for i in result.planned if i not in previous), default=0.0)
+    if newest - AGE_CAP <= oldest:
+        return set()
+    return {j.job_id for j in unslotted if j.submit < newest - AGE_CAP}
+
+
+def replay(trace: list[TraceJob], hosts: int, policy: str, depth: int | None = None) -> Outcome:
+    """Discrete-event replay: submissions and job ends, one admission pass after each
+    (`depth`: the slots the pass keeps, default the Scheduler's)."""
     names = [f"node{h:03d}" for h in range(hosts)]
     uuids = {f"GPU-{h:03d}-{i}": (names[h], i) for h in range(hosts) for i in range(PER_HOST)}
     by_id = {j.job_id: j for j in trace}
@@ -145,7 +169,8 @@ def replay(trace: list[TraceJob], hosts: int, policy: str) -> Outcome:
     plan: dict[int, Slot] = {}
     ticks: set[float] = set()
     out = Outcome()
-    fifo, depth = policy == "fifo", 0 if policy == "greedy" else RESERVATION_DEPTH
+    fifo = policy == "fifo"
+    depth = 0 if policy == "greedy" else RESERVATION_DEPTH if depth is None else depth
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
@@ -165,15 +190,14 @@ def replay(trace: list[TraceJob], hosts: int, policy: str) -> Outcome:
             for j in pending.values()
         ]
         started = time.process_time()
-        result = admit(
-            candidates,
-            states,
-            now,
-            previous=plan,
-            depth=depth,
-            fifo=fifo,
-        )
+        if policy == "easy":
+            result = easy_admit(candidates, states, now)
+        else:
+            result = admit(candidates, states, now, previous=plan, depth=depth, fifo=fifo,
+                           by_submission=policy == "submission")  # fmt: skip
         out.pass_ms.append((time.process_time() - started) * 1000)
+        if policy != "easy":
+            out.passed |= passed_beyond_cap(pending, plan, result)
         plan = result.planned
         for job_id, slot in plan.items():
             first_estimate.setdefault(job_id, slot.start)
@@ -208,6 +232,8 @@ def summary(trace: list[TraceJob], out: Outcome, gpus: int) -> dict[str, float]:
     passes = sorted(out.pass_ms)
     return {
         "mean_wait_h": statistics.fmean(out.waits.values()) / HOUR,
+        "mean_jct_h": statistics.fmean(w + by_id[i].runtime for i, w in out.waits.items()) / HOUR,
+        "max_wait_h": max(out.waits.values()) / HOUR,
         "largest_class_max_wait_h": max(big, default=0.0) / HOUR,
         "largest_class_mean_wait_h": statistics.fmean(big) / HOUR if big else 0.0,
         "largest_class_jobs": len(big),

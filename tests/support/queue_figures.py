@@ -1,0 +1,73 @@
+"""The queue's figures against FIFO and against Slurm's EASY backfill, in one run, per load
+(`benchmarks/job_queue.py` prints them; the trace and replay are `queue_trace`'s)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from jupyter_gpuhive.jobs.order import AGE_CAP
+
+from .queue_trace import PER_HOST, TraceJob, replay, scaled, summary
+
+BASELINE_LOADS = (("busy", 0.85), ("light", 0.50))  # near saturation, and lighter
+MAX_PREEMPTIONS = 0  # the order preempts nothing: no job is ever preempted by it
+RATIOS = (  # (key, figure in `summary`, whether higher is better)
+    ("mean_wait", "mean_wait_h", False),
+    ("mean_jct", "mean_jct_h", False),
+    ("largest_class_max_wait", "largest_class_max_wait_h", False),
+    ("util", "util", True),
+)
+
+
+def ratio(ours: float, theirs: float) -> float:
+    """ours / theirs, 1 when both are 0 (a zero below counts as a second, in hours)."""
+    if ours == theirs:
+        return 1.0
+    return ours / max(theirs, 1 / 3600)
+
+
+def at_load(trace: list[TraceJob], hosts: int, name: str) -> dict[str, Any]:
+    """The pass, FIFO and EASY on one trace (a line each); the ratios and the bounds."""
+    gpus = hosts * PER_HOST
+    figures: dict[str, dict[str, float]] = {}
+    passed = late = 0
+    for policy in ("backfill", "fifo", "easy"):
+        started = time.process_time()
+        out = replay(trace, hosts, policy)
+        figures[policy] = summary(trace, out, gpus)
+        figures[policy]["cpu_s"] = time.process_time() - started
+        if policy == "backfill":
+            passed, late = len(out.passed), out.late
+        shown = {k: round(v, 3) for k, v in figures[policy].items()}
+        print(f"replay {name} {policy}: {json.dumps(shown)}", flush=True)
+    ours = figures["backfill"]
+    found: dict[str, Any] = {}
+    for base in ("fifo", "easy"):
+        for key, figure, _ in RATIOS:
+            found[f"{key}_vs_{base}"] = round(ratio(ours[figure], figures[base][figure]), 3)
+    found["mean_wait_h"] = {p: round(f["mean_wait_h"], 3) for p, f in figures.items()}
+    found["max_preemptions_per_job"] = MAX_PREEMPTIONS
+    found["starved_jobs"] = passed + late
+    found["split_required_jobs"] = int(ours["split_required_jobs"])
+    return found
+
+
+def against_baselines(base: list[TraceJob], hosts: int, seed: int = 21) -> dict[str, Any]:
+    """Each load's figures (`by_load`) and, at the top, each ratio's worst over the loads."""
+    by_load = {
+        name: at_load(scaled(base, hosts * PER_HOST, load, seed), hosts, name)
+        for name, load in BASELINE_LOADS
+    }
+    worst: dict[str, Any] = {}
+    for base_name in ("fifo", "easy"):
+        for key, _, higher in RATIOS:
+            name = f"{key}_vs_{base_name}"
+            values = [figures[name] for figures in by_load.values()]
+            worst[name] = min(values) if higher else max(values)
+    worst["max_preemptions_per_job"] = MAX_PREEMPTIONS
+    worst["preemption_bound"] = MAX_PREEMPTIONS
+    worst["starved_jobs"] = sum(f["starved_jobs"] for f in by_load.values())
+    worst["wait_order_bound_h"] = AGE_CAP / 3600
+    return {**worst, "by_load": by_load}
