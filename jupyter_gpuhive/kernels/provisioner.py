@@ -43,7 +43,7 @@ from .images import kernel_name
 from .launch import PORTS, Launch
 from .local import LocalKernel
 from .registry import KernelRecord, KernelRegistry
-from .remote import KernelProcess, SshKernel
+from .remote import HostKernel, KernelProcess
 from .restarts import end_for_good
 
 log = logging.getLogger(__name__)
@@ -73,15 +73,11 @@ async def settle_after_restart(km: Any) -> None:
 
 
 def find_registry(provisioner: Any) -> KernelRegistry:
-    """The registry of the server that runs this provisioner (its kernel manager carries it)."""
-    node = provisioner
-    while node is not None:
-        found = getattr(node, "gpuhive_kernels", None)
-        if isinstance(found, KernelRegistry):
-            return found
-        node = getattr(node, "parent", None)
-    if registries.ACTIVE is not None:
-        return registries.ACTIVE
+    """The registry this provisioner's kernel manager (its parent) was handed when it was
+    made: by the server's kernel manager (server/kernel_manager.py) or the broker."""
+    found = getattr(provisioner.parent, "gpuhive_kernels", None)
+    if isinstance(found, KernelRegistry):
+        return found
     raise Unavailable(
         "Kernels on reservations need the gpuhive server extension with its own hosts "
         "(not a client-mode server)."
@@ -209,8 +205,8 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
                         image, kernel_name(record.kernel_id))  # fmt: skip
         if self._kernel is None or self._kernel.lost:
-            self._kernel = (LocalKernel(launch) if decl.transport == "local"
-                            else SshKernel(launch, registry.pool))  # fmt: skip
+            here = registry.pool.backend_of(decl).runs_here  # else through its channels
+            self._kernel = LocalKernel(launch) if here else HostKernel(launch, registry.pool)
         kernel = self._kernel
         kernel.on_lost = self._lost
         try:

@@ -54,7 +54,6 @@ LIVE = (KernelState.STARTING, KernelState.RUNNING, KernelState.RESTARTING)
 KEEP_ENDED = timedelta(hours=1)  # how long an ended kernel's record (and reason) stays readable
 _INTERNAL: contextvars.ContextVar[bool] = contextvars.ContextVar("gpuhive_kernel_internal",
                                                                  default=False)  # fmt: skip
-ACTIVE: KernelRegistry | None = None  # the registry of a process without a Jupyter server
 
 
 class Control(Protocol):
@@ -164,12 +163,6 @@ class KernelRegistry:
         self._records: dict[str, KernelRecord] = {}
         self._listeners: list[Listener] = []
         self._why: dict[str, str] = {}  # why shutdown() is ending a kernel
-
-    def activate(self) -> KernelRegistry:
-        """Make this the registry provisioners find outside a Jupyter server."""
-        global ACTIVE
-        ACTIVE = self
-        return self
 
     # --- reading ------------------------------------------------------------------------
 
