@@ -19,7 +19,8 @@ kept, is not given up to a job that arrives later in a better place (the slot gu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from .plan import Candidate
 
@@ -58,6 +59,15 @@ def queue_order(
             c.job_id,
         ),
     )
+
+
+def standing(waiting: Mapping[int, str]) -> dict[int, dict[str, Any]]:
+    """Each waiting job's place in a pass's order (1: next) and why it waits, from the
+    pass's `waiting` (which it fills in its order)."""
+    return {
+        job_id: {"place": n, "waiting_for": why}
+        for n, (job_id, why) in enumerate(waiting.items(), start=1)
+    }
 
 
 def submit_order(candidates: Iterable[Candidate]) -> list[Candidate]:

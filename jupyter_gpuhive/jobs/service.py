@@ -18,6 +18,7 @@ from . import containers
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
+from .order import standing
 from .preemption import PreemptionSettings
 from .queue import Scheduler
 from .rules import JobRules
@@ -144,16 +145,23 @@ class Jobs:
         jobs = await self.run(self.store.jobs.all, queued=True)
         pending = [j for j in jobs if j.status == TaskState.PENDING]
         estimates = await self.scheduler.estimates()
-        report = self.scheduler.last_report
-        waiting = report.waiting if report is not None else {}
+        standing = self.standing()
         return [
             {
                 **job_json(job, who, self.privacy),
+                "place": None,
+                "waiting_for": None,
+                **standing.get(job.id, {}),
                 "estimated_start": isoformat(estimates.get(job.id)),
-                "waiting_for": waiting.get(job.id),
             }
             for job in pending
         ]
+
+    def standing(self) -> dict[int, dict[str, Any]]:
+        """Each queued job the last pass saw wait: its place in the pass's order (1: next)
+        and why it waits."""
+        report = self.scheduler.last_report
+        return standing(report.waiting if report is not None else {})
 
     async def preview(self, who: Identity, request: JobRequest) -> list[dict[str, Any]]:
         """The tasks a request would run, with their exact commands (nothing is stored)."""

@@ -98,6 +98,10 @@ export interface JobReply {
   /** Whether the definition is shown */
   detail: boolean;
   tasks: TaskReply[];
+  /** A waiting queued job's place in the queue's order (1: next) */
+  place?: number | null;
+  /** Why a waiting queued job waits */
+  waiting_for?: string | null;
 }
 
 /** My kernels on reservations (admins: everyone's), and the policies I may choose. */
@@ -306,6 +310,43 @@ export interface ProcessReply {
   state: string;
   /** Why it died or ended */
   reason: string | null;
+}
+
+export interface QueueList {
+  jobs: QueuedJobReply[];
+}
+
+/** A waiting queued job with its projected start. */
+export interface QueuedJobReply {
+  id: number;
+  name: string;
+  owner: string;
+  template: string;
+  queued: boolean;
+  walltime_s: number | null;
+  start_at: string | null;
+  stop_at: string | null;
+  max_retries: number;
+  attempts: number;
+  preemptible?: boolean;
+  preempt_signal?: string;
+  grace_s?: number | null;
+  /** Times preempted (GPUHIVE_RESTARTS) */
+  restarts?: number;
+  /** The reservation whose GPUs it runs on */
+  lent_from?: number | null;
+  history?: JobEventReply[];
+  status: TaskState;
+  gpus: string[];
+  /** Whether the definition is shown */
+  detail: boolean;
+  tasks: TaskReply[];
+  /** A waiting queued job's place in the queue's order (1: next) */
+  place?: number | null;
+  /** Why a waiting queued job waits */
+  waiting_for?: string | null;
+  /** Its projected start (an estimate; None: not known) */
+  estimated_start?: string | null;
 }
 
 export interface ReclaimReply {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from jupyter_gpuhive.jobs.admission import Candidate, GpuState, admit
-from jupyter_gpuhive.jobs.order import AGE_CAP, queue_order
+from jupyter_gpuhive.jobs.order import AGE_CAP, queue_order, standing
 from tests.support.queue_trace import PER_HOST, make_trace, replay, scaled
 
 HOUR = 3600.0
@@ -59,3 +59,10 @@ def test_the_replay_finds_no_starved_job_on_a_busy_cluster() -> None:
     out = replay(trace, 16, "backfill")
     assert len(out.waits) == len(trace)
     assert out.late == 0 and not out.passed
+
+
+def test_each_waiting_job_shows_its_place_and_why() -> None:
+    big, small = job(1, -2, 8, 24), job(2, -1, 1, 1)
+    shown = standing(admit([big, small], one_host(NOW + HOUR), NOW).waiting)
+    assert [shown[2]["place"], shown[1]["place"]] == [1, 2]  # the small one is next
+    assert "8 free GPUs on one host" in shown[1]["waiting_for"]

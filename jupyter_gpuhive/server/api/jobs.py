@@ -32,7 +32,9 @@ class JobsHandler(Shown):
     async def get(self) -> None:
         q = self.query(queries.JobsQuery)
         jobs, more = await self.hive.jobs.find(q.user, q.status, q.limit or RECENT_JOBS)
-        self.reply({"jobs": [self.job(job) for job in jobs], "more": more})
+        standing = self.hive.jobs.standing()
+        shown = [{**self.job(job), **standing.get(job.id, {})} for job in jobs]
+        self.reply({"jobs": shown, "more": more})
 
     @web.authenticated
     @operation(
@@ -140,7 +142,9 @@ class QueueHandler(HiveLogic):
     @operation(
         "Queued jobs not yet running, with their projected start (from the queue's own plan: "
         "for the first 32 waiting jobs a start they will not miss unless a booking, a foreign "
-        "process or a host failure intervenes) and what they wait for"
+        "process or a host failure intervenes), their place in the queue's order and what "
+        "they wait for",
+        reply=replies.QueueList,
     )
     async def get(self) -> None:
         self.reply({"jobs": await self.hive.jobs.queue(self.who)})

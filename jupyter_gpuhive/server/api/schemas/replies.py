@@ -161,6 +161,22 @@ class JobReply(Reply):
     gpus: list[str]
     detail: bool = Field(description="Whether the definition is shown")
     tasks: list[TaskReply]
+    place: int | None = Field(
+        None, description="A waiting queued job's place in the queue's order (1: next)"
+    )
+    waiting_for: str | None = Field(None, description="Why a waiting queued job waits")
+
+
+class QueuedJobReply(JobReply):
+    """A waiting queued job with its projected start."""
+
+    estimated_start: datetime | None = Field(
+        None, description="Its projected start (an estimate; None: not known)"
+    )
+
+
+class QueueList(Reply):
+    jobs: list[QueuedJobReply]
 
 
 class JobList(Reply):
