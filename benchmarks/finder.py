@@ -45,7 +45,7 @@ from sqlalchemy import insert, update
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.quotas import LimitService
 from jupyter_gpuhive.bookings.reservations import Policy
-from jupyter_gpuhive.hosts.topology import parse_topology
+from jupyter_gpuhive.hosts.vendors.nvidia_topology import parse_topology
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity, SliceDecl
 from jupyter_gpuhive.model.finder import Want, find
 from jupyter_gpuhive.model.limits import Limits, LimitTable

@@ -42,10 +42,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_gpuhive.errors import Conflict
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.hosts.status import HostStatus
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics
 from jupyter_gpuhive.model import GpuDecl, HostDecl, utcnow
 from jupyter_gpuhive.monitor.holders import HORIZON
 from jupyter_gpuhive.monitor.published import decode, encode

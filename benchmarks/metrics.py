@@ -64,7 +64,6 @@ for folder in (ROOT, ROOT / "benchmarks"):  # sweep_fixture imports sweep_sshd b
 
 from jupyter_gpuhive.errors import HiveError  # noqa: E402
 from jupyter_gpuhive.hosts.environment import SAFE_PATH  # noqa: E402
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics  # noqa: E402
 from jupyter_gpuhive.hosts.pool import HostPool  # noqa: E402
 from jupyter_gpuhive.hosts.probe import (  # noqa: E402
     END,
@@ -74,6 +73,7 @@ from jupyter_gpuhive.hosts.probe import (  # noqa: E402
     probe_loop_command,
     split_sections,
 )
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics  # noqa: E402
 from jupyter_gpuhive.model import HostDecl, Identity, utcnow  # noqa: E402
 from jupyter_gpuhive.model.requests import Booking  # noqa: E402
 from jupyter_gpuhive.sim.cluster import LocalSimHost  # noqa: E402
@@ -171,7 +171,7 @@ exit 2
 
 def replay_host(folder: Path, sim: LocalSimHost) -> HostDecl:
     """A host whose nvidia-smi prints what `sim`'s stand-in answered to each doctor query."""
-    from jupyter_gpuhive.cli.doctor_checks import QUERIES
+    from jupyter_gpuhive.hosts.vendors.nvidia_doctor import QUERIES
 
     env = sim.env({})
     (folder / "bin").mkdir(parents=True)

@@ -36,15 +36,15 @@ from typing import Any
 import asyncssh
 from sweep_baseline import baseline_nvidia_smi_args
 
-from jupyter_gpuhive.hosts.nvsmi import QUERY_APPS_FIELDS
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.hosts.probe import (
     END,
-    GPU_FIELDS,
     PROBE_COMMAND,
     PROBE_LOOP_COMMAND,
     HostSample,
 )
+from jupyter_gpuhive.hosts.vendors.nvidia_probe import GPU_FIELDS
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import QUERY_APPS_FIELDS
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim import nvidia_smi

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.cli.doctor_checks import QUERIES, Output, judge
 from jupyter_gpuhive.hosts.environment import SAFE_PATH
 from jupyter_gpuhive.hosts.file import add_host
-from jupyter_gpuhive.hosts.health import health_from_csv
-from jupyter_gpuhive.hosts.nvsmi import (
+from jupyter_gpuhive.hosts.vendors.nvidia_doctor import QUERIES, Output, judge
+from jupyter_gpuhive.hosts.vendors.nvidia_health import health_from_csv
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import (
     parse_compute_apps,
     parse_gpu_list,
     parse_query_gpu,
     parse_query_xml,
 )
-from jupyter_gpuhive.hosts.topology import parse_topology
+from jupyter_gpuhive.hosts.vendors.nvidia_topology import parse_topology
 from jupyter_gpuhive.sim.inventory import load_config, set_gpu_fault, write_config
 from tests.hosts.test_hostile_probe import forged_names
 from tests.support.hostile import hostile_process, named_argv

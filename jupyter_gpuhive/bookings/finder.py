@@ -110,7 +110,7 @@ class SlotSearch:
             raise Conflict(none_bookable(named))
         raise Conflict(
             f"None of the GPU hosts ({', '.join(hosts)}) has reported GPUs yet; the GPU sidebar "
-            "and %gpustatus say why: a host that is down, or nvidia-smi failing there."
+            "and %gpustatus say why: a host that is down, or its GPU tool failing there."
         )
 
     def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:

@@ -1,6 +1,6 @@
 """`make demo`: JupyterLab with gpuhive on a simulated 3-host × 4-GPU cluster on localhost.
 
-The hosts use the `local` transport and the project's nvidia-smi stand-in, so monitoring,
+The hosts use the `local` transport and the project's GPU tool stand-in, so monitoring,
 jobs and the violation monitor all work on real processes of this machine. The demo starts
 with something to see (demoseed): alice's and bob's bookings this week, one of alice's
 running now with a stray process of yours on it (a violation), and a queued job of yours.

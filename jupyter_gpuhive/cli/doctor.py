@@ -1,7 +1,7 @@
 """`jupyter gpuhive doctor [--json] [--save DIR] [HOST]`: check hosts the way gpuhive uses them.
 
 One line per check (ok, warn or fail, what was seen, what to do), ready to paste into an issue;
-`--json` prints the same as JSON; `--save DIR` keeps each raw nvidia-smi output it read in
+`--json` prints the same as JSON; `--save DIR` keeps each raw output of the GPU tool it read in
 DIR/HOST/, one file per query, to become test samples. Status 1 when a check fails.
 """
 
@@ -26,7 +26,7 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 
 class DoctorApp(_Base):
-    """Check hosts as gpuhive uses them (driver, nvidia-smi formats, SSH, screen, kernels)."""
+    """Check hosts as gpuhive uses them (driver, the GPU tool's formats, SSH, screen, kernels)."""
 
     name = "jupyter-gpuhive-doctor"
     description = __doc__
@@ -36,7 +36,7 @@ jupyter gpuhive doctor gpu1 --save ./gpu1-samples
 jupyter gpuhive doctor --json > doctor.json
 """
     json = Bool(False, help="Print the report as JSON.").tag(config=True)
-    save = Unicode("", help="Keep the raw nvidia-smi outputs in this folder (one per query).").tag(
+    save = Unicode("", help="Keep the GPU tool's raw outputs in this folder (one per query).").tag(
         config=True
     )
     aliases = {"save": "DoctorApp.save"}

@@ -1,9 +1,8 @@
 """`jupyter gpuhive doctor`: check one host the way gpuhive uses it, and keep what it said.
 
-Every nvidia-smi query the probe sends (hosts/probe.py), the MIG listing and `topo -m`
-(hosts/topology.py) run one by one and are read by gpuhive's own parsers; GPU health as the
-monitor judges it, from the probe's own `--query-gpu` health fields and parser
-(hosts/health.py; never from `-q -x`, which carries process names); the connection (SSH: the
+The host's GPU vendor (hosts/vendors/) gives its checks: its tool's queries, each run
+alone and read by gpuhive's own parsers, and GPU health as the monitor judges it; then the
+connection (SSH: the
 host key and the login), GNU screen (jobs) and the kernel Python (ipykernel, isolated with
 `-I`, as kernels start). A host's container engine (its `containers` entry) is not checked
 yet: its settings are checked when the configuration is read, and a container job's start
@@ -17,62 +16,18 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..hosts.health import DEGRADED, FAILED, health_from_csv, lost_gpus, without_lost
-from ..hosts.nvsmi import (
-    NvsmiDriverError,
-    NvsmiParseError,
-    NvsmiReport,
-    check_driver,
-    parse_compute_apps,
-    parse_gpu_list,
-    parse_query_gpu,
-    parse_query_xml,
-)
 from ..hosts.pool import HostPool, HostUnavailable
-from ..hosts.probe import APPS_QUERY, GPU_QUERY, LIST_QUERY, XML_QUERY, without_process_names
-from ..hosts.probe_command import HEALTH_ONCE, HEALTH_QUERY
-from ..hosts.topology import COMMAND as TOPO_QUERY
-from ..hosts.topology import TopologyError, parse_topology
+from ..hosts.vendors import DoctorCheck, DoctorOutput, vendor_of
 from ..kernels.launch import python_command
 from ..model import HostDecl
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-# (the check's name, the file its raw output is saved as, the command): named by the query.
-QUERIES = (
-    ("query-gpu", "query-gpu.csv", GPU_QUERY),
-    ("query-compute-apps", "query-compute-apps.csv", APPS_QUERY),
-    ("mig", "L.txt", LIST_QUERY),
-    ("q-x", "q-x.xml", XML_QUERY),
-    ("health", "query-gpu-health.csv", HEALTH_ONCE),
-    ("topo", "topo-m.txt", TOPO_QUERY),
-)
-ISSUE = "gpuhive cannot read this driver's output: paste this report into an issue with the "
-ISSUE += "files of `jupyter gpuhive doctor --save DIR`."
-_FIND_SMI = 'command -v nvidia-smi || { printf "PATH=%s\\n" "$PATH"; exit 127; }'
 _FIND_SCREEN = "command -v screen >/dev/null || exit 127; screen -v 2>&1; exit 0"
 _KERNEL_PY = "import sys, ipykernel; print(sys.version.split()[0], ipykernel.__version__)"
 
 
-@dataclass(frozen=True)
-class Check:
-    """One finding: ok, warn or fail, what was seen, and what to do about it."""
-
-    host: str
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-    command: str = ""
-
-
-@dataclass(frozen=True)
-class Output:
-    """One command's raw answer (stdout and stderr together) and its exit status."""
-
-    file: str
-    command: str
-    status: int
-    text: str
+Check = DoctorCheck  # one finding (the vendors make theirs)
+Output = DoctorOutput  # one raw answer
 
 
 @dataclass
@@ -97,13 +52,6 @@ class HostReport:
         }
 
 
-def _n(count: int, what: str) -> str:
-    """'1 GPU', '2 GPUs', '3 processes'."""
-    return (
-        f"{count} {what}" if count == 1 else f"{count} {what}{'es' if what.endswith('s') else 's'}"
-    )
-
-
 def where(decl: HostDecl, user: str) -> str:
     """How gpuhive reaches the host, in words."""
     if decl.transport == "local":
@@ -114,7 +62,9 @@ def where(decl: HostDecl, user: str) -> str:
 async def diagnose(
     pool: HostPool, decl: HostDecl, *, user: str, python: str, timeout: float
 ) -> HostReport:
-    """Run every check on one host (the nvidia-smi queries at once) and judge the answers."""
+    """Run every check on one host (the vendor's queries at once) and judge the answers."""
+    vendor = vendor_of(decl.extra)
+    queries = vendor.doctor_queries()
     report = HostReport(decl.name, where(decl, user))
     add = report.checks.append
 
@@ -134,38 +84,23 @@ async def diagnose(
     else:
         add(Check(decl.name, "connection", OK, f"{report.where}: commands run"))
     try:
-        smi = await run(_FIND_SMI)
-        answers = await asyncio.gather(*(run(f"{cmd} 2>&1") for _, _, cmd in QUERIES))
+        smi = await run(vendor.doctor_find())
+        answers = await asyncio.gather(*(run(f"{cmd} 2>&1") for _, _, cmd in queries))
         screen = await run(_FIND_SCREEN)
         kernel = await run(_kernel_command(python))
     except HostUnavailable as error:
         add(Check(decl.name, "connection", FAIL, f"the host stopped answering: {error.reason}"))
         return report
-    add(_nvidia_smi(decl.name, *smi))
+    add(vendor.doctor_tool(decl.name, *smi))
     if smi[0] == 0:
         report.outputs = [
             Output(file, cmd, status, text)
-            for (_, file, cmd), (status, text) in zip(QUERIES, answers, strict=True)
+            for (_, file, cmd), (status, text) in zip(queries, answers, strict=True)
         ]
-        report.checks += judge(decl.name, {o.file: o for o in report.outputs})
+        report.checks += vendor.doctor_judge(decl.name, {o.file: o for o in report.outputs})
     add(_screen(decl.name, *screen))
     add(_kernel_python(decl.name, python, *kernel))
     return report
-
-
-def _nvidia_smi(host: str, status: int, text: str) -> Check:
-    if status == 0:
-        return Check(host, "nvidia-smi", OK, text.strip().splitlines()[-1])
-    path = next((ln[5:] for ln in text.splitlines() if ln.startswith("PATH=")), "?")
-    return Check(
-        host,
-        "nvidia-smi",
-        FAIL,
-        f"there is no nvidia-smi on the PATH gpuhive uses on {host} ({path}), so gpuhive "
-        "sees no GPUs there",
-        "install the NVIDIA driver there, or set the host's env PATH in the hosts file to the "
-        "folder that holds nvidia-smi.",
-    )
 
 
 def _screen(host: str, status: int, text: str) -> Check:
@@ -213,216 +148,3 @@ def _kernel_python(host: str, python: str, status: int, text: str) -> Check:
         f"install it there ({python} -m pip install ipykernel), or set the host's "
         "kernel_python to a Python that has it.",
     )
-
-
-def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
-    """Read each nvidia-smi output with gpuhive's parsers: the checks (`outputs` by file)."""
-    lost = tuple(dict.fromkeys(lost_gpus("\n".join(o.text for o in outputs.values()))))
-    texts = {f: without_lost(o.text) if lost else o.text for f, o in outputs.items()}
-    status = {f: 0 if lost and f != "topo-m.txt" else o.status for f, o in outputs.items()}
-    checks: list[Check] = []
-    xml = without_process_names(texts["q-x.xml"])
-    try:
-        check_driver(xml, status["q-x.xml"])
-        report = parse_query_xml(xml)
-    except NvsmiDriverError as error:
-        checks.append(
-            Check(
-                host,
-                "driver",
-                FAIL,
-                str(error),
-                "load the NVIDIA driver (after a driver update: reboot).",
-                XML_QUERY,
-            )
-        )
-        return checks
-    except NvsmiParseError as error:  # the other queries are read all the same
-        checks.append(Check(host, "driver", FAIL, f"-q -x: {error}", ISSUE, XML_QUERY))
-        checks += _queries(host, texts, status, None)
-        checks += [_mig(host, texts["L.txt"], status["L.txt"], None)]
-        return [*checks, _topo(host, texts["topo-m.txt"], status["topo-m.txt"]),
-                _health(host, texts, status, lost)]  # fmt: skip
-    off = [str(g.index) for g in report.gpus if g.persistence_mode is False]
-    driver = f"driver {report.driver_version}, CUDA {report.cuda_version}"
-    if off:
-        checks.append(
-            Check(
-                host,
-                "driver",
-                WARN,
-                f"{driver}; persistence mode is off on GPU {', '.join(off)}",
-                "enable nvidia-persistenced (or `nvidia-smi -pm 1` as root): "
-                "without it every nvidia-smi call is slower.",
-                XML_QUERY,
-            )
-        )
-    else:
-        checks.append(Check(host, "driver", OK, f"{driver}; persistence mode on", "", XML_QUERY))
-    checks.append(
-        Check(
-            host,
-            "q-x",
-            OK,
-            f"{_n(len(report.gpus), 'GPU')}, {_n(len(report.processes), 'process')}",
-            "",
-            XML_QUERY,
-        )
-    )
-    checks += _queries(host, texts, status, {g.uuid for g in report.gpus})
-    checks.append(_mig(host, texts["L.txt"], status["L.txt"], report))
-    checks.append(_topo(host, texts["topo-m.txt"], status["topo-m.txt"]))
-    checks.append(_health(host, texts, status, lost))
-    return checks
-
-
-def _queries(
-    host: str, texts: dict[str, str], status: dict[str, int], uuids: set[str] | None
-) -> list[Check]:
-    checks = []
-    try:
-        check_driver(texts["query-gpu.csv"], status["query-gpu.csv"])
-        gpus = parse_query_gpu(texts["query-gpu.csv"])
-        models = sorted({g.name or "?" for g in gpus})
-        if not gpus:
-            raise NvsmiParseError("nvidia-smi listed no GPUs")
-        other = {g.uuid for g in gpus} ^ uuids if uuids is not None else set()
-        if other:
-            checks.append(
-                Check(
-                    host,
-                    "query-gpu",
-                    WARN,
-                    f"the GPUs differ from -q -x's: {', '.join(sorted(other))}",
-                    ISSUE,
-                    GPU_QUERY,
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    host,
-                    "query-gpu",
-                    OK,
-                    f"{_n(len(gpus), 'GPU')} ({', '.join(models)})",
-                    "",
-                    GPU_QUERY,
-                )
-            )
-    except NvsmiParseError as error:
-        checks.append(Check(host, "query-gpu", FAIL, str(error), ISSUE, GPU_QUERY))
-    try:
-        check_driver(texts["query-compute-apps.csv"], status["query-compute-apps.csv"])
-        procs = parse_compute_apps(texts["query-compute-apps.csv"])
-        checks.append(
-            Check(
-                host, "query-compute-apps", OK, f"{_n(len(procs), 'GPU process')}", "", APPS_QUERY
-            )
-        )
-    except NvsmiParseError as error:
-        checks.append(Check(host, "query-compute-apps", FAIL, str(error), ISSUE, APPS_QUERY))
-    return checks
-
-
-def _mig(host: str, text: str, status: int, report: NvsmiReport | None) -> Check:
-    try:
-        check_driver(text, status)
-        listings = parse_gpu_list(text)
-    except NvsmiParseError as error:
-        return Check(host, "mig", FAIL, f"-L: {error}", ISSUE, LIST_QUERY)
-    xml = {g.uuid: len(g.mig) for g in report.gpus} if report else None
-    split = [
-        f"GPU {g.index}: {len(g.mig)} slices ({', '.join(str(m.profile) for m in g.mig)})"
-        for g in listings
-        if g.mig
-    ]
-    differ = [
-        str(g.index)
-        for g in listings
-        if g.mig and xml is not None and xml.get(g.uuid) != len(g.mig)
-    ]
-    if differ:
-        return Check(
-            host,
-            "mig",
-            WARN,
-            f"-L and -q -x list different MIG slices on GPU {', '.join(differ)}",
-            ISSUE,
-            LIST_QUERY,
-        )
-    seen = "; ".join(split) if split else f"{_n(len(listings), 'GPU')}, MIG off"
-    return Check(host, "mig", OK, seen, "", LIST_QUERY)
-
-
-def _topo(host: str, text: str, status: int) -> Check:
-    try:
-        if status:
-            raise TopologyError(f"exit status {status}: {text.strip()[:200] or 'no output'}")
-        topology = parse_topology(text)
-    except TopologyError as error:
-        return Check(
-            host,
-            "topo",
-            WARN,
-            f"{error}; gpuhive places GPUs without topology",
-            ISSUE if not status else "",
-            TOPO_QUERY,
-        )
-    kinds = sorted(set(topology.links.values()))
-    return Check(
-        host,
-        "topo",
-        OK,
-        f"{_n(len(topology.gpus), 'GPU')}, links {', '.join(kinds) or 'none'}",
-        "",
-        TOPO_QUERY,
-    )
-
-
-def _health(
-    host: str, texts: dict[str, str], status: dict[str, int], lost: tuple[tuple[str, str], ...]
-) -> Check:
-    """GPU health as the probe reads it: its `--query-gpu` health fields, its parser."""
-    try:
-        gpus = parse_query_gpu(texts["query-gpu.csv"])
-    except NvsmiParseError:
-        gpus = []
-    answer, ok = texts["query-gpu-health.csv"], status["query-gpu-health.csv"] == 0
-    temperatures = {g.uuid: g.temperature_c for g in gpus}
-    found = health_from_csv(answer, set(temperatures), temperatures) if ok else {}
-    failed = [f"GPU at {bus}: {message}" for bus, message in lost]
-    degraded: list[str] = []
-    for gpu in gpus:
-        health = found.get(gpu.uuid)
-        if health is None or health.state not in (FAILED, DEGRADED):
-            continue
-        line = f"GPU {gpu.index} ({gpu.uuid}) {health.state}: {'; '.join(health.reasons)}"
-        (failed if health.state == FAILED else degraded).append(line)
-    if failed:
-        return Check(
-            host,
-            "health",
-            FAIL,
-            " | ".join(failed + degraded),
-            "gpuhive refuses bookings on a failed GPU; reset or service it (its holders "
-            "are told); once healthy it is bookable again at the next sweep.",
-            HEALTH_QUERY,
-        )
-    unread = [str(g.index) for g in gpus if g.uuid not in found]
-    if unread:
-        said = answer.strip().splitlines()[0] if answer.strip() else "no output"
-        return Check(
-            host, "health", WARN, f"no health fields for GPU {', '.join(unread)}: {said[:200]}",
-            ISSUE, HEALTH_QUERY,
-        )  # fmt: skip
-    if degraded:
-        return Check(
-            host,
-            "health",
-            WARN,
-            " | ".join(degraded),
-            "still bookable; look at it (nvidia-smi -q), or drain it for maintenance (in "
-            "the GPU sidebar, or through the REST API: POST /gpuhive/api/health/drain).",
-            HEALTH_QUERY,
-        )
-    return Check(host, "health", OK, f"{_n(len(gpus), 'GPU')}: ok", "", HEALTH_QUERY)

@@ -1,6 +1,6 @@
 """The zero-config local host survives the first `hosts add` (or `sim up`).
 
-With no hosts configured, a server uses this machine when `nvidia-smi` runs here. Writing
+With no hosts configured, a server uses this machine when its GPU tool runs here. Writing
 the first host to the hosts file would end that silently, and the workstation's GPUs (and
 their reservations and kernels) would vanish from gpuhive. So the command that writes the
 first host writes this machine's entry first, and says so.

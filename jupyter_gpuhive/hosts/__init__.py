@@ -1,1 +1,1 @@
-"""Hosts: connections (SSH or local), the per-host probe, and nvidia-smi parsing (`nvsmi`)."""
+"""Hosts: connections (SSH or local), the per-host probe, and the GPU vendors' tools (`vendors`)."""

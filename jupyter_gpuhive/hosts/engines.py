@@ -19,10 +19,12 @@ from typing import Any
 
 from ..errors import Invalid
 from ..model import HostDecl
+from .vendors import default_vendor
 
 ENGINES = ("docker", "podman")
 # How the reserved GPUs reach a container: the NVIDIA container toolkit's `--gpus` (Docker),
-# CDI devices (Podman, Docker with CDI), or none (only CUDA_VISIBLE_DEVICES: tests, no toolkit).
+# CDI devices (Podman, Docker with CDI), or none (only the vendor's pinning variable: tests,
+# no toolkit).
 GPU_FLAGS = ("nvidia", "cdi", "none")
 DEFAULT_BINARY = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}
 DEFAULT_GPU_FLAGS = {"docker": "nvidia", "podman": "cdi"}
@@ -179,12 +181,8 @@ def labels(owner: str, **ids: str | int | None) -> dict[str, str]:
 
 def gpu_words(engine: Engine, uuids: Sequence[str]) -> list[str]:
     """The flags that give the container exactly these GPUs (none when the site says none)."""
-    if not uuids or engine.gpu_flags == "none":
-        return []
-    if engine.gpu_flags == "nvidia":
-        # --gpus parses CSV: the device list needs its own quotes inside the value.
-        return ["--gpus", '"device=' + ",".join(uuids) + '"']
-    return [word for uuid in uuids for word in ("--device", f"nvidia.com/gpu={uuid}")]
+    mode = "toolkit" if engine.gpu_flags == "nvidia" else engine.gpu_flags
+    return default_vendor().pinning.container_flags(mode, list(uuids))
 
 
 def run_line(

@@ -44,7 +44,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..hosts.pool import HostUnavailable
-from ..hosts.probe import LIGHT_PROBE_COMMAND, HostSample, parse_probe
+from ..hosts.probe import HostSample, parse_probe, probe_command
+from ..hosts.vendors import vendor_of
 from ..model import Reservation, utcnow
 from ..model.accounts import unix_account
 from ..model.jobs import PREEMPT_SIGNALS, Job, Loan, TaskState
@@ -384,8 +385,10 @@ async def probe_host(pool: Any, host: str, timeout: float = 5.0) -> HostSample |
     """One probe of one host, as the monitor's without the health query (None: it did not
     answer)."""
     try:
-        result = await pool.run(host, LIGHT_PROBE_COMMAND, timeout=timeout)
-        return parse_probe(host, result.stdout, utcnow())
+        decl = getattr(pool, "hosts", {}).get(host)
+        vendor = vendor_of(decl.extra if decl else None)
+        result = await pool.run(host, probe_command(vendor, health=False), timeout=timeout)
+        return parse_probe(host, result.stdout, utcnow(), vendor=vendor)
     except (HostUnavailable, ValueError) as error:
         log.debug("gpuhive preemption: probing %s failed: %s", host, error)
         return None

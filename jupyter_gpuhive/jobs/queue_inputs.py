@@ -121,7 +121,7 @@ def gpu_states(
     the (host, process group)s in `ended`, tasks seen to end after the sweep was taken, are
     leaving: they hold nothing (else a wide job's slot would look unknown for a tick, and
     jobs behind it could pass it). So are processes without an owner (no user, no process
-    group: nvidia-smi listed them, but they were gone when the probe ran `ps`) on a
+    group: the GPU tool listed them, but they were gone when the probe ran `ps`) on a
     (host, GPU) in `left`, the GPUs of those tasks.
     """
     at = now.timestamp()

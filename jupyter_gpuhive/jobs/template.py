@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..hosts.vendors import default_vendor
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -208,11 +209,7 @@ class Template(ABC):
             **variables,
         }
         command = prefix + substitute(command_template, values, hint) + suffix
-        task_env = {
-            **env,
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus),
-        }
+        task_env = {**env, **default_vendor().pinning.env(g.uuid for g in gpus)}
         return TaskSpec(
             host=node.host,
             address=node.address,
@@ -245,7 +242,7 @@ class Template(ABC):
         return result
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        reserved = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *self.env_names}
+        reserved = {*default_vendor().pinning.names, *self.env_names}
         result: dict[str, str] = {}
         for name, value in (env or {}).items():
             if not IDENTIFIER.match(name):

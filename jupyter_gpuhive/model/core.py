@@ -218,7 +218,7 @@ def units_conflict(a: Gpu, b: Gpu) -> bool:
 
 @dataclass(frozen=True)
 class SliceDecl:
-    """A MIG slice as discovered on a host (nvidia-smi -L and -q -x)."""
+    """A MIG slice as discovered on a host (its vendor's tool)."""
 
     gpu_instance_id: int
     compute_instance_id: int

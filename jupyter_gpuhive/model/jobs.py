@@ -98,7 +98,7 @@ class TaskSpec:
 
     `command` is shell text (the user's own code, run as the user); every value substituted
     into it is already shell-quoted. `env` holds verbatim values that a launcher must quote.
-    `CUDA_VISIBLE_DEVICES` in `env` always lists the UUIDs of `gpus`, in order.
+    The vendor's pinning variable in `env` always lists the UUIDs of `gpus`, in order.
     """
 
     host: str
@@ -114,7 +114,7 @@ class TaskSpec:
 
     @property
     def visible_devices(self) -> str:
-        """The `CUDA_VISIBLE_DEVICES` value for this task's GPUs (UUIDs, comma separated)."""
+        """The pinning variable's value for this task's GPUs (UUIDs, comma separated)."""
         return ",".join(gpu.uuid for gpu in self.gpus)
 
 

@@ -1,5 +1,6 @@
-"""A host's GPU topology as a value: how each pair of GPUs is connected (`nvidia-smi topo -m`),
-each GPU's CPU and NUMA affinity, and the groups a request for connected GPUs may use.
+"""A host's GPU topology as a value: how each pair of GPUs is connected (as the vendor's
+tool reports it), each GPU's CPU and NUMA affinity, and the groups a request for connected
+GPUs may use.
 
 Link kinds, best first: ``NV#`` (# bonded NVLinks), ``PIX`` (at most one PCIe bridge), ``PXB``
 (several PCIe bridges), ``PHB`` (a PCIe host bridge), ``NODE`` (host bridges within one NUMA
@@ -19,6 +20,10 @@ PCIE_KINDS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 def is_nvlink(kind: str) -> bool:
     """Whether a link kind is NVLink ('NV4', 'NV12', 'NV18', ...)."""
     return kind.startswith("NV") and kind[2:].isdigit()
+
+
+class TopologyError(ValueError):
+    """A vendor tool's answer holds no topology that can be read."""
 
 
 @dataclass(frozen=True)

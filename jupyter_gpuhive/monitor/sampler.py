@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..hosts.nvsmi import NvsmiParseError
 from ..hosts.pool import HostPool, HostUnavailable
-from ..hosts.probe import END, PROBE_LOOP_COMMAND, HostSample, parse_probe
+from ..hosts.probe import END, HostSample, parse_probe, probe_loop_command
+from ..hosts.vendors import vendor_of
 from ..model import utcnow
+from ..model.gpus import GpuReadError
 from .metrics import MetricsBuffer
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,11 @@ class Sampler:
         began = asyncio.get_running_loop().time()
         try:
             # One long-lived probe loop per host: a sweep costs each host one request line.
-            held = self.health_seen.get(name)
-            answer = await self.pool.ask(name, PROBE_LOOP_COMMAND, end=END, timeout=self.timeout,
-                                         say=held[0] if held else "")  # fmt: skip
+            decl = self.pool.hosts.get(name)
+            vendor = vendor_of(decl.extra if decl else None)
+            answer = await self.pool.ask(name, probe_loop_command(vendor=vendor), end=END,
+                                         timeout=self.timeout,
+                                         say=vendor.held(self.health_seen, name))  # fmt: skip
         except HostUnavailable as error:
             return error.reason
         except Exception as error:  # one host's surprise must not cost the others their sample
@@ -88,8 +91,8 @@ class Sampler:
             latency[name] = asyncio.get_running_loop().time() - began
         taken = utcnow()
         try:
-            sample = parse_probe(name, answer, taken, self.health_seen)
-        except NvsmiParseError as error:
+            sample = parse_probe(name, answer, taken, self.health_seen, vendor)
+        except GpuReadError as error:
             sample = HostSample(name, taken, gpu_error=f"the probe failed: {error}")
         self.record(sample)
         return sample

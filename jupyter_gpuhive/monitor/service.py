@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from ..errors import Invalid
 from ..hosts.guidance import advise
-from ..hosts.health import FAILED, OK
 from ..hosts.pool import HostPool, HostStatus
+from ..hosts.vendors import vendor_of
 from ..model import GpuDecl
+from ..model.gpus import FAILED, OK
 from ..model.health import GpuCondition
 from ..store import Store
 from ..store.usage import GpuReading
@@ -63,7 +64,7 @@ class Monitor:
         # sets the site's rule and gpuhive's own containers).
         self.containers = ContainerOwners(pool)
         self.sampler.prepare = self._attribute
-        self.topology = TopologyReader(store, pool, self.run_blocking)  # nvidia-smi topo -m
+        self.topology = TopologyReader(store, pool, self.run_blocking)  # the vendor's topology
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._statuses: dict[str, HostStatus] = {}
@@ -275,15 +276,17 @@ class Monitor:
         for name, sample in sweep.samples.items():
             host = inventory.host(name)
             if host is None or sample.gpu_error:
-                continue  # nvidia-smi unreadable: the host's GPUs are unknown, not judged
+                continue  # the GPU tool unreadable: the host's GPUs are unknown, not judged
             seen = {g.uuid for g in sample.gpus}
             lost = tuple(message for _, message in sample.lost)
+            decl = self.pool.hosts.get(name)
+            tool = vendor_of(decl.extra if decl else None).tool_name
             for gpu in host.gpus:
                 if gpu.uuid in seen:
                     health = sample.health.get(gpu.uuid)
                     found = (health.state, health.reasons) if health else (OK, ())
                 else:
-                    found = (FAILED, lost or ("nvidia-smi no longer lists this GPU",))
+                    found = (FAILED, lost or (f"{tool} no longer lists this GPU",))
                 for unit in (gpu, *inventory.slices_of(gpu)):
                     judged[unit.id] = found
         if not judged:

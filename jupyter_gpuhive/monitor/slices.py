@@ -1,6 +1,6 @@
 """MIG slices in monitoring: what discovery records, and each slice's live view.
 
-nvidia-smi reports no utilisation for a MIG slice (and none for a GPU with MIG on): the views
+The GPU tool reports no utilisation for a MIG slice (and none for a GPU with MIG on): the views
 carry `util: null` with `util_label: "not reported"`, never 0 %.
 """
 

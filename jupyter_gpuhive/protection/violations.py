@@ -18,10 +18,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ..hosts.nvsmi import GpuMetrics
 from ..hosts.probe import HostSample, ProcessInfo
 from ..model import Reservation, slice_name
 from ..model.activity import IDLE_UTIL, gpu_busy
+from ..model.gpus import GpuMetrics
 from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
 
 __all__ = [
@@ -96,7 +96,7 @@ class GpuView:
     """One GPU (or MIG slice) as a sweep saw it: its metrics and the processes on it.
 
     A slice's view has `parent` (the physical GPU's UUID) and `name` ('migGI' or 'migGI.CI');
-    its metrics carry the slice's memory and no utilisation (nvidia-smi reports none).
+    its metrics carry the slice's memory and no utilisation (the tool reports none).
     """
 
     host: str

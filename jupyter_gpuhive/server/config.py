@@ -71,7 +71,7 @@ class GpuHiveConfig(LoggingConfigurable):
     ).tag(config=True)
     auto_local_host = Bool(
         True,
-        help="With no hosts configured, use this machine as the GPU host when `nvidia-smi` "
+        help="With no hosts configured, use this machine as the GPU host when its GPU tool "
         "runs here (local transport, named by its host name). False turns this off.",
     ).tag(config=True)
 

@@ -43,7 +43,7 @@ class Store:
         self.accounting = Accounting(self.db)
         self.reports = ReportReads(self.db)
         self.finder = FinderReads(self.db)  # the earliest-slot search's bulk reads
-        self.topology = TopologyStore(self.db)  # nvidia-smi topo -m per host
+        self.topology = TopologyStore(self.db)  # the vendor's topology per host
         self.health = HealthStore(self.db)  # GPU health and drains
         self.integrations = Integrations(self.db)  # feeds, webhooks and their delivery log
         self.subscriptions = Subscriptions(self.db)  # availability subscriptions

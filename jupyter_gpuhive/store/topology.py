@@ -1,4 +1,4 @@
-"""Each host's GPU topology as it last reported it (`nvidia-smi topo -m`), cached in memory."""
+"""Each host's GPU topology as it last reported it (its vendor's topology), cached in memory."""
 
 from __future__ import annotations
 

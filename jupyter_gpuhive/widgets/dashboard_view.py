@@ -134,7 +134,7 @@ class DashboardView(Shown):
         self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(2, 1fr)"))
         self.gpus = w.HTML()  # a row per GPU, its MIG slices under it (widgets/gpu_table.py)
         self.table = w.HTML()
-        self.topology = w.HTML()  # nvidia-smi topo -m per host (widgets/topology_table.py)
+        self.topology = w.HTML()  # each host's topology (widgets/topology_table.py)
         self.reservation = w.Dropdown(description="Usage of", layout=w.Layout(width="420px"))
         self.reservation.observe(self._watch, "value")
         self.usage = w.HTML()

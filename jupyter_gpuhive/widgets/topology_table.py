@@ -55,5 +55,5 @@ def topology_table(
             silent.append(host["name"])
     if silent:
         names = ", ".join(html.escape(n) for n in silent)
-        parts.append(f"<p>No topology reported (nvidia-smi topo -m) by: {names}.</p>")
+        parts.append(f"<p>No topology reported by: {names}.</p>")
     return "".join(parts) or "<p>No hosts.</p>"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpuhive.hosts import nvsmi
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
 from tests.support.containers import container_id_of, main_pid_of
 from tests.support.waiting import wait_for
 

@@ -16,7 +16,7 @@ import pytest
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy
 from jupyter_gpuhive.hosts.pool import HostPool
-from jupyter_gpuhive.hosts.topology import TopologyError, parse_topology
+from jupyter_gpuhive.hosts.vendors.nvidia_topology import TopologyError, parse_topology
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
 from jupyter_gpuhive.model.finder import Want
 from jupyter_gpuhive.model.topology import Topology

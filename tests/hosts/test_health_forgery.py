@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts.health import FAILED, parse_health
-from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError, parse_query_xml
+from jupyter_gpuhive.hosts.vendors.nvidia_health import FAILED, parse_health
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import NvsmiParseError, parse_query_xml
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import preset, set_gpu_fault
 from tests.hosts.test_hostile_probe import forged_names, probe

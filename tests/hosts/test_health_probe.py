@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts.health import DEGRADED, FAILED, OK, parse_health
-from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.hosts.probe import (
     END,
@@ -21,6 +19,8 @@ from jupyter_gpuhive.hosts.probe import (
     parse_probe,
     split_sections,
 )
+from jupyter_gpuhive.hosts.vendors.nvidia_health import DEGRADED, FAILED, OK, parse_health
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import NvsmiParseError
 from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import load_config, preset, set_gpu_fault, write_config

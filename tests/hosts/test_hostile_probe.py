@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts.health import FAILED, OK
 from jupyter_gpuhive.hosts.probe import HostSample, parse_probe
+from jupyter_gpuhive.hosts.vendors.nvidia_health import FAILED, OK
 from jupyter_gpuhive.model import Gpu, Reservation, utcnow
 from jupyter_gpuhive.protection.violations import FOREIGN, DetectionPolicy, detect
 from jupyter_gpuhive.sim.cluster import LocalSimHost

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts import nvsmi
-from jupyter_gpuhive.hosts.nvsmi import NvsmiDriverError, NvsmiParseError
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import NvsmiDriverError, NvsmiParseError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 PROFILES = ("a100x4", "mig", "gtx", "mixed")

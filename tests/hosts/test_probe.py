@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts.nvsmi import NvsmiParseError
 from jupyter_gpuhive.hosts.probe import (
     PROBE_COMMAND,
     PROBE_LOOP_COMMAND,
@@ -19,6 +18,7 @@ from jupyter_gpuhive.hosts.probe import (
     parse_probe,
     split_sections,
 )
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import NvsmiParseError
 from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.monitor.sampler import Sampler
 from jupyter_gpuhive.sim.inventory import HOST_ENV, NA

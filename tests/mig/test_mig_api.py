@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics, MigDevice
 from jupyter_gpuhive.hosts.probe import HostSample
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics, MigDevice
 from jupyter_gpuhive.monitor.sampler import Sweep
 from tests.api.helpers import booking, refused
 from tests.conftest import HOSTS, book, soon

@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 
 from jupyter_gpuhive.bookings.accounting import scores
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics, MigDevice
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics, MigDevice
 from jupyter_gpuhive.model import UTC
 from jupyter_gpuhive.model.limits import Effective, Limits, Tier, apply_tiers
 from jupyter_gpuhive.monitor.accounting import Payers, Reading, charge

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import bindparam, text
 
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics, MigDevice
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics, MigDevice
 from jupyter_gpuhive.model import UTC
 from jupyter_gpuhive.monitor.sampler import Sweep
 from jupyter_gpuhive.store import Store

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyter_gpuhive.hosts.nvsmi import GpuMetrics
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
+from jupyter_gpuhive.hosts.vendors.nvidia_smi import GpuMetrics
 from jupyter_gpuhive.model import Gpu, Reservation
 from jupyter_gpuhive.protection.violations import (
     FOREIGN,

@@ -12,7 +12,7 @@ import time
 import asyncssh
 import pytest
 
-from jupyter_gpuhive.hosts import nvsmi
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
 
 QUERY = "--query-gpu=" + ",".join(nvsmi.QUERY_GPU_FIELDS)
 APPS = "--query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits"

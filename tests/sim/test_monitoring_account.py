@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from jupyter_gpuhive.hosts import nvsmi
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
 from jupyter_gpuhive.sim.users import start_gpu_process
 from tests.support.team_hub import REPO
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuhive.hosts import nvsmi
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
 from jupyter_gpuhive.sim import formats
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.nvidia_smi import JUNK, main

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jupyter_gpuhive.hosts import nvsmi
+from jupyter_gpuhive.hosts.vendors import nvidia_smi as nvsmi
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.processes import Placement, parse_visible_devices
 from jupyter_gpuhive.sim.users import start_gpu_process

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jupyter_gpuhive.hosts.topology import parse_topology
+from jupyter_gpuhive.hosts.vendors.nvidia_topology import parse_topology
 from jupyter_gpuhive.widgets.topology_table import NVLINK, topology_table
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "topo"

@@ -1,4 +1,4 @@
-"""The GPU topology each host reported (`nvidia-smi topo -m`), as JSON (migration 0012)."""
+"""The GPU topology each host reported (the vendor's topology command), as JSON (migration 0012)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The GPU topology of each host (`nvidia-smi topo -m`): links, CPU and NUMA affinity; and a
-covering index on reservation_gpus for the earliest-slot search's window read.
+"""The GPU topology of each host (the vendor's topology command): links, CPU and NUMA
+affinity; and a covering index on reservation_gpus for the earliest-slot search's window read.
 
 Revision ID: 0012
 Revises: 0011

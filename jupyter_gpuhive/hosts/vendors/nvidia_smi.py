@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...model.gpus import GpuMetrics, GpuReadError, GpuToolError, MigDevice
+
 # The query a probe should send; GpuMetrics reads these (and a few more) by name.
 QUERY_GPU_FIELDS = (
     "index",
@@ -46,54 +48,12 @@ _HEADER_CELL = re.compile(r"^[a-z][a-z0-9_.]*( \[[A-Za-z%]+\])?$")
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)(?: ?(?:%|MiB|W|C|MHz|KiB|GiB))?$")
 
 
-class NvsmiParseError(ValueError):
+class NvsmiParseError(GpuReadError):
     """nvidia-smi output could not be read; `reason` says why and where."""
 
-    def __init__(self, reason: str, line: int | None = None, text: str | None = None) -> None:
-        where = f" (line {line}: {text!r})" if line is not None else ""
-        super().__init__(f"{reason}{where}")
-        self.reason = reason
-        self.line = line
-        self.text = text
 
-
-class NvsmiDriverError(NvsmiParseError):
+class NvsmiDriverError(NvsmiParseError, GpuToolError):
     """nvidia-smi ran but reported that it cannot reach the driver or any GPU."""
-
-
-@dataclass(frozen=True)
-class MigDevice:
-    """One MIG slice of a GPU (from ``-q -x``; UUID and profile come from ``-L``)."""
-
-    index: int
-    gpu_instance_id: int | None
-    compute_instance_id: int | None
-    mem_used_mib: int | None
-    mem_total_mib: int | None
-    multiprocessor_count: int | None = None
-    uuid: str | None = None
-    profile: str | None = None
-
-
-@dataclass(frozen=True)
-class GpuMetrics:
-    """One physical GPU's readings; None wherever nvidia-smi said N/A or Not Supported."""
-
-    index: int
-    uuid: str
-    name: str | None
-    util_gpu: int | None
-    util_mem: int | None
-    mem_used_mib: int | None
-    mem_total_mib: int | None
-    temperature_c: int | None
-    power_w: float | None
-    fan_pct: int | None
-    power_limit_w: float | None = None
-    pci_bus_id: str | None = None
-    persistence_mode: bool | None = None
-    mig_enabled: bool | None = None
-    mig: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True)

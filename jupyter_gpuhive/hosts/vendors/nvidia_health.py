@@ -21,30 +21,18 @@ import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from .nvsmi import NvsmiParseError, parse_csv
+from ...model.gpus import DEGRADED as DEGRADED
+from ...model.gpus import FAILED as FAILED
+from ...model.gpus import OK as OK
+from ...model.gpus import Health
+from .nvidia_smi import NvsmiParseError, parse_csv
 
-OK, DEGRADED, FAILED = "ok", "degraded", "failed"
-RANK = {OK: 0, DEGRADED: 1, FAILED: 2}
 # "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error" (Xid 79) and
 # "... for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU".
 LOST = re.compile(
     r"Unable to determine the device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (.+)"
 )
-
-
-@dataclass(frozen=True)
-class Health:
-    """A GPU's health state and the reasons for it (empty when ok)."""
-
-    state: str = OK
-    reasons: tuple[str, ...] = ()
-
-
-def worst(*found: Health) -> Health:
-    """The worst state of several findings, with every reason."""
-    state = max((h.state for h in found), key=RANK.__getitem__, default=OK)
-    return Health(state, tuple(r for h in found for r in h.reasons))
 
 
 def _at(elem: ET.Element | None, path: str) -> ET.Element | None:
@@ -215,7 +203,7 @@ def _row_yes(row: Mapping[str, str | None], name: str) -> bool:
 
 
 def row_findings(row: Mapping[str, str | None]) -> Findings:
-    """What one GPU's ``--query-gpu`` health fields show (hosts/probe.py's HEALTH_QUERY)."""
+    """What one GPU's ``--query-gpu`` health fields show (nvidia_probe.HEALTH_QUERY)."""
     failed: list[str] = []
     degraded: list[str] = []
     volatile = _count(row, "ecc.errors.uncorrected.volatile.total")

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import re
 
-from ..model.topology import PCIE_KINDS, GpuPlace, Topology, is_nvlink
+from ...model.topology import PCIE_KINDS, GpuPlace, Topology, TopologyError, is_nvlink
 
 COMMAND = "nvidia-smi topo -m"
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\w+|ib\w+|CPU\d+)$")
 _GPU = re.compile(r"^GPU(\d+)$")
 _KINDS = frozenset(("X", *PCIE_KINDS, "SOC", "PXN"))
-
-
-class TopologyError(ValueError):
-    """The text is not a `topo -m` matrix."""
 
 
 def _valid(cell: str) -> bool:
