@@ -25,10 +25,14 @@ trace (`tests/support/queue_trace.py`, seed 21; 64 hosts × 8 GPUs and 3,000 job
 (85 % of capacity offered, near saturation) and `light` (50 %). Per load (`by_load`) and,
 at the top, the worst over both: `mean_wait_vs_easy`, `mean_jct_vs_easy` (completion =
 wait + runtime), `largest_class_max_wait_vs_easy` (jobs of 64-128 GPUs), `util_vs_easy`,
-the same four `_vs_fifo`, `max_preemptions_per_job` (0: the order preempts nothing; its
-bound, `preemption_bound`, is 0), and `starved_jobs`: jobs that started after the slot
-they held, or that a job submitted more than `wait_order_bound_h` after them passed by
-taking a slot (see docs/explanation/queue-order.md).
+the same four `_vs_fifo`; per load, `las_vs_easy`: the same four for the pass with
+least-attained-service preemption of preemptible jobs (`las`, `tests/support/las_replay.py`:
+half the trace's sweeps preemptible, a 30 s grace, a checkpoint every 10 min, completion
+includes the work lost and the time back in the queue), `preempted_jobs`, `lost_h`;
+`max_preemptions_per_job` (the most times the `las` replay preempted one job; its bound,
+`preemption_bound`, is the site's `max_preemptions`, 3), and `starved_jobs`: jobs that started
+after the slot they held, or that a job submitted more than `wait_order_bound_h` after them
+passed by taking a slot, in `backfill` and `las` (see docs/explanation/queue-order.md).
 The last line printed is one JSON object with the figures.
 """
 

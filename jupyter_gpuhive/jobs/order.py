@@ -12,6 +12,7 @@ bounded (no job is passed in the order by a job submitted more than `AGE_CAP` af
 Jobs wider than the largest host keep their submission time as queue time (no delay): they
 need many GPUs to come free at once and already wait longest.
 
+Preempted jobs go behind new ones by their attained service (`level`, see `attained`).
 Jobs that held a slot in the last pass (`held`) come first, in queue order: a slot, once
 kept, is not given up to a job that arrives later in a better place (the slot guarantee of
 `admission`). See docs/explanation/queue-order.md.
@@ -26,6 +27,16 @@ from .plan import Candidate
 
 AGE_CAP = 48 * 3600.0  # seconds: the most a job's area moves it back in the queue
 AREA_DELAY = 3600.0  # seconds of delay per GPU-hour of area: an hour
+LEVELS_GPU_H = (1.0, 16.0)  # attained GPU-hours at which a preempted job moves a level down
+PROMOTE_AFTER = AGE_CAP  # seconds back in the queue after which a job is at level 0 again
+
+
+def level(attained: float, requeued: float, now: float) -> int:
+    """A job's least-attained-service level from its GPU-seconds run (0: new, or back in
+    the queue for `PROMOTE_AFTER`); see `attained`."""
+    if requeued and now - requeued >= PROMOTE_AFTER:
+        return 0
+    return sum(1 for t in LEVELS_GPU_H if attained >= t * 3600.0)
 
 
 def walltime(job: Candidate, now: float) -> float:
@@ -49,11 +60,13 @@ def queue_time(job: Candidate, now: float, largest_host: int) -> float:
 def queue_order(
     candidates: Iterable[Candidate], now: float, largest_host: int, held: Collection[int] = ()
 ) -> list[Candidate]:
-    """The candidates in the pass's order: slot holders first, then by queue time."""
+    """The candidates in the pass's order: slot holders first, then by level (attained
+    service), then by queue time."""
     return sorted(
         candidates,
         key=lambda c: (
             c.job_id not in held,
+            level(c.attained, c.requeued, now),
             queue_time(c, now, largest_host),
             c.created,
             c.job_id,
@@ -78,6 +91,9 @@ def submit_order(candidates: Iterable[Candidate]) -> list[Candidate]:
 __all__ = [
     "AGE_CAP",
     "AREA_DELAY",
+    "LEVELS_GPU_H",
+    "PROMOTE_AFTER",
+    "level",
     "queue_order",
     "queue_time",
     "submit_order",

@@ -42,6 +42,8 @@ class Candidate:
     count: int = 0
     not_before: float = 0.0  # the job's start_at
     same_host: str | None = None  # for count-only jobs; None: the default
+    attained: float = 0.0  # GPU-seconds it has run so far (preemptible jobs, after a preemption)
+    requeued: float = 0.0  # when it went back to the queue after its last preemption (0: never)
 
 
 class AccessCheck(Protocol):

@@ -9,7 +9,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jupyter_gpuhive.jobs.admission import (
     RESERVATION_DEPTH,
@@ -20,9 +20,11 @@ from jupyter_gpuhive.jobs.admission import (
     admit,
     placement,
 )
-from jupyter_gpuhive.jobs.order import AGE_CAP
+from jupyter_gpuhive.jobs.order import AGE_CAP, PROMOTE_AFTER
+from jupyter_gpuhive.jobs.preemption import PREEMPT_PATIENCE
 
 from .easy_backfill import easy_admit
+from .las_replay import GRACE_S, PREEMPTIBLE_SHARE, Runs, plan_preemptions, stop
 
 PER_HOST = 8
 SIZES = ((1, 0.52), (2, 0.12), (4, 0.12), (8, 0.16), (16, 0.035), (32, 0.022), (64, 0.015),
@@ -31,7 +33,8 @@ LARGEST_CLASS = (64, 128)
 LOADS = (("light", 0.50), ("busy", 0.85), ("overloaded", 1.15))
 POLICIES = ("backfill", "fifo", "greedy")
 # backfill: the real pass (queue order); submission: the same, first come first served;
-# easy: Slurm's EASY backfill (`easy_backfill`); fifo: strict; greedy: no slots (depth 0)
+# easy: Slurm's EASY backfill (`easy_backfill`); fifo: strict; greedy: no slots (depth 0);
+# las: the real pass and least-attained-service preemption of preemptible jobs (`las_replay`)
 MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
 
 
@@ -44,6 +47,7 @@ class TraceJob:
     walltime: float
     same_host: str | None
     group: int = 0  # the sweep it belongs to (copies share one submission)
+    preemptible: bool = False  # it checkpoints and may be preempted (a sweep's copies alike)
 
 
 def make_trace(n: int, seed: int = 21) -> list[TraceJob]:
@@ -66,7 +70,14 @@ def make_trace(n: int, seed: int = 21) -> list[TraceJob]:
             run = runtime * (rng.uniform(0.8, 1) if copies > 1 else 1)
             out.append(TraceJob(len(out) + 1, float(k), gpus, run, walltime, asked, group))
         group += 1
-    return out[:n]
+    return [preemptible(j, seed) for j in out[:n]]
+
+
+def preemptible(job: TraceJob, seed: int) -> TraceJob:
+    """The job marked preemptible or not, by its sweep (a stream of its own: the trace's
+    sizes, runtimes and times are those of before)."""
+    roll = random.Random(f"{seed}-preemptible-{job.group}").random()
+    return replace(job, preemptible=roll < PREEMPTIBLE_SHARE)
 
 
 def timed(trace: list[TraceJob], per_hour: float, seed: int = 21) -> list[TraceJob]:
@@ -86,14 +97,11 @@ def timed(trace: list[TraceJob], per_hour: float, seed: int = 21) -> list[TraceJ
             t += rng.expovariate(rate * (6 if t < burst_until else 1))
             at[job.group] = t
         submit = at[job.group] + job.submit * rng.uniform(0, 5)  # copies within ~2 min
-        out.append(TraceJob(job.job_id, submit, job.gpus, job.runtime, job.walltime,
-                            job.same_host, job.group))  # fmt: skip
+        out.append(replace(job, submit=submit))
     first = min(j.submit for j in out)
     return sorted(
-        (TraceJob(j.job_id, j.submit - first, j.gpus, j.runtime, j.walltime, j.same_host,
-                  j.group) for j in out),
-        key=lambda j: (j.submit, j.job_id),
-    )  # fmt: skip
+        (replace(j, submit=j.submit - first) for j in out), key=lambda j: (j.submit, j.job_id)
+    )
 
 
 def scaled(trace: list[TraceJob], gpus: int, load: float, seed: int = 21) -> list[TraceJob]:
@@ -119,7 +127,10 @@ class Outcome:
     pass_ms: list[float] = field(default_factory=list)
     late: int = 0  # started after the first projected start
     passed: set[int] = field(default_factory=set)  # passed by a job submitted AGE_CAP later
-    busy_in_window: float = 0.0
+    busy_in_window: float = 0.0  # useful GPU-seconds (work lost to preemption left out)
+    ends: dict[int, float] = field(default_factory=dict)  # when each job completed
+    preemptions: dict[int, int] = field(default_factory=dict)
+    lost: float = 0.0  # seconds of work done again after preemptions
 
 
 def gpu_states(
@@ -155,49 +166,73 @@ def passed_beyond_cap(
 
 def replay(trace: list[TraceJob], hosts: int, policy: str, depth: int | None = None) -> Outcome:
     """Discrete-event replay: submissions and job ends, one admission pass after each
-    (`depth`: the slots the pass keeps, default the Scheduler's)."""
+    (`depth`: the slots the pass keeps, default the Scheduler's); with `las`, preemptions
+    after each pass (`las_replay`), the preempted jobs back in the queue at their old place."""
     names = [f"node{h:03d}" for h in range(hosts)]
     uuids = {f"GPU-{h:03d}-{i}": (names[h], i) for h in range(hosts) for i in range(PER_HOST)}
+    host_of = {u: h for u, (h, _) in uuids.items()}
     by_id = {j.job_id: j for j in trace}
     window = (trace[0].submit, trace[-1].submit)
     events: list[tuple[float, int, int]] = [(j.submit, 1, j.job_id) for j in trace]
     heapq.heapify(events)
     pending: dict[int, TraceJob] = {}
+    entered = {j.job_id: j.submit for j in trace}  # when it last went (back) into the queue
     holder: dict[str, tuple[int, float]] = {}  # GPU -> (job, release at its walltime)
-    running: dict[int, tuple[str, ...]] = {}
+    runs = Runs()
+    freeing: dict[int, list[str]] = {}  # a preempted job's GPUs nobody takes, freed at the kill
     first_estimate: dict[int, float] = {}
     plan: dict[int, Slot] = {}
     ticks: set[float] = set()
     out = Outcome()
     fifo = policy == "fifo"
     depth = 0 if policy == "greedy" else RESERVATION_DEPTH if depth is None else depth
+
+    def start(job: TraceJob, gpus: tuple[str, ...], at: float) -> None:
+        progress = runs.of(job.job_id)
+        for uuid in gpus:
+            holder[uuid] = (job.job_id, at + job.walltime)
+        runs.started[job.job_id], runs.gpus[job.job_id] = at, gpus
+        out.waits[job.job_id] = out.waits.get(job.job_id, 0.0) + at - entered[job.job_id]
+        out.hosts_used[job.job_id] = len({host_of[u] for u in gpus})
+        end = at + job.runtime - progress.kept
+        runs.end[job.job_id] = end
+        out.busy_in_window += max(0.0, min(end, window[1]) - max(at, window[0])) * job.gpus
+        heapq.heappush(events, (end, 0, job.job_id))
+
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
             _, kind, job_id = heapq.heappop(events)
             if kind == 1:
                 pending[job_id] = by_id[job_id]
-            elif kind == 0:
-                for uuid in running.pop(job_id):
+            elif kind == 0 and runs.end.get(job_id) == now:
+                for uuid in runs.gpus.pop(job_id):
+                    if holder.get(uuid, (job_id,))[0] == job_id:  # not taken by a preemptor
+                        del holder[uuid]
+                del runs.started[job_id], runs.end[job_id]
+                out.ends[job_id] = now
+            elif kind == 3:
+                for uuid in freeing.pop(job_id):
                     del holder[uuid]
         if not pending:
             continue
         states = gpu_states(uuids, holder)
-        candidates = [
-            Candidate(
-                j.job_id, "u", j.submit, now + j.walltime, count=j.gpus, same_host=j.same_host
+        candidates = {
+            j.job_id: Candidate(
+                j.job_id, "u", j.submit, now + j.walltime, count=j.gpus, same_host=j.same_host,
+                attained=runs.of(j.job_id).attained, requeued=runs.of(j.job_id).requeued,
             )
             for j in pending.values()
-        ]
+        }  # fmt: skip
         started = time.process_time()
         if policy == "easy":
-            result = easy_admit(candidates, states, now)
+            result = easy_admit(candidates.values(), states, now)
         else:
-            result = admit(candidates, states, now, previous=plan, depth=depth, fifo=fifo,
-                           by_submission=policy == "submission")  # fmt: skip
+            result = admit(candidates.values(), states, now, previous=plan, depth=depth,
+                           fifo=fifo, by_submission=policy == "submission")  # fmt: skip
         out.pass_ms.append((time.process_time() - started) * 1000)
-        if policy != "easy":
-            out.passed |= passed_beyond_cap(pending, plan, result)
+        if policy not in ("easy", "fifo"):
+            out.passed |= passed_beyond_cap(waiting_view(pending, runs), plan, result)
         plan = result.planned
         for job_id, slot in plan.items():
             first_estimate.setdefault(job_id, slot.start)
@@ -207,17 +242,52 @@ def replay(trace: list[TraceJob], hosts: int, policy: str, depth: int | None = N
             heapq.heappush(events, (due, 2, 0))
         for admission in result.admitted:
             job = pending.pop(admission.job_id)
-            for uuid in admission.gpus:
-                holder[uuid] = (job.job_id, now + job.walltime)
-            running[job.job_id] = admission.gpus
-            out.waits[job.job_id] = now - job.submit
-            out.hosts_used[job.job_id] = len({uuids[u][0] for u in admission.gpus})
             if now > first_estimate.get(job.job_id, math.inf) + 1e-6:
                 out.late += 1
-            end = now + job.runtime
-            low, high = max(now, window[0]), min(end, window[1])
-            out.busy_in_window += max(0.0, high - low) * job.gpus
-            heapq.heappush(events, (end, 0, job.job_id))
+            start(job, admission.gpus, now)
+        if policy != "las":
+            continue
+        free: dict[str, list[str]] = {}
+        for uuid in uuids:
+            if uuid not in holder:
+                free.setdefault(host_of[uuid], []).append(uuid)
+        flags = {j: by_id[j].preemptible for j in runs.gpus}
+        for way in plan_preemptions(result, candidates, free, runs, flags, host_of, now):
+            at = now
+            for victim in way.victims:
+                if runs.end[victim] <= now + GRACE_S + PREEMPT_PATIENCE:
+                    at = max(at, runs.end[victim])  # it ends within the grace anyway
+                    continue
+                gpus = runs.gpus[victim]
+                planned_end = runs.end[victim]
+                free_at, _, lost = stop(runs, victim, now, by_id[victim].runtime)
+                at = max(at, free_at)
+                useful = max(0.0, min(planned_end, window[1]) - max(free_at - lost, window[0]))
+                out.busy_in_window -= useful * by_id[victim].gpus
+                out.preemptions[victim] = runs.of(victim).preemptions
+                out.lost += lost
+                entered[victim] = free_at
+                first_estimate.pop(victim, None)
+                heapq.heappush(events, (free_at, 1, victim))
+                rest = [u for u in gpus if u not in way.gpus]
+                if rest:
+                    freeing[victim] = rest
+                    for uuid in rest:
+                        holder[uuid] = (victim, free_at)
+                    heapq.heappush(events, (free_at, 3, victim))
+            job = pending.pop(way.job_id)
+            plan.pop(way.job_id, None)
+            start(job, way.gpus, at)
+    return out
+
+
+def waiting_view(pending: dict[int, TraceJob], runs: Runs) -> dict[int, TraceJob]:
+    """The waiting jobs for the order's bound: a preempted job counts from the moment it is
+    at level 0 again (`PROMOTE_AFTER` after its requeue), when the order's bound takes over."""
+    out = {}
+    for job_id, job in pending.items():
+        back = runs.of(job_id).requeued
+        out[job_id] = replace(job, submit=max(job.submit, back + PROMOTE_AFTER)) if back else job
     return out
 
 
@@ -232,7 +302,7 @@ def summary(trace: list[TraceJob], out: Outcome, gpus: int) -> dict[str, float]:
     passes = sorted(out.pass_ms)
     return {
         "mean_wait_h": statistics.fmean(out.waits.values()) / HOUR,
-        "mean_jct_h": statistics.fmean(w + by_id[i].runtime for i, w in out.waits.items()) / HOUR,
+        "mean_jct_h": statistics.fmean(out.ends[i] - by_id[i].submit for i in out.waits) / HOUR,
         "max_wait_h": max(out.waits.values()) / HOUR,
         "largest_class_max_wait_h": max(big, default=0.0) / HOUR,
         "largest_class_mean_wait_h": statistics.fmean(big) / HOUR if big else 0.0,
@@ -242,6 +312,9 @@ def summary(trace: list[TraceJob], out: Outcome, gpus: int) -> dict[str, float]:
         "admit_p99_ms": passes[min(len(passes) - 1, int(0.99 * len(passes)))],
         "passes": len(passes),
         "late_vs_projection": out.late,
+        "preempted_jobs": len(out.preemptions),
+        "max_preemptions": max(out.preemptions.values(), default=0),
+        "lost_h": out.lost / HOUR,
     }
 
 
