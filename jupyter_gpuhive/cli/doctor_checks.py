@@ -16,6 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..hosts.backends import backend_of
 from ..hosts.pool import HostPool, HostUnavailable
 from ..hosts.vendors import DoctorCheck, DoctorOutput, vendor_of
 from ..kernels.launch import python_command
@@ -53,10 +54,8 @@ class HostReport:
 
 
 def where(decl: HostDecl, user: str) -> str:
-    """How gpuhive reaches the host, in words."""
-    if decl.transport == "local":
-        return f"this machine (local), as {user}"
-    return f"ssh {user}@{decl.address}:{decl.port}"
+    """How gpuhive reaches the host, in words (its backend says)."""
+    return backend_of(decl).where(decl, user)
 
 
 async def diagnose(
@@ -79,7 +78,7 @@ async def diagnose(
         fix = "" if said else "check the host's address, port and user (jupyter gpuhive hosts)."
         add(Check(decl.name, "connection", FAIL, f"{report.where}: {error.reason}", fix))
         return report
-    if decl.transport == "ssh":
+    if backend_of(decl).uses_ssh_keys:
         add(Check(decl.name, "connection", OK, f"{report.where}: logged in; host key trusted"))
     else:
         add(Check(decl.name, "connection", OK, f"{report.where}: commands run"))

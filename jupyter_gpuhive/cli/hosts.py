@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from traitlets import Enum, Int, Unicode
+from traitlets import Int, Unicode
 
 from ..hosts.guidance import setup_text
 from .base import _Base
@@ -68,7 +68,9 @@ jupyter gpuhive hosts add workstation --transport local
         config=True
     )
     port = Int(22, help="The SSH port.").tag(config=True)
-    transport = Enum(["ssh", "local"], "ssh", help="ssh, or local (this machine).").tag(config=True)
+    transport = Unicode(
+        "ssh", help="ssh, local (this machine), or a host backend the site installed."
+    ).tag(config=True)
     aliases = {
         "user": "HostsAddApp.user",
         "port": "HostsAddApp.port",
@@ -77,12 +79,18 @@ jupyter gpuhive hosts add workstation --transport local
 
     def start(self) -> None:
         from ..errors import Invalid
+        from ..hosts.backends import DEFAULT, backend_class
         from ..hosts.config import parse_host
         from ..hosts.file import add_host
         from .localhost import keep_local_host
 
+        try:
+            backend = backend_class(self.transport)
+        except Invalid as error:
+            print(f"Not added: {error.message}", file=sys.stderr)
+            sys.exit(1)
         if len(self.extra_args) not in (1, 2) or (
-            len(self.extra_args) == 1 and self.transport != "local"
+            len(self.extra_args) == 1 and backend.needs_address
         ):
             print(
                 "Usage: jupyter gpuhive hosts add NAME ADDRESS [--user U] [--port P]\n"
@@ -96,7 +104,7 @@ jupyter gpuhive hosts add workstation --transport local
             spec["port"] = self.port
         if self.user:
             spec["user"] = self.user
-        if self.transport != "ssh":
+        if backend is not backend_class(DEFAULT):
             spec["transport"] = self.transport
         app = self.gpuhive()
         path = app.hosts_file_path()
@@ -112,7 +120,7 @@ jupyter gpuhive hosts add workstation --transport local
         if kept:
             print(kept)
         print(f"Added {spec['name']} to {path}.")
-        if spec.get("transport", "ssh") == "ssh":
+        if backend.uses_ssh_keys:
             print(
                 f"Next: add the key from `jupyter gpuhive key` to ~/.ssh/authorized_keys on "
                 f"{spec['name']}, then `jupyter gpuhive trust {spec['name']}`."

@@ -137,6 +137,7 @@ jupyter gpuhive trust gpu1 --yes
     flags = {"yes": ({"TrustApp": {"yes": True}}, "Trust without asking.")}
 
     def start(self) -> None:
+        from ..hosts.backends import backend_of
         from ..hosts.config import parse_hosts
         from ..hosts.ssh import fetch_host_key, known_hosts_line
 
@@ -146,8 +147,8 @@ jupyter gpuhive trust gpu1 --yes
             print(f"Usage: jupyter gpuhive trust HOST   (hosts: {', '.join(sorted(hosts))})")
             sys.exit(1)
         decl = hosts[self.extra_args[0]]
-        if decl.transport != "ssh":
-            fail(f"{decl.name} is a local host: there is no SSH host key to trust.")
+        if not backend_of(decl).uses_ssh_keys:
+            fail(f"{decl.name} is not reached over SSH: there is no SSH host key to trust.")
         try:
             key = asyncio.run(fetch_host_key(decl, timeout=app.ssh_connect_timeout))
         except Exception as error:  # DNS, refused, timeout, an SSH error: one sentence

@@ -13,10 +13,9 @@ from typing import Any
 
 from ..errors import Invalid
 from ..model import GpuDecl, HostDecl
+from .backends import DEFAULT, backend_class
 from .engines import parse_engine
 from .environment import SAFE_PATH
-
-TRANSPORTS = ("ssh", "local")
 
 
 def stable_uuid(host: str, index: int) -> str:
@@ -31,9 +30,11 @@ def parse_host(spec: Any) -> HostDecl:
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
         raise Invalid(f"A host needs a 'name': {spec!r}")
     name = spec["name"]
-    transport = spec.get("transport", "ssh")
-    if transport not in TRANSPORTS:
-        raise Invalid(f"Host {name}: transport must be one of {TRANSPORTS}, not {transport!r}.")
+    transport = spec.get("transport", DEFAULT)
+    try:
+        backend = backend_class(str(transport))
+    except Invalid as error:
+        raise Invalid(f"Host {name}: {error}") from None
     gpus: list[GpuDecl] = []
     for i, gpu in enumerate(spec.get("gpus") or []):
         gpu = gpu if isinstance(gpu, dict) else {"model": str(gpu)}
@@ -53,7 +54,7 @@ def parse_host(spec: Any) -> HostDecl:
     known = {k for k in spec if k not in {"name", "address", "port", "user", "transport"}}
     return HostDecl(
         name=name,
-        address=str(spec.get("address", name if transport == "ssh" else "localhost")),
+        address=str(spec.get("address", name if backend.needs_address else "localhost")),
         port=int(spec.get("port", 22)),
         user=spec.get("user"),
         transport=transport,

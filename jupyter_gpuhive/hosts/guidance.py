@@ -119,7 +119,7 @@ def host_advice(
                 )
             ],
         }
-    if host.get("transport") == "local":
+    if _runs_here(host):
         return {
             "message": message,
             "steps": [
@@ -145,6 +145,18 @@ def host_advice(
             ),
         ],
     }
+
+
+def _runs_here(host: dict[str, Any]) -> bool:
+    """Whether the host is this machine, as its backend says (imported only when needed:
+    the kernel side imports this module too)."""
+    from ..errors import Invalid
+    from .backends import DEFAULT, backend_class
+
+    try:
+        return backend_class(str(host.get("transport") or DEFAULT)).runs_here
+    except Invalid:
+        return False
 
 
 def advise(hosts: list[dict[str, Any]], public_key: Callable[[], str | None]) -> dict[str, Any]:

@@ -139,9 +139,9 @@ class Launcher:
         log_dir = log_path.rsplit("/", 1)[0] or "/"
         env_path = commands.env_path(exit_path)
         decl = self.pool.hosts.get(task.host)
-        # The local transport starts the task from an empty environment plus its own; over
-        # SSH the host's login environment is the base (sshd builds it, not this server).
-        clean = decl is None or decl.transport == "local"
+        # A backend that starts clean (local) starts the task from an empty environment plus
+        # its own; over SSH the host's login environment is the base (sshd builds it).
+        clean = decl is None or self.pool.backend_of(decl).clean_start
         try:
             if task.container is not None:  # the engine's run in the screen session
                 paths = (log_path, exit_path, env_path)
@@ -390,12 +390,10 @@ class Launcher:
         """The command that attaches a terminal to the task's screen session."""
         decl = self.pool.hosts.get(task.host)
         screen = ["screen", "-x", task.session]
-        if decl is None or decl.transport == "local":
+        if decl is None:
             return shlex.join(screen)
-        ssh = ["ssh", "-t"]
-        if decl.port != 22:
-            ssh += ["-p", str(decl.port)]
-        return shlex.join([*ssh, f"{self.unix_user(task.owner)}@{decl.address}", *screen])
+        account = self.unix_user(task.owner)
+        return shlex.join(self.pool.backend_of(decl).attach_hint(decl, account, screen))
 
     # --- plumbing -------------------------------------------------------------------
 

@@ -64,5 +64,6 @@ class Logins:
 
     async def status(self, who: Identity) -> dict[str, Any]:
         """The public key, and per SSH host whether gpuhive can log in as `who` there."""
-        ssh_hosts = [h.name for h in self.pool.hosts.values() if h.transport == "ssh"]
+        hosts = self.pool.hosts.values()
+        ssh_hosts = [h.name for h in hosts if self.pool.backend_of(h).uses_ssh_keys]
         return {"public_key": self.public_key(), "hosts": await self.check(who.name, ssh_hosts)}

@@ -43,7 +43,7 @@ from .images import kernel_name
 from .launch import PORTS, Launch
 from .local import LocalKernel
 from .registry import KernelRecord, KernelRegistry
-from .remote import KernelProcess, SshKernel
+from .remote import HostKernel, KernelProcess
 from .restarts import end_for_good
 
 log = logging.getLogger(__name__)
@@ -205,8 +205,8 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
                         image, kernel_name(record.kernel_id))  # fmt: skip
         if self._kernel is None or self._kernel.lost:
-            self._kernel = (LocalKernel(launch) if decl.transport == "local"
-                            else SshKernel(launch, registry.pool))  # fmt: skip
+            here = registry.pool.backend_of(decl).runs_here  # else through its channels
+            self._kernel = LocalKernel(launch) if here else HostKernel(launch, registry.pool)
         kernel = self._kernel
         kernel.on_lost = self._lost
         try:

@@ -1,14 +1,15 @@
 """Starting a kernel process on a GPU host as a user, and reaching its sockets safely.
 
-Over SSH (`SshKernel`) the kernel runs in a session of its own connection (the pool's key and
-known hosts, keepalive every second, so a silent host is noticed in about 4 s). Its ZMQ
+A `HostKernel` runs through its host backend's channels (`hosts.backends`). Over SSH the
+kernel runs in a session of a connection the pool's SSH backend keeps for kernels (the pool's
+key and known hosts, keepalive every second, so a silent host is noticed in about 4 s). Its ZMQ
 sockets are Unix sockets in a 0700 directory on the host, reachable only by its owner (and
 root); the server reaches them through SSH forwards that end in Unix sockets in a 0700
 directory of the server's own user. No TCP port is opened for the kernel on either machine,
 so nothing on the network, and no other local user of either machine, can connect to it; the
 HMAC key (sent on stdin, kept in 0600 files) still signs every message.
 
-The `local` transport is `local.py`.
+A backend that `runs_here` (the local one) gets `local.py`'s kernel instead.
 
 The kernel's side is `launch_script.py`; its marked lines say when the sockets are bound
 (pid, process group, directory) or why it could not start. Those lines are the user's words:
@@ -28,21 +29,16 @@ import shutil
 import signal as signals
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
-import asyncssh
-
 from ..errors import Unavailable
-from ..hosts.pool import HostPool
-from ..hosts.ssh import address, connect, explain
+from ..hosts.backends import KernelChannels, Session
+from ..hosts.pool import HostPool, HostUnavailable
 from . import images, launch_script
 from .launch import PORTS, SCRIPT, Launch, LaunchError, Output, describe_failure, shell_command
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE = 1.0  # seconds between SSH keepalives of a kernel's connection
-KEEPALIVE_MISSES = 3
 PING = 1.0  # seconds between the lines on a kernel's stdin (see launch_script.watch)
 
 
@@ -137,113 +133,93 @@ def _number(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
-class SshKernel(KernelProcess):
-    """A kernel in an SSH session of its own connection, its sockets forwarded."""
+class HostKernel(KernelProcess):
+    """A kernel started through its host backend's channels (over SSH: a session of a
+    connection of the pool's SSH stack), its sockets forwarded to this machine."""
 
     def __init__(self, launch: Launch, pool: HostPool) -> None:
         super().__init__(launch)
         self.pool = pool
-        self.conn: asyncssh.SSHClientConnection | None = None
-        self.process: asyncssh.SSHClientProcess[str] | None = None
+        self.channels: KernelChannels | None = None
+        self.process: Session | None = None
         self.local_dir = tempfile.mkdtemp(prefix="gpuhive-k-")  # 0700, the server's user
-        self.listeners: list[asyncssh.SSHListener] = []
-        self._closing = False
         self._reader: asyncio.Task[None] | None = None
-        self._watcher: asyncio.Future[None] | None = None
 
     @property
     def address(self) -> str:
         return os.path.join(self.local_dir, launch_script.SOCKET_NAME)
 
-    async def _connect(self) -> asyncssh.SSHClientConnection:
-        if self.conn is not None and not self.conn.is_closed():
-            return self.conn
+    async def _open(self) -> KernelChannels:
+        if self.channels is not None and not self.channels.closed():
+            return self.channels
+        if self.channels is not None:
+            await self.channels.close()  # lost: it lets go of its connection
         decl, user = self.launch.host, self.launch.user
-        settings = replace(self.pool.settings, keepalive_interval=KEEPALIVE,
-                           keepalive_count_max=KEEPALIVE_MISSES)  # fmt: skip
         try:
-            async with asyncio.timeout(settings.connect_timeout):
-                conn = await connect(decl, user, settings)
-        except (asyncssh.Error, OSError, TimeoutError) as error:
-            reason = explain(decl, user, error, settings.connect_timeout)
-            raise Unavailable(f"Cannot start a kernel on {decl.name}: {reason}") from None
-        self.conn, self._closing = conn, False
-        self._watcher = asyncio.ensure_future(self._watch(conn))
-        return conn
+            channels = await self.pool.backend_of(decl).open_channels(decl, user)
+        except HostUnavailable as error:
+            raise Unavailable(f"Cannot start a kernel on {decl.name}: {error.reason}") from None
+        channels.on_lost = self._lost
+        self.channels = channels
+        return channels
 
-    async def _watch(self, conn: asyncssh.SSHClientConnection) -> None:
-        with contextlib.suppress(Exception):
-            await conn.wait_closed()
-        if conn is self.conn and not self._closing:
-            self.lost = (
-                f"the SSH connection to {self.launch.host.name} ({address(self.launch.host)}) "
-                "was lost: sshd stopped, the host went down or the network dropped it"
-            )
-            log.warning("gpuhive: kernel on %s: %s", self.launch.host.name, self.lost)
-            if self.on_lost is not None:
-                await self.on_lost(self.lost)
+    async def _lost(self, why: str) -> None:
+        self.lost = why
+        if self.on_lost is not None:
+            await self.on_lost(why)
 
     async def start(self, launch: Launch) -> None:
         self.launch = launch
-        conn = await self._connect()
+        channels = await self._open()
         output = Output()
         line = shell_command(launch.python)
         if launch.image is not None:  # a fresh container and folder each launch
-            await self._clean_up(conn)
+            await self._clean_up(channels)
             self.dir, line = None, images.command(launch, None)
         try:
-            process = await conn.create_process(line, stderr=asyncssh.STDOUT, encoding="utf-8")
-        except (asyncssh.Error, OSError) as error:
-            raise Unavailable(f"Cannot start a kernel on {launch.host.name}: {error}") from None
+            process = await channels.start(line)
+        except HostUnavailable as error:
+            raise Unavailable(
+                f"Cannot start a kernel on {launch.host.name}: {error.reason}"
+            ) from None
         self.process = process
-        process.stdin.write(self._stdin(launch))
+        process.write(self._stdin(launch))
         self._reader = asyncio.ensure_future(self._read(process, output))
         said = await self._await_ready(output, lambda: process.returncode)
-        # The host's values, acted on only as the user over SSH (kill, rm, forwards).
+        # The host's values, acted on only as the user on the host (kill, rm, forwards).
         pid, pgid, folder = said.get("pid"), said.get("pgid"), said.get("dir")
         if not (_number(pid) and _number(pgid) and isinstance(folder, str)
                 and folder.startswith("/") and "\n" not in folder):  # fmt: skip
             raise LaunchError(f"The kernel on {launch.host.name} gave no usable address.")
         self.pid, self.pgid, self.dir = pid, pgid, folder
-        await self._forward(conn)
+        await self._forward(channels)
         self._start_ping()
 
-    async def _clean_up(self, conn: asyncssh.SSHClientConnection) -> None:
+    async def _clean_up(self, channels: KernelChannels) -> None:
         """Remove the last launch's folder (and its container, in an image) as the user."""
         lines = [f"rm -rf -- {shlex.quote(self.dir)}"] if self.dir else []
         if self.launch.image is not None:
             lines.append(images.remove_command(self.launch) or "true")
         if lines:
-            with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
-                async with asyncio.timeout(30):
-                    await conn.run("; ".join(lines), check=False)
+            await channels.run("; ".join(lines), 30)
 
     def _write(self, data: str) -> None:
         if self.process is not None:
-            self.process.stdin.write(data)
+            self.process.write(data)
 
-    async def _read(self, process: asyncssh.SSHClientProcess[str], output: Output) -> None:
-        try:
-            async for line in process.stdout:
-                output.line(line.rstrip("\n"))
-        except (asyncssh.Error, OSError):
-            pass
+    async def _read(self, process: Session, output: Output) -> None:
+        async for line in process.lines():
+            output.line(line)
         output.ended()
 
-    async def _forward(self, conn: asyncssh.SSHClientConnection) -> None:
-        await self._unforward()
+    async def _forward(self, channels: KernelChannels) -> None:
+        await channels.unforward()
         assert self.dir is not None
         for port in PORTS.values():
             local = f"{self.address}-{port}"
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(local)  # left by a restart (the kernel manager cleans only some)
-            remote = f"{self.dir}/{launch_script.SOCKET_NAME}-{port}"
-            self.listeners.append(await conn.forward_local_path(local, remote))
-
-    async def _unforward(self) -> None:
-        for listener in self.listeners:
-            listener.close()
-        self.listeners.clear()
+            await channels.forward(local, f"{self.dir}/{launch_script.SOCKET_NAME}-{port}")
 
     def exit_status(self) -> int | None:
         if self.process is None:
@@ -251,27 +227,26 @@ class SshKernel(KernelProcess):
         code = self.process.returncode
         if code is not None:
             return code
-        if self.lost is not None or self.conn is None or self.conn.is_closed():
+        if self.lost is not None or self.channels is None or self.channels.closed():
             return 255
         return None
 
     async def signal(self, signum: int) -> None:
-        if self.pgid is None or self.conn is None or self.conn.is_closed():
+        if self.pgid is None or self.channels is None or self.channels.closed():
             return
         name = signals.Signals(signum).name.removeprefix("SIG")
         command = f"kill -s {name} -- -{int(self.pgid)}"
         if self.launch.image is not None:  # its pid is the container's: through the engine
             command = images.signal_line(self.launch, name)
-        try:
-            async with asyncio.timeout(self.pool.settings.command_timeout):
-                await self.conn.run(command, check=False)
-        except (asyncssh.Error, OSError, TimeoutError) as error:
+        failed = await self.channels.run(command, self.pool.settings.command_timeout)
+        if failed is not None:
             log.info("gpuhive: signal %s to kernel on %s failed: %s", name,
-                     self.launch.host.name, error)  # fmt: skip
+                     self.launch.host.name, failed)  # fmt: skip
 
     async def end(self) -> None:
         self._stop_ping()
-        await self._unforward()
+        if self.channels is not None:
+            await self.channels.unforward()
         if self.process is not None:
             self.process.close()
             self.process = None
@@ -280,9 +255,9 @@ class SshKernel(KernelProcess):
 
     async def close(self) -> None:
         await self.end()
-        conn, self._closing = self.conn, True
-        if conn is not None and not conn.is_closed():
-            await self._clean_up(conn)
-        if conn is not None:
-            conn.close()
+        channels = self.channels
+        if channels is not None and not channels.closed():
+            await self._clean_up(channels)
+        if channels is not None:
+            await channels.close()
         shutil.rmtree(self.local_dir, ignore_errors=True)

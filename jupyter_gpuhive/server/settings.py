@@ -66,6 +66,7 @@ class GpuHiveSettings(GpuHiveConfig):
         from ..bookings.fairshare import FairShareSettings
         from ..bookings.reservations import Policy
         from ..hive import HiveSettings
+        from ..hosts.backends import backend_of
         from ..hosts.ssh import SshSettings, ensure_client_key
         from ..integrations import FeedSettings, IntegrationSettings, WebhookSettings, mail_settings
         from ..jobs.preemption import PreemptionSettings
@@ -86,7 +87,7 @@ class GpuHiveSettings(GpuHiveConfig):
         )
         hosts = parse_hosts(self.all_host_specs())
         keys: list[str] = []
-        if any(h.transport == "ssh" for h in hosts):
+        if any(backend_of(h).uses_ssh_keys for h in hosts):
             ensure_client_key(Path(self.ssh_key).expanduser())
             keys = [str(Path(self.ssh_key).expanduser())]
             for path in self.known_hosts:

@@ -269,7 +269,7 @@ async def test_sessions_refused_by_sshd_are_retried(
     host = hive_cluster[G1]
     pool = make_pool(hive_cluster, names=[G1], user=bob, max_sessions=20)
     await pool.run(G1, "true")
-    conn = pool._conns[(G1, bob)]
+    conn = pool.backend(G1).connections[(G1, bob)]
     refusals = read_text(host.log_path).count("no more sessions")
     results = await asyncio.gather(
         *(pool.run(G1, f"sleep 0.4; echo {i}", timeout=10) for i in range(16)),
@@ -278,7 +278,7 @@ async def test_sessions_refused_by_sshd_are_retried(
     assert [getattr(r, "stdout", r) for r in results] == [f"{i}\n" for i in range(16)]
     assert read_text(host.log_path).count("no more sessions") > refusals  # sshd did refuse
     assert channels.peak[host.port] <= 10
-    assert pool._conns[(G1, bob)] is conn  # and the connection was kept
+    assert pool.backend(G1).connections[(G1, bob)] is conn  # and the connection was kept
     assert pool.status(G1).state == "up"
 
 
@@ -286,10 +286,10 @@ async def test_connection_is_reused(hive_cluster, make_pool, monitor_user, chann
     before = accepted_logins(hive_cluster, G2)
     pool = make_pool(hive_cluster, names=[G2])
     await pool.run(G2, "true")
-    first = pool._conns[(G2, monitor_user)]
+    first = pool.backend(G2).connections[(G2, monitor_user)]
     for _ in range(3):
         assert (await pool.run(G2, "printenv GPUHIVE_SIM_HOST")).stdout == f"{G2}\n"
-        assert pool._conns[(G2, monitor_user)] is first
+        assert pool.backend(G2).connections[(G2, monitor_user)] is first
     assert channels.sessions[hive_cluster[G2].port] == 4
     assert accepted_logins(hive_cluster, G2) - before == 1
 
