@@ -83,9 +83,9 @@ def replay_figures(hosts: int, jobs: int, seed: int) -> dict[str, Any]:
         f"{period / HOUR:.1f} h; {len(bookings)} bookings cover {booked / capacity:.0%} of the "
         f"GPU-hours, {1 - used / booked:.0%} of the booked GPU-hours unused")  # fmt: skip
     results = {}
-    for lend in (False, True):
+    for lend in (False, True, "easy"):
         started = time.process_time()
-        out = Replay(bookings, work, period, lend).run()
+        out = Replay(bookings, work, period, lend is True, easy=lend == "easy").run()
         useful = out.holder_s + out.useful_job_s
         passes = sorted(out.pass_ms)
         results[lend] = {
@@ -104,9 +104,12 @@ def replay_figures(hosts: int, jobs: int, seed: int) -> dict[str, Any]:
             "admit_p99_ms": round(passes[min(len(passes) - 1, int(0.99 * len(passes)))], 2),
             "cpu_s": round(time.process_time() - started, 1),
         }
-        say(f"replay, {'with' if lend else 'without'} lending: {json.dumps(results[lend])}")
+        name = "EASY backfill, without" if lend == "easy" else "with" if lend else "without"
+        say(f"replay, {name} lending: {json.dumps(results[lend])}")
     ratio = results[True]["useful_gpu_h"] / results[False]["useful_gpu_h"]
-    return {"ratio": ratio, "with": results[True], "without": results[False]}
+    easy = results[True]["useful_gpu_h"] / results["easy"]["useful_gpu_h"]
+    return {"ratio": ratio, "vs_easy": easy, "with": results[True], "without": results[False],
+            "easy": results["easy"]}  # fmt: skip
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -152,6 +155,9 @@ def main() -> None:
     lost = replay["with"]["lost_work_per_preemption_s"]
     figures: dict[str, Any] = {
         "util_ratio_vs_no_lending": round(replay["ratio"], 3),
+        "util_ratio_vs_easy": round(replay["vs_easy"], 3),  # lending vs EASY, no lending
+        "easy_jobs_finished": replay["easy"]["jobs_finished"],
+        "jobs_finished": replay["with"]["jobs_finished"],
         "holder_wait_p99_s": None,  # measured on real processes only (the live part)
         "lost_work_per_preemption_s": lost,
         "violations_against_holders": None,  # likewise

@@ -37,3 +37,13 @@ def test_lending_adds_useful_work_and_the_holder_never_waits_past_the_grace(runs
     # The holders do the same work either way; the jobs do more with lending.
     assert with_.holder_s == pytest.approx(without.holder_s, rel=0.01)
     assert with_.useful_job_s > 1.5 * without.useful_job_s
+
+
+def test_easy_backfill_is_a_baseline_row_that_lending_beats() -> None:
+    bookings, work, period = workload(4, 150, seed=21)
+    easy = Replay(bookings, work, period, False, easy=True).run()
+    plain = Replay(bookings, work, period, False).run()
+    lent = Replay(bookings, work, period, True).run()
+    assert easy.finished > 0 and easy.borrowed_starts == 0 and not easy.lost  # no lending
+    assert easy.holder_s == plain.holder_s  # the holders keep their bookings under EASY too
+    assert lent.holder_s + lent.useful_job_s > easy.holder_s + easy.useful_job_s

@@ -13,7 +13,7 @@ the gpuhive pass's own (`jobs.plan.Plan`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from jupyter_gpuhive.jobs.admission import Admission, Candidate, GpuState, PassResult
 from jupyter_gpuhive.jobs.order import submit_order
@@ -21,10 +21,14 @@ from jupyter_gpuhive.jobs.plan import FOREVER, Plan
 
 
 def easy_admit(
-    candidates: Iterable[Candidate], gpus: Mapping[str, GpuState], now: float
+    candidates: Iterable[Candidate],
+    gpus: Mapping[str, GpuState],
+    now: float,
+    reserved: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> PassResult:
-    """One EASY-backfill pass: the jobs that start now; the first waiting job's reservation."""
-    plan = Plan(gpus, now, None, FOREVER)
+    """One EASY-backfill pass: the jobs that start now; the first waiting job's reservation
+    (`reserved`: each GPU's booked spans, as the gpuhive pass takes them)."""
+    plan = Plan(gpus, now, reserved, FOREVER)
     result = PassResult()
     first = False  # whether the first job that cannot start has its reservation
     for job in submit_order(candidates):

@@ -22,6 +22,7 @@ from jupyter_gpuhive.jobs.preemption import (
     lending_states,
 )
 from jupyter_gpuhive.model import Gpu, Reservation
+from tests.support.easy_backfill import easy_admit
 from tests.support.queue_trace import HOUR, PER_HOST, TraceJob, make_trace, scaled
 
 UTC = timezone.utc
@@ -129,9 +130,14 @@ def uuid(host: int, index: int) -> str:
 
 
 class Replay:
-    """The discrete-event replay of one policy (lending on or off)."""
+    """The discrete-event replay of one policy (lending on or off; `easy`: Slurm's EASY
+    backfill over unbooked time instead of the pass, without lending, as a baseline)."""
 
-    def __init__(self, bookings: list[Booking], work: list[Work], period: float, lend: bool):
+    def __init__(
+        self, bookings: list[Booking], work: list[Work], period: float, lend: bool,
+        easy: bool = False,
+    ):  # fmt: skip
+        self.easy = easy and not lend
         self.bookings = bookings
         self.jobs = {w.trace.job_id: replace(w) for w in work}
         self.period = period
@@ -288,8 +294,11 @@ class Replay:
             for job, created in self.pending.items()
         ]  # fmt: skip
         started = time.process_time()
-        first = admit(candidates, states, now, reserved=reserved, previous=self.plan,
-                      depth=RESERVATION_DEPTH, horizon=now + HORIZON_S)  # fmt: skip
+        if self.easy:
+            first = easy_admit(candidates, states, now, reserved)
+        else:
+            first = admit(candidates, states, now, reserved=reserved, previous=self.plan,
+                          depth=RESERVATION_DEPTH, horizon=now + HORIZON_S)  # fmt: skip
         self.plan = dict(first.planned)
         admitted = [(a, False) for a in first.admitted]
         if self.lend:
