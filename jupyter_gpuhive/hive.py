@@ -44,7 +44,8 @@ class Hive:
         self.identities = Identities(self.store, self.run, s.admin_users, s.admin_groups, s.groups)
         identity_of = self.identities.identity_of
         self.pool = HostPool(s.hosts, s.ssh)
-        self.integrations = Integrations(self.store, s.integrations, self.run, utcnow, s.privacy)
+        self.integrations = Integrations(
+            self.store, s.integrations, self.run, utcnow, s.http, s.privacy)  # fmt: skip
         self.jobs = Jobs(
             self.store, self.pool, self.run, s.policy.zone, identity_of, ssh=s.ssh,
             privacy=s.privacy, interval=s.poll_interval, changed=self.integrations.job_changed,
@@ -57,7 +58,7 @@ class Hive:
             s.protection, self.store, self.pool, self.run, publish=publish, lent=self.jobs.lent,
             job_owners=self.jobs.owners, public=s.privacy.public_violations, zone=s.policy.zone,
             end_reservation=self._end_reservation,  # through the bookings service, built next
-            mail=s.integrations.mail, opened=self.integrations.violations_opened,  # SMTP, webhooks
+            mail=s.integrations.mail, http=s.http, opened=self.integrations.violations_opened,
         )  # fmt: skip
         self.fairshare = FairShare(
             self.store, self.run, s.fairshare, s.policy.zone, identity_of, s.privacy,

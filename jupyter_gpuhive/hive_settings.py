@@ -9,6 +9,7 @@ from .bookings.fairshare import FairShareSettings
 from .bookings.reservations import Policy
 from .hosts.pool import SshSettings
 from .integrations import IntegrationSettings
+from .integrations.transport import Transports
 from .jobs.preemption import PreemptionSettings
 from .kernels.endpolicy import EndSettings
 from .model import HostDecl
@@ -22,6 +23,7 @@ class HiveSettings:
 
     db_url: str
     policy: Policy
+    http: Transports  # how HTTP leaves (webhooks): the server's transport, or a test's
     hosts: list[HostDecl] = field(default_factory=list)
     admin_users: frozenset[str] = frozenset()
     admin_groups: frozenset[str] = frozenset()

@@ -561,7 +561,9 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 # One way out for messages (issue #32): e-mail leaves through integrations/mail.py, a
-# message's HTTP through the courier's Sender (integrations/delivery.py). The other HTTP
+# message's HTTP through the courier's Sender (integrations/delivery.py), over the one HTTP
+# transport seam (integrations/transport.py) whose implementation is the server's
+# (server/http_transport.py, handed to the Hive when it is wired). The other HTTP
 # clients are not messages: client mode forwarding API calls to the team's service (the API's
 # own transport, to a URL the admin set) and the kernel side's REST client.
 OUTBOUND = {
@@ -569,7 +571,7 @@ OUTBOUND = {
     "http": (
         {"tornado.httpclient", "tornado.simple_httpclient", "tornado.curl_httpclient",
          "urllib.request", "http.client", "httpx", "aiohttp", "requests", "urllib3", "pycurl"},
-        {"integrations.delivery", "server.api.proxy", "server.service_link", "notebook.client"},
+        {"server.http_transport", "server.api.proxy", "server.service_link", "notebook.client"},
     ),
 }  # fmt: skip
 
@@ -597,7 +599,8 @@ def test_only_the_seams_send_mail_and_http() -> None:
     if found:
         pytest.fail(
             "Messages leave through one seam: e-mail through integrations/mail.py (send, "
-            "deliver), HTTP through integrations/delivery.py (Sender); imported here:\n"
+            "deliver), HTTP through integrations/delivery.py (Sender) over the transport "
+            "seam (integrations/transport.py, server/http_transport.py); imported here:\n"
             + "\n".join(found)
         )
 

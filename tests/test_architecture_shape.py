@@ -21,12 +21,10 @@ OVER_TODAY: set[str] = set()  # empty since cli/main.py and store/reservations.p
 NOT_DOMAIN = {"server", "cli", "notebook", "widgets"}
 FRONT_ENDS = {"tornado", "jupyter_server"}
 
-# Domain modules that still import tornado, each with why (docs/architecture.md says so).
-FRONT_END_IMPORTS_TODAY = {
-    "integrations/delivery.py": "the courier's HTTP client (AsyncHTTPClient) with its pinned "
-    "resolver; to move to a client the domain may use",
-    "integrations/addresses.py": "the pinned resolver is a tornado.netutil.Resolver",
-}
+# Domain modules that still import tornado, each with why (docs/architecture.md says so):
+# none since webhooks leave through integrations/transport.py's seam (tornado's side is in
+# server/http_transport.py). This list only shrinks.
+FRONT_END_IMPORTS_TODAY: dict[str, str] = {}
 
 
 def too_long(root: Path, limit: int = MAX_LINES) -> dict[str, int]:

@@ -21,6 +21,7 @@ from .digests import DigestService
 from .feeds import Feeds, FeedSettings
 from .mail import MailSettings
 from .subscriptions import Availability
+from .transport import Transports
 from .webhooks import Webhooks, WebhookSettings
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Integrations:
         settings: IntegrationSettings,
         run: Callable[..., Awaitable[Any]],
         clock: Callable[[], datetime],
+        transports: Transports,
         privacy: Privacy | None = None,
     ) -> None:
         self.store = store
@@ -64,7 +66,7 @@ class Integrations:
         self.run = run
         self.now = clock
         self.feeds = Feeds(store, self.rows, settings.feeds, clock, self.privacy)
-        self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock)
+        self.webhooks = Webhooks(self.rows, settings.webhooks, run, clock, transports)
         self.availability = Availability(store, store.subscriptions, clock)
         self.digests = DigestService(
             store, store.digests, settings.mail, settings.zone, settings.digest_hour, clock

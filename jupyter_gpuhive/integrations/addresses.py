@@ -4,9 +4,9 @@ Users are legitimate but not trusted with the server's network position: their o
 must resolve only to global addresses (no loopback, private, link-local such as
 169.254.169.254, or reserved ones). That is checked when an endpoint is added, and for every
 attempt by `PinnedResolver`: an endpoint's host is looked up at most every RESOLVE_TTL
-seconds, the answer is checked, and the HTTP client connects only to those checked addresses
-(a name cannot resolve to a public address for the check and to an inside one for the
-connection). Site endpoints, which only admins add, may point anywhere.
+seconds, the answer is checked, and the transport (transport.py) connects only to those
+checked addresses (a name cannot resolve to a public address for the check and to an
+inside one for the connection). Site endpoints, which only admins add, may point anywhere.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ import asyncio
 import ipaddress
 import socket
 import time
-from typing import Any
 from urllib.parse import urlsplit
 
-from tornado.netutil import Resolver
+from .transport import Address
 
 RESOLVE_TTL = 30.0  # seconds an endpoint's checked addresses are used before a new lookup
-
-Address = tuple[int, Any]  # (address family, socket address), as tornado's resolvers give
 
 
 def host_port(url: str) -> tuple[str, int]:
@@ -99,11 +96,11 @@ class NotSent(ValueError):
     """The endpoint's host resolves to addresses it may not be sent to (or none)."""
 
 
-class PinnedResolver(Resolver):
+class PinnedResolver:
     """One endpoint's addresses: looked up at most every RESOLVE_TTL s, checked, and the only
-    ones its HTTP client connects to (tornado calls `resolve`)."""
+    ones its transport connects to (the transport calls `resolve`)."""
 
-    def initialize(self, timeout: float, public_only: bool) -> None:
+    def __init__(self, timeout: float, public_only: bool) -> None:
         self.timeout = timeout
         self.public_only = public_only  # a user's own endpoint (unless allow_private)
         self._known: dict[tuple[str, int], tuple[float, list[Address], str | None]] = {}
@@ -126,5 +123,6 @@ class PinnedResolver(Resolver):
     async def resolve(
         self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
     ) -> list[Address]:
+        """The checked addresses of `host` in `family` (transport.Resolve)."""
         found = await self.addresses(host, port)
         return [a for a in found if family in (socket.AF_UNSPEC, a[0])]

@@ -8,10 +8,11 @@ p99. In their own process they take nothing from the server but the CPU the mach
 The server's side (`Courier`) starts the process on first use and writes length-prefixed
 pickled messages to its stdin (an asyncio pipe: it never waits for the process); the process
 (`main`, run by `python -c`) answers on its stdout. Messages:
-("start", db_url, settings) → ("ready", 0); ("event", Event); ("forget", webhook_id);
-("flush", n) → ("flushed", n); ("stop",). The process ends on "stop" or when its stdin
-closes (the server ended, however it ended), after cancelling what is in flight and writing
-the delivery log; deliveries not finished stay 'pending'.
+("start", db_url, settings, transports) → ("ready", 0) (`transports` pickled by reference:
+the class the Hive was wired with, integrations/transport.py); ("event", Event);
+("forget", webhook_id); ("flush", n) → ("flushed", n); ("stop",). The process ends on
+"stop" or when its stdin closes (the server ended, however it ended), after cancelling what
+is in flight and writing the delivery log; deliveries not finished stay 'pending'.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import IO, Any
 from ..model import utcnow
 from ..store import Store
 from .delivery import Deliveries, Event, WebhookSettings
+from .transport import Transports
 
 log = logging.getLogger(__name__)
 HEADER = struct.Struct("!I")
@@ -54,9 +56,10 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[Any, ...]:
 class Courier:
     """The server's side of the courier process (one asyncio loop: the server's)."""
 
-    def __init__(self, db_url: str, settings: WebhookSettings) -> None:
+    def __init__(self, db_url: str, settings: WebhookSettings, transports: Transports) -> None:
         self.db_url = db_url
         self.settings = settings
+        self.transports = transports
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
@@ -93,7 +96,7 @@ class Courier:
         )  # fmt: skip
         self._process = process
         up = self._acks[0] = asyncio.get_running_loop().create_future()
-        self._write(("start", self.db_url, self.settings))
+        self._write(("start", self.db_url, self.settings, self.transports))
         self._reader = asyncio.create_task(self._replies(process))
         try:
             await asyncio.wait_for(up, START_TIMEOUT)
@@ -178,10 +181,10 @@ class Courier:
 
 async def serve(reader: asyncio.StreamReader, replies: IO[bytes]) -> None:
     """Deliver what the server hands over until it says stop or goes away."""
-    _, db_url, settings = await read_frame(reader)
+    _, db_url, settings, transports = await read_frame(reader)
     store = Store(db_url)
     rows = store.integrations
-    deliveries = Deliveries(rows, settings, utcnow)
+    deliveries = Deliveries(rows, settings, transports, utcnow)
     acks: set[asyncio.Task[None]] = set()
 
     def reply(message: tuple[Any, ...]) -> None:

@@ -1,18 +1,19 @@
 """How a webhook event reaches an endpoint: the signature, the address guard, the deliveries.
 
 This is the one way HTTP leaves gpuhive for a message (tests/test_architecture.py holds it):
-`Sender` posts, signed, to one destination through its PinnedResolver; the courier's
+`Sender` posts, signed, to one destination through the transport the Hive was wired with
+(transport.py), which connects only to what its PinnedResolver checked; the courier's
 `Deliveries` and the violation handler `webhook` (protection/handlers/webhook.py) both use
 it. A destination an admin set (a site webhook; a handler in the server's configuration) is
 `site=True` and may point anywhere; a user's own endpoint gets public addresses only.
 
 `Deliveries` runs in the courier's process (courier.py), never on the server's loop. Each
-endpoint has its own queue, worker and HTTP client, and every attempt has a timeout: an
+endpoint has its own queue, worker and transport, and every attempt has a timeout: an
 endpoint that hangs or fails delays only its own deliveries. A failed attempt is retried after
 an exponential backoff with jitter; after `max_attempts` failures the delivery is dead (a dead
 letter, kept in the log). The log (one row per delivery, one per attempt) is written in
 batches, off the delivery path; on SQLite to a file of its own (store/webhooks.py), so that
-its writes never hold the lock the server's bookings take. Each endpoint's client connects
+its writes never hold the lock the server's bookings take. Each endpoint's transport connects
 only to addresses its PinnedResolver checked (addresses.py: users' own endpoints only to
 public ones).
 
@@ -36,11 +37,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-
 from ..store.integrations import Integrations
 from ..store.webhooks import Webhook
 from .addresses import PinnedResolver, host_port, public_only
+from .transport import Request, Transports
 
 log = logging.getLogger(__name__)
 
@@ -114,22 +114,22 @@ def backoff_delay(settings: WebhookSettings, attempts: int) -> float:
 
 
 class Sender:
-    """One destination's HTTP client and pinned resolver: every message POST goes through one.
+    """One destination's transport and pinned resolver: every message POST goes through one.
 
     `site` says who set the destination: True for an admin (a site webhook, a violation
     handler in the server's configuration), which may point anywhere; False for a user's own
     endpoint, which gets only public addresses unless the site allows private ones.
     """
 
-    def __init__(self, settings: WebhookSettings, *, site: bool, clients: int = 1) -> None:
+    def __init__(
+        self, settings: WebhookSettings, transports: Transports, *, site: bool, clients: int = 1
+    ) -> None:
         self.settings = settings
         self.site = site
         self.resolver = PinnedResolver(
             timeout=settings.timeout, public_only=checked(settings, site)
         )
-        self.client = AsyncHTTPClient(
-            force_instance=True, max_clients=clients, resolver=self.resolver
-        )
+        self.transport = transports(self.resolver.resolve, connections=clients)
 
     async def post(
         self,
@@ -153,26 +153,18 @@ class Sender:
         }
         if secret:
             sent[SIGNATURE_HEADER] = sign(secret, stamp, body)
-        request = HTTPRequest(
-            url,
-            method="POST",
-            body=body,
-            headers=sent,
-            connect_timeout=self.settings.timeout,
-            request_timeout=self.settings.timeout,
-            follow_redirects=False,
-        )
+        request = Request("POST", url, sent, body, self.settings.timeout)
         began = time.monotonic()
         status: int | None = None
         error: str | None = None
         try:
             await self.resolver.addresses(*host_port(url))  # NotSent: not checked ok
-            reply = await self.client.fetch(request, raise_error=False)  # to those addresses only
-            status = reply.code if reply.code != 599 else None
-            if reply.code == 599:
-                error = str(reply.error or "no answer")
-            elif not 200 <= reply.code < 300:
-                error = f"HTTP {reply.code}"
+            reply = await self.transport.send(request)  # to those addresses only
+            status = reply.status
+            if status is None:
+                error = reply.error or "no answer"
+            elif not 200 <= status < 300:
+                error = f"HTTP {status}"
         except Exception as failure:  # DNS, refused, TLS: the attempt failed
             error = str(failure) or type(failure).__name__
         return Attempt(status, error, time.monotonic() - began)
@@ -188,8 +180,8 @@ class Sender:
             await asyncio.sleep(backoff_delay(self.settings, len(attempts)))
 
     def close(self) -> None:
-        """Close the HTTP client."""
-        self.client.close()
+        """Close the transport."""
+        self.transport.close()
 
 
 @dataclass(frozen=True)
@@ -229,10 +221,15 @@ class Deliveries:
     """Queues, workers, retries and the batched log of every endpoint (one asyncio loop)."""
 
     def __init__(
-        self, rows: Integrations, settings: WebhookSettings, clock: Callable[[], datetime]
+        self,
+        rows: Integrations,
+        settings: WebhookSettings,
+        transports: Transports,
+        clock: Callable[[], datetime],
     ) -> None:
         self.rows = rows
         self.settings = settings
+        self.transports = transports
         self.now = clock
         self._queues: dict[int, asyncio.Queue[_Parcel]] = {}
         self._workers: dict[int, asyncio.Task[None]] = {}
@@ -300,7 +297,7 @@ class Deliveries:
 
     async def _work(self, webhook: Webhook, queue: asyncio.Queue[_Parcel]) -> None:
         """One endpoint's deliveries, at most PER_ENDPOINT at a time, each with a timeout."""
-        sender = Sender(self.settings, site=webhook.site, clients=PER_ENDPOINT)
+        sender = Sender(self.settings, self.transports, site=webhook.site, clients=PER_ENDPOINT)
         slots = asyncio.Semaphore(PER_ENDPOINT)
         running: set[asyncio.Task[None]] = set()
 

@@ -35,6 +35,7 @@ from .delivery import (
     sign,
     verify,
 )
+from .transport import Transports
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Webhooks:
         settings: WebhookSettings,
         run: Callable[..., Awaitable[Any]],
         clock: Callable[[], datetime],
+        transports: Transports,
     ) -> None:
         self.rows = rows
         self.settings = settings
@@ -109,7 +111,7 @@ class Webhooks:
         self.now = clock
         self._endpoints: list[Webhook] | None = None
         self._changes = 0  # bumped by every add and remove; a read begun before one is stale
-        self.courier = Courier(rows.db.url, settings)
+        self.courier = Courier(rows.db.url, settings, transports)  # in its own process
 
     # --- endpoints ----------------------------------------------------------------------
 

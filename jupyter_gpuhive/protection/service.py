@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import NotFound
 from ..hosts.pool import HostPool
 from ..integrations.mail import MailSettings
+from ..integrations.transport import Transports
 from ..model import Identity, Reservation
 from ..model.accounts import gpuhive_user, unix_account
 from ..model.violations import IDLE, OFFENCES, ViolationRecord
@@ -66,6 +67,7 @@ class Protection:
         handler_types: Mapping[str, type[ViolationHandler] | EntryPoint] | None = None,
         public: bool = False,
         mail: MailSettings | None = None,
+        http: Transports | None = None,
         opened: Callable[[list[dict[str, Any]]], Any] = lambda _violations: None,
         zone: tzinfo = UTC,
     ) -> None:
@@ -76,7 +78,7 @@ class Protection:
         self._job_owners = job_owners
         self._lent = lent  # processes of preemptible jobs on a reservation's lent GPUs
         self._opened = opened  # told the violations each sweep opened (integrations' events)
-        built = configure(settings, HandlerContext(pool, publish, mail), handler_types)
+        built = configure(settings, HandlerContext(pool, publish, mail, http), handler_types)
         self.policy, self.ladder, self.handlers = built.policy, built.ladder, built.handlers
         self.actions = Actions(self.handlers, store, run)
         unix = self.unix_user

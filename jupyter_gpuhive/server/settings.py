@@ -74,6 +74,7 @@ class GpuHiveSettings(GpuHiveConfig):
         from ..model.limits import parse_table
         from ..privacy import Privacy
         from ..protection.service import ProtectionSettings
+        from .http_transport import TornadoTransport
 
         def span(value: str, name: str) -> timedelta:
             return parse_duration(value, name)
@@ -181,6 +182,7 @@ class GpuHiveSettings(GpuHiveConfig):
             privacy=privacy,
             db_url=self.resolved_db_url(),
             policy=policy,
+            http=TornadoTransport,
             hosts=hosts,
             admin_users=frozenset(self.admin_users),
             admin_groups=frozenset(self.admin_groups),

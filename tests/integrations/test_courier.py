@@ -17,6 +17,7 @@ import pytest
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings
 from jupyter_gpuhive.model.core import Identity
 from jupyter_gpuhive.model.requests import WebhookRequest
+from jupyter_gpuhive.server.http_transport import TornadoTransport
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
 from jupyter_gpuhive.store.webhooks import Webhook
@@ -65,7 +66,7 @@ def service(tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Itera
         return await asyncio.to_thread(fn, *args)
 
     settings = WebhookSettings(timeout=1.0, backoff=0.2, max_attempts=2, allow_private=True)
-    webhooks = Webhooks(rows, settings, run, now)
+    webhooks = Webhooks(rows, settings, run, now, TornadoTransport)
     try:
         yield Service(rows, webhooks)
     finally:

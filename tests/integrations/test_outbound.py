@@ -15,6 +15,7 @@ from jupyter_gpuhive.integrations.delivery import Sender, WebhookSettings
 from jupyter_gpuhive.integrations.mail import MailSettings
 from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
 from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler
+from jupyter_gpuhive.server.http_transport import TornadoTransport
 from tests.integrations.receiver import Receiver, receiving
 from tests.protection.conftest import Mailbox
 
@@ -95,7 +96,7 @@ def test_without_site_mail_the_handler_keeps_its_own_options() -> None:
 async def test_the_ladders_webhook_is_retried_through_the_courier_seam() -> None:
     with receiving(Receiver(script=[500], secret="ladder-secret")) as hook:
         options = {"url": hook.url, "secret": hook.secret, "backoff": 0.05}
-        handler = WebhookHandler("webhook", options, HandlerContext())
+        handler = WebhookHandler("webhook", options, HandlerContext(http=TornadoTransport))
         outcome = await handler.handle(SAMPLE, {})
         assert outcome == f"POST {hook.url}: 200 (attempt 2; 1: HTTP 500)"
         first, second = hook.requests
@@ -108,7 +109,7 @@ async def test_the_ladders_webhook_is_retried_through_the_courier_seam() -> None
 async def test_the_ladders_webhook_gives_up_after_its_attempts() -> None:
     with receiving(Receiver(script=[500, 503], secret="s")) as hook:
         options = {"url": hook.url, "secret": "s", "attempts": 2, "backoff": 0.05}
-        handler = WebhookHandler("webhook", options, HandlerContext())
+        handler = WebhookHandler("webhook", options, HandlerContext(http=TornadoTransport))
         with pytest.raises(Exception, match=r"HTTP 503 \(after 2 attempts; 1: HTTP 500\)"):
             await handler.handle(SAMPLE, {})
         assert [r.answered for r in hook.requests] == [500, 503]
@@ -118,7 +119,7 @@ async def test_only_a_site_destination_may_point_inside() -> None:
     """The admin's handler (site=True) reaches loopback; a user's destination would not."""
     with receiving(Receiver(secret="s")) as hook:
         how = {"event": "violation", "event_id": "e-1", "secret": "s"}
-        user = Sender(WebhookSettings(timeout=3.0), site=False)
+        user = Sender(WebhookSettings(timeout=3.0), TornadoTransport, site=False)
         try:
             refused = await user.post(hook.url, b"{}", **how)
         finally:
@@ -126,7 +127,7 @@ async def test_only_a_site_destination_may_point_inside() -> None:
         assert refused.status is None and refused.error is not None
         assert refused.error.startswith("not sent: 127.0.0.1 is a loopback")
         assert hook.requests == []
-        site = Sender(WebhookSettings(timeout=3.0), site=True)
+        site = Sender(WebhookSettings(timeout=3.0), TornadoTransport, site=True)
         try:
             assert (await site.post(hook.url, b"{}", **how)).status == 200
         finally:

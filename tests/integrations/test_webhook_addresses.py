@@ -11,6 +11,7 @@ import pytest
 
 from jupyter_gpuhive.integrations.addresses import NotSent, PinnedResolver
 from jupyter_gpuhive.integrations.webhooks import Webhooks, WebhookSettings, public_only
+from jupyter_gpuhive.server.http_transport import TornadoTransport
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.integrations import Integrations as Rows
 from tests.integrations.receiver import Receiver, receiving
@@ -69,7 +70,7 @@ async def test_a_stored_endpoint_that_now_points_inside_is_not_sent_to(tmp_path:
         hook = rows.add_webhook(
             "alice", False, inside.url, "whsec_x", "json", ["reservation.created"], now()
         )
-        service = Webhooks(rows, WebhookSettings(max_attempts=1), run, now)
+        service = Webhooks(rows, WebhookSettings(max_attempts=1), run, now, TornadoTransport)
         try:
             assert await service.emit("reservation.created", {}, ["alice"], "booked") == 1
 

@@ -13,6 +13,7 @@ import pytest
 from jupyter_gpuhive.integrations.webhooks import sign, verify
 from jupyter_gpuhive.protection.handlers.base import SAMPLE, HandlerContext
 from jupyter_gpuhive.protection.handlers.webhook import WebhookHandler
+from jupyter_gpuhive.server.http_transport import TornadoTransport
 from tests.conftest import book, soon
 from tests.integrations.receiver import Receiver, receiving
 from tests.support.waiting import until
@@ -174,14 +175,18 @@ async def test_the_violation_ladders_webhook_handler_signs_the_same_way() -> Non
     with receiving(Receiver()) as hook:
         hook.secret = "ladder-secret"
         handler = WebhookHandler(
-            "webhook", {"url": hook.url, "secret": hook.secret}, HandlerContext()
+            "webhook",
+            {"url": hook.url, "secret": hook.secret},
+            HandlerContext(http=TornadoTransport),
         )
         outcome = await handler.handle(SAMPLE, {})
         assert outcome == f"POST {hook.url}: 200"
         (got,) = hook.requests
         assert got.signed and got.fresh and got.event == "violation" and got.key
         assert got.body["violation"]["gpu"] == SAMPLE.gpu
-        unsigned = WebhookHandler("webhook", {"url": hook.url}, HandlerContext())
+        unsigned = WebhookHandler(
+            "webhook", {"url": hook.url}, HandlerContext(http=TornadoTransport)
+        )
         failed = None
         try:
             await unsigned.handle(SAMPLE, {})

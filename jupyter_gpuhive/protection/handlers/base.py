@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from ...hosts.pool import HostPool
 from ...integrations.mail import MailSettings
+from ...integrations.transport import Transports
 from ...model.violations import (
     FOREIGN,
     GHOST,
@@ -258,11 +259,13 @@ class Options:
 
 @dataclass
 class HandlerContext:
-    """What handlers may use: the host pool, the event publisher, the site's mail settings."""
+    """What handlers may use: the host pool, the event publisher, the site's mail settings,
+    the HTTP transport."""
 
     pool: HostPool | None = None
     publish: Callable[[dict[str, Any]], Any] | None = None
     mail: MailSettings | None = None  # c.GpuHiveApp.notify_email (integrations/mail.py)
+    http: Transports | None = None  # the Hive's (integrations/transport.py)
 
 
 class ViolationHandler:

@@ -1,7 +1,8 @@
 """Webhook handler: a JSON POST (Slack-compatible payload), signed like gpuhive's webhooks
 (docs/integrations.md) when it has a `secret`.
 
-It posts through the courier's seam (integrations/delivery.py `Sender`): the same headers and
+It posts through the courier's seam (integrations/delivery.py `Sender`, over the transport in
+its context: the Hive's): the same headers and
 signature, the pinned resolver, and retries with the courier's backoff (`attempts`,
 `backoff`) within the handler's deadline. Its URL is set by the admin in the server's
 configuration, so it is a site destination (`site=True`): it may point anywhere, like a site
@@ -37,6 +38,12 @@ class WebhookHandler(ViolationHandler):
     default_timeout = 10.0
 
     def configure(self, opts: Options) -> None:
+        if self.context.http is None:
+            raise HandlerConfigError(
+                f"violation handler '{self.name}': no HTTP transport to post with (the Hive "
+                "hands one to the protection service)."
+            )
+        self.http = self.context.http
         url = opts.text("url", required=True) or ""
         if not url.startswith(("http://", "https://")):
             raise HandlerConfigError(
@@ -64,7 +71,7 @@ class WebhookHandler(ViolationHandler):
         if self.payload == "full":
             body["violation"] = incident.to_json()
         data = json.dumps(body).encode()
-        sender = Sender(self.settings, site=SITE)
+        sender = Sender(self.settings, self.http, site=SITE)
         try:
             attempts = await sender.deliver(
                 self.url, data, event="violation", event_id=str(uuid.uuid4()),
