@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
-import subprocess
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +13,7 @@ from ..model import GpuDecl, HostDecl
 from .backends import DEFAULT, backend_class
 from .engines import parse_engine
 from .environment import SAFE_PATH
+from .vendors import default_vendor, vendor_named, vendor_of
 
 
 def stable_uuid(host: str, index: int) -> str:
@@ -49,6 +47,7 @@ def parse_host(spec: Any) -> HostDecl:
         )
     for index in range(len(gpus), int(spec.get("gpu_count", 0))):
         gpus.append(GpuDecl(index, stable_uuid(name, index), spec.get("gpu_model")))
+    vendor_of(spec)  # an unknown vendor shows when config is read
     if spec.get("containers") is not None:
         parse_engine(name, spec["containers"])  # a site's mistake shows when config is read
     known = {k for k in spec if k not in {"name", "address", "port", "user", "transport"}}
@@ -74,9 +73,6 @@ def parse_hosts(specs: Iterable[Any]) -> list[HostDecl]:
     return hosts
 
 
-_LISTED = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Za-z-]+)\)\s*$")
-
-
 def local_host_name() -> str:
     """This machine's short host name, as a gpuhive host name ('localhost' if it has none)."""
     name = socket.gethostname().split(".")[0]
@@ -85,33 +81,21 @@ def local_host_name() -> str:
 
 
 def local_gpu_host(
-    search_path: str | None = None, timeout: float = 15.0
+    search_path: str | None = None, timeout: float = 15.0, vendor: str | None = None
 ) -> tuple[dict[str, Any] | None, str]:
-    """This machine as a host entry when `nvidia-smi` runs here, and why (or why not).
+    """This machine as a host entry when its GPU tool runs here, and why (or why not).
 
-    The entry uses the local transport, is named by the host name, lists the GPUs that
-    `nvidia-smi -L` names, and carries the PATH where nvidia-smi was found (local commands
-    run with a minimal environment of their own, not the server's).
+    The entry uses the local transport, is named by the host name, lists the GPUs the
+    vendor's tool names, and carries the PATH where the tool was found (local commands run
+    with a minimal environment of their own, not the server's).
     """
-    found = shutil.which("nvidia-smi", path=search_path)
-    if not found:
-        return None, "no nvidia-smi on PATH"
-    try:
-        done = subprocess.run(
-            [found, "-L"], capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return None, f"{found} -L failed: {error}"
-    gpus = []
-    for line in done.stdout.splitlines():
-        match = _LISTED.match(line)
-        if match:
-            gpus.append({"index": int(match[1]), "model": match[2], "uuid": match[3]})
-    if done.returncode != 0 or not gpus:
-        said = (done.stdout + done.stderr).strip().splitlines()
-        return None, f"{found} -L found no GPU ({said[0] if said else f'exit {done.returncode}'})"
-    folder = os.path.dirname(found)
+    chosen = vendor_named(vendor) if vendor else default_vendor()
+    folder, gpus, said = chosen.local_gpus(search_path, timeout)
+    if folder is None:
+        return None, said
     path = SAFE_PATH if folder in SAFE_PATH.split(":") else f"{folder}:{SAFE_PATH}"
     spec = {"name": local_host_name(), "address": "localhost", "transport": "local",
             "gpus": gpus, "env": {"PATH": path}}  # fmt: skip
-    return spec, f"{found} lists {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
+    if vendor:
+        spec["vendor"] = vendor
+    return spec, said
