@@ -16,7 +16,7 @@ LABEXT_STAMP := $(LABEXT)/node_modules/.installed
 LABEXT_BUILT := jupyter_gpuhive/labextension/package.json
 JLPM         := PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/jlpm"
 
-.PHONY: demo test lint format sysdeps venv bench bench-smoke clean labextension test-js test-ui binder-check
+.PHONY: demo test test-corpus lint format sysdeps venv bench bench-smoke clean labextension test-js test-ui binder-check
 
 # configurable-http-proxy (npm) for the JupyterHub team-mode tests (tests/hub), in a local prefix.
 CHP_PREFIX := $(VENV)/node
@@ -197,6 +197,11 @@ bench: sysdeps $(STAMP) $(CHP_STAMP)
 # in it (tests/support/bench_smoke.py). About 2-3 minutes on the 2-core development machine.
 bench-smoke: sysdeps $(STAMP) $(CHP_STAMP)
 	$(BIN)/python -m tests.support.bench_smoke
+
+# Every vendor's parsers over every real output of ../shared/smi-corpus (tests/corpus/check.py);
+# a clone without ../shared is told so and passes.
+test-corpus: $(STAMP)
+	$(BIN)/python -m tests.corpus.check ../shared/smi-corpus
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache docs/_build
