@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuhive.hosts.vendors import Sections, Vendor
-from jupyter_gpuhive.model.gpus import GpuMetrics, VendorReading, Pinning, ProcessReading
+from jupyter_gpuhive.model.gpus import GpuMetrics, Pinning, ProcessReading, VendorReading
 
 NAME = "fakesmi"
 _BACKEND = "nvidia-" + "smi"  # the stand-in it drives (built: this file is a vendor module)
