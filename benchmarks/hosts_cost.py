@@ -50,7 +50,7 @@ from jupyter_gpuhive.model import GpuDecl, HostDecl, utcnow
 from jupyter_gpuhive.monitor.holders import HORIZON
 from jupyter_gpuhive.monitor.published import decode, encode
 from jupyter_gpuhive.monitor.sampler import Sweep
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.store import Store
 
 HOSTS, GPUS = 20, 8
@@ -104,7 +104,8 @@ async def measure(store: Store, calls: int) -> dict[str, float]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(fn, *args))
 
-    monitor = Monitor(store, HostPool(decls()), run, interval=5.0)
+    pool = HostPool(decls())
+    monitor = Monitor(store, pool, run, interval=5.0, **unwired(pool))
 
     async def read() -> Any:
         monitor.holders._key = None  # as after a sweep, a booking or a poll interval

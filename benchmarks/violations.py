@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.model import HostDecl, utcnow
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost, start_gpu_process
 from jupyter_gpuhive.store import Store
@@ -73,7 +73,7 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
     store = Store(f"sqlite:///{workdir / 'hive.sqlite'}").open()
     store.inventory.sync(decls)
     pool = HostPool(decls)
-    monitor = Monitor(store, pool, run, interval=interval)
+    monitor = Monitor(store, pool, run, interval=interval, **unwired(pool))
     fired: dict[int, float] = {}
 
     def publish(event: dict[str, Any]) -> None:

@@ -52,8 +52,6 @@ class Hive:
             preemption=s.preemption, preempted=self.integrations.job_preempted,
             stop_lending=lambda rid, by, why: self.bookings.stop_lending(rid, by, why),  # below
         )  # fmt: skip
-        self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
-                               public_key=self.jobs.public_key, enabled=s.monitor)  # fmt: skip
         self.protection = Protection(
             s.protection, self.store, self.pool, self.run, publish=publish, lent=self.jobs.lent,
             job_owners=self.jobs.owners, public=s.privacy.public_violations, zone=s.policy.zone,
@@ -69,7 +67,6 @@ class Hive:
             remember=self.identities.remember, changed=self.integrations.reservation_event,
             unix_user=self.protection.unix_user, violations=self.protection.of_reservation,
         )  # fmt: skip
-        self.monitor.reflag = self.bookings.repartitioned
         self.meter = Meter(
             self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
             max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
@@ -81,11 +78,13 @@ class Hive:
         )  # fmt: skip
         self.kernel_life = lifecycle.end_policy(s.kernel_end, self.kernels, self.store, self.run,
                                       self.bookings, identity_of, s.protection.level)  # fmt: skip
-        self.monitor.containers = containers.for_site(
-            self.monitor, s.protection, images.own_kernel_containers(self.kernels))  # fmt: skip
-        self.monitor.on_sweep(self.jobs.on_sweep)  # in this order, after inventory and usage
-        self.monitor.on_sweep(self.protection.on_sweep)  # violations and idle reservations
-        self.monitor.on_sweep(self.meter.on_sweep)  # GPU time and energy charged to payers
+        owners = containers.for_site(self.store, self.pool, self.run, s.protection,
+                                     images.own_kernel_containers(self.kernels))  # fmt: skip
+        self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
+                               public_key=self.jobs.public_key, enabled=s.monitor,
+                               reflag=self.bookings.repartitioned, containers=owners)  # fmt: skip
+        for listener in (self.jobs.on_sweep, self.protection.on_sweep, self.meter.on_sweep):
+            self.monitor.on_sweep(listener)  # in this order, after inventory and usage
         scraped = scrape.sources(self.monitor, self.store, s.protection.idle_util)
         self.monitor.exposition.use(scraped)  # the same on every replica
         notices = HealthNotices.of(self.protection, self.store, self.run, self.bookings)
@@ -143,7 +142,8 @@ class Hive:
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking (database) work in the thread pool (a request's: see model/errand.py)."""
-        return await in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        work = functools.partial(fn, *args, **kwargs)
+        return await in_executor(self.executor, work, self.store.db.commits)
 
     def now(self) -> datetime:
         """The current instant (UTC)."""

@@ -205,3 +205,190 @@ def test_the_reexport_check_sees_one(tmp_path: Path) -> None:
         f"  {base}:1: Task (from {PACKAGE}.hive)",
         f"  {base}:2: Task (from {PACKAGE}.jobs.service)",
     ]
+
+
+# --- request state: handed along the request path, never read from the context ------------
+
+
+def context_variables(known: dict[str, tuple[Path, bool]]) -> set[tuple[str, str]]:
+    """(module, name) of each module-level ContextVar of the package, and of each module-level
+    function of that module that reads one (`current`: ERRAND.get())."""
+    found: set[tuple[str, str]] = set()
+    for name, (path, _) in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        variables = set()
+        for node in tree.body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            if isinstance(value, ast.Call) and _chain(value.func)[-1:] == ["ContextVar"]:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                variables |= {t.id for t in targets if isinstance(t, ast.Name)}
+        readers = {
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and any(isinstance(n, ast.Name) and n.id in variables for n in ast.walk(node))
+        }
+        found |= {(name, v) for v in variables | readers}
+    return found
+
+
+def context_reads(known: dict[str, tuple[Path, bool]]) -> list[str]:
+    """'file:line: what' for each way a module of store/ could read a ContextVar: importing
+    contextvars, or a ContextVar (or a function reading one) of another module."""
+    variables = context_variables(known)
+    found = []
+    for name, (path, is_package) in known.items():
+        if top(name) != "store":
+            continue
+        where = path.relative_to(ROOT.parent) if path.is_relative_to(ROOT) else path
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found += [
+                    f"  {where}:{node.lineno}: import {a.name}"
+                    for a in node.names
+                    if a.name == "contextvars"
+                ]
+        for node, base in _imports_from(path, here):
+            for alias in node.names:
+                if base == "contextvars" or (base, alias.name) in variables:
+                    found.append(f"  {where}:{node.lineno}: {alias.name} (from {base})")
+    return sorted(found)
+
+
+def test_the_store_reads_no_request_state_from_the_context() -> None:
+    """A write runs a request's errand (its key, the Hub's confirmation, its client's
+    patience) only where the request path hands it one: store/ reads no ContextVar."""
+    known = modules()
+    assert (f"{PACKAGE}.model.errand", "ERRAND") in context_variables(known)
+    found = context_reads(known)
+    assert not found, "store/ reads request state from the context:\n" + "\n".join(found)
+
+
+def test_the_context_check_sees_a_variable_a_reader_and_the_module(tmp_path: Path) -> None:
+    files = {
+        f"{PACKAGE}.model.errand": (
+            "from contextvars import ContextVar\n"
+            "ERRAND: ContextVar[int | None] = ContextVar('e', default=None)\n"
+            "class Errand:\n    pass\n"
+            "def current():\n    return ERRAND.get()\n"
+            "def plain():\n    return 1\n"
+        ),
+        f"{PACKAGE}.store.database": (
+            "from ..model.errand import Errand, plain\nfrom ..model.errand import current as mine\n"
+        ),
+        f"{PACKAGE}.store.jobs": "import contextvars\nfrom ..model import errand\n",
+        f"{PACKAGE}.store.rules": "from ..model.errand import ERRAND\n",
+        f"{PACKAGE}.jobs.service": "from ..model.errand import ERRAND\n",
+    }
+    known = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name.replace('.', '_')}.py"
+        path.write_text(text)
+        known[name] = (path, False)
+    errand = f"{PACKAGE}.model.errand"
+    assert context_variables(known) == {(errand, "ERRAND"), (errand, "current")}
+    assert context_reads(known) == [
+        f"  {tmp_path}/{PACKAGE}_store_database.py:2: current (from {errand})",
+        f"  {tmp_path}/{PACKAGE}_store_jobs.py:1: import contextvars",
+        f"  {tmp_path}/{PACKAGE}_store_rules.py:1: ERRAND (from {errand})",
+    ]
+
+
+def _declared(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Call | None:
+    """The @operation(...) a handler method declares, if any."""
+    for decorator in function.decorator_list:
+        if isinstance(decorator, ast.Call) and _chain(decorator.func)[-1:] == ["operation"]:
+            return decorator
+    return None
+
+
+def _keyed(declared: ast.Call) -> bool:
+    """Whether an @operation takes an Idempotency-Key (operations.Operation.keyed)."""
+    words = {k.arg: k.value for k in declared.keywords}
+    status = words.get("status", declared.args[1] if len(declared.args) > 1 else None)
+    idempotent = words.get("idempotent")
+    if isinstance(idempotent, ast.Constant) and idempotent.value is not None:
+        return bool(idempotent.value)
+    return isinstance(status, ast.Constant) and status.value == 201
+
+
+def errands_not_handed(known: dict[str, tuple[Path, bool]]) -> list[str]:
+    """'file:line: Class.method' for each handler method of server/ that takes an
+    Idempotency-Key, or writes on the Hub's last answer (`confirms_identity_late`), and does
+    not hand its request's errand (`self.errand`) on: its key would never be taken (a retry
+    makes a twin), or its write would commit before the Hub confirmed."""
+    found = []
+    for name, (path, _) in known.items():
+        if top(name) != "server":
+            continue
+        where = path.relative_to(ROOT.parent) if path.is_relative_to(ROOT) else path
+        for cls in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            late = any(
+                isinstance(n, ast.Assign)
+                and any(
+                    isinstance(t, ast.Name) and t.id == "confirms_identity_late" for t in n.targets
+                )
+                and isinstance(n.value, ast.Constant)
+                and n.value.value is True
+                for n in cls.body
+            )
+            for function in cls.body:
+                if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                declared = _declared(function)
+                if declared is None:
+                    continue
+                writes = late and function.name not in ("get", "head")
+                if not (_keyed(declared) or writes):
+                    continue
+                handed = any(
+                    isinstance(n, ast.Attribute) and _chain(n) == ["self", "errand"]
+                    for n in ast.walk(function)
+                )
+                if not handed:
+                    found.append(f"  {where}:{function.lineno}: {cls.name}.{function.name}")
+    return found
+
+
+def test_keyed_and_late_confirmed_operations_hand_on_their_errand() -> None:
+    found = errands_not_handed(modules())
+    assert not found, (
+        "these operations do not hand their request's errand to their write (pass "
+        "self.errand to the service, the service to the store):\n" + "\n".join(found)
+    )
+
+
+def test_the_errand_check_sees_a_keyed_and_a_late_write(tmp_path: Path) -> None:
+    handlers = tmp_path / "h.py"
+    handlers.write_text(
+        "class Made:\n"
+        "    @operation('make', 201)\n"
+        "    async def post(self):\n"
+        "        await self.hive.things.make(self.who)\n"
+        "    @operation('make, secret', 201, idempotent=False)\n"
+        "    async def put(self):\n"
+        "        await self.hive.things.make(self.who)\n"
+        "class Late:\n"
+        "    confirms_identity_late = True\n"
+        "    @operation('read')\n"
+        "    async def get(self):\n"
+        "        return 1\n"
+        "    @operation('edit')\n"
+        "    async def patch(self):\n"
+        "        await self.hive.things.edit(self.who)\n"
+        "    @operation('drop', status=200)\n"
+        "    async def delete(self):\n"
+        "        await self.hive.things.drop(self.who, self.errand)\n"
+        "class Keyed:\n"
+        "    @operation('keep', idempotent=True)\n"
+        "    async def post(self):\n"
+        "        await self.hive.things.keep(self.who, errand=self.errand)\n"
+    )
+    known = {f"{PACKAGE}.server.api.h": (handlers, False)}
+    assert errands_not_handed(known) == [
+        f"  {handlers}:3: Made.post",
+        f"  {handlers}:14: Late.patch",
+    ]

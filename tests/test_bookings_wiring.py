@@ -36,7 +36,7 @@ async def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-async def _nobody(who: Identity) -> None:
+async def _nobody(who: Identity, errand: object = None) -> None:
     """Bookings' `remember`: nothing kept."""
 
 

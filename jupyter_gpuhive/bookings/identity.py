@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from ..model import Identity
+from ..model.errand import Errand
 from ..store import Store
 from .keys import RequestKeys
 
@@ -47,10 +48,17 @@ class Identities:
         """The Identity of a stored user name (groups as last seen)."""
         return self.identify(name, self.store.users.groups_of(name))
 
-    async def remember(self, who: Identity) -> None:
-        """Store the user and their groups, unless stored as they are."""
+    async def remember(self, who: Identity, errand: Errand | None = None) -> None:
+        """Store the user and their groups, unless stored as they are; for an API request
+        (`errand`) only once the Hub confirmed who it is (it takes no Idempotency-Key: that
+        is its booking's own transaction's)."""
         if not self.store.users.known(who):
-            await self.run(self.store.users.touch, who)
+            await self.run(self._touch, who, errand)
+
+    def _touch(self, who: Identity, errand: Errand | None) -> None:
+        if errand is not None:
+            errand.confirmed()
+        self.store.users.touch(who)
 
     async def me(self, who: Identity) -> dict[str, Any]:
         """The requester as gpuhive sees them (and now remembers them)."""

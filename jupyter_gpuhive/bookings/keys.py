@@ -1,8 +1,9 @@
 """Idempotency-Keys of creating requests: their rows read and their answers stored.
 
-The key itself is taken by the request's first write (the store does it, with the key the
-request's errand carries); this facade keeps the rest of the bookkeeping, which runs outside
-the request's errand: it is never dropped, and never waits for the Hub's confirmation.
+The key itself is taken by the request's first write handed its errand (the store does it,
+with the key the errand carries); this facade keeps the rest of the bookkeeping, which is
+handed no errand (it takes no key and never waits for the Hub's confirmation) and runs
+outside the request's scheduling: it is never dropped.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class RequestKeys:
         await self._outside(self.store.idempotency.refusal, terms, utcnow(), status, body, location)
 
     async def _outside(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run key bookkeeping outside the request's errand (it is never dropped)."""
+        """Run key bookkeeping outside the request's scheduling (it is never dropped)."""
         token = ERRAND.set(None)
         try:
             done: T = await self.run(fn, *args)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, tzinfo
 from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration, describe_instant
 from ..model import utcnow as _utcnow
+from ..model.errand import Errand
 from ..model.requests import Booking, BookingChange
 from ..model.rules import Rule
 from ..store import Changes, Store
@@ -167,8 +168,9 @@ class ReservationService:
 
     # --- commands ------------------------------------------------------------------
 
-    def create(self, who: Identity, booking: Booking) -> Reservation:
-        """Book GPUs; raises Invalid/Forbidden/Conflict with a reason."""
+    def create(self, who: Identity, booking: Booking, errand: Errand | None = None) -> Reservation:
+        """Book GPUs; raises Invalid/Forbidden/Conflict with a reason (`errand`: the API
+        request it is part of, handed to the booking's transaction)."""
         now = self.now()
         title, description = booking.title, booking.description
         gpus = self.resolve_gpus(booking.gpus)
@@ -192,10 +194,17 @@ class ReservationService:
 
         lending = (booking.lend, booking.reclaim_before_start)
         return self.store.reservations.create(
-            owner.name, title, description, start, end, [g.id for g in gpus], guard, lending
-        )
+            owner.name, title, description, start, end, [g.id for g in gpus], guard, lending,
+            errand,
+        )  # fmt: skip
 
-    def update(self, who: Identity, reservation_id: int, change: BookingChange) -> Reservation:
+    def update(
+        self,
+        who: Identity,
+        reservation_id: int,
+        change: BookingChange,
+        errand: Errand | None = None,
+    ) -> Reservation:
         """Edit title, description, times or GPUs (one unit); started ones only their end."""
         new_gpus = self.resolve_gpus(change.gpus) if change.gpus is not None else None
         if new_gpus is not None:
@@ -245,9 +254,11 @@ class ReservationService:
             )
 
         guard = self.limits.guard(who)
-        return self.store.reservations.modify(reservation_id, decide, guard)
+        return self.store.reservations.modify(reservation_id, decide, guard, errand)
 
-    def cancel(self, who: Identity, reservation_id: int) -> Reservation:
+    def cancel(
+        self, who: Identity, reservation_id: int, errand: Errand | None = None
+    ) -> Reservation:
         """Cancel an upcoming reservation, or end a running one now."""
 
         def decide(old: Reservation) -> Changes:
@@ -261,7 +272,7 @@ class ReservationService:
                 return Changes(end=max(now, old.start + timedelta(microseconds=1)))
             return Changes(cancelled_at=now)
 
-        return self.store.reservations.modify(reservation_id, decide)
+        return self.store.reservations.modify(reservation_id, decide, errand=errand)
 
     def end_now(self, reservation_id: int) -> Reservation | None:
         """End a running reservation now (no owner's permission: protection's call); None

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, units_conflict
+from ..model.errand import Errand
 from ..model.finder import Slot, Want
 from ..model.requests import Booking, BookingChange
 from ..privacy import Privacy, sees_all_of
@@ -51,7 +52,7 @@ class Bookings:
         privacy: Privacy,
         *,
         limits: LimitService,
-        remember: Callable[[Identity], Awaitable[None]],
+        remember: Callable[[Identity, Errand | None], Awaitable[None]],
         changed: Changed = lambda _kind, _res, _by, _why: None,
         unix_user: Callable[[str], str] = lambda name: name,
         violations: Violations | None = None,
@@ -149,18 +150,29 @@ class Bookings:
         found: Reservation = await self.run(self.store.reservations.get, reservation_id)
         return found
 
-    async def create(self, who: Identity, booking: Booking) -> Reservation:
-        """Book GPUs for `who` (or, for admins, for the owner the booking names)."""
-        await self._remember(who)
-        made: Reservation = await self.run(self.reservations.create, who, booking)
+    async def create(
+        self, who: Identity, booking: Booking, errand: Errand | None = None
+    ) -> Reservation:
+        """Book GPUs for `who` (or, for admins, for the owner the booking names); `errand`:
+        the API request it is part of (its key is taken in the booking's transaction)."""
+        await self._remember(who, errand)
+        made: Reservation = await self.run(self.reservations.create, who, booking, errand)
         self._changed("created", made, who.name, None)
         return made
 
     async def update(
-        self, who: Identity, reservation_id: int, change: BookingChange, reason: str | None = None
+        self,
+        who: Identity,
+        reservation_id: int,
+        change: BookingChange,
+        reason: str | None = None,
+        errand: Errand | None = None,
     ) -> Reservation:
-        """Change a reservation's title, description, span or GPUs (`reason`: why, if not asked)."""
-        changed: Reservation = await self.run(self.reservations.update, who, reservation_id, change)
+        """Change a reservation's title, description, span or GPUs (`reason`: why, if not
+        asked; `errand`: the API request it is part of)."""
+        changed: Reservation = await self.run(
+            self.reservations.update, who, reservation_id, change, errand
+        )
         self._changed("changed", changed, who.name, reason)
         return changed
 
@@ -172,9 +184,11 @@ class Bookings:
         self._changed("changed", res, by, f"{LENDING_STOPPED}: {reason}")
         return res
 
-    async def cancel(self, who: Identity, reservation_id: int) -> Reservation:
-        """Cancel a reservation (a running one ends now)."""
-        done: Reservation = await self.run(self.reservations.cancel, who, reservation_id)
+    async def cancel(
+        self, who: Identity, reservation_id: int, errand: Errand | None = None
+    ) -> Reservation:
+        """Cancel a reservation (a running one ends now; `errand`: the API request)."""
+        done: Reservation = await self.run(self.reservations.cancel, who, reservation_id, errand)
         self._changed("cancelled", done, who.name, None)
         return done
 
@@ -242,12 +256,13 @@ class Bookings:
                 raise Invalid(f"The rule names an unknown GPU '{gpu}'.")
 
     async def add_rule(
-        self, who: Identity, rule: access.Rule
+        self, who: Identity, rule: access.Rule, errand: Errand | None = None
     ) -> tuple[access.Rule, dict[int, Any]]:
-        """Add an access rule; with the reservations whose flags changed."""
+        """Add an access rule; with the reservations whose flags changed (`errand`: the API
+        request it is part of, handed to the rule's transaction)."""
         self.require_admin(who)
         self._known_resources(rule)
-        saved = await self.run(self.store.rules.add, rule, who.name)
+        saved = await self.run(self.store.rules.add, rule, who.name, errand)
         return saved, await self.reflag(who.name, RULES_CHANGED)
 
     async def replace_rule(

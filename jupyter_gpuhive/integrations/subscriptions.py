@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import Conflict, Invalid, NotFound
 from ..model import Gpu, Identity, Reservation
+from ..model.errand import Errand
 from ..model.requests import Booking, SubscriptionRequest
 from ..store import Store
 from ..store.subscriptions import Subscription, Subscriptions
@@ -121,9 +122,9 @@ class Availability:
         """The requester's subscriptions (an admin's: everyone's)."""
         return self.rows.all(None if who.is_admin else who.name)
 
-    def add(self, values: dict[str, Any]) -> Subscription:
-        """Record a subscription `parse` made."""
-        return self.rows.add(values)
+    def add(self, values: dict[str, Any], errand: Errand | None = None) -> Subscription:
+        """Record a subscription `parse` made (`errand`: the API request it is part of)."""
+        return self.rows.add(values, errand)
 
     def remove(self, who: Identity, sub_id: int) -> None:
         """End one of the requester's subscriptions (404 if it is not theirs)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Conflict, Forbidden, Invalid, Unavailable
 from ..hosts.pool import HostPool, HostUnavailable, SshSettings
 from ..model import Identity, isoformat, utcnow
+from ..model.errand import Errand
 from ..model.jobs import ACTIVE, LIVE, RECENT_JOBS, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
@@ -206,15 +207,16 @@ class Jobs:
 
     # --- changes -----------------------------------------------------------------------
 
-    async def create(self, who: Identity, request: JobRequest) -> Job:
-        """Store a job; with `start: true` (and not queued or scheduled) run it at once."""
+    async def create(self, who: Identity, request: JobRequest, errand: Errand | None = None) -> Job:
+        """Store a job; with `start: true` (and not queued or scheduled) run it at once
+        (`errand`: the API request it is part of, handed to the job's transaction)."""
         job, specs = await self.run(self.rules.build, who, request)
         await self.logins.require(job.owner, {spec.host for spec in specs})
         start = request.start and not job.queued and job.start_at is None
         if start:  # checked before storing, so a refused start leaves nothing behind
             uuids = [g.uuid for spec in specs for g in spec.gpus]
             await self.run(self.rules.check_run_now, job.owner, uuids, job.walltime)
-        created: Job = await self.run(self.store.jobs.create, job, specs)
+        created: Job = await self.run(self.store.jobs.create, job, specs, errand)
         if start:
             return await self._start(created)
         return created

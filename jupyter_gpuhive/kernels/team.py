@@ -38,14 +38,9 @@ class ServiceLink(Protocol):
 
 
 def find_link(provisioner: Any) -> ServiceLink | None:
-    """The service link of the server running `provisioner` (None: not in client mode)."""
-    node = provisioner
-    while node is not None:
-        link = getattr(node, "gpuhive_service", None)
-        if link is not None:
-            return link  # type: ignore[no-any-return]
-        node = getattr(node, "parent", None)
-    return None
+    """The service link handed to the kernel's own manager, the provisioner's parent, by a
+    client-mode server's kernel manager (server/kernel_manager.py); None: not in client mode."""
+    return getattr(provisioner.parent, "gpuhive_service", None)
 
 
 class TeamProvisioner(KernelProvisionerBase):  # type: ignore[misc]

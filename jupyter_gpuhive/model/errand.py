@@ -1,17 +1,22 @@
 """What the database work of one API request may still do: its errand (request state, not
 storage: the store only reads what a write is handed).
 
-The web layer opens an errand per request (`ERRAND.set`); the Hive consults it in the
-executor thread right before each piece of blocking work starts (`Errand.check`), so work
-queued behind a busy pool is dropped once its client has gone or its deadline has passed.
-Once the request has committed a write, nothing more is dropped: its answer must be given
-(and stored under its idempotency key), since the change stays. A request that reaches hosts
-(`whole`: a job's launch, a brokered kernel) runs to its end once its work has started: what
-it did on a host must be recorded. Its Idempotency-Key (`key`, the terms the server read
-from the request) is taken by the store first in each of the request's write transactions
-until one commits (`Database.write`, store/idempotency.py `take`), so the booking and its
-key commit together, and a retry of a request that already wrote is told so before its own
-checks could answer otherwise.
+The web layer opens an errand per request. Its writes get it explicitly, along the request
+path (handler → service → store → `Database.write(work, errand=...)`): a keyed request's
+Idempotency-Key (`key`, the terms the server read from the request) is taken first in the
+first write handed the errand, so the booking and its key commit together, and a retry of a
+request that already wrote is told so before its own checks could answer otherwise; no
+write handed it commits before the Hub confirmed the request's identity (`gate`), and its
+first one rolls back when the client stopped waiting (`writing`).
+
+Scheduling alone goes through a ContextVar (`ERRAND`, read by `in_executor` only): the Hive
+consults the errand in the executor thread right before each piece of blocking work starts
+(`Errand.check`), so work queued behind a busy pool is dropped once its client has gone or
+its deadline has passed. Once the request has committed a write (any of its work's: the
+executor counts the database's commits, `in_executor`'s `commits`), nothing more is dropped:
+its answer must be given (and stored under its idempotency key), since the change stays. A
+request that reaches hosts (`whole`: a job's launch, a brokered kernel) runs to its end once
+its work has started: what it did on a host must be recorded.
 """
 
 from __future__ import annotations
@@ -96,9 +101,10 @@ class Errand:
     closed: bool = False  # the client closed its connection
     finished: bool = False  # the answer went out: background work it spawned may run
     wrote: bool = False  # a write of this request committed
+    took_key: bool = False  # a write handed this errand committed with its key taken
     whole: bool = False  # once its work has started, it runs to the end
     started: bool = False  # a piece of its work has started
-    key: KeyTerms | None = None  # its Idempotency-Key, taken in its first write
+    key: KeyTerms | None = None  # its Idempotency-Key, taken in the first write handed it
     # Set while the request runs on an identity remembered from the Hub's last answer and
     # the Hub is asked afresh meanwhile (server/hub.py): True once the Hub confirmed it.
     # No write of the request commits before that, and none at all unless it is True.
@@ -127,10 +133,10 @@ class Errand:
 
     def unkeyed(self) -> bool:
         """Whether its writes take no key now: it has none, or a write already took it."""
-        return self.key is None or self.wrote or self.finished
+        return self.key is None or self.took_key or self.finished
 
     def writing(self, connection: Any) -> None:
-        """Inside each write transaction of the request (before its commit).
+        """Inside each write transaction handed this errand (before its commit).
 
         The request's first write is rolled back (Dropped) when its client stopped waiting
         before the commit: applied, it could never be acknowledged; rolled back, the
@@ -160,8 +166,10 @@ class Errand:
             return False
         return time.monotonic() > self.client_deadline - margin
 
-    def committed(self) -> None:
+    def committed(self, took_key: bool = False) -> None:
+        """A write of the request committed (`took_key`: with the request's key taken)."""
         self.wrote = True
+        self.took_key = self.took_key or took_key
 
 
 _CLIENT_GONE = (
@@ -175,21 +183,29 @@ def current() -> Errand | None:
     return ERRAND.get()
 
 
-async def in_executor(executor: Executor, work: Callable[[], T]) -> T:
+async def in_executor(
+    executor: Executor, work: Callable[[], T], commits: Callable[[], int] | None = None
+) -> T:
     """Run blocking `work` in `executor`; an API request's only while its errand allows,
     checked in the executor thread right before it starts (and in the request's context,
-    so its writes see the errand)."""
+    so work it schedules in turn is checked too). `commits`: the executor thread's count of
+    committed writes (`Database.commits`); one more after `work` marks the request written."""
     loop = asyncio.get_running_loop()
     errand = current()
     if errand is None:
         return await loop.run_in_executor(executor, work)
     errand.check()  # before queueing as well: no thread for work already void
     return await loop.run_in_executor(
-        executor, contextvars.copy_context().run, _checked, errand, work
+        executor, contextvars.copy_context().run, _checked, errand, work, commits
     )
 
 
-def _checked(errand: Errand, work: Callable[[], T]) -> T:
+def _checked(errand: Errand, work: Callable[[], T], commits: Callable[[], int] | None) -> T:
     errand.check()
     errand.started = True
-    return work()
+    before = commits() if commits is not None else 0
+    try:
+        return work()
+    finally:
+        if commits is not None and commits() != before:
+            errand.committed()  # its change stays, whatever follows: the answer must be given

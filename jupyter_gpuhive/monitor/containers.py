@@ -230,13 +230,19 @@ def own_containers(store: Store, run: Callable[..., Awaitable[Any]]) -> OwnConta
     return read
 
 
-def for_site(monitor: Any, settings: Any, *more: OwnContainers) -> ContainerOwners:
+def for_site(
+    store: Store,
+    pool: HostPool,
+    run: Callable[..., Awaitable[Any]],
+    settings: Any,
+    *more: OwnContainers,
+) -> ContainerOwners:
     """The container owners as the site configured them (`settings`: ProtectionSettings):
-    gpuhive's own containers from the job table of `monitor`'s store and from `more` (the
-    kernels' registry: kernels.images.own_kernel_containers)."""
+    gpuhive's own containers from the job table of `store` and from `more` (the kernels'
+    registry: kernels.images.own_kernel_containers)."""
     rule = SiteRule(settings.container_owner_label, settings.unattributed_containers)
     user_map = dict(settings.user_map)
-    sources = (own_containers(monitor.store, monitor.run_blocking), *more)
+    sources = (own_containers(store, run), *more)
 
     async def own() -> dict[tuple[str, str], str]:
         found: dict[tuple[str, str], str] = {}
@@ -244,4 +250,4 @@ def for_site(monitor: Any, settings: Any, *more: OwnContainers) -> ContainerOwne
             found.update(await source())
         return found
 
-    return ContainerOwners(monitor.pool, rule, own, functools.partial(unix_account, user_map))
+    return ContainerOwners(pool, rule, own, functools.partial(unix_account, user_map))

@@ -35,8 +35,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-async def _nothing() -> None:
-    """No reservations to re-flag (until the Hive hands in the bookings service's reflag)."""
+async def nothing_to_reflag() -> None:
+    """For a monitor with no bookings service: no reservation is ever re-flagged."""
+
+
+def unwired(pool: HostPool) -> dict[str, Any]:
+    """A monitor's wires where there is no bookings service and no site container rule (a
+    monitor on its own: tests, benchmarks), said where it is built (`**unwired(pool)`)."""
+    return {"reflag": nothing_to_reflag, "containers": ContainerOwners(pool)}
 
 
 class Monitor:
@@ -51,6 +57,9 @@ class Monitor:
         history: int = 720,
         public_key: Callable[[], str | None] = lambda: None,
         enabled: bool = True,
+        *,
+        reflag: Callable[[], Awaitable[Any]],
+        containers: ContainerOwners,
     ) -> None:
         self.store = store
         self.enabled = enabled  # False: no sweeps here nor taken from a leader (monitor=False)
@@ -61,8 +70,8 @@ class Monitor:
         self.sampler = Sampler(pool, interval=interval, history=history)
         self.sampler.on_sweep(self._after_sweep)
         # Charges container processes to their owners before anyone sees a sweep (the Hive
-        # sets the site's rule and gpuhive's own containers).
-        self.containers = ContainerOwners(pool)
+        # hands the site's rule and gpuhive's own containers: monitor/containers.for_site).
+        self.containers = containers
         self.sampler.prepare = self._attribute
         self.topology = TopologyReader(store, pool, self.run_blocking)  # the vendor's topology
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -75,9 +84,9 @@ class Monitor:
         self.views = HostViews(store, pool, self.sampler, self.holders, self.run_blocking)
         # Sweeps published for (leader) or taken from (the others) every replica.
         self.publication = Publication(store, run, self._take_published, history, interval)
-        # Re-checks the flags of reservations (set by the Hive: bookings' reflag); runs when a
-        # re-partition removed MIG slices.
-        self.reflag: Callable[[], Awaitable[Any]] = _nothing
+        # Re-checks the flags of reservations (the bookings service's, handed by the Hive);
+        # runs when a re-partition removed MIG slices.
+        self.reflag = reflag
         self.exposition = Exposition()  # GET prometheus (the Hive registers its sources)
         self.latency: dict[str, float] = {}  # seconds of each answering host's last probe
         # Told {gpu_id: GpuCondition} of the GPUs (and slices) whose health changed (the Hive).

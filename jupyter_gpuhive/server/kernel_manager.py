@@ -9,9 +9,9 @@ service link) exists, the app hands these classes their collaborators as attribu
 - `gpuhive_guard` (server/kernel_guard.py) checks the requester of each kernel action;
 - `gpuhive_tokens` (server/kernel_tokens.py) gives each new kernel an environment without
   the server's secrets and a kernel token of its requester;
-- `gpuhive_kernels` (the Hive's registry), which it hands each kernel's own manager as it
-  makes it (the gpuhive provisioner's parent: where it finds it), and, in client mode,
-  `gpuhive_service` and `gpuhive_provisioner`.
+- `gpuhive_kernels` (the Hive's registry) and, in client mode, `gpuhive_service` and
+  `gpuhive_provisioner`, which it hands each kernel's own manager as it makes it (the
+  gpuhive provisioner's parent: where it finds them, and nowhere else).
 
 Each kernel's own manager gets, by configuration, a `restarter_class` mixed with
 `kernels.restarts.FinalEnds`: a kernel its provisioner marked ended for good is not
@@ -43,10 +43,14 @@ class GpuHiveKernelManager:
     gpuhive_provisioner: Any = None  # what the gpuhive provisioner becomes (client mode)
 
     def pre_start_kernel(self, kernel_name: str | None, kwargs: Any) -> tuple[Any, str, str]:
-        """Each kernel's own manager is handed the registry as it is made: its gpuhive
-        provisioner finds it there (kernels.provisioner.find_registry), nowhere else."""
+        """Each kernel's own manager is handed the registry, and in client mode the service
+        link and the provisioner, as it is made: its gpuhive provisioner finds them there
+        (kernels.provisioner, kernels.team.find_link), nowhere else."""
         made: tuple[Any, str, str] = super().pre_start_kernel(kernel_name, kwargs)  # type: ignore[misc]
-        made[0].gpuhive_kernels = self.gpuhive_kernels
+        own = made[0]
+        own.gpuhive_kernels = self.gpuhive_kernels
+        own.gpuhive_service = self.gpuhive_service
+        own.gpuhive_provisioner = self.gpuhive_provisioner
         return made
 
     def _check(self, kernel_id: str | None, action: str) -> None:

@@ -27,7 +27,6 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from ..files import UnsafePath, private_file
 from ..model.core import utcnow
 from ..model.errand import Claim, Errand, KeyAnswered, KeyTerms
-from ..model.errand import current as current_errand
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -223,6 +222,7 @@ class Database:
             self.reader = self.writer = _postgres_engine(url)
             self._turns = contextlib.nullcontext()  # row locks, not one lock for everything
             self._checkpoints = None
+        self._thread = threading.local()  # per thread: its committed writes (`commits`)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -257,24 +257,31 @@ class Database:
                 connection.execute(text("SET TRANSACTION READ ONLY"))
                 yield connection
 
-    def write(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
-        """Run `work` in one write transaction, retrying transient concurrency failures."""
-        errand = current_errand()  # an API request's: its first write takes its key
+    def write(
+        self, work: Callable[[Connection], T], attempts: int = 6, *, errand: Errand | None = None
+    ) -> T:
+        """Run `work` in one write transaction, retrying transient concurrency failures.
+
+        `errand`: the API request this write is part of, handed along its path. Its
+        Idempotency-Key is taken first in the transaction (until a write took it), no commit
+        comes before the Hub confirmed its identity, and its first write rolls back when its
+        client stopped waiting (model/errand.py)."""
         if errand is not None and self.dialect != "postgresql":
             # SQLite's writers take turns: none waits for the Hub's confirmation in its turn
             errand.confirmed()
         for attempt in range(1, attempts + 1):
             try:
+                keyed = errand is not None and not errand.unkeyed()
                 with self._turns, self.writer.begin() as connection:
-                    if errand is not None and not errand.unkeyed():
+                    if keyed:
+                        assert errand is not None
                         self._take_key(connection, errand)  # its Idempotency-Key, first
                     done = work(connection)
                     if errand is not None:
                         errand.writing(connection)
+                self._committed()
                 if errand is not None:
-                    errand.committed()
-                if self._checkpoints is not None:
-                    self._checkpoints.wrote()
+                    errand.committed(took_key=keyed)
                 return done
             except (OperationalError, DBAPIError) as error:
                 transient = sqlstate(error) in RETRYABLE_SQLSTATES or (
@@ -285,6 +292,16 @@ class Database:
                 log.debug("retrying write after %s (attempt %d)", sqlstate(error), attempt)
                 time.sleep(random.uniform(0.002, 0.02) * attempt)
         raise AssertionError("unreachable")
+
+    def commits(self) -> int:
+        """How many writes the calling thread has committed (an API request's work counts
+        them: one more and the request has written, model/errand.py `in_executor`)."""
+        return getattr(self._thread, "commits", 0)  # type: ignore[no-any-return]
+
+    def _committed(self) -> None:
+        self._thread.commits = self.commits() + 1
+        if self._checkpoints is not None:
+            self._checkpoints.wrote()
 
     # Set by Store: takes a request's key in a transaction (store/idempotency.py `take`).
     take_key: Callable[[Connection, KeyTerms, datetime], Claim] | None = None
@@ -300,16 +317,16 @@ class Database:
 
     def write_one(self, statement: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run one statement as a transaction of its own, outside any request's errand (the
-        bookkeeping of Idempotency-Keys): PostgreSQL runs it in autocommit, one round trip
-        where BEGIN, the statement and COMMIT took three; SQLite as `write`."""
-        if current_errand() is not None:
-            raise RuntimeError("write_one is not for a request's own changes (use write)")
+        bookkeeping of Idempotency-Keys; it takes none): PostgreSQL runs it in autocommit, one
+        round trip where BEGIN, the statement and COMMIT took three; SQLite as `write`."""
         if self.dialect != "postgresql":
             return self.write(statement, attempts)
         for attempt in range(1, attempts + 1):
             try:
                 with self.writer.connect() as plain:
-                    return statement(plain.execution_options(isolation_level="AUTOCOMMIT"))
+                    done = statement(plain.execution_options(isolation_level="AUTOCOMMIT"))
+                self._thread.commits = self.commits() + 1
+                return done
             except (OperationalError, DBAPIError) as error:
                 if sqlstate(error) not in RETRYABLE_SQLSTATES or attempt == attempts:
                     raise

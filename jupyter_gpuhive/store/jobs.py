@@ -13,6 +13,7 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select, update
 
 from ..errors import Conflict, NotFound
 from ..model import utcnow
+from ..model.errand import Errand
 from ..model.jobs import (
     ACTIVE,
     DEFAULT_LOG_DIR,
@@ -98,8 +99,9 @@ class Jobs:
 
     # --- writing ------------------------------------------------------------------
 
-    def create(self, job: Job, specs: Sequence[TaskSpec]) -> Job:
-        """Store a job and its tasks (in the given order) in one transaction."""
+    def create(self, job: Job, specs: Sequence[TaskSpec], errand: Errand | None = None) -> Job:
+        """Store a job and its tasks (in the given order) in one transaction (`errand`: the
+        API request it is part of)."""
         now = utcnow()
 
         def work(conn: Connection) -> int:
@@ -110,7 +112,7 @@ class Jobs:
                 conn.execute(insert(job_tasks), rows)
             return job_id
 
-        return self.get(self.db.write(work))
+        return self.get(self.db.write(work, errand=errand))
 
     def _task_rows(
         self, job_id: int, name: str, owner: str, specs: Sequence[TaskSpec]

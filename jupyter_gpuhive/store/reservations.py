@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict, NotFound
 from ..model import Reservation, utcnow
+from ..model.errand import Errand
 from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
@@ -174,9 +175,11 @@ class Reservations:
         gpu_ids: Sequence[int],
         guard: Guard | None = None,
         lending: tuple[bool, bool] = (True, False),
+        errand: Errand | None = None,
     ) -> Reservation:
         """Insert a reservation and its lending choice (lend, reclaim_before_start) in one
-        transaction, or raise Conflict naming the reservations in the way."""
+        transaction, or raise Conflict naming the reservations in the way (`errand`: the
+        API request it is part of; its Idempotency-Key is taken in this transaction)."""
         created = utcnow()
 
         def work(conn: Connection) -> int:
@@ -203,7 +206,13 @@ class Reservations:
             return rid
 
         rid = self._write(
-            work, gpu_ids, start, end, None, lambda rid: [Touch(rid, tuple(gpu_ids), start, end)]
+            work,
+            gpu_ids,
+            start,
+            end,
+            None,
+            lambda rid: [Touch(rid, tuple(gpu_ids), start, end)],
+            errand,
         )
         self.longest.stored(start, end)
         gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=gpu_order))
@@ -214,8 +223,10 @@ class Reservations:
         reservation_id: int,
         decide: Callable[[Reservation], Changes],
         guard: Guard | None = None,
+        errand: Errand | None = None,
     ) -> Reservation:
-        """Apply the changes `decide` returns for the current row, atomically."""
+        """Apply the changes `decide` returns for the current row, atomically (`errand`: the
+        API request it is part of)."""
         spans: list[Touch] = []  # what the committed attempt changed: before, after
 
         def work(conn: Connection) -> int:
@@ -287,7 +298,7 @@ class Reservations:
             )
             return reservation_id
 
-        self._write(work, (), None, None, reservation_id, lambda _: spans)
+        self._write(work, (), None, None, reservation_id, lambda _: spans, errand)
         self.longest.stored(spans[1].start, spans[1].end)
         return self.get(reservation_id)
 
@@ -336,9 +347,10 @@ class Reservations:
         end: datetime | None,
         exclude: int | None,
         touched: Callable[[int], list[Touch]] | None = None,
+        errand: Errand | None = None,
     ) -> int:
         try:
-            rid = self.db.write(work)
+            rid = self.db.write(work, errand=errand)
             if touched is not None:  # recorded before the version that says it changed
                 for touch in touched(rid):
                     self.touched.append((self.version + 1, touch))

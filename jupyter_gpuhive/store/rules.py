@@ -8,6 +8,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from ..errors import NotFound
 from ..model import utcnow
+from ..model.errand import Errand
 from ..model.rules import Rule, parse_rule
 from .database import Database
 from .schema import rules
@@ -36,7 +37,8 @@ class Rules:
             raise NotFound(f"There is no access rule {rule_id}.")
         return parse_rule(json.loads(spec), rule_id)
 
-    def add(self, rule: Rule, by: str) -> Rule:
+    def add(self, rule: Rule, by: str, errand: Errand | None = None) -> Rule:
+        """Store a new rule (`errand`: the API request it is part of)."""
         now = utcnow()
 
         def work(conn: Connection) -> int:
@@ -48,7 +50,7 @@ class Rules:
                 ).inserted_primary_key[0]  # type: ignore[index]
             )
 
-        rule_id = self.db.write(work)
+        rule_id = self.db.write(work, errand=errand)
         return parse_rule(rule.to_json(), rule_id)
 
     def replace(self, rule_id: int, rule: Rule) -> Rule:

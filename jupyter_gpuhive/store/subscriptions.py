@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, or_, select, update
 
+from ..model.errand import Errand
 from .database import Database, inserted_id
 from .schema import availability_subscriptions, digest_settings
 
@@ -48,11 +49,15 @@ class Subscriptions:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def add(self, values: dict[str, Any]) -> Subscription:
+    def add(self, values: dict[str, Any], errand: Errand | None = None) -> Subscription:
+        """Store a new subscription (`errand`: the API request it is part of)."""
         row = {**values, "channels": json.dumps(list(values["channels"]))}
         row |= {"active": True, "fired": 0}
         new_id = self.db.write(
-            lambda conn: inserted_id(conn.execute(insert(availability_subscriptions).values(**row)))
+            lambda conn: inserted_id(
+                conn.execute(insert(availability_subscriptions).values(**row))
+            ),
+            errand=errand,
         )
         found = self.get(new_id)
         assert found is not None

@@ -281,3 +281,33 @@ async def test_an_answer_is_stored_under_its_key_once_it_went_out(fetch: Any, hi
     assert again.status == 201 and again.body == first.body, again
     assert again.headers["Idempotent-Replayed"] == "true"
     assert (await titles(fetch)).count("stored after") == 1
+
+
+KEYED = {  # each creating request that takes an Idempotency-Key: (who, path, body)
+    "rules": ("boss", "rules", {"name": "keyed rule", "groups": ["phd"],
+                                "windows": [{"days": ["mon-fri"], "start": "08:00", "end": "16:00"}]}),
+    "subscriptions": ("alice", "subscriptions", {"gpus": 1, "host": "gpu2", "duration": "1h"}),
+    "jobs": ("alice", "jobs", {"name": "keyed job", "template": "plain", "gpus": ["gpu2:3"],
+                               "command": "true"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", sorted(KEYED))
+async def test_concurrent_keyed_creations_of_every_kind_make_one(
+    what: str, fetch: Any, gate: threading.Event, admission: Any
+) -> None:
+    """Every keyed operation hands its errand to its own write, which takes the key: three
+    copies sent at once (each past its checks before any wrote) make one thing, not three."""
+    user, path, body = KEYED[what]
+    racing = [
+        asyncio.ensure_future(fetch("POST", path, body, user=user, key=f"k-{what}"))
+        for _ in range(3)
+    ]
+    await until(lambda: admission.in_flight == 3, "three copies in flight")
+    gate.set()
+    replies = await asyncio.gather(*racing)
+    made = [r for r in replies if r.status == 201 and "Idempotent-Replayed" not in r.headers]
+    assert len(made) == 1, replies
+    assert all(r.status in (201, 409) for r in replies), replies
+    listed = (await fetch("GET", path, user="boss")).body[what]
+    assert [item["id"] for item in listed] == [made[0].body["id"]], listed  # (a new server)

@@ -15,7 +15,7 @@ import pytest
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.model import UTC, utcnow
 from jupyter_gpuhive.monitor.accounting import Meter
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.sim.core import NA
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.schema import gpu_charges_hourly
@@ -52,7 +52,7 @@ async def test_energy_is_the_integral_of_the_scripted_power_series(
     decl = local_decl(host)
     store.inventory.sync([decl])
     pool = HostPool([decl])
-    monitor = Monitor(store, pool, run, interval=0.5)
+    monitor = Monitor(store, pool, run, interval=0.5, **unwired(pool))
     monitor.sampler.timeout = 5.0
     monitor.on_sweep(Meter(store, run, UTC, max_gap=MAX_GAP).on_sweep)
     try:

@@ -20,7 +20,7 @@ from jupyter_gpuhive.hosts.vendors.nvidia_topology import TopologyError, parse_t
 from jupyter_gpuhive.model import GpuDecl, HostDecl, Identity
 from jupyter_gpuhive.model.finder import Want
 from jupyter_gpuhive.model.topology import Topology
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import preset, write_config
 from jupyter_gpuhive.sim.nvidia_smi import main as nvidia_smi
@@ -121,7 +121,7 @@ def test_monitor_reads_stores_and_shows_the_topology(
     try:
         store.inventory.sync([decl])
         pool = HostPool([decl])
-        monitor = Monitor(store, pool, _run())
+        monitor = Monitor(store, pool, _run(), **unwired(pool))
 
         async def scenario() -> list[dict]:
             await monitor.topology.after_sweep(["topo-sim"], [])

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
-from traitlets import Any as AnyTrait
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpuhive.kernels.broker import KernelBroker
@@ -66,10 +65,7 @@ def service(jp_serverapp: Any, jp_asyncio_loop: Any, sockets: str) -> Iterator[K
 
 
 class UsersServer(LoggingConfigurable):
-    """What service_link.install gives a client-mode server's kernel manager."""
-
-    gpuhive_service = AnyTrait()
-    gpuhive_provisioner = AnyTrait()
+    """A client-mode server's kernel manager, as far as a kernel's own manager sees it."""
 
 
 def alive(pid: int) -> bool:
@@ -97,9 +93,10 @@ async def test_an_admin_signals_but_never_launches_and_the_end_policy_ends_it_fo
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
     # configured as a client-mode server configures its kernels' managers: a restarter that
     # heeds a kernel's final end (server/kernel_manager.py)
-    users_server = UsersServer(config=restarter_config(Config()), gpuhive_service=link,
-                               gpuhive_provisioner=TeamProvisioner)  # fmt: skip
+    users_server = UsersServer(config=restarter_config(Config()))
     km = ServerKernelManager(parent=users_server, kernel_name=name, kernel_spec_manager=specs)
+    # handed to the kernel's own manager as the server's kernel manager does (pre_start_kernel)
+    km.gpuhive_service, km.gpuhive_provisioner = link, TeamProvisioner
     await km.start_kernel()
     fired: list[str] = []  # the restarter's callbacks (jupyter_server's: 'dead' ends it)
     km.add_restart_callback(lambda: fired.append("dead"), "dead")

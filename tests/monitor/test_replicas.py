@@ -20,7 +20,7 @@ import pytest
 
 from jupyter_gpuhive.monitor.published import decode, encode
 from jupyter_gpuhive.monitor.sampler import Sampler
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.store import Store
 from tests.hosts.helpers import local_decl
 from tests.support.waiting import until
@@ -64,7 +64,8 @@ async def test_a_follower_serves_the_leaders_live_state_and_keeps_its_series(
     monitors = []
     for store in stores:
         store.inventory.sync(decls)
-        monitor = Monitor(store, make_pool(decls), run, interval=0.5)
+        pool = make_pool(decls)
+        monitor = Monitor(store, pool, run, interval=0.5, **unwired(pool))
         monitor.sampler.timeout = 5.0  # the stand-in is slow on a busy 2-core box
         monitors.append(monitor)
     leader, follower = monitors
@@ -122,7 +123,8 @@ async def test_a_follower_serves_the_leaders_live_state_and_keeps_its_series(
         states = follower.host_states()
         await follower.halt()
         stores.append(Store(db_url).open())
-        later = Monitor(stores[-1], make_pool(decls), run, interval=0.5)
+        pool = make_pool(decls)
+        later = Monitor(stores[-1], pool, run, interval=0.5, **unwired(pool))
         monitors.append(later)
         await later.follow()
         await until(lambda: later.publication.seen == follower.publication.seen, timeout=30)

@@ -28,7 +28,7 @@ from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.model import HostDecl, Identity, Reservation, utcnow
 from jupyter_gpuhive.model.limits import LimitTable
 from jupyter_gpuhive.model.violations import ViolationRecord
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.privacy import Privacy
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import LocalSimHost
@@ -87,7 +87,7 @@ class Rig:
         return self.store.violations.query(now - timedelta(hours=1), now + timedelta(hours=1))
 
 
-async def _nobody(who: Identity) -> None:
+async def _nobody(who: Identity, errand: object = None) -> None:
     """Bookings' `remember`: the rig keeps no identities."""
 
 
@@ -110,7 +110,7 @@ def make_rig(store: Store, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterat
     ) -> Rig:
         store.inventory.sync(decls)
         pool = HostPool(decls, ssh)
-        monitor = Monitor(store, pool, run, interval=interval)
+        monitor = Monitor(store, pool, run, interval=interval, **unwired(pool))
         monitor.sampler.timeout = 5.0  # the stand-in is slow on a busy 2-core box
         events: list[dict[str, Any]] = []
         kwargs.setdefault("publish", events.append)

@@ -22,7 +22,7 @@ import pytest
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.model.violations import ViolationRecord
-from jupyter_gpuhive.monitor.service import Monitor
+from jupyter_gpuhive.monitor.service import Monitor, unwired
 from jupyter_gpuhive.protection import service
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
 from jupyter_gpuhive.sim.cluster import start_gpu_process
@@ -51,7 +51,8 @@ class Replica:
     def __init__(self, url: str, decls: list[HostDecl], run: Callable[..., Any]) -> None:
         self.store = Store(url).open()
         self.store.inventory.sync(decls)
-        self.monitor = Monitor(self.store, HostPool(decls), run, interval=0.3)
+        pool = HostPool(decls)
+        self.monitor = Monitor(self.store, pool, run, interval=0.3, **unwired(pool))
         self.monitor.sampler.timeout = 5.0  # the stand-in is slow on a busy 2-core box
         self.notices: list[str] = []
         self.protection = Protection(

@@ -3,8 +3,11 @@ and earlier-scheme claims, expiry."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -12,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import bindparam, text
 
+from jupyter_gpuhive.errors import Unconfirmed
 from jupyter_gpuhive.model import utcnow
 from jupyter_gpuhive.model.errand import ERRAND, Dropped, Errand
 from jupyter_gpuhive.store import Store
@@ -28,19 +32,89 @@ def store(db_url: str) -> Iterator[Store]:
     opened.close()
 
 
-def test_key_bookkeeping_runs_alone_never_as_part_of_a_request(store: Store) -> None:
-    """Storing a key's answer is one statement on its own (PostgreSQL: autocommit), outside
-    any request's errand: one that tried to run as a request's own change would escape its
-    errand's checks (deadline, Hub confirmation), so it is refused."""
-    token = ERRAND.set(Errand.starting(60))
+def test_a_write_runs_a_requests_errand_only_where_it_is_handed_one(store: Store) -> None:
+    """The store reads no request state from the context: a write runs an errand's checks
+    (its key, the Hub's confirmation, its client's patience) only where its path hands it
+    the errand. Key bookkeeping (one statement on its own; PostgreSQL: autocommit) is handed
+    none, so it waits for no Hub even while its request's own writes must."""
+    unconfirmed = Errand.starting(60)
+    unconfirmed.gate = concurrent.futures.Future()
+    unconfirmed.gate.set_result(False)  # the Hub did not confirm this request's identity
+    unconfirmed.key = terms("k10")
+    token = ERRAND.set(unconfirmed)  # the request's scheduling context
     try:
-        with pytest.raises(RuntimeError, match="not for a request's own changes"):
-            store.idempotency.refusal(terms("k9"), utcnow(), 409, "{}", None)
+        store.idempotency.refusal(terms("k9"), utcnow(), 409, "{}", None)
+        store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t9 (n INT)")))
+        with pytest.raises(Unconfirmed):
+            store.db.write(lambda conn: conn.execute(text("INSERT INTO t9 VALUES (1)")),
+                           errand=unconfirmed)  # fmt: skip
     finally:
         ERRAND.reset(token)
-    assert store.idempotency.get("alice", "k9") is None
-    store.idempotency.refusal(terms("k9"), utcnow(), 409, "{}", None)
     assert store.idempotency.get("alice", "k9")["status"] == 409  # type: ignore[index]
+    assert store.idempotency.get("alice", "k10") is None  # rolled back with the write
+    with store.db.read() as conn:
+        assert conn.execute(text("SELECT count(*) FROM t9")).scalar() == 0
+    assert not unconfirmed.wrote
+
+
+def test_no_write_handed_an_errand_commits_before_the_hub_confirms(store: Store) -> None:
+    """A request that runs on the Hub's last answer (team mode, `confirms_identity_late`)
+    commits its write only once the Hub confirmed it: the write waits at its commit (SQLite:
+    before its turn), its key and its rows commit together afterwards; unconfirmed, neither
+    does."""
+    store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t8 (n INT)")))
+    errand = Errand.starting(60)
+    errand.key = terms("k8")
+    errand.gate = concurrent.futures.Future()
+    seen: list[int] = []
+
+    def confirm_later() -> None:
+        time.sleep(0.3)
+        with store.db.read() as conn:  # nothing committed while the Hub is being asked
+            seen.append(int(conn.execute(text("SELECT count(*) FROM t8")).scalar() or 0))
+        assert errand.gate is not None
+        errand.gate.set_result(True)
+
+    hub = threading.Thread(target=confirm_later)
+    hub.start()
+    store.db.write(lambda conn: conn.execute(text("INSERT INTO t8 VALUES (1)")), errand=errand)
+    hub.join()
+    assert seen == [0] and errand.wrote and errand.took_key
+    assert store.idempotency.get("alice", "k8")["status"] == 0  # type: ignore[index]
+
+
+def test_a_keyed_write_takes_its_key_after_another_write_of_its_request(store: Store) -> None:
+    """A request that already committed another write (remembering a new user, counted by
+    the executor) still takes its key in the write it hands its errand: the booking's own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jupyter_gpuhive.model.errand import in_executor
+
+    store.db.write(lambda conn: conn.execute(text("CREATE TABLE IF NOT EXISTS t7 (n INT)")))
+    errand = Errand.starting(60)
+    errand.key = terms("k7")
+
+    async def request() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            token = ERRAND.set(errand)
+            try:
+                first = lambda: store.db.write(  # noqa: E731
+                    lambda conn: conn.execute(text("INSERT INTO t7 VALUES (1)"))
+                )
+                await in_executor(pool, first, store.db.commits)
+                assert errand.wrote and not errand.took_key  # counted, took no key
+                assert store.idempotency.get("alice", "k7") is None
+                errand.closed = True  # the client went: a request that wrote is not dropped
+                booking = lambda: store.db.write(  # noqa: E731
+                    lambda conn: conn.execute(text("INSERT INTO t7 VALUES (2)")), errand=errand
+                )
+                await in_executor(pool, booking, store.db.commits)
+            finally:
+                ERRAND.reset(token)
+
+    asyncio.run(request())
+    assert errand.took_key
+    assert store.idempotency.get("alice", "k7")["status"] == 0  # type: ignore[index]
 
 
 def terms(key: str, fingerprint: str = "fp", owner: str = "alice") -> KeyTerms:
@@ -84,25 +158,17 @@ def test_a_key_is_taken_first_in_the_requests_first_write_and_commits_with_it(
         return errand
 
     errand = bound("k2")
-    token = ERRAND.set(errand)
-    try:
-        with pytest.raises(RuntimeError):  # the write fails: neither it nor the key commits
-            store.db.write(lambda conn: _fail(conn))
-        assert keys.get("alice", "k2") is None and not errand.wrote
-        store.db.write(insert(1))
-        store.db.write(insert(2))  # a later write of the same request: the key is its own
-    finally:
-        ERRAND.reset(token)
-    assert errand.wrote
+    with pytest.raises(RuntimeError):  # the write fails: neither it nor the key commits
+        store.db.write(lambda conn: _fail(conn), errand=errand)
+    assert keys.get("alice", "k2") is None and not errand.wrote
+    store.db.write(insert(1), errand=errand)
+    store.db.write(insert(2), errand=errand)  # a later write of the request: the key is its own
+    assert errand.wrote and errand.took_key
     assert keys.get("alice", "k2")["status"] == 0  # type: ignore[index]  # APPLIED
 
     retry = bound("k2")
-    token = ERRAND.set(retry)
-    try:
-        with pytest.raises(KeyAnswered) as found:
-            store.db.write(insert(3))
-    finally:
-        ERRAND.reset(token)
+    with pytest.raises(KeyAnswered) as found:
+        store.db.write(insert(3), errand=retry)
     assert found.value.claim.outcome == "busy" and ran == [1, 2]  # its work never ran
     with store.db.read() as conn:
         assert conn.execute(text("SELECT n FROM t2 ORDER BY n")).scalars().all() == [1, 2]
@@ -205,8 +271,6 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
     """The client said how long it waits (Gpuhive-Client-Timeout): a write that would commit
     after that is rolled back, key mark included, so the client's retry carries it out once;
     a later write of a request whose first write committed is never rolled back."""
-    import time
-
     from jupyter_gpuhive.model.errand import COMMIT_MARGIN
 
     keys = store.idempotency
@@ -220,14 +284,10 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
         conn.execute(text("INSERT INTO t3 (n) VALUES (1)"))  # type: ignore[attr-defined]
         time.sleep(0.3)  # the commit would come after the client stopped waiting
 
-    token = ERRAND.set(errand)
-    try:
-        with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
-            store.db.write(slow_insert)
-        with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
-            errand.check()  # nor does more work start
-    finally:
-        ERRAND.reset(token)
+    with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
+        store.db.write(slow_insert, errand=errand)
+    with pytest.raises(Dropped, match="Gpuhive-Client-Timeout"):
+        errand.check()  # nor does more work start
     assert not errand.wrote
     with store.db.read() as conn:
         assert conn.execute(text("SELECT count(*) FROM t3")).scalar() == 0
@@ -236,10 +296,6 @@ def test_a_first_write_its_client_stopped_waiting_for_is_rolled_back(store: Stor
     bound = Errand.starting(60)
     bound.committed()  # its first write committed: the answer must be given
     bound.client_deadline = time.monotonic() - 1
-    token = ERRAND.set(bound)
-    try:
-        store.db.write(lambda conn: conn.execute(text("INSERT INTO t3 (n) VALUES (2)")))
-    finally:
-        ERRAND.reset(token)
+    store.db.write(lambda conn: conn.execute(text("INSERT INTO t3 (n) VALUES (2)")), errand=bound)
     with store.db.read() as conn:
         assert conn.execute(text("SELECT count(*) FROM t3")).scalar() == 1

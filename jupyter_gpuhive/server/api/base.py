@@ -157,7 +157,7 @@ class HiveLogic(RequestHandler):
                 chunk = None
             status = self.get_status()
             if status < 500:
-                wrote = self.errand is not None and self.errand.wrote
+                wrote = self.errand is not None and self.errand.took_key
                 body = b"".join(self._write_buffer)
                 use.settle_after(status, body, self._headers.get("Location"), wrote)
         return super().finish(chunk, **kwargs)

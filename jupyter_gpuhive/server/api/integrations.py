@@ -183,7 +183,7 @@ class SubscriptionsHandler(HiveLogic):
         channels = await integrations.channels(self.who, request.channels, request.email)
         request = replace(request, channels=channels)
         values = integrations.availability.parse(self.who, request, policy.horizon)
-        made = await self.hive.run(integrations.availability.add, values)
+        made = await self.hive.run(integrations.availability.add, values, self.errand)
         integrations.subscribed()
         self.set_header("Location", self.request.path.rstrip("/") + f"/{made.id}")
         self.reply(subscription_json(made), status=201)
@@ -219,7 +219,7 @@ class SubscriptionBookHandler(Shown):
         availability = self.hive.integrations.availability
         sid = self.id_arg(sub_id, "subscription")
         booking = await self.hive.run(availability.book, self.who, sid)  # for its subscriber
-        made = await self.hive.bookings.create(self.who, booking)
+        made = await self.hive.bookings.create(self.who, booking, self.errand)
         self.reply(self.reservation(made), status=201)
 
 

@@ -45,7 +45,8 @@ class JobsHandler(Shown):
         errors=(404, 409),
     )
     async def post(self) -> None:
-        job = await self.hive.jobs.create(self.who, self.body(bodies.NewJob).value())
+        request = self.body(bodies.NewJob).value()
+        job = await self.hive.jobs.create(self.who, request, self.errand)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{job.id}")
         self.reply(self.job(job), status=201)
 

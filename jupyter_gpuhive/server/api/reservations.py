@@ -46,7 +46,7 @@ class ReservationsHandler(Shown):
     )
     async def post(self) -> None:
         booking = self.body(bodies.NewReservation).value()
-        created = await self.hive.bookings.create(self.who, booking)
+        created = await self.hive.bookings.create(self.who, booking, self.errand)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{created.id}")
         # Its lending is what it asked for, and no job can have borrowed a booking that did
         # not exist: nothing to read back.
@@ -76,7 +76,7 @@ class ReservationHandler(Shown):
     async def patch(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
         change = self.body(bodies.ReservationChange).value()
-        changed = await self.hive.bookings.update(self.who, rid, change)
+        changed = await self.hive.bookings.update(self.who, rid, change, errand=self.errand)
         self.reply(await self.shown(changed))
 
     @web.authenticated
@@ -87,7 +87,7 @@ class ReservationHandler(Shown):
     )
     async def delete(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
-        done = await self.hive.bookings.cancel(self.who, rid)
+        done = await self.hive.bookings.cancel(self.who, rid, self.errand)
         self.reply(await self.shown(done))
 
 

@@ -27,7 +27,7 @@ class RulesHandler(HiveLogic):
     async def post(self) -> None:
         self.hive.bookings.require_admin(self.who)
         new = self.body(bodies.RuleBody).value()
-        rule, flags = await self.hive.bookings.add_rule(self.who, new)
+        rule, flags = await self.hive.bookings.add_rule(self.who, new, self.errand)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{rule.id}")
         self.reply({**rule.to_json(), "flag_changes": flags}, status=201)
 
