@@ -23,12 +23,6 @@ VENDORS = "hosts.vendors"
 NEUTRAL_USERS = ("protection", "monitor", "cli.doctor")
 INTERFACE = frozenset({"Vendor", "vendor_of", "vendor_named", "default_vendor", "DoctorCheck",
                        "DoctorOutput", "Sections"})  # fmt: skip
-# Modules still naming the tool or its variable, each to move behind the vendor (#42): the
-# kernel's pinning and the notebook's %gpupin, guidance texts, the demo's job and sim commands.
-NAMING_LEFT = frozenset({
-    "cli.demoseed", "cli.main", "cli.sim", "hosts.guidance", "kernels.provisioner",
-    "notebook.magics", "server.api.schemas.brokered", "server.settings", "hosts.config",
-})  # fmt: skip
 
 
 def _name(path: Path) -> str:
@@ -104,7 +98,7 @@ def _modules() -> list[tuple[str, str, bool]]:
 
 def test_no_module_outside_the_vendors_names_a_vendors_tool() -> None:
     named = {m for m, source, _ in _modules() if vendor_words(m, source)}
-    assert named <= NAMING_LEFT, sorted(named - NAMING_LEFT)
+    assert named == set(), sorted(named)
 
 
 def test_no_module_outside_the_vendors_imports_a_vendors_modules() -> None:

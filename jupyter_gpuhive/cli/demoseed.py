@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import HiveError
 from ..hive import Hive
+from ..hosts.vendors import vendor_of
 from ..model import UTC, requests, utcnow
 from ..model.jobs import TaskState
 
@@ -67,10 +68,12 @@ async def seed(hive: Hive, admin: str, now: datetime | None = None) -> dict[str,
     job_id = None
     pending = hive.store.jobs.all(owner=admin, queued=True)
     if not any(j.name == "overnight sweep" and j.status == TaskState.PENDING for j in pending):
+        decl = hive.pool.hosts.get(QUEUED_ON.split(":")[0])
+        pinned = vendor_of(decl.extra if decl else None).pinning.visible
         queued = requests.JobRequest(
             name="overnight sweep",
             template="plain",
-            command="echo sweeping on $CUDA_VISIBLE_DEVICES; sleep 60; echo done",
+            command=f"echo sweeping on ${pinned}; sleep 60; echo done",
             gpus=(QUEUED_ON,),
             queued=True,
             walltime=timedelta(hours=1),

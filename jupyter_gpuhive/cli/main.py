@@ -276,7 +276,7 @@ jupyter gpuhive hosts add --help
         ),
         "doctor": (
             "jupyter_gpuhive.cli.doctor.DoctorApp",
-            "Check hosts as gpuhive uses them: driver, nvidia-smi formats, SSH, screen, kernels.",
+            "Check hosts as gpuhive uses them: driver, GPU tool formats, SSH, screen, kernels.",
         ),
     }
 

@@ -1,12 +1,12 @@
 """`jupyter gpuhive sim up|down`: a simulated GPU workstation (or lab) on any machine.
 
-`sim up` installs the project's `nvidia-smi` stand-in for a few simulated hosts under the
+`sim up` installs the project's GPU tool stand-in (sim/) for a few simulated hosts under the
 Jupyter data directory (`gpuhive-sim/`) and writes them to the hosts file as `local` hosts
 whose `env` carries what the stand-in needs (its PATH, GPUHIVE_SIM_HOST, GPUHIVE_SIM_CONFIG):
 a running server sweeps them within one poll interval, and every command gpuhive runs there
-(jobs, kernels) sees the simulated GPUs. Processes started with `CUDA_VISIBLE_DEVICES` on such
-a host (a job, a kernel on a reservation) show as GPU processes. `sim down` takes them out of
-the hosts file again and removes the folder; their reservations and history stay.
+(jobs, kernels) sees the simulated GPUs. Processes pinned to its GPUs (the vendor's variable)
+on such a host (a job, a kernel on a reservation) show as GPU processes. `sim down` takes them
+out of the hosts file again and removes the folder; their reservations and history stay.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ jupyter gpuhive sim up --gpus 8 --hosts 2 --mig
         mig = " (GPU 0 split into 3 MIG slices)" if self.mig else ""
         replaced = " (replacing the earlier ones)" if simulated else ""
         print(f"Added {', '.join(names)} to {path}{replaced}: {each} each{mig}.")
-        print(f"Their nvidia-smi stand-in lives in {root}.")
+        print(f"Their GPU tool stand-in lives in {root}.")
         print(reload_note(app))
         print("Start JupyterLab (`jupyter lab`) and open the GPU sidebar; "
               "`jupyter gpuhive sim down` removes them again.")  # fmt: skip

@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .vendors import default_vendor, vendor_of
+
 _REFUSED = re.compile(r"refused the key for user (\S+?)[:\s]")
 _UNTRUSTED = re.compile(r"host key of \S+ is not trusted")
 _NO_ROOT = re.compile(r"cannot run as (\S+) without root")
@@ -43,8 +45,8 @@ def setup() -> dict[str, Any]:
                 "jupyter gpuhive init",
             ),
         ],
-        "note": "On a machine with NVIDIA GPUs, where nvidia-smi runs, gpuhive uses that "
-        "machine by itself: no configuration needed.",
+        "note": f"On a machine with GPUs, where {default_vendor().tool_name} runs, gpuhive "
+        "uses that machine by itself: no configuration needed.",
     }
 
 
@@ -63,19 +65,20 @@ def setup_text() -> str:
 def host_advice(
     host: dict[str, Any], public_key: Callable[[], str | None]
 ) -> dict[str, Any] | None:
-    """For a host that is down (or whose nvidia-smi fails): the reason and the fix."""
+    """For a host that is down (or whose GPU tool fails): the reason and the fix."""
     name = str(host.get("name", "?"))
+    vendor = vendor_of({"vendor": host.get("vendor")})
     error = host.get("error") or ""
     if host.get("state") != "down":
         gpu_error = host.get("gpu_error")
         if not gpu_error:
             return None
         return {
-            "message": f"{name} is up, but nvidia-smi failed there: {gpu_error}",
+            "message": f"{name} is up, but {vendor.tool_name} failed there: {gpu_error}",
             "steps": [
                 step(
-                    f"Check the NVIDIA driver on {name}; this should list the GPUs:",
-                    "nvidia-smi -L",
+                    f"Check the GPU driver on {name}; this should list the GPUs:",
+                    vendor.list_command,
                 ),
             ],
         }
@@ -124,8 +127,8 @@ def host_advice(
             "message": message,
             "steps": [
                 step(
-                    "gpuhive runs nvidia-smi on this machine with the host's `env` (PATH). "
-                    "Check that it runs there, then test it:",
+                    f"gpuhive runs {vendor.tool_name} on this machine with the host's `env` "
+                    "(PATH). Check that it runs there, then test it:",
                     "jupyter gpuhive test",
                 )
             ],

@@ -10,15 +10,15 @@ this server's interpreter path), started by `launch_script.py`.
 The first launch fixes the kernel's owner: the user of the request that starts it (jupyter_
 server passes no user to kernel managers; `KernelRegistry.requester` reads the request's
 CallContext), who must own the reservation. The kernel runs as the reservation owner's UNIX
-user, with CUDA_VISIBLE_DEVICES set to the reserved GPUs' UUIDs (MIG UUIDs for slices) and
-CUDA_DEVICE_ORDER=PCI_BUS_ID, and an explicit environment: the host's login environment (over
-SSH; a fixed base on `local`), the host's `env`, the spec's `env`, and of the server's launch
-environment only GPUHIVE_URL/GPUHIVE_TOKEN (the owner's own kernel token) and
-JPY_SESSION_NAME. Later launches (restarts) re-check the requester (owner or admin) and the
-reservation's times. Interrupts and kills are signals to the kernel's process group on the
-host. A lost connection makes `poll` report an exit and the kernel is declared dead (no
-auto-restart onto a host that cannot be reached) with the reason in the registry and the
-server's kernel model.
+user, pinned by the host's GPU vendor (its variable set to the reserved GPUs' UUIDs, MIG
+UUIDs for slices, and the variables that go with it), and an explicit environment: the host's
+login environment (over SSH; a fixed base on `local`), the host's `env`, the spec's `env`, and
+of the server's launch environment only GPUHIVE_URL/GPUHIVE_TOKEN (the owner's own kernel
+token) and JPY_SESSION_NAME. Later launches (restarts) re-check the requester (owner or
+admin) and the reservation's times. Interrupts and kills are signals to the kernel's process
+group on the host. A lost connection makes `poll` report an exit and the kernel is declared
+dead (no auto-restart onto a host that cannot be reached) with the reason in the registry and
+the server's kernel model.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
 from ..hosts.engines import engine_of
+from ..hosts.vendors import vendor_of
 from ..model import ID_MAX, utcnow
 from ..model.kernel import KernelState
 from . import registry as registries
@@ -104,14 +105,12 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     )  # fmt: skip
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # Team mode: a client-mode server's kernel manager names the subclass that has the
-        # team's service run the kernel (kernels/team.py, set by server/service_link.py).
-        node = kwargs.get("parent")
-        while cls is GpuHiveProvisioner and node is not None:
-            other = getattr(node, "gpuhive_provisioner", None)
-            if other is not None:
-                return other(*args, **kwargs)  # not one of ours: __init__ is not run again
-            node = getattr(node, "parent", None)
+        # Team mode: a client-mode server's kernel manager hands each kernel's own manager
+        # (the parent) the provisioner that has the team's service run the kernel
+        # (kernels/team.py; server/kernel_manager.py, set by server/service_link.py).
+        other = getattr(kwargs.get("parent"), "gpuhive_provisioner", None)
+        if cls is GpuHiveProvisioner and other is not None:
+            return other(*args, **kwargs)  # not one of ours: __init__ is not run again
         return super().__new__(cls, *args, **kwargs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -176,8 +175,8 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         assert self._record is not None
         env = {k: str(v) for k, v in (getattr(self.kernel_spec, "env", None) or {}).items()}
         env.update({k: env_in[k] for k in PASSED_ON if env_in.get(k)})
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(self._record.gpu_uuids)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        decl = find_registry(self).pool.hosts.get(self._record.host)
+        env.update(vendor_of(decl.extra if decl else None).pinning.env(self._record.gpu_uuids))
         env["GPUHIVE_KERNEL_RESERVATION"] = str(self._record.reservation_id)
         return env
 

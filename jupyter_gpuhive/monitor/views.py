@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import Invalid
 from ..hosts.pool import HostPool, HostStatus
+from ..hosts.vendors import vendor_of
 from ..model import Reservation, isoformat
 from ..model.health import GpuCondition, condition_of, gpu_state
 from ..store import Store
@@ -28,6 +29,13 @@ def _brief(res: Reservation | None) -> dict[str, Any] | None:
         "start": isoformat(res.start),
         "end": isoformat(res.end),
     }
+
+
+def _vendor_json(extra: dict[str, Any]) -> dict[str, Any]:
+    """A host's GPU vendor and how a process there is pinned to its GPUs (%gpureserve's pin)."""
+    vendor = vendor_of(extra)
+    pin = vendor.pinning
+    return {"vendor": vendor.name, "pinning": {"variable": pin.visible, "env": dict(pin.fixed)}}
 
 
 class HostViews:
@@ -149,6 +157,7 @@ class HostViews:
                     "address": host.address,
                     "port": host.port,
                     "transport": host.transport,
+                    **_vendor_json(self.pool.hosts[host.name].extra),
                     **(status.to_json() if status else {"state": "unknown"}),
                     "updated_at": isoformat(live.updated_at) if live else None,
                     "gpu_error": sample.gpu_error if sample else None,

@@ -133,7 +133,11 @@ class GpuHiveMagics(Magics):
         help="Lend them only until shortly before the reservation starts (a site-set time), "
         "so that they are free when it begins",
     )
-    @argument("--no-pin", action="store_true", help="Do not set CUDA_VISIBLE_DEVICES here")
+    @argument(
+        "--no-pin",
+        action="store_true",
+        help="Do not pin this kernel to the GPUs (their vendor's variable)",
+    )
     @argument("--kernel", action="store_true", help=KERNEL_HELP)
     @argument("--notify", action="store_true", help="If not free now, tell me when they are")
     @argument(
@@ -276,27 +280,32 @@ class GpuHiveMagics(Magics):
         return ReservationResult(done, headline, notes)
 
     def _pin(self, reservation: dict[str, Any]) -> str:
-        """Pin this kernel to the reservation's local GPUs; say what was done."""
+        """Pin this kernel to the reservation's local GPUs (the host's vendor's variable, as the
+        server names it); say what was done."""
         if datetime.fromisoformat(reservation["start"]) > datetime.now(UTC) + timedelta(minutes=5):
-            return "It starts later: CUDA_VISIBLE_DEVICES is left alone for now."
+            return "It starts later: this kernel's GPUs are left alone for now."
         hosts = {h["name"]: h for h in self._call(self.client.hosts)}
         local = [
-            (ref, uuid)
+            (hosts[ref.split(":")[0]], uuid)
             for ref, uuid in zip(reservation["gpus"], reservation["gpu_uuids"], strict=True)
             if is_local(hosts.get(ref.split(":")[0], {}))
         ]
         if not local:
-            return "None of these GPUs is on this machine: CUDA_VISIBLE_DEVICES is unchanged."
+            return "None of these GPUs is on this machine: this kernel's GPUs are unchanged."
+        pinning = local[0][0].get("pinning") or {}
+        variable = pinning.get("variable")
+        if not variable:
+            return "The server does not say how this host's GPUs are pinned: nothing was set."
         framework = cuda_already_initialised()
         if framework:
             return (
                 f"{framework} has already set up CUDA in this kernel, so changing "
-                "CUDA_VISIBLE_DEVICES now would have no effect. Restart the kernel and run "
+                f"{variable} now would have no effect. Restart the kernel and run "
                 "%gpureserve before importing it (or use --no-pin)."
             )
-        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(uuid for _, uuid in local)
-        return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} in this kernel."
+        os.environ.update(pinning.get("env") or {})
+        os.environ[variable] = ",".join(uuid for _, uuid in local)
+        return f"{variable}={os.environ[variable]} in this kernel."
 
     def _list(self) -> ReservationList:
         me = self._call(self.client.me)["name"]

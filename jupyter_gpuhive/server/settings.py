@@ -216,7 +216,7 @@ class GpuHiveSettings(GpuHiveConfig):
         from ..protection.handlers import HandlerConfigError
 
         path = self.hosts_file_path()
-        try:  # off the loop: it may run nvidia-smi (auto_local_host) and make a key
+        try:  # off the loop: it may run the GPU tool (auto_local_host) and make a key
             settings = await asyncio.get_running_loop().run_in_executor(
                 None, self.settings_for_hive
             )

@@ -46,8 +46,8 @@ class LaunchBody(Closed):
     )
     env: Env = Field(
         default_factory=dict,
-        description="The kernelspec's environment variables (the service sets "
-        "CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER itself)",
+        description="The kernelspec's environment variables (the service sets the host's GPU "
+        "pinning variables itself)",
     )
 
 
