@@ -14,12 +14,13 @@ import fnmatch
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Invalid
 from ..model import HostDecl
-from .vendors import default_vendor
+from ..model.gpus import ShellWord
+from .vendors import DEFAULT, vendor_named, vendor_of
 
 ENGINES = ("docker", "podman")
 # How the reserved GPUs reach a container: the NVIDIA container toolkit's `--gpus` (Docker),
@@ -67,6 +68,7 @@ class Engine:
     # the distributed templates always use host.
     network: str = "host"
     init_path: str | None = None  # Podman: the init binary, where catatonit is not installed
+    vendor: str = DEFAULT  # the host's GPU vendor (how its GPUs are given to a container)
 
     def allows_image(self, image: str) -> bool:
         """Whether `image` matches one of the site's patterns (fnmatch, case-sensitive)."""
@@ -92,7 +94,7 @@ def engine_of(decl: HostDecl) -> Engine | None:
     spec = decl.extra.get("containers")
     if spec is None:
         return None
-    return parse_engine(decl.name, spec)
+    return replace(parse_engine(decl.name, spec), vendor=vendor_of(decl.extra).name)
 
 
 def parse_engine(host: str, spec: Any) -> Engine:
@@ -182,7 +184,7 @@ def labels(owner: str, **ids: str | int | None) -> dict[str, str]:
 def gpu_words(engine: Engine, uuids: Sequence[str]) -> list[str]:
     """The flags that give the container exactly these GPUs (none when the site says none)."""
     mode = "toolkit" if engine.gpu_flags == "nvidia" else engine.gpu_flags
-    return default_vendor().pinning.container_flags(mode, list(uuids))
+    return vendor_named(engine.vendor).pinning.container_flags(mode, list(uuids))
 
 
 def run_line(
@@ -235,7 +237,7 @@ def run_line(
     words += [w for n in extra_env for w in ("-e", shlex.quote(n))]
     for key, value in (label_values or {}).items():
         words += ["--label", shlex.quote(f"{key}={value}")]
-    words += [shlex.quote(w) for w in gpu_words(engine, uuids)]
+    words += [w if isinstance(w, ShellWord) else shlex.quote(w) for w in gpu_words(engine, uuids)]
     words += ["-v", f"{home}:{home}"]
     for mount in mounts:
         words += [shlex.quote(w) for w in mount.flag()]

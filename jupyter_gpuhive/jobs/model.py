@@ -6,12 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ..hosts.vendors import vendor_of
+from ..model import HostDecl
+from ..model.gpus import Pinning
 from ..model.jobs import Job
 from .catalog import get_template
 from .sweeps import SweepSpecs, expand
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
-__all__ = ["render_tasks"]
+__all__ = ["pinnings_of", "render_tasks"]
+
+
+def pinnings_of(hosts: Mapping[str, HostDecl]) -> dict[str, Pinning]:
+    """How each configured host's GPU vendor pins its GPUs, by host."""
+    return {name: vendor_of(decl.extra).pinning for name, decl in hosts.items()}
 
 
 def render_tasks(
@@ -19,11 +27,13 @@ def render_tasks(
     gpus_by_host: Sequence[tuple[str, str, Sequence[GpuSlot]]],
     *,
     sweep: SweepSpecs | None = None,
+    pinnings: Mapping[str, Pinning] | None = None,
 ) -> list[TaskSpec]:
     """The job's tasks from its template: one rendering per sweep combination, renumbered.
 
     Every combination runs on the same GPUs; `{task}` in a command counts within its
-    combination, while the stored task index counts across the whole job.
+    combination, while the stored task index counts across the whole job. `pinnings`: how
+    each host's GPU vendor pins its GPUs (`pinnings_of`), by host.
     """
     template = get_template(job.template)
     combinations: list[Mapping[str, str]] = [{}]
@@ -43,6 +53,7 @@ def render_tasks(
             options=job.options,
             env=job.env,
             workdir=job.workdir,
+            pinnings=pinnings,
         )
         specs += [replace(spec, index=len(specs) + i) for i, spec in enumerate(rendered)]
     return specs

@@ -48,6 +48,7 @@ from .admission import (
     gpu_count,
 )
 from .launcher import KILL_PATIENCE, Launcher
+from .model import pinnings_of
 from .preemption import (
     PREEMPT_PATIENCE,
     Lending,
@@ -266,7 +267,8 @@ class Scheduler(Reclaims):
             try:
                 if gpu_count(job.options) is not None:
                     chosen = [snap.inventory[u] for u in admission.gpus]
-                    specs = await in_thread(bind, job, chosen, self.store)
+                    pins = pinnings_of(self.launcher.pool.hosts)
+                    specs = await in_thread(bind, job, chosen, self.store, pins)
                     await in_thread(self.store.jobs.replace_tasks, job.id, specs)
                 if admission.job_id in lent:
                     await in_thread(self._open_loans, job.id, admission.gpus, snap, lead)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from ..bookings import access
 from ..bookings.access import Rule
 from ..model import Gpu, Identity, Reservation
+from ..model.gpus import Pinning
 from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
@@ -235,15 +236,20 @@ class RuleCheck(AccessCheck):
         return found
 
 
-def bind(job: Job, chosen: Sequence[Gpu], store: Store) -> list[TaskSpec]:
-    """Render a count-only job's tasks for the GPUs admission chose."""
+def bind(
+    job: Job, chosen: Sequence[Gpu], store: Store, pinnings: Mapping[str, Pinning] | None = None
+) -> list[TaskSpec]:
+    """Render a count-only job's tasks for the GPUs admission chose (`pinnings`: each host's
+    vendor's, by host)."""
     by_host: dict[str, list[GpuSlot]] = {}
     for gpu in chosen:
         found = store.inventory.host(gpu.host)
         address = found.address if found else gpu.host
         by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, address, gpu.index, gpu.uuid))
     layout = [(host, slots[0].address, slots) for host, slots in by_host.items()]
-    return render_tasks(replace(job, options=template_options(job.options)), layout)
+    return render_tasks(
+        replace(job, options=template_options(job.options)), layout, pinnings=pinnings
+    )
 
 
 def _reserved_soon(job: Job, snap: Snapshot, before: float) -> str | None:

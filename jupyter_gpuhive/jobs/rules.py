@@ -24,7 +24,7 @@ from .admission import (
     template_options,
 )
 from .commands import shell_command
-from .model import render_tasks
+from .model import pinnings_of, render_tasks
 from .preemption import check_request
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
@@ -127,7 +127,9 @@ class JobRules:
         if count is not None:
             return job, self._check_count_only(job, request, count)
         try:
-            specs = render_tasks(job, self._layout(self._gpus(who, request)))
+            specs = render_tasks(
+                job, self._layout(self._gpus(who, request)), pinnings=pinnings_of(self.hosts())
+            )
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None
         if job.container is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..hosts.vendors import default_vendor
+from ..model.gpus import Pinning
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -47,6 +48,7 @@ class Node:
     host: str
     address: str
     gpus: tuple[GpuSlot, ...]
+    pinning: Pinning | None = None  # the host's vendor's (None: the default vendor's)
 
 
 def command_fields(command_template: str) -> list[str]:
@@ -140,15 +142,17 @@ class Template(ABC):
         options: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
+        pinnings: Mapping[str, Pinning] | None = None,
     ) -> list[TaskSpec]:
-        """Resolve the job into one TaskSpec per task, in task order."""
+        """Resolve the job into one TaskSpec per task, in task order (`pinnings`: how each
+        host's vendor pins its GPUs, by host; a host not in it: the default vendor's)."""
         check_value("job name", job_name)
         check_value("command", command_template)
         if workdir is not None:
             check_value("workdir", workdir)
-        nodes = _nodes(gpus_by_host)
+        nodes = _nodes(gpus_by_host, pinnings or {})
         user_vars = self._variables(variables)
-        user_env = self._env(env)
+        user_env = self._env(env, [n.pinning for n in nodes if n.pinning])
         opts = self._options(options)
         tasks = self._render(job_name, command_template, nodes, user_vars, opts)
         return [
@@ -209,7 +213,8 @@ class Template(ABC):
             **variables,
         }
         command = prefix + substitute(command_template, values, hint) + suffix
-        task_env = {**env, **default_vendor().pinning.env(g.uuid for g in gpus)}
+        pinning = node.pinning or default_vendor().pinning
+        task_env = {**env, **pinning.env(g.uuid for g in gpus)}
         return TaskSpec(
             host=node.host,
             address=node.address,
@@ -241,8 +246,11 @@ class Template(ABC):
             result[name] = text
         return result
 
-    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        reserved = {*default_vendor().pinning.names, *self.env_names}
+    def _env(
+        self, env: Mapping[str, str] | None, pinnings: Sequence[Pinning] = ()
+    ) -> dict[str, str]:
+        names = [name for p in (default_vendor().pinning, *pinnings) for name in p.names]
+        reserved = {*names, *self.env_names}
         result: dict[str, str] = {}
         for name, value in (env or {}).items():
             if not IDENTIFIER.match(name):
@@ -300,7 +308,7 @@ def choice_option(options: Mapping[str, Any], name: str, choices: Sequence[str])
     return str(value)
 
 
-def _nodes(gpus_by_host: Sequence[HostGpus]) -> list[Node]:
+def _nodes(gpus_by_host: Sequence[HostGpus], pinnings: Mapping[str, Pinning]) -> list[Node]:
     if not gpus_by_host:
         raise TemplateError("the job has no hosts")
     nodes: list[Node] = []
@@ -323,5 +331,5 @@ def _nodes(gpus_by_host: Sequence[HostGpus]) -> list[Node]:
             if gpu.uuid in uuids:
                 raise TemplateError(f"GPU {gpu.uuid} is listed twice")
             uuids.add(gpu.uuid)
-        nodes.append(Node(host, address, tuple(gpus)))
+        nodes.append(Node(host, address, tuple(gpus), pinnings.get(host)))
     return nodes

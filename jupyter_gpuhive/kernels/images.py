@@ -20,7 +20,7 @@ from typing import Any
 from ..hosts.engines import Engine, Mount, engine_of, labels, remove_line, run_line
 from ..hosts.environment import command_env, host_env
 from ..hosts.loops import end_group, spawn
-from ..hosts.vendors import default_vendor
+from ..hosts.vendors import vendor_named
 from .launch import SCRIPT, Launch, LaunchError
 
 
@@ -64,7 +64,7 @@ def command(launch: Launch, folder: str | None) -> str:
     """The sh command that becomes the kernel's container (exec: the client keeps our pid);
     `folder` None: the host makes one (`$d`, mounted and given to the launch script)."""
     engine = engine_for(launch)
-    uuids = default_vendor().pinning.uuids(launch.env)
+    uuids = vendor_named(engine.vendor).pinning.uuids(launch.env)
     # The host's env reaches the kernel by name from the client's own environment (not argv).
     passed = sorted(name for name in host_env(launch.host) if name != "PATH")
     reservation = launch.env.get("GPUHIVE_KERNEL_RESERVATION")

@@ -64,6 +64,9 @@ class GpuMetrics:
     persistence_mode: bool | None = None
     mig_enabled: bool | None = None
     mig: tuple[MigDevice, ...] = ()
+    # (field, why) of each reading the tool did not report: a placeholder's meaning ('needs
+    # root to read') or that the host's driver does not know the field
+    unreported: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,11 @@ class VendorReading:
     health: dict[str, Health] = field(default_factory=dict)  # GPU UUID -> health
     lost: tuple[tuple[str, str], ...] = ()  # (PCI bus id, message) of GPUs the tool lost
     error: str | None = None  # why the GPUs could not be read
+
+
+class ShellWord(str):
+    """A container flag's word that a vendor built as shell (a lookup on the host, from values
+    no user writes): the engine's command line takes it as it is, never quoted."""
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 tool reports it), each GPU's CPU and NUMA affinity, and the groups a request for connected
 GPUs may use.
 
-Link kinds, best first: ``NV#`` (# bonded NVLinks), ``PIX`` (at most one PCIe bridge), ``PXB``
-(several PCIe bridges), ``PHB`` (a PCIe host bridge), ``NODE`` (host bridges within one NUMA
-node), ``SYS`` (across NUMA nodes).
+Link kinds, best first: ``NV#`` (# bonded NVLinks) or ``XGMI`` (AMD's Infinity Fabric),
+``PIX`` (at most one PCIe bridge), ``PXB`` (several PCIe bridges), ``PHB`` (a PCIe host
+bridge), ``NODE`` (host bridges within one NUMA node), ``SYS`` (across NUMA nodes).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ PCIE_KINDS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 
 def is_nvlink(kind: str) -> bool:
-    """Whether a link kind is NVLink ('NV4', 'NV12', 'NV18', ...)."""
-    return kind.startswith("NV") and kind[2:].isdigit()
+    """Whether a link kind is a direct GPU-to-GPU link: NVLink ('NV4', 'NV12', 'NV18', ...)
+    or AMD's Infinity Fabric ('XGMI'), which the finder's `nvlink` groups both mean."""
+    return kind == "XGMI" or (kind.startswith("NV") and kind[2:].isdigit())
 
 
 class TopologyError(ValueError):

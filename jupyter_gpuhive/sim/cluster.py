@@ -73,5 +73,8 @@ class LocalSimHost:
     def start_process(
         self, gpus: Sequence[int | str], *, user: str | None = None, **kwargs: Any
     ) -> subprocess.Popen[bytes]:
-        """Start a real process on `gpus` of this host only (see users.start_gpu_process)."""
+        """Start a real process on `gpus` of this host only (see users.start_gpu_process),
+        pinned with the variable of the host's vendor (ROCR_VISIBLE_DEVICES on an AMD host)."""
+        amd = self.config.vendor == "amd"
+        kwargs.setdefault("variable", "ROCR_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES")
         return start_gpu_process(self.name, gpus, user=user, config=self.config_path, **kwargs)

@@ -157,7 +157,9 @@ def lookup(entry: str, gpus: Sequence[Any]) -> RawPlacement | None:
                 return gpu.index, 0 if gpu.mig_enabled else None
         return None
     if entry.startswith("GPU-"):
-        hits = [gpu for gpu in gpus if gpu.uuid.startswith(entry)]
+        # CUDA takes a UUID's prefix; ROCm's `GPU-<serial>` is its first hex digits, no dashes
+        bare = entry.replace("-", "")
+        hits = [gpu for gpu in gpus if gpu.uuid.replace("-", "").startswith(bare)]
         if len(hits) == 1:
             return hits[0].index, 0 if hits[0].mig_enabled else None
         return None
@@ -181,8 +183,34 @@ def visible_devices(value: str, gpus: Sequence[Any]) -> tuple[RawPlacement, ...]
     return tuple(placements)
 
 
-def find_processes(host: str, gpus: Sequence[Any], proc: str = "/proc") -> list[RawProcess]:
-    """All readable processes on `host`'s simulated GPUs `gpus`, sorted by pid.
+CUDA_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
+# ROCm: ROCR_VISIBLE_DEVICES picks the devices; HIP_VISIBLE_DEVICES, indices, picks among those.
+ROCM_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def placements_of(
+    env: dict[str, str], gpus: Sequence[Any], variables: Sequence[str]
+) -> tuple[RawPlacement, ...]:
+    """The GPUs a process's environment selects: the first variable, each next one picking
+    among the devices the one before left (a variable unset leaves them all)."""
+    found: tuple[RawPlacement, ...] | None = None
+    for name in variables:
+        value = env.get(name)
+        if value is None:
+            continue
+        if found is None:
+            found = visible_devices(value, gpus)
+            continue
+        picked = [found[int(i)] for i in value.split(",") if i.isdigit() and int(i) < len(found)]
+        found = tuple(picked)
+    return found or ()
+
+
+def find_processes(
+    host: str, gpus: Sequence[Any], proc: str = "/proc", variables: Sequence[str] = CUDA_VARIABLES
+) -> list[RawProcess]:
+    """All readable processes on `host`'s simulated GPUs `gpus`, sorted by pid (`variables`:
+    the vendor's pinning variables a process's environment selects its GPUs with).
 
     Cheap for the many processes that never matter: one open/read of their environment, and
     a byte search for ``GPUHIVE_SIM_HOST=<host>`` before anything is decoded. A process that
@@ -213,7 +241,7 @@ def find_processes(host: str, gpus: Sequence[Any], proc: str = "/proc") -> list[
         theirs = env.get(CONFIG_ENV)
         if own_config and theirs and theirs != own_config:
             continue  # a same-named host of another simulated cluster (e.g. a parallel run)
-        placements = visible_devices(env.get("CUDA_VISIBLE_DEVICES", ""), gpus)
+        placements = placements_of(env, gpus, variables)
         if not placements or comm(pid) in WRAPPERS:
             continue
         mem, util = int_env(env, MEM_ENV), int_env(env, UTIL_ENV)

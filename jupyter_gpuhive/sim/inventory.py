@@ -88,6 +88,7 @@ class SimHostConfig:
     # process names in `-q -x` as they are, not XML-escaped: the threat model assumes a driver
     # may print them so (tests play a user whose names try to forge XML)
     raw_names: bool = False
+    vendor: str = "nvidia"  # the host entry's `vendor` (amd: read through the amd-smi stand-in)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form of this config."""
@@ -191,7 +192,7 @@ SAMPLE_MIG_UUIDS = (
     "MIG-5ebf3fb5-5ae3-1fb3-d239-40e3e35ae671",
     "MIG-dbbf4f9e-de61-bf85-9e9e-8d6d5f61c39a",
 )
-PROFILES = ("a100x4", "mig", "gtx", "mixed")
+PROFILES = ("a100x4", "mig", "gtx", "mixed", "mi300x")
 
 
 def make_uuid(host: str, kind: str, index: int) -> str:
@@ -202,7 +203,7 @@ def make_uuid(host: str, kind: str, index: int) -> str:
 
 
 def preset(profile: str, host: str, *, sample_uuids: bool = False) -> SimHostConfig:
-    """A host config for one of the sample profiles: a100x4, mig, gtx or mixed.
+    """A host config for one of the sample profiles: a100x4, mig, gtx, mixed or mi300x (AMD).
 
     With `sample_uuids` the GPUs carry the samples' UUIDs (for format tests); otherwise UUIDs
     are derived from the host name, so they are unique across a simulated cluster.
@@ -214,6 +215,13 @@ def preset(profile: str, host: str, *, sample_uuids: bool = False) -> SimHostCon
     def mig_uuid(i: int) -> str:
         return SAMPLE_MIG_UUIDS[i] if sample_uuids else make_uuid(host, "MIG", i)
 
+    if profile == "mi300x":  # an AMD host: amd-smi, ROCR_VISIBLE_DEVICES, XGMI between all
+        # ROCm's UUIDs: `GPU-` and the ASIC serial's 16 hex digits (what amd-smi's stand-in
+        # prints as the serial, and ROCR_VISIBLE_DEVICES takes)
+        serials = ["GPU-" + gpu_uuid(i)[4:].replace("-", "")[:16] for i in range(8)]
+        gpus = [SimGpu(i, serials[i], "AMD Instinct MI300X", 196592, idle_power_w=140.0,
+                       power_limit_w=750.0) for i in range(8)]  # fmt: skip
+        return SimHostConfig(host, gpus, "6.7.0", "", vendor="amd")
     if profile == "a100x4":
         gpus = [SimGpu(i, gpu_uuid(i), "NVIDIA A100-SXM4-40GB", 40960) for i in range(4)]
         return SimHostConfig(host, gpus, "535.129.03", "12.2")

@@ -71,6 +71,7 @@ MODULES = (
     "table.py",
     "topology.py",
     "health.py",
+    "amd_smi.py",  # the amd-smi and rocm-smi stand-ins, installed beside it
 )
 
 
@@ -342,6 +343,9 @@ def install_nvidia_smi(bin_dir: str | os.PathLike[str], python: str | None = Non
         "sys.exit(main())\n",
         encoding="utf-8",
     )
+    from .amd_smi import install_amd_smi
+
+    install_amd_smi(bin_path, interpreter)
     compileall = ["-m", "compileall", "-q", "--invalidation-mode", "checked-hash"]
     subprocess.run(
         [interpreter, "-IS", *compileall, str(lib)],
@@ -352,6 +356,8 @@ def install_nvidia_smi(bin_dir: str | os.PathLike[str], python: str | None = Non
     for path in [bin_path, *bin_path.joinpath(".gpuhive-sim").rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     script.chmod(0o755)
+    for tool in ("amd-smi", "rocm-smi"):
+        (bin_path / tool).chmod(0o755)
     return script
 
 

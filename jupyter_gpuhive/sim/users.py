@@ -54,9 +54,11 @@ def gpu_env(
     *,
     mem_mib: int | None = None,
     util: int | None = None,
+    variable: str = "CUDA_VISIBLE_DEVICES",
 ) -> dict[str, str]:
-    """The environment variables that put a process on simulated GPUs of `host`."""
-    env = {HOST_ENV: host, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+    """The environment variables that put a process on simulated GPUs of `host` (`variable`:
+    the vendor's pinning variable, e.g. ROCR_VISIBLE_DEVICES on an AMD host)."""
+    env = {HOST_ENV: host, variable: ",".join(str(g) for g in gpus)}
     if mem_mib is not None:
         env[MEM_ENV] = str(mem_mib)
     if util is not None:
@@ -74,6 +76,7 @@ def start_gpu_process(
     util: int | None = None,
     env: Mapping[str, str] | None = None,
     config: str | os.PathLike[str] | None = None,
+    variable: str = "CUDA_VISIBLE_DEVICES",
 ) -> subprocess.Popen[bytes]:
     """Start a real process as `user` that the stand-in reports on `gpus` of `host`.
 
@@ -91,7 +94,7 @@ def start_gpu_process(
         "LOGNAME": account.pw_name,
         "SHELL": account.pw_shell or "/bin/sh",
         **(env or {}),
-        **gpu_env(host, gpus, mem_mib=mem_mib, util=util),
+        **gpu_env(host, gpus, mem_mib=mem_mib, util=util, variable=variable),
         **({CONFIG_ENV: str(config)} if config else {}),
     }
     as_other = account.pw_uid != os.geteuid()

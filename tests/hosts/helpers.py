@@ -109,3 +109,20 @@ def kill_sim_processes(config_path: str | Path) -> list[int]:
 def ps_line(pid: int, pgid: int, user: str, command: str, uid: int = 1000) -> str:
     """A `ps` line as the probe frames it: PID, process group, uid, user, hex command line."""
     return f"{pid} {pgid} {uid} {user} x{command.encode().hex()}"
+
+
+def intruders(sample: Any, host: str, gpu: tuple[int, str], holder: str) -> list[tuple[Any, ...]]:
+    """(kind, offender, pids) of what protection finds in `sample` while `holder` has GPU
+    `gpu` (index, UUID) of `host` booked for the hour around now."""
+    from datetime import timedelta
+
+    from jupyter_gpuhive.model import Gpu, Reservation, utcnow
+    from jupyter_gpuhive.protection.violations import DetectionPolicy, detect
+
+    now = utcnow()
+    booked = Gpu(2, host, gpu[0], gpu[1], None, None)
+    held = Reservation(
+        1, holder, "t", "", now - timedelta(hours=1), now + timedelta(hours=1), (booked,), now
+    )
+    return [(v.kind, v.offender, v.pids) for v in detect([sample], [held], now,
+                                                         DetectionPolicy.build(1))]  # fmt: skip

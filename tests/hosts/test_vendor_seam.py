@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,13 @@ from jupyter_gpuhive.hosts.config import parse_host
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.hosts.probe_command import probe_loop_command
 from jupyter_gpuhive.hosts.vendors import register, vendor_named, vendor_of
-from jupyter_gpuhive.model import Gpu, HostDecl, Reservation, utcnow
+from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.model.violations import FOREIGN
 from jupyter_gpuhive.monitor.sampler import Sampler
-from jupyter_gpuhive.protection.violations import DetectionPolicy, detect
 from jupyter_gpuhive.sim.cluster import LocalSimHost
 from jupyter_gpuhive.sim.inventory import preset
 from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
+from tests.hosts.helpers import intruders
 from tests.support.othervendor import NAME, FakeSmiVendor, install_fakesmi
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
@@ -82,15 +81,8 @@ async def test_a_sweep_reads_the_second_vendor_and_protection_finds_an_intruder(
             procs[0].pid: ("gh-alice", uuids[1]),
             procs[1].pid: ("gh-bob", uuids[1]),
         }
-        now = utcnow()
-        gpu = Gpu(2, "fv1", 1, uuids[1], None, None)
-        held = Reservation(
-            1, "gh-alice", "t", "", now - timedelta(hours=1), now + timedelta(hours=1), (gpu,), now
-        )
-        found = detect([sample], [held], now, DetectionPolicy.build(1))
-        assert [(v.kind, v.offender, v.pids) for v in found] == [
-            (FOREIGN, "gh-bob", (procs[1].pid,))
-        ]
+        found = intruders(sample, "fv1", (1, uuids[1]), "gh-alice")
+        assert found == [(FOREIGN, "gh-bob", (procs[1].pid,))]
     finally:
         await pool.close()
         for proc in procs:

@@ -26,6 +26,17 @@ DEFAULT = "nvidia"
 
 
 _registered: dict[str, Callable[[], Vendor]] = {}
+BUILTIN = ("nvidia", "amd")  # shipped with gpuhive (also entry points in pyproject.toml)
+
+
+def _builtin(name: str) -> Vendor:
+    if name == "amd":
+        from .amd import AmdVendor
+
+        return AmdVendor()
+    from .nvidia import NvidiaVendor
+
+    return NvidiaVendor()
 
 
 def register(name: str, factory: Callable[[], Vendor]) -> None:
@@ -40,12 +51,11 @@ def vendor_named(name: str) -> Vendor:
     factory = _registered.get(name)
     if factory is None:
         found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
-        if not found and name == DEFAULT:  # not installed as a distribution (a checkout)
-            from .nvidia import NvidiaVendor
-
-            return NvidiaVendor()
+        if not found and name in BUILTIN:  # not installed as a distribution (a checkout)
+            return _builtin(name)
         if not found:
-            known = sorted({*_registered, *(ep.name for ep in entry_points(group=GROUP))})
+            names = (*_registered, *BUILTIN, *(ep.name for ep in entry_points(group=GROUP)))
+            known = sorted(set(names))
             raise Invalid(f"No GPU vendor {name!r}; known: {', '.join(known) or 'none'}.")
         factory = found[0].load()
     vendor = factory()
