@@ -50,6 +50,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "topology": None,  # only `topo -m` reads it (the full path)
     "health_elements": False,  # only `-q -x` reads it (the full path)
     "raw_names": False,  # only `-q -x` reads it (the full path)
+    "vendor": "nvidia",  # the amd-smi stand-in reads it; nvidia-smi answers all the same
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from .core import NA
+from .generations import major, xml_names
 from .health import health_nodes
 from .health import temperature as fault_temperature
 from .query import APP_ALIASES as APP_ALIASES
@@ -117,8 +118,7 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
                 ],
             )
         )
-    major = snap.config.driver_version.split(".", 1)[0]
-    power_tag = "gpu_power_readings" if major.isdigit() and int(major) >= 530 else "power_readings"
+    names = xml_names(snap.config.driver_version)  # this driver generation's element names
     power = None if "power.draw" in off else g.power_w
     temperature: list[Node] = [("gpu_temp", _na(fault_temperature(gpu, g.temperature_c), "C"))]
     full = bool(gpu.fault or snap.config.health_elements)
@@ -145,17 +145,19 @@ def _gpu_xml(snap: HostSnapshot, g: GpuState) -> list[str]:
         ),
         # a healthy GPU prints as the samples do (they hold no health elements), unless the
         # config asks for them (`health_elements`); a fault adds them
-        *(health_nodes(gpu, int(major) if major.isdigit() else 0) if full else []),
+        *(health_nodes(gpu, major(snap.config.driver_version)) if full else []),
         ("temperature", temperature),
         (
-            power_tag,
-            [("power_draw", _na(power, "W")), ("power_limit", _na(gpu.power_limit_w, "W"))],
+            str(names["power"]),
+            [(str(names["draw"]), _na(power, "W")), ("power_limit", _na(gpu.power_limit_w, "W"))],
         ),
         ("processes", procs),
     ]
     bus_id = escape(gpu.pci_bus_id).replace('"', "&quot;")
     lines = [f'\t<gpu id="{bus_id}">']
     for child in children:
+        if child[0] in ("mig_mode", "mig_devices") and not names["mig_mode"]:
+            continue  # before R450: no MIG elements at all
         if child[0] == "mig_devices" and not migs:
             lines += ["\t\t<mig_devices>", "\t\t\tNone", "\t\t</mig_devices>"]
         else:
@@ -168,7 +170,7 @@ def query_xml(snap: HostSnapshot) -> str:
     stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(snap.timestamp))
     lines = [
         '<?xml version="1.0" ?>',
-        '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
+        f'<!DOCTYPE nvidia_smi_log SYSTEM "{xml_names(snap.config.driver_version)["dtd"]}">',
         "<nvidia_smi_log>",
         f"\t<timestamp>{stamp}</timestamp>",
         f"\t<driver_version>{escape(snap.config.driver_version)}</driver_version>",

@@ -74,7 +74,7 @@ def health_nodes(gpu: Any, driver_major: int) -> list[Any]:
         (f"clocks_{word}_reason_hw_thermal_slowdown", hot),
         (f"clocks_{word}_reason_sw_thermal_slowdown", hot),
     ]
-    return [
+    nodes = [
         ("ecc_mode", [("current_ecc", "Enabled"), ("pending_ecc", "Enabled")]),
         ("ecc_errors", [("volatile", counts), ("aggregate", counts)]),
         (
@@ -97,6 +97,9 @@ def health_nodes(gpu: Any, driver_major: int) -> list[Any]:
         ),
         (f"clocks_{word}_reasons", reasons),
     ]
+    if driver_major and driver_major < 450:  # no row remapping before R450 (A100's)
+        nodes = [node for node in nodes if node[0] != "remapped_rows"]
+    return nodes
 
 
 # `--query-gpu` health fields (the names of the corpus's field lists) and what a fault makes

@@ -80,7 +80,9 @@ class SimHostConfig:
     delay_s: float = 0.0
     hang: bool = False
     junk: bool | str = False
-    driver_failure: bool = False
+    # the driver's trouble (sim/generations.py FAILURES): "not_loaded" (True too),
+    # "nvml_mismatch" or "no_devices"
+    driver_failure: bool | str = False
     topology: str | dict[str, Any] | None = None  # nvidia-smi topo -m: see sim/topology.py
     # every GPU's ECC, retired pages, remapped rows and slowdown reasons in `-q -x`, as a real
     # driver prints them (the samples hold none: off, a healthy GPU prints as they do)

@@ -55,6 +55,7 @@ HELP = """NVIDIA System Management Interface (jupyter-gpuhive simulation)
     nvidia-smi -q -x [-i ID]
     nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i ID]
     nvidia-smi --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]
+    nvidia-smi --help-query-gpu  (the fields the config's driver generation knows)
     nvidia-smi topo -m         (the layout is the config's "topology")
 
 The simulated host is read from $GPUHIVE_SIM_CONFIG on every call.
@@ -71,6 +72,7 @@ MODULES = (
     "table.py",
     "topology.py",
     "health.py",
+    "generations.py",  # what each driver generation knows, prints and fails with
     "amd_smi.py",  # the amd-smi and rocm-smi stand-ins, installed beside it
 )
 
@@ -132,6 +134,8 @@ def parse_args(argv: Sequence[str]) -> Request:
             _set_mode(req, "list")
         elif arg in ("-h", "--help"):
             _set_mode(req, "help")
+        elif arg == "--help-query-gpu":
+            _set_mode(req, "helpgpu")
         else:
             raise UsageError(INVALID_ARGS)
     if query or xml:
@@ -255,9 +259,16 @@ def _full_path(req: Request, path: str, env: Mapping[str, str], stdout: TextIO) 
         return _hang(path)
     if config.delay_s > 0:
         time.sleep(config.delay_s)
-    if config.driver_failure:
-        stdout.write(formats.DRIVER_FAILURE)
-        return formats.DRIVER_FAILURE_EXIT
+    from .generations import failure, help_query_gpu
+
+    if req.mode == "helpgpu":  # static text: a failing driver prints it all the same
+        fields, aliases = formats.GPU_FIELDS, formats.GPU_ALIASES
+        stdout.write(help_query_gpu(fields, config.driver_version, aliases))
+        return 0
+    failed = failure(config.driver_failure)
+    if failed:
+        stdout.write(failed[0])
+        return failed[1]
     if config.junk:
         stdout.write(config.junk if isinstance(config.junk, str) else JUNK)
         return 0

@@ -10,7 +10,8 @@ import functools
 import time
 
 from .core import NA
-from .health import FIELDS_SINCE, HEALTH_FIELDS, health_field
+from .generations import unknown_field
+from .health import HEALTH_FIELDS, health_field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -117,22 +118,13 @@ def _lines(header: list[str], rows: list[list[str]], noheader: bool) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def _major(driver: str) -> int:
-    head = str(driver).split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
 def gpu_field_keys(names: Sequence[str], driver: str = "") -> list[str]:
     """The field keys `names` ask ``--query-gpu`` for; UnknownField for the first unknown
-    (to `driver`: a field newer than it is unknown, as to a real driver)."""
+    (to `driver`: a field newer than its generation is unknown, see sim/generations.py)."""
     keys = []
-    major = _major(driver) if driver else 0
     for name in names:
         key = GPU_ALIASES.get(name, name)
-        if key not in GPU_FIELDS or any(
-            key.startswith(family) and major and major < since
-            for family, since in FIELDS_SINCE.items()
-        ):
+        if key not in GPU_FIELDS or unknown_field(name, driver) or unknown_field(key, driver):
             raise UnknownField(name)
         keys.append(key)
     return keys

@@ -15,15 +15,17 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.sim import core, fastpath, nvidia_smi
-from jupyter_gpuhive.sim.health import FIELDS_SINCE
+from jupyter_gpuhive.sim.generations import unknown_field
 from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, SimMig, preset, write_config
 from jupyter_gpuhive.sim.query import APP_FIELDS, GPU_FIELDS
 from jupyter_gpuhive.sim.users import start_gpu_process
 
 PROFILES = ("a100x4", "mig", "gtx", "mixed")
-# every field the profiles' driver (535) knows: not remapped_rows.* (sim/health.py FIELDS_SINCE)
+# every field the profiles' drivers (470 to 550) know (sim/generations.py FIELDS_SINCE)
 GPU_QUERY = ",".join(
-    k for k in GPU_FIELDS if k != "timestamp" and not k.startswith(tuple(FIELDS_SINCE))
+    k
+    for k in GPU_FIELDS
+    if k != "timestamp" and not any(unknown_field(k, d) for d in ("470.82.01", "550.90.07"))
 )
 APPS_QUERY = ",".join(APP_FIELDS)
 FORMATS = ("csv", "csv,noheader", "csv,nounits", "csv,noheader,nounits")

@@ -7,8 +7,6 @@ owners (`ps`), CPU and memory. nvidia_read.py reads the sections this writes.
 
 from __future__ import annotations
 
-import shlex
-
 from .nvidia_smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 
 # The sections of nvidia-smi's own output that hold no text a user writes: only there is a
@@ -16,6 +14,11 @@ from .nvidia_smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 NVSMI_SECTIONS = ("gpus", "apps", "list", "health")
 
 GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
+# Every driver knows these (the GPU's identity); the others are asked only where the host's
+# `nvidia-smi --help-query-gpu` lists them (read once per probe session: `$hf`), so a field a
+# driver lacks (`mig.mode.current` before R450) costs that field, never the whole query.
+BASE_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total")
+HELP_QUERY = "nvidia-smi --help-query-gpu"
 # Every nvidia-smi query the probe runs, by name (`jupyter gpuhive doctor` runs each alone).
 GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,nounits"
 APPS_QUERY = f"nvidia-smi --query-compute-apps={','.join(QUERY_APPS_FIELDS)} --format=csv,nounits"
@@ -37,7 +40,7 @@ XML_QUERY = "nvidia-smi -q -x"
 # printf, not echo: dash's echo would rewrite backslashes in process names; `set -f`: no
 # pathname expansion of process arguments; only all-digit PIDs ever reach `eval`.
 _GPU_TEMPLATE = r"""
-@GPUQ@ >"$t/g" 2>&1 </dev/null & g=$!
+$gq >"$t/g" 2>&1 </dev/null & g=$!
 @APPSQ@ >"$t/a" 2>&1 </dev/null & a=$!
 @XSTART@
 out=; mig=
@@ -45,7 +48,11 @@ while IFS= read -r x || [ -n "$x" ]; do
   out="$out$x
 "; case $x in *', Enabled'*) mig=1 ;; esac
 done <&3
-exec 3<&-; wait $g; st=$?; g=; printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
+exec 3<&-; wait $g; st=$?; g=
+case $out in *' is not a valid field to query.'*) if [ "$gq" != "$gq0" ]; then
+  gq=$gq0; out="$($gq 2>&1 </dev/null)
+"; st=$?; fi ;; esac
+printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
 out=; pids=
 while IFS= read -r x || [ -n "$x" ]; do
   out="$out$x
@@ -122,7 +129,6 @@ def body(health: bool) -> str:
         _GPU_TEMPLATE.strip()
         .replace("@XSTART@", start)
         .replace("@XREAD@", f"{read}\n{_XML_FOR_MIG}".strip())
-        .replace("@GPUQ@", GPU_QUERY)
         .replace("@APPSQ@", APPS_QUERY)
         .replace("@LISTQ@", LIST_QUERY)
         .replace("@XMLQ@", XML_QUERY)
@@ -132,9 +138,26 @@ def body(health: bool) -> str:
 # The session's variables and FIFOs (in the scratch folder `$t`), and the children to end when
 # the session leaves early (the client gave up): an nvidia-smi still running or waiting to
 # open its FIFO.
+def _known(fields: tuple[str, ...]) -> str:
+    """Shell words: ',FIELD' for each of `fields` the host's nvidia-smi lists in `$hf`."""
+    return f"$(kf {' '.join(fields)})"
+
+
+def _query(fields: str) -> str:
+    return f"nvidia-smi --query-gpu={fields} --format=csv,nounits"
+
+
+_OPTIONAL = tuple(f for f in GPU_FIELDS if f not in BASE_FIELDS)
 SETUP = (
     "g= a= q= h= hprev= hv=0 hid=$$\n"
-    f"hq={shlex.quote(HEALTH_QUERY)} hq0={shlex.quote(HEALTH_QUERY_OLD)}"
+    f"hf=$({HELP_QUERY} 2>/dev/null </dev/null) || hf=\n"
+    # ',FIELD' for each of "$@" the host lists (all of them when it listed none)
+    'kf() { o=; for f in "$@"; do case $hf in \'\'|*"\\"$f\\""*) o="$o,$f" ;; esac; done;'
+    " printf '%s' \"$o\"; }\n"
+    f'gq0="{_query(",".join(BASE_FIELDS))}"\n'
+    f'gq="{_query(",".join(BASE_FIELDS) + _known(_OPTIONAL))}"\n'
+    f'hq="{_query("uuid" + _known(HEALTH_FIELDS[1:] + ROW_FIELDS))}"\n'
+    f'hq0="{_query("uuid" + _known(HEALTH_FIELDS[1:]))}"'
 )
 FIFOS = ("g", "a", "x")
 CHILDREN = "$g $a $q"

@@ -12,14 +12,16 @@ from dataclasses import replace
 from typing import Any
 
 from ...model.gpus import GpuMetrics, MigDevice, ProcessReading, VendorReading
+from .nvidia_fields import NOT_KNOWN
 from .nvidia_health import health_from_csv, lost_gpus, without_lost
-from .nvidia_probe import NVSMI_SECTIONS
+from .nvidia_probe import GPU_FIELDS, NVSMI_SECTIONS
 from .nvidia_smi import (
     GpuListing,
     GpuProcess,
     NvsmiParseError,
     NvsmiReport,
     check_driver,
+    field_name,
     parse_compute_apps,
     parse_gpu_list,
     parse_query_gpu,
@@ -101,6 +103,15 @@ def _slices(
     return slices, on_slice
 
 
+def _not_known(gpus: list[GpuMetrics], body: str) -> list[GpuMetrics]:
+    """`gpus` with each field the probe wanted but the host's driver does not know (the CSV
+    header lacks it) as not reported."""
+    header = body.lstrip().split("\n", 1)[0]
+    asked = {field_name(cell) for cell in header.split(", ")}
+    missing = tuple((f, NOT_KNOWN) for f in GPU_FIELDS if f not in asked)
+    return [replace(g, unreported=g.unreported + missing) for g in gpus] if missing else gpus
+
+
 def read_sections(host: str, sections: Sections, seen: dict[str, Any] | None) -> VendorReading:
     """GPUs, processes, MIG slices and health from nvidia-smi's sections; GPU trouble is
     reported (`error`), not raised (but for a health version the caller does not hold)."""
@@ -114,7 +125,8 @@ def read_sections(host: str, sections: Sections, seen: dict[str, Any] | None) ->
     listings: list[GpuListing] = []
     on_slice: dict[int, str | None] = {}
     # nvidia-smi's own answers only: a sentence in a user's text (the `ps` section) is not one
-    lost = lost_gpus("\n".join(sections[n][1] for n in NVSMI_SECTIONS if n in sections))
+    said = "\n".join(sections[n][1] for n in NVSMI_SECTIONS if n in sections)
+    lost = tuple(dict.fromkeys(lost_gpus(said)))  # each query says it: once per GPU
     if lost:  # a GPU nvidia-smi cannot reach: its line goes, the others' rows stay
         sections = {
             name: (0 if name in NVSMI_SECTIONS else status, without_lost(body))
@@ -124,7 +136,7 @@ def read_sections(host: str, sections: Sections, seen: dict[str, Any] | None) ->
     try:
         status, body = sections["gpus"]
         check_driver(body, status)
-        gpus = parse_query_gpu(body)
+        gpus = _not_known(parse_query_gpu(body), body)
         if not gpus:
             raise NvsmiParseError("nvidia-smi listed no GPUs")
         status, body = sections.get("apps", (0, ""))

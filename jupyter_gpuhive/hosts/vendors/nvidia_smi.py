@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...model.gpus import GpuMetrics, GpuReadError, GpuToolError, MigDevice
+from .nvidia_fields import driver_state, placeholder_reason
 
 # The query a probe should send; GpuMetrics reads these (and a few more) by name.
 QUERY_GPU_FIELDS = (
@@ -42,8 +43,11 @@ DRIVER_FAILURES = (
     "couldn't communicate with the NVIDIA driver",
     "No devices were found",
     "Unable to determine the device handle",
+    "Failed to initialize NVML",
+    "Driver/library version mismatch",
 )
-_UNAVAILABLE = {"[N/A]", "[Not Supported]", "N/A", "Not Supported", "[Unknown Error]", ""}
+# The metric fields whose placeholders GpuMetrics.unreported names (with the reason).
+METRIC_FIELDS = (*QUERY_GPU_FIELDS[3:], "power.limit", "persistence_mode", "mig.mode.current")
 _HEADER_CELL = re.compile(r"^[a-z][a-z0-9_.]*( \[[A-Za-z%]+\])?$")
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)(?: ?(?:%|MiB|W|C|MHz|KiB|GiB))?$")
 
@@ -53,7 +57,10 @@ class NvsmiParseError(GpuReadError):
 
 
 class NvsmiDriverError(NvsmiParseError, GpuToolError):
-    """nvidia-smi ran but reported that it cannot reach the driver or any GPU."""
+    """nvidia-smi ran but reported that it cannot reach the driver or any GPU (`state`: which
+    failure, see nvidia_fields.driver_state)."""
+
+    state = "failed"
 
 
 @dataclass(frozen=True)
@@ -92,10 +99,13 @@ class GpuListing:
 
 def check_driver(text: str, exit_status: int | None = None) -> None:
     """Raise NvsmiDriverError when the output or a non-zero exit status says nvidia-smi failed."""
-    for marker in DRIVER_FAILURES:
-        if marker in text:
-            line = next(ln for ln in text.splitlines() if marker in ln).strip()
-            raise NvsmiDriverError(f"nvidia-smi failed: {line}")
+    found = None
+    if any(marker in text for marker in DRIVER_FAILURES) or exit_status:
+        found = driver_state(text)
+    if found is not None:
+        error = NvsmiDriverError(found.message)
+        error.state = found.state
+        raise error
     if exit_status:
         first = text.strip().splitlines()[0] if text.strip() else "no output"
         raise NvsmiDriverError(f"nvidia-smi exited with status {exit_status}: {first}")
@@ -114,7 +124,17 @@ def _is_header(cells: list[str]) -> bool:
 def parse_csv(
     text: str, fields: Sequence[str] | None = None, *, strict: bool = True
 ) -> list[dict[str, str | None]]:
-    """Rows of a ``--format=csv`` answer as {field: raw value or None}, read by header names.
+    """Rows of a ``--format=csv`` answer as {field: value, None for a placeholder}."""
+    return [
+        {n: None if placeholder_reason(c) else c for n, c in row.items()}
+        for row in raw_csv(text, fields, strict=strict)
+    ]
+
+
+def raw_csv(
+    text: str, fields: Sequence[str] | None = None, *, strict: bool = True
+) -> list[dict[str, str]]:
+    """Rows of a ``--format=csv`` answer as {field: raw cell}, read by header names.
 
     Without a header line (``noheader``) the caller names the `fields` it asked for. Lines end
     at "\n" only. Not `strict`, a line with the wrong number of fields is left out.
@@ -144,9 +164,7 @@ def parse_csv(
             raise NvsmiParseError(
                 f"expected {len(names)} CSV fields, got {len(cells)}", number, line
             )
-        rows.append(
-            {n: None if c in _UNAVAILABLE else c for n, c in zip(names, cells, strict=True)}
-        )
+        rows.append(dict(zip(names, cells, strict=True)))
     return rows
 
 
@@ -180,7 +198,9 @@ def _required(row: dict[str, str | None], name: str, line: int) -> str:
 def parse_query_gpu(text: str, fields: Sequence[str] | None = None) -> list[GpuMetrics]:
     """GPUs from a ``--query-gpu`` CSV answer (index and uuid must be among the fields)."""
     gpus = []
-    for n, row in enumerate(parse_csv(text, fields), 1):
+    for n, raw in enumerate(raw_csv(text, fields), 1):
+        reasons = {f: r for f in METRIC_FIELDS if (r := placeholder_reason(raw.get(f, "x")))}
+        row = {f: None if placeholder_reason(c) else c for f, c in raw.items()}
         index = _int(_required(row, "index", n), "index", n)
         gpus.append(
             GpuMetrics(
@@ -198,6 +218,7 @@ def parse_query_gpu(text: str, fields: Sequence[str] | None = None) -> list[GpuM
                 pci_bus_id=row.get("pci.bus_id"),
                 persistence_mode=_flag(row.get("persistence_mode")),
                 mig_enabled=_flag(row.get("mig.mode.current")),
+                unreported=tuple(reasons.items()),
             )
         )
     return gpus
@@ -268,7 +289,7 @@ def _text(elem: ET.Element | None, *paths: str) -> str | None:
         found = elem.find(path)
         if found is not None:
             value = (found.text or "").strip()
-            return None if value in _UNAVAILABLE else value
+            return None if placeholder_reason(value) else value
     return None
 
 

@@ -17,6 +17,8 @@ COMMAND = "nvidia-smi topo -m"
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\w+|ib\w+|CPU\d+)$")
 _GPU = re.compile(r"^GPU(\d+)$")
 _KINDS = frozenset(("X", *PCIE_KINDS, "SOC", "PXN"))
+# Newer drivers colour the matrix on a terminal (and some captures keep it): SGR escapes.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _valid(cell: str) -> bool:
@@ -25,7 +27,7 @@ def _valid(cell: str) -> bool:
 
 def parse_topology(text: str) -> Topology:
     """The topology in `nvidia-smi topo -m` output; TopologyError if none can be read."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in _ANSI.sub("", text).splitlines() if line.strip()]
     header = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
     if header is None:
         raise TopologyError("no 'GPU0 GPU1 …' header line in the topo -m output")
