@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
 from ..model import Reservation
 from ..model.violations import Violation, ViolationRecord
@@ -44,8 +44,10 @@ class Escalation:
         store: Store,
         run: Run,
         unix_user: Callable[[str], str],
+        zone: tzinfo = UTC,
     ) -> None:
         self.ladder = ladder
+        self.zone = zone  # the site's: times in messages read on its clock
         self.actions = actions
         self.handlers = actions.handlers
         self.store = store
@@ -117,8 +119,8 @@ class Escalation:
 
     def _incident(self, vid: int, v: Violation, res: Reservation | None) -> Incident:
         if res is None:
-            return Incident.of(vid, v)
-        return Incident.of(vid, v, self._unix_user(res.owner), res.title, res.end)
+            return Incident.of(vid, v, zone=self.zone)
+        return Incident.of(vid, v, self._unix_user(res.owner), res.title, res.end, self.zone)
 
     def escalate(self, at: datetime, seen: set[str]) -> None:
         """Fire every due ladder step; repeating handlers fire their latest due step only."""

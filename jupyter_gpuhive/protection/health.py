@@ -193,5 +193,7 @@ class HealthNotices:
             log.exception("gpuhive: could not record the health notice of reservation %d", res.id)
             return
         self._open[(res.id, gpu_id)] = vid
-        incident = Incident.of(vid, record, self._unix_user(res.owner), res.title, res.end)
+        incident = Incident.of(
+            vid, record, self._unix_user(res.owner), res.title, res.end, self.zone
+        )
         self._notify(incident, self.handlers, {})

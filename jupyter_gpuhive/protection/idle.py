@@ -123,7 +123,7 @@ class IdleWatch:
     def _incident(self, vid: int, res: Reservation, since: datetime) -> Incident:
         """What handlers are told about an idle reservation: it began when it became idle."""
         record = self._record(res, since)
-        return Incident.of(vid, record, self._unix_user(res.owner), res.title, res.end)
+        return Incident.of(vid, record, self._unix_user(res.owner), res.title, res.end, self.zone)
 
     async def _end_early(self, res: Reservation, incident: Incident) -> None:
         """End an idle reservation now, record it, and tell the holder."""

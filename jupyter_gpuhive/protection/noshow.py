@@ -156,7 +156,7 @@ class NoShows:
         (vid,) = await self._run(self.store.violations.sync, at, [record], None, ())
         since = dataclasses.replace(record, started_at=res.start)
         unix = self._unix_user(res.owner)
-        incident = Incident.of(vid, since, unix, res.title, res.end)
+        incident = Incident.of(vid, since, unix, res.title, res.end, self.zone)
         self._notices[res.id] = _Notice(vid, incident)
         log.info("gpuhive: reservation %d of %s is a no-show", res.id, res.owner)
         self.actions.notify(incident, self.handlers, {})

@@ -82,7 +82,7 @@ class Protection:
         self.policy, self.ladder, self.handlers = built.policy, built.ladder, built.handlers
         self.actions = Actions(self.handlers, store, run)
         unix = self.unix_user
-        self.escalation = Escalation(self.ladder, self.actions, store, run, unix)
+        self.escalation = Escalation(self.ladder, self.actions, store, run, unix, zone)
         self.idle = IdleWatch(settings, self.actions, store, run, unix, end_reservation, zone)
         self.reports = Reports(store, run, unix, self.escalation.cases, public)
         self._ready = False

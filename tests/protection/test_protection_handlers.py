@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import textwrap
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from jupyter_gpuhive.protection.handlers import (
     build_handlers,
 )
 from jupyter_gpuhive.protection.service import Protection, ProtectionSettings
+from jupyter_gpuhive.server.http_transport import TornadoTransport
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from jupyter_gpuhive.sim.ports import free_port
 from tests.protection.conftest import USER_MAP, local_decl
@@ -52,7 +54,7 @@ async def test_failing_handlers_never_stop_the_others(
             "kill-sudo": {"type": "kill", "mode": "sudo", "sudo": "sudo -n -u nobody"},
         },
     )  # fmt: skip
-    rig = make_rig([local_decl(host)], settings, interval=0.3)
+    rig = make_rig([local_decl(host)], settings, interval=0.3, http=TornadoTransport)
     await rig.sweep()
     rig.reserve("alice", f"{host.name}:0")
     bob = start_gpu_process(host.name, [0], user="gh-bob")
@@ -111,7 +113,9 @@ def test_event_schema_validates_what_the_event_handler_publishes() -> None:
 
 
 def make(store: Any, **kwargs: Any) -> Protection:
-    return Protection(ProtectionSettings(**kwargs), store, None, _never, publish=print)
+    return Protection(
+        ProtectionSettings(**kwargs), store, None, _never, publish=print, http=TornadoTransport
+    )
 
 
 async def _never(*_: Any, **__: Any) -> Any:
@@ -213,3 +217,34 @@ async def test_third_party_handler_from_an_entry_point(
 
     assert await built["pager"].handle(SAMPLE, {}) == "paged"
     assert sys.modules["gh_pager"].CALLS == [("#gpus", "gpu1:0")]
+
+
+@needs_root
+async def test_messages_give_times_on_the_sites_clock(
+    sim_users, make_local_host, make_rig, gpu_processes
+) -> None:
+    """A message template's {end} and {since} read on the site's clock, with its zone's name
+    (they were UTC whatever the site), while the event's JSON keeps ISO instants."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("America/New_York")
+    host = make_local_host()
+    settings = ProtectionSettings(
+        user_map=USER_MAP,
+        ladder=[{"after": 0, "handler": "event", "message": "until {end}; since {since}"}],
+    )
+    rig = make_rig([local_decl(host)], settings, interval=0.3, zone=zone)
+    await rig.sweep()
+    held = rig.reserve("alice", f"{host.name}:0")
+    bob = start_gpu_process(host.name, [0], user="gh-bob")
+    gpu_processes.append(bob)
+    rig.monitor.start()
+    (event,) = await until(lambda: [e for e in rig.events if e.get("message")], timeout=15)
+    end = held.end.astimezone(zone)
+    since = datetime.fromisoformat(event["since"]).astimezone(zone)
+    assert event["message"] == (
+        f"until {end:%Y-%m-%d %H:%M} {end.tzname()}; since {since:%Y-%m-%d %H:%M:%S} "
+        f"{since.tzname()}"
+    )
+    assert end.tzname() in ("EST", "EDT") and "UTC" not in event["message"]
+    assert datetime.fromisoformat(event["reservation_end"]) == held.end

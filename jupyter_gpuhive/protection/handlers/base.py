@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar
 
 from ...hosts.pool import HostPool
@@ -48,13 +48,14 @@ class Incident(Violation):
     recorded, its id, the holder's UNIX user and the reservation's title and end.
 
     `started_at` (also `since`) is when it began; for an idle reservation, since when its
-    GPUs were idle.
+    GPUs were idle. Messages give times on the site's clock (`zone`), with its name.
     """
 
     violation_id: int
     holder_unix: str | None = None
     reservation_title: str | None = None
     reservation_end: datetime | None = None
+    zone: tzinfo = UTC
 
     @classmethod
     def of(
@@ -64,14 +65,16 @@ class Incident(Violation):
         holder_unix: str | None = None,
         title: str | None = None,
         end: datetime | None = None,
+        zone: tzinfo = UTC,
     ) -> Incident:
-        """The incident about a recorded violation."""
+        """The incident about a recorded violation (`zone`: the site's, for its messages)."""
         return cls(
             **violation.values(),
             violation_id=violation_id,
             holder_unix=holder_unix,
             reservation_title=title,
             reservation_end=end,
+            zone=zone,
         )
 
     @property
@@ -97,13 +100,18 @@ class Incident(Violation):
             "holder": self.holder or "nobody",
             "reservation": self.reservation_id if self.reservation_id is not None else "",
             "title": self.reservation_title or "",
-            "end": f"{end:%Y-%m-%d %H:%M} UTC" if end else "",
-            "since": f"{self.since:%Y-%m-%d %H:%M:%S} UTC",
+            "end": self._local(end, "%Y-%m-%d %H:%M") if end else "",
+            "since": self._local(self.since, "%Y-%m-%d %H:%M:%S"),
             "pids": ", ".join(str(p) for p in self.pids),
             "commands": "; ".join(self.commands),
             "detail": self.detail or "",
             "level": self.level,
         }
+
+    def _local(self, instant: datetime, form: str) -> str:
+        """`instant` on the site's clock, with the zone's name then ('CET', 'UTC')."""
+        local = instant.astimezone(self.zone)
+        return f"{local:{form}} {local.tzname() or self.zone}"
 
     def to_json(self) -> dict[str, Any]:
         end = self.reservation_end
