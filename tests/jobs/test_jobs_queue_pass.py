@@ -18,6 +18,7 @@ from jupyter_gpuhive.jobs.admission import (
     template_options,
 )
 from jupyter_gpuhive.jobs.model import render_tasks
+from jupyter_gpuhive.jobs.order import queue_order, standing
 from jupyter_gpuhive.jobs.queue import bookings_of, candidates, gpu_states, reserved_spans
 from jupyter_gpuhive.jobs.timeline import Line
 from jupyter_gpuhive.model import Gpu, GpuDecl, HostDecl, Reservation, utcnow
@@ -60,24 +61,65 @@ class OnlyOn:
 
 
 def test_gang_waits_for_all_and_backfill_lets_later_jobs_through() -> None:
+    # The gang job is first in the queue (submitted 5 h before the others: its 2 GPU-hours
+    # delay it 2 h, theirs 1 h), yet its a-1 is busy with no known end: it waits without
+    # taking a-0, and the jobs behind it start.
     gpus = world(gpu("a", 0), gpu("a", 1, blocker="a:1 runs job 9"), gpu("a", 2))
-    result = admit([job(1, "a-0", "a-1"), job(2, "a-0"), job(3, "a-2")], gpus, NOW)
+    jobs = [job(1, "a-0", "a-1", created=NOW - 5 * H), job(2, "a-0", created=NOW - 10),
+            job(3, "a-2", created=NOW - 5)]  # fmt: skip
+    assert [c.job_id for c in queue_order(jobs, NOW, 3)] == [1, 2, 3]
+    result = admit(jobs, gpus, NOW)
     assert [(a.job_id, a.gpus) for a in result.admitted] == [(2, ("a-0",)), (3, ("a-2",))]
     assert result.waiting == {1: "a:1 runs job 9"}  # a-0 was not taken for the gang job
 
 
-def test_claims_in_one_pass_first_come_first_served() -> None:
+def test_claims_in_one_pass_go_in_queue_order() -> None:
+    """Jobs of the same area: first come, first served (by submission, not id or input
+    order). A smaller job goes before a bigger one submitted less than the difference of
+    their delays (1 h per GPU-hour) before it; submitted earlier than that, the bigger one
+    goes first."""
     gpus = world(gpu("a", 0), gpu("a", 1))
-    early = job(7, "a-0", "a-1", created=NOW - 100)  # higher id, created first
+    early = job(7, "a-1", created=NOW - 100)  # higher id, created first
     late = job(3, "a-1", created=NOW - 50)
     result = admit([late, early], gpus, NOW)
     assert [a.job_id for a in result.admitted] == [7]
     assert result.waiting == {3: "a:1 went to an earlier queued job"}
 
+    wide = job(7, "a-0", "a-1", created=NOW - 100)  # 2 GPU-hours: 2 h of delay, 1 h more
+    result = admit([wide, late], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [3]
+    assert list(result.waiting) == [7] and result.planned[7].start == NOW + H
+    aged = replace(wide, created=NOW - H - 100)  # submitted more than that hour earlier
+    result = admit([late, aged], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [7]
+    assert result.waiting == {3: "a:1 went to an earlier queued job"}
+
+
+def test_a_small_job_overtakes_an_earlier_big_one_within_its_delay() -> None:
+    """Smallest area first: a 1-hour job submitted an hour after a 10-hour one on the same
+    GPU starts first (queue times: 1 h vs 10 h after their submissions); the big job waits,
+    next in the queue, with a slot from the small one's end. Submitted more than 9 h before
+    the small one, the big job goes first."""
+    gpus = world(gpu("a", 0))
+    big = job(1, "a-0", hours=10, created=NOW - 2 * H)
+    small = job(2, "a-0", created=NOW - H)
+    result = admit([big, small], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [2]
+    assert list(result.waiting) == [1] and result.planned[1].start == NOW + H
+    assert standing(result.waiting)[1]["place"] == 1
+    aged = replace(big, created=NOW - 11 * H)  # queue time NOW - 1 h: before the small one's
+    result = admit([aged, small], gpus, NOW)
+    assert [a.job_id for a in result.admitted] == [1]
+    assert result.planned[2].start == NOW + 10 * H
+
 
 def test_walltime_must_end_before_the_next_reservation() -> None:
     gpus = world(gpu("a", 0, free_until=NOW + 2 * H), gpu("a", 1, free_until=NOW - 1))
-    result = admit([job(1, "a-0", hours=3), job(2, "a-0", hours=2), job(3, "a-1")], gpus, NOW)
+    # job 1 first in the queue (submitted 5 h before), then the 2-hour one
+    jobs = [job(1, "a-0", hours=3, created=NOW - 5 * H), job(2, "a-0", hours=2, created=NOW),
+            job(3, "a-1", created=NOW)]  # fmt: skip
+    assert queue_order(jobs, NOW, 2)[0].job_id == 1
+    result = admit(jobs, gpus, NOW)
     assert [a.job_id for a in result.admitted] == [2]  # ends exactly as the booking begins
     assert result.waiting[1].startswith("a:0 is reserved from 2030-03-17")
     assert "a:1 is reserved" in result.waiting[3]  # reserved now
@@ -100,12 +142,25 @@ def test_count_only_prefers_one_host_best_fit_then_fewest_hosts() -> None:
         *(gpu("small", i) for i in range(2)),
         gpu("small", 2, blocker="busy"),
     )
-    result = admit([job(1, count=2), job(2, count=3), job(3, count=1)], gpus, NOW)
+    # taken in the order 1, 2, 3: each submitted late enough after the one before that its
+    # smaller area does not put it ahead
+    jobs = [job(1, count=2, created=NOW - 10 * H), job(2, count=3, created=NOW - 10 * H),
+            job(3, count=1, created=NOW - 5 * H)]  # fmt: skip
+    assert [c.job_id for c in queue_order(jobs, NOW, 4)] == [1, 2, 3]
+    result = admit(jobs, gpus, NOW)
     placed = {a.job_id: a.gpus for a in result.admitted}
     assert placed[1] == ("small-0", "small-1")  # the host where 2 fit most tightly
     assert len(placed[2]) == 3 and {u.split("-")[0] for u in placed[2]} == {"big"}
     assert placed[3] == ("big-0",) or len(placed[3]) == 1
     assert len(set(placed[1] + placed[2] + placed[3])) == 6  # nothing taken twice
+
+    # Taken smallest first (submitted together): the 1-GPU job takes the tightest host,
+    # the 2-GPU job the only host with room for it, and 3 GPUs no longer fit on one host.
+    result = admit([job(1, count=2), job(2, count=3), job(3, count=1)], gpus, NOW)
+    placed = {a.job_id: a.gpus for a in result.admitted}
+    assert placed[3] in (("small-0",), ("small-1",))
+    assert len(placed[1]) == 2 and {u.split("-")[0] for u in placed[1]} == {"big"}
+    assert result.waiting == {2: "waiting for 3 free GPUs on one host"}
 
     spread = admit([job(1, count=5)], gpus, NOW)
     assert len(spread.admitted[0].gpus) == 5  # 4 on big + 1 on small: as few hosts as can be
@@ -120,7 +175,18 @@ def test_count_only_takes_gpus_whose_booking_comes_soonest_after_its_end() -> No
         gpu("a", 2, free_until=NOW + 30 * 60),
         gpu("a", 3),
     )
-    result = admit([job(1, count=1), job(2, count=2, hours=5), job(3, count=1, hours=3)], gpus, NOW)
+    jobs = [job(1, count=1), job(2, count=2, hours=5), job(3, count=1, hours=3)]
+    result = admit(jobs, gpus, NOW)
+    placed = {a.job_id: a.gpus for a in result.admitted}
+    # smallest area first (1, 3, then 2): the 3-hour job takes a-0 (booked from 10 h), not
+    # a-3 (never booked), which stays free for longer jobs
+    assert placed == {1: ("a-1",), 3: ("a-0",)}
+    assert 2 in result.waiting
+    # the 10 GPU-hour job submitted 10 h before: first in the queue, it gets a-0 and a-3
+    first = [replace(jobs[0], created=NOW), replace(jobs[1], created=NOW - 10 * H),
+             replace(jobs[2], created=NOW)]  # fmt: skip
+    assert queue_order(first, NOW, 4)[0].job_id == 2
+    result = admit(first, gpus, NOW)
     placed = {a.job_id: a.gpus for a in result.admitted}
     assert placed == {1: ("a-1",), 2: ("a-0", "a-3")}  # the long-free GPUs kept for long jobs
     assert 3 in result.waiting
@@ -180,12 +246,16 @@ def test_estimates_from_reservations_running_jobs_and_unknowns() -> None:
     jobs = [job(1, "a-0"), job(2, "a-0", "a-1", hours=2), job(3, "a-2"), job(4, count=2)]
     later = Candidate(5, "ann", 5, NOW + 5 * H, ("a-0",), 0, NOW + 4 * H)
     result = admit([*jobs, later], gpus, NOW, reserved=reserved, horizon=NOW + 48 * H)
-    # Changed with backfill slots: queued jobs ahead count. Job 1 runs now on a-0 (1 h,
-    # before the booking); job 2 waits for the booking and a-1 (3 h); job 4 needs two GPUs
-    # for an hour: a-0 and a-1 are both free again once job 2 ends (5 h); job 5 comes after.
+    # Queued jobs ahead count, in the queue's order (smallest area first: 1, 3, 5, 4, 2).
+    # Job 1 runs now on a-0 (1 h, before the booking); job 3's GPU has no known end; job 5
+    # takes a-0 at its start time (4 h), after the booking; job 4 needs two GPUs for an hour
+    # from then on (no slot in a gap before one ahead of it): a-0 and a-1 are both free once
+    # job 5 ends (5 h); job 2 (4 GPU-hours) comes after job 4.
+    assert [c.job_id for c in queue_order([*jobs, later], NOW, 3)] == [1, 3, 5, 4, 2]
     found = result.starts(NOW)
-    assert found == {1: NOW, 2: NOW + 3 * H, 3: None, 4: NOW + 5 * H, 5: NOW + 6 * H}
+    assert found == {1: NOW, 2: NOW + 6 * H, 3: None, 4: NOW + 5 * H, 5: NOW + 4 * H}
     assert result.planned[4].gpus == ("a-0", "a-1")
+    assert result.planned[2].gpus == ("a-0", "a-1")
 
 
 # --- inputs from jobs, reservations and a sweep --------------------------------------------------
