@@ -12,6 +12,7 @@ under `system` as `PID<n>` entries, without the GPU they use.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ...model.gpus import DEGRADED, FAILED, GpuMetrics, Health, ProcessReading, VendorReading
@@ -27,10 +28,13 @@ def number(value: Any, to_mib: bool = False) -> float | None:
         value, unit = value.get("value"), str(value.get("unit", ""))
     if isinstance(value, bool) or value is None:
         return None
+    words = str(value).split()
     try:
-        found = float(str(value).strip().split()[0])
+        found = float(words[0])
     except (ValueError, IndexError):
         return None  # "N/A", "[Not Supported]", ""
+    if not unit and len(words) > 1:
+        unit = words[1]  # the text view's "7.3 GB"
     return found * UNITS_MIB.get(unit.upper(), 1) if to_mib else found
 
 
@@ -53,7 +57,8 @@ def loads(text: str) -> Any:
     start = next((i for i, ln in enumerate(lines) if ln.lstrip()[:1] in ("[", "{")), None)
     if start is None:
         raise ValueError(f"no JSON in the answer: {text.strip()[:120]!r}")
-    return json.loads("\n".join(lines[start:]))
+    # what follows the document (a pasted capture's closing fence) is not part of it
+    return json.JSONDecoder().raw_decode("\n".join(lines[start:]))[0]
 
 
 def by_gpu(text: str, what: str) -> dict[int, dict[str, Any]]:
@@ -66,12 +71,23 @@ def by_gpu(text: str, what: str) -> dict[int, dict[str, Any]]:
     return {int(item["gpu"]): item for item in data if isinstance(item, dict) and "gpu" in item}
 
 
+# amd-smi list's UUID holds the ASIC serial: 2 hex digits, 'ff', the device id, '-0000-1000-80',
+# 2 more digits, '-', the last 12 (afff74a1-0000-1000-8054-e92b0a5d57c8: 0xaf54e92b0a5d57c8).
+_LISTED_UUID = re.compile(r"^([0-9a-f]{2})ff[0-9a-f]{4}-0000-1000-80([0-9a-f]{2})-([0-9a-f]{12})$")
+
+
+def serial_of_uuid(uuid: str) -> str | None:
+    """The ASIC serial inside amd-smi list's UUID, if it holds one."""
+    found = _LISTED_UUID.match(uuid.strip().lower())
+    return "".join(found.groups()) if found else None
+
+
 def uuid_of(static: dict[str, Any], bdf: str | None = None) -> str:
     """The GPU's UUID as ROCR_VISIBLE_DEVICES takes it: `GPU-` and the ASIC serial's (rocm-smi:
     the Unique ID's) 16 hex digits; where there is none (Radeon cards report N/A), a name made
     from the PCI bus address, which identifies the GPU but cannot pin it."""
     serial = str((static.get("asic") or {}).get("asic_serial", "")).strip().lower()
-    serial = serial.removeprefix("0x")
+    serial = serial.removeprefix("0x") or serial_of_uuid(str(static.get("uuid", ""))) or ""
     if len(serial) >= 8 and all(c in "0123456789abcdef" for c in serial):
         return "GPU-" + serial
     bus = bdf or (static.get("bus") or {}).get("bdf") or f"gpu{static.get('gpu', '?')}"
@@ -115,7 +131,7 @@ def read_amd_smi(sections: dict[str, tuple[int, str]]) -> VendorReading:
             return VendorReading(error=f"amd-smi failed ({status}): {text.strip()[:200]}")
     static = by_gpu(sections["amdstatic"][1], "static")
     metric = by_gpu(sections["amdmetric"][1], "metric")
-    gpus, health, uuids = [], {}, {}
+    gpus, health, uuids, procs = [], {}, {}, []
     for index in sorted(static):
         st, me = static[index], metric.get(index, {})
         uuid = uuids[index] = uuid_of(st)
@@ -136,23 +152,38 @@ def read_amd_smi(sections: dict[str, tuple[int, str]]) -> VendorReading:
             )
         )  # fmt: skip
         health[uuid] = health_of(me)
-    procs = []
     status, text = sections.get("amdprocess", (1, ""))
     if status == 0 and text.strip():
-        for index, item in by_gpu(text, "process").items():
-            for entry in item.get("process_list") or []:
-                info = (entry or {}).get("process_info") if isinstance(entry, dict) else None
-                if not isinstance(info, dict) or _int(info.get("pid")) is None:
-                    continue  # "No running processes detected" and the like
-                vram = (info.get("memory_usage") or {}).get("vram_mem", info.get("mem_usage"))
-                procs.append(ProcessReading(int(info["pid"]), uuids.get(index), _int(vram, True)))
+        procs = processes_of(by_gpu(text, "process"), uuids)
     return VendorReading(gpus=tuple(gpus), processes=tuple(procs), health=health)
+
+
+def processes_of(listed: dict[int, dict[str, Any]], uuids: dict[int, str]) -> list[ProcessReading]:
+    """amd-smi's processes per GPU (JSON's `process_list`, or the text view's repeated
+    PROCESS_INFO) with PID, GPU and VRAM."""
+    procs = []
+    for index, item in listed.items():
+        infos = [e.get("process_info") if isinstance(e, dict) else None
+                 for e in item.get("process_list") or []]  # fmt: skip
+        found = item.get("process_info")
+        infos += found if isinstance(found, list) else [found]
+        for info in infos:
+            if not isinstance(info, dict) or _int(info.get("pid")) is None:
+                continue  # "No running processes detected" and the like
+            vram = (info.get("memory_usage") or {}).get("vram_mem", info.get("mem_usage"))
+            procs.append(ProcessReading(int(info["pid"]), uuids.get(index), _int(vram, True)))
+    return procs
 
 
 ROCM_READINGS = (
     ("utilization.gpu", "GPU use (%)"),
     ("power.draw", "Average Graphics Package Power (W)"),
 )
+
+
+def _vram(card: dict[str, Any], what: str) -> Any:
+    """A VRAM reading of a card ('VRAM …'; ROCm 3 wrote 'vram …')."""
+    return card.get(f"VRAM {what}", card.get(f"vram {what}"))
 
 
 def read_rocm_smi(status: int, text: str) -> VendorReading:
@@ -177,8 +208,8 @@ def read_rocm_smi(status: int, text: str) -> VendorReading:
             GpuMetrics(
                 index, uuid, name,
                 _int(card.get("GPU use (%)")), _int(card.get("GPU memory use (%)")),
-                _int({"value": card.get("VRAM Total Used Memory (B)"), "unit": "B"}, True),
-                _int({"value": card.get("VRAM Total Memory (B)"), "unit": "B"}, True),
+                _int({"value": _vram(card, "Total Used Memory (B)"), "unit": "B"}, True),
+                _int({"value": _vram(card, "Total Memory (B)"), "unit": "B"}, True),
                 _int(card.get("Temperature (Sensor edge) (C)")),
                 number(card.get("Average Graphics Package Power (W)")), None,
                 pci_bus_id=card.get("PCI Bus"),
@@ -242,3 +273,65 @@ def parse_topology(text: str) -> Topology:
     if not indices:
         raise TopologyError("no GPUs in the AMD tool's topology answer")
     return Topology(tuple(GpuPlace(i) for i in sorted(indices)), links)
+
+
+def text_view(text: str) -> list[dict[str, Any]]:
+    """amd-smi's text view (`GPU: 0` then indented `KEY: value` lines) as its JSON's shape:
+    per-GPU objects, keys in lower case, a key seen again under one parent (PROCESS_INFO) a
+    list, a line without a key (a list wrapped at 80 columns) joined to the value before."""
+    gpus: list[dict[str, Any]] = []
+    stack: list[tuple[int, dict[str, Any]]] = []
+    last: tuple[dict[str, Any], str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("$ "):
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        key, sep, value = line.partition(":")
+        if not sep or " " in key.strip():
+            if last is not None and isinstance(last[0].get(last[1]), str):
+                last[0][last[1]] += " " + line
+            continue
+        key, value = key.strip().lower(), value.strip()
+        if indent == 0 and key == "gpu" and value.isdigit():
+            stack = [(0, {"gpu": int(value)})]
+            gpus.append(stack[0][1])
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not stack:
+            continue
+        parent = stack[-1][1]
+        child: Any = value if value else {}
+        if key in parent:
+            held = parent[key]
+            parent[key] = [*(held if isinstance(held, list) else [held]), child]
+        else:
+            parent[key] = child
+        if isinstance(child, dict):
+            stack.append((indent, child))
+        last = (parent, key) if isinstance(child, str) else None
+    return gpus
+
+
+_ROCM_LINE = re.compile(r"^GPU\[(\d+)\]\s*: (.*)$")
+
+
+_ROCM_PID = re.compile(r"^PID (\d+) is using \d+ DRM device")
+
+
+def rocm_text(text: str) -> dict[str, dict[str, str]]:
+    """rocm-smi's `GPU[i] : key: value` lines (`-a`, `--showtoponuma`, ...) as its JSON's
+    `cardN` objects, and its `PID n is using …` lines as `system`'s `PID<n>` entries."""
+    cards: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        pid = _ROCM_PID.match(line.strip())
+        if pid:
+            cards.setdefault("system", {})[f"PID{pid[1]}"] = ""
+        found = _ROCM_LINE.match(line.strip())
+        if found:
+            key, sep, value = found[2].partition(": ")
+            card = cards.setdefault(f"card{found[1]}", {})
+            if sep and key.strip():
+                card.setdefault(key.strip(), value.strip())
+    return cards
