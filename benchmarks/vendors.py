@@ -11,7 +11,13 @@ JSON object with them all:
 - ``corpus_mismatches``: files whose reading differs from tests/corpus/'s expectations (0);
 - ``old_driver_hosts_blinded``: of a 418-style and a 470-style stand-in host monitored
   through the real sampler, those whose GPUs came back unread (0), each with the fields its
-  driver does not report shown as not reported.
+  driver does not report shown as not reported;
+- ``amd_sweep_cost_ratio``: an AMD stand-in host's median probe time over an NVIDIA one's with
+  the same GPUs and the same processes, probed in turn in the same run (at most 1.2;
+  tests/support/amd_hosts.py);
+- ``amd_misattributed``: real processes of several users on an AMD stand-in host, intruders on
+  booked GPUs among them, whose owner or GPU the sweep got wrong, plus intruders protection
+  missed (0).
 
 A vendor's figures live in their own functions here (or in a module this one imports), each
 under `@figure`; `figures()` measures whatever is registered.
@@ -77,6 +83,22 @@ def old_driver_hosts_blinded(smoke: bool) -> int:
     from tests.support.old_drivers import blinded_hosts
 
     return blinded_hosts()
+
+
+@figure("amd_sweep_cost_ratio")
+def amd_sweep_cost_ratio(smoke: bool) -> float:
+    """An AMD host's probe time over an NVIDIA host's, same GPUs and processes (<= 1.2)."""
+    from tests.support.amd_hosts import sweep_cost_ratio
+
+    return sweep_cost_ratio(smoke)
+
+
+@figure("amd_misattributed")
+def amd_misattributed(smoke: bool) -> int:
+    """AMD GPU processes whose owner or GPU was wrong, intruders included (0)."""
+    from tests.support.amd_hosts import misattributed
+
+    return misattributed(smoke)
 
 
 def figures(smoke: bool) -> dict[str, Any]:

@@ -216,10 +216,51 @@ def _rocm(gpus: list[Any], procs: list[Any], loads: dict[int, Any]) -> dict[str,
     return out
 
 
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _string(text: str) -> str:
+    """A JSON string as json.dumps writes it (ASCII; control and other characters escaped)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif ch in _SHORT:
+            out.append(_SHORT[ch])
+        elif code > 0xFFFF:  # a surrogate pair, as json.dumps writes it
+            code -= 0x10000
+            out.append(f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return '"' + "".join(out) + '"'
+
+
+def dumps(value: Any, indent: int | None = 4, level: int = 0) -> str:
+    """`value` as JSON, the way json.dumps(indent=…) prints it, without importing json (and
+    its regular expressions: every call of the stand-in is a fresh interpreter)."""
+    if isinstance(value, str):
+        return _string(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int | float):
+        return repr(value)
+    items = list(value.items()) if isinstance(value, dict) else list(value)
+    if not items:
+        return "{}" if isinstance(value, dict) else "[]"
+    pad = "" if indent is None else "\n" + " " * (indent * (level + 1))
+    end = "" if indent is None else "\n" + " " * (indent * level)
+    sep = ", " if indent is None else ","
+    if isinstance(value, dict):
+        parts = [f"{_string(str(k))}: {dumps(v, indent, level + 1)}" for k, v in items]
+        return "{" + sep.join(pad + p for p in parts) + end + "}"
+    return "[" + sep.join(pad + dumps(v, indent, level + 1) for v in items) + end + "]"
+
+
 def main(argv: list[str] | None = None, tool: str = "amd-smi") -> int:
     """Run the stand-in (`tool`: amd-smi or rocm-smi); return its exit status."""
-    import json
-
     args = sys.argv[1:] if argv is None else argv
     rocm = tool == "rocm-smi"
     if "--json" not in args or (not rocm and (not args or args[0] not in COMMANDS)):
@@ -242,7 +283,7 @@ def main(argv: list[str] | None = None, tool: str = "amd-smi") -> int:
         answer = _process(gpus, procs)
     else:
         answer = _PLAIN[args[0]](gpus)
-    sys.stdout.write(json.dumps(answer, indent=None if rocm else 4) + "\n")  # rocm-smi: one line
+    sys.stdout.write(dumps(answer, indent=None if rocm else 4) + "\n")  # rocm-smi: one line
     return 0
 
 
