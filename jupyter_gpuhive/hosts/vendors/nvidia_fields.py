@@ -102,6 +102,12 @@ _STATES = (
         "insufficient_permissions",
         "this query needs root on this host",
     ),
+    (
+        re.compile(r"Please run 'nvidia-smi -h' for help|Invalid combination of input arguments"),
+        "usage_error",
+        "this nvidia-smi does not take the command it was given (an older or a Windows "
+        "nvidia-smi?)",
+    ),
 )
 
 

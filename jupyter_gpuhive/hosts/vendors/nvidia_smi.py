@@ -48,7 +48,8 @@ DRIVER_FAILURES = (
 )
 # The metric fields whose placeholders GpuMetrics.unreported names (with the reason).
 METRIC_FIELDS = (*QUERY_GPU_FIELDS[3:], "power.limit", "persistence_mode", "mig.mode.current")
-_HEADER_CELL = re.compile(r"^[a-z][a-z0-9_.]*( \[[A-Za-z%]+\])?$")
+# field names carry capitals since R590 (`pci.baseClass`, `...heterogenous_multivGPU`)
+_HEADER_CELL = re.compile(r"^[a-z][A-Za-z0-9_.]*( \[[A-Za-z%/]+\])?$")
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)(?: ?(?:%|MiB|W|C|MHz|KiB|GiB))?$")
 
 
@@ -375,7 +376,7 @@ def _refuse_moved_blocks(root: ET.Element) -> None:
     `<attached_gpus>`, and a process entry anywhere but in its GPU's one `<processes>`."""
     blocks = root.findall("gpu")
     attached = (root.findtext("attached_gpus") or "").strip()
-    if attached.isdigit() and len(blocks) != int(attached):
+    if attached.isdigit() and len(blocks) > int(attached):  # fewer: a GPU left out (lost)
         raise NvsmiParseError(f"{len(blocks)} <gpu> blocks for {attached} attached GPUs")
     for gpu in blocks:
         lists = gpu.findall("processes")
