@@ -12,7 +12,8 @@ connection, Unix sockets forwarded over SSH). Measured the same way for both:
 - start: from start_kernel to the first kernel_info reply (p50 over the starts);
 - rtt: execute_request of ``pass`` to its execute_reply (p50, p99; after a warm-up);
 - dead_detect_s (remote only): from killing the host's sshd (listener and sessions) to the
-  kernel manager's restarter declaring the kernel dead, as a Jupyter server would see it.
+  kernel manager's restarter declaring the kernel dead, as a Jupyter server would see it (the
+  kernel managers get the server's restarter class: `restarter_config`).
 
 The last line printed is one JSON object with local_start_p50_s, remote_start_p50_s,
 start_ratio, local_rtt_p50_ms, remote_rtt_p50_ms, rtt_overhead_ms, remote_rtt_p99_ms,
@@ -38,11 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from jupyter_client.kernelspec import KernelSpec
+from traitlets.config import Config
 
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.kernels.registry import KernelRegistry
 from jupyter_gpuhive.model import Identity, utcnow
+from jupyter_gpuhive.server.kernel_manager import restarter_config
 from jupyter_gpuhive.sim.sshd import SshdCluster
 from jupyter_gpuhive.sim.users import current_user, ensure_user, is_root
 from jupyter_gpuhive.store import Store
@@ -60,6 +63,11 @@ class _Kernels:
 
 
 KERNELS = _Kernels()
+# Each kernel's manager gets the restarter class the server configures (jupyter_client's,
+# mixed with kernels.restarts.FinalEnds): a kernel whose provisioner ended it for good (its
+# host's connection lost) is declared dead at the restarter's next poll, not restarted onto
+# a host that cannot be reached (a plain restarter would retry that start every poll).
+KERNEL_CONFIG = restarter_config(Config())
 
 
 def log(message: str) -> None:
@@ -82,7 +90,7 @@ def spec(python: str, reservation_id: int | None) -> KernelSpec:
 
 async def start(kernel_spec: KernelSpec) -> tuple[AsyncIOLoopKernelManager, Any, float]:
     """A started kernel, its client, and the seconds to its first kernel_info reply."""
-    km = AsyncIOLoopKernelManager()
+    km = AsyncIOLoopKernelManager(config=KERNEL_CONFIG)  # as the server configures it
     km.gpuhive_kernels = KERNELS.registry  # type: ignore[attr-defined]  # as the server does
     km._kernel_spec = kernel_spec
     began = time.perf_counter()

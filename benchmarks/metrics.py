@@ -18,21 +18,23 @@ fewer repeats; `--smoke`: 40 GPUs, 40 reservations, a few repeats; that it runs)
   health over the same without it, median of 7 sweeps each (`--quick`: 3), alternating in the
   same run: every host asked at once on its probe loop (`HostPool.ask`, as `Sampler` asks,
   naming the health lines' version it holds) and each answer read by `parse_probe` as it comes.
-  With health the loop is `PROBE_LOOP_COMMAND` (`-q -x` on every sweep; on a host without MIG
-  only the lines health reads, sent when they changed: a healthy host answers `xmlsame` and the
-  version); without, the baseline `probe_loop_command(health=False)` (`-q -x` only on MIG
-  hosts). The hosts are benchmarks/sweep_fixture.py's: an asyncssh server answering each probe at
-  once with what the real probe got from the stand-in (with `health_elements`: every GPU's ECC,
-  pages, rows and slowdown elements, as a real driver prints them; without health: the same
-  answer less its XML; to a client that holds the version: the `xmlsame` answer, as a real loop
-  gives it while nothing changed), so the ratio is gpuhive's cost: the bigger answer through SSH
-  and its parsing. Target <= 1.1. stderr also gives the sweep in which every host sends its
-  lines (as after a change on each, or the first sweep of new sessions): the cost of a change,
-  paid once. What a host spends is apart and reported on stderr only: one probe of a local host
-  whose nvidia-smi replays the stand-in's recorded answers (`cat`; the extra process and awk)
-  and of the stand-in itself (whose `-q -x` is its slow full Python path, ~30 ms: the stand-in's
-  cost, no real driver's); no real driver was measured. The fixture server runs at nice 19 (it
-  stands in for other machines).
+  With health the loop is `PROBE_LOOP_COMMAND`: a third `nvidia-smi --query-gpu` (ECC, retired
+  pages, remapped rows, thermal slowdown: hosts/vendors/nvidia_probe.py) runs in parallel with
+  the metrics and processes queries on every sweep, and its CSV lines are sent only when they
+  changed: a healthy host answers `healthsame` and the version. Without, the baseline
+  `probe_loop_command(health=False)` (the metrics and processes queries only; `-q -x` on MIG
+  hosts in both). The hosts are benchmarks/sweep_fixture.py's: an asyncssh server answering
+  each probe at once with what the real probe got from the stand-in (with health: its `health`
+  and `healthv` sections; without health: the same answer less those; to a client that holds
+  the version: the `healthsame` answer, as a real loop gives it while nothing changed), so the
+  ratio is gpuhive's cost: the bigger answer through SSH and its parsing. Target <= 1.1. stderr
+  also gives the sweep in which every host sends its lines (as after a change on each, or the
+  first sweep of new sessions): the cost of a change, paid once. What a host spends is apart
+  and reported on stderr only: one probe of a local host whose nvidia-smi replays the
+  stand-in's recorded answers (`cat`: the health query is one more process) and of the
+  stand-in itself (a Python process per query: the stand-in's cost, no real driver's); no
+  real driver was measured. The fixture server runs at nice 19 (it stands in for other
+  machines).
 - `health_to_unbookable_s`: a Hive on one simulated host (poll interval 1 s) with its monitor
   running; the `ecc` failure preset is set in the stand-in, then a booking on that GPU is tried
   every 50 ms through the bookings service (as POST reservations does; a booking that goes
@@ -160,6 +162,8 @@ async def scrape_ms(gpus: int, reservations: int, repeats: int) -> float:
 
 REPLAY = """#!/bin/sh
 case "$1" in
+  --help-query-gpu) exec cat "$REPLAY/help-query-gpu.txt" ;;
+  --query-gpu=uuid,*) exec cat "$REPLAY/query-gpu-health.csv" ;;
   --query-gpu=*) exec cat "$REPLAY/query-gpu.csv" ;;
   --query-compute-apps=*) exec cat "$REPLAY/query-compute-apps.csv" ;;
   -L) exec cat "$REPLAY/L.txt" ;;
@@ -167,15 +171,22 @@ case "$1" in
 esac
 exit 2
 """
+# What the replayed nvidia-smi answers (each file as the stand-in answered the query): the
+# probe's metrics, processes, MIG list and health queries (`jupyter gpuhive doctor`'s), the
+# field list it reads once per probe session, and `-q -x` (asked only where MIG is on).
+REPLAYED = ("query-gpu", "query-compute-apps", "mig", "q-x", "health")
 
 
 def replay_host(folder: Path, sim: LocalSimHost) -> HostDecl:
-    """A host whose nvidia-smi prints what `sim`'s stand-in answered to each doctor query."""
+    """A host whose nvidia-smi prints what `sim`'s stand-in answered to each of the probe's
+    queries."""
     from jupyter_gpuhive.hosts.vendors.nvidia_doctor import QUERIES
+    from jupyter_gpuhive.hosts.vendors.nvidia_probe import HELP_QUERY
 
     env = sim.env({})
     (folder / "bin").mkdir(parents=True)
-    for _, file, command in QUERIES[:4]:
+    queries = [(file, command) for name, file, command in QUERIES if name in REPLAYED]
+    for file, command in [*queries, ("help-query-gpu.txt", HELP_QUERY)]:
         done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True,
                               check=True, timeout=60)  # fmt: skip
         (folder / file).write_text(done.stdout)
@@ -209,10 +220,12 @@ async def probe_ratio(
                 took[name].append(time.perf_counter() - t0)
                 assert len(sample.gpus) == 4, sample
                 assert not sample.gpu_error, sample
+                assert bool(sample.health) == (name == "health"), sample.health
     finally:
         await pool.close()
-    assert {"xml", "xmlsame"} & set(split_sections(answers["health"]))  # unchanged: "same"
-    assert not {"xml", "xmlsame"} & set(split_sections(answers["plain"]))
+    health_sections = {"health", "healthv", "healthsame"}  # the health query's lines or "same"
+    assert {"health", "healthsame"} & set(split_sections(answers["health"]))
+    assert not health_sections & set(split_sections(answers["plain"]))
     health, plain = (statistics.median(took[n]) for n in commands)
     log(f"sweep ({decl.name}): probe {health * 1000:.1f} ms with health, "
         f"{plain * 1000:.1f} ms without")  # fmt: skip

@@ -36,7 +36,7 @@ from jupyter_gpuhive.hosts.probe import (
 )
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.sim.cluster import LocalSimHost
-from jupyter_gpuhive.sim.inventory import load_config, make_uuid, preset, write_config
+from jupyter_gpuhive.sim.inventory import make_uuid, preset
 from jupyter_gpuhive.sim.ports import free_ports
 from jupyter_gpuhive.sim.users import ensure_user, start_gpu_process
 
@@ -44,12 +44,13 @@ FIXTURE_HOST = "fixture"
 PLAIN_LOOP_COMMAND = probe_loop_command(health=False)  # benchmarks/metrics.py's baseline
 
 
-def without_xml(text: str) -> str:
-    """A probe answer without its `xml`, `xmlv` and `xmlst` sections (the probe without health)."""
+def without_health(text: str) -> str:
+    """A probe answer without its `health` and `healthv` sections (the probe without health:
+    on a host without MIG it runs only the metrics and processes queries)."""
     out, keep = [], True
     for line in text.split("\n"):
         if line.startswith(MARK):
-            keep = line.split()[0] not in (f"{MARK}xml", f"{MARK}xmlv", f"{MARK}xmlst")
+            keep = line.split()[0] not in (f"{MARK}health", f"{MARK}healthv")
         if keep:
             out.append(line)
     return "\n".join(out)
@@ -57,16 +58,16 @@ def without_xml(text: str) -> str:
 
 def unchanged_health(text: str) -> tuple[str, str]:
     """The health lines' version in a probe answer, and the answer a probe loop gives a
-    client that holds that version: `xmlsame` and the version in place of the lines."""
+    client that holds that version: `healthsame` and the version in place of the lines."""
     out, keep, version = [], True, ""
     lines = text.split("\n")
     for k, line in enumerate(lines):
         if line.startswith(MARK):
             name = line.split()[0]
-            keep = name not in (f"{MARK}xml", f"{MARK}xmlv")
-            if name == f"{MARK}xmlv":
+            keep = name not in (f"{MARK}health", f"{MARK}healthv")
+            if name == f"{MARK}healthv":
                 version = lines[k + 1]
-                out += [f"{MARK}xmlsame 0", version]
+                out += [f"{MARK}healthsame 0", version]
         if keep:
             out.append(line)
     return version, "\n".join(out)
@@ -78,11 +79,6 @@ def probe_template() -> tuple[str, list[int]]:
         ensure_user(user)
     with tempfile.TemporaryDirectory(prefix="gpuhive-bench-fixture-") as tmp:
         host = LocalSimHost(FIXTURE_HOST, tmp, profile="a100x4")
-        # health's elements for every GPU, as a real driver prints them (the samples, and so
-        # the stand-in by default, hold none)
-        config = load_config(host.config_path)
-        config.health_elements = True
-        write_config(host.config_path, config)
         procs = [
             start_gpu_process(
                 FIXTURE_HOST,
@@ -139,8 +135,8 @@ def _serve(outputs: dict[str, str], ports: list[int], client_pub: str, queue: An
         if text is not None and process.command == PROBE_COMMAND:
             process.stdout.write(text)
         elif text is not None and process.command in (PROBE_LOOP_COMMAND, PLAIN_LOOP_COMMAND):
-            if process.command == PLAIN_LOOP_COMMAND:  # without health: no -q -x (no MIG here)
-                text = without_xml(text)
+            if process.command == PLAIN_LOOP_COMMAND:  # without health: no health query
+                text = without_health(text)
             # The probe loop: one answer per request line ("token [version]"), until the
             # client closes the session; a client that holds the health lines' version gets
             # the answer without them, as from a real loop on a host whose health is unchanged.

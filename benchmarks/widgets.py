@@ -2,7 +2,8 @@
 
 The server's replies are generated in the API's shapes and served by an in-process stand-in
 client, so only the kernel's work is timed (decoding is the client's and not included).
-  calendar: 64 GPUs × 7 days with 2,000 reservations (model.load → boxes, then the view)
+  calendar: 64 GPUs × 7 days with 2,000 reservations and every GPU's health, one failed and
+  one drained (model.load → boxes and unbookable rows, then the view)
   overview: 64 GPUs × 30 days of hours = 46,080 cells (model.load → grid, then the view)
 Last line: one JSON object with calendar_build_ms, overview_build_ms (= overview_64x720_build_ms)
 and the update (reload + redraw) times. Target: ≤ 300 ms each. `--quick`: fewer repeats;
@@ -24,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jupyter_gpuhive.sim.inventory import make_uuid
 from jupyter_gpuhive.widgets.calendar_model import CalendarModel
 from jupyter_gpuhive.widgets.calendar_view import CalendarView
 from jupyter_gpuhive.widgets.overview_model import OverviewModel
@@ -50,6 +52,34 @@ def inventory() -> list[dict[str, Any]]:
          "gpus": [{"id": f"gpu{h:02d}:{i}", "host": f"gpu{h:02d}", "index": i} for i in range(PER_HOST)]}
         for h in range(1, HOSTS + 1)
     ]  # fmt: skip
+
+
+def health(at: datetime) -> dict[str, Any]:
+    """GET health's reply (monitor.health: every GPU with its condition): most GPUs ok, one
+    degraded (still bookable), one failed and one drained (painted unbookable)."""
+    special = {
+        "gpu01:1": {"state": "failed", "reasons": ["uncorrectable ECC errors since the driver "
+                                                   "loaded: 2"], "since": at.isoformat()},
+        "gpu02:3": {"drained": True, "drained_by": "admin", "drain_reason": "fan replacement"},
+        "gpu03:0": {"state": "degraded", "reasons": ["3 pages pending retirement"],
+                    "since": at.isoformat()},
+    }  # fmt: skip
+    gpus = []
+    for h in inventory():
+        for g in h["gpus"]:
+            condition = {
+                "state": "ok",
+                "reasons": [],
+                "since": None,
+                "drained": False,
+                "drained_by": None,
+                "drain_reason": None,
+                **special.get(g["id"], {}),
+            }
+            bookable = condition["state"] != "failed" and not condition["drained"]
+            gpus.append({"gpu": g["id"], "uuid": make_uuid(h["name"], "GPU", g["index"]),
+                         "host": h["name"], **condition, "bookable": bookable})  # fmt: skip
+    return {"gpus": gpus}
 
 
 def reservations(start: datetime, count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -111,7 +141,8 @@ def main() -> None:
                          for g in gpus}}  # fmt: skip
     cal_client = CannedClient({"me": {"name": "alice"}, "hosts": {"hosts": inventory()},
                                "reservations": {"reservations": booked},
-                               "rules/coverage": coverage})  # fmt: skip
+                               "rules/coverage": coverage,
+                               "health": health(start - timedelta(days=1))})  # fmt: skip
     ov_client = CannedClient({"overview": overview_reply(start, 30, rng), "jobs": {"jobs": []}})
 
     def build_calendar() -> CalendarView:
@@ -128,6 +159,7 @@ def main() -> None:
     calendar_ms = timed(build_calendar, repeat)
     overview_ms = timed(build_overview, repeat)
     cal, ov = build_calendar(), build_overview()
+    assert set(cal.model.blocked) == {"gpu01:1", "gpu02:3"}, cal.model.blocked  # health read
     calendar_update_ms = timed(cal.model.load, repeat)
     overview_update_ms = timed(ov.model.load, repeat)
     result = {
