@@ -131,3 +131,14 @@ def test_topology_xgmi_and_pcie() -> None:
     assert dict(amd_read.parse_topology(json.dumps(rocm)).links) == {(0, 1): "XGMI"}
     with pytest.raises(TopologyError):
         amd_read.parse_topology("Permission denied")
+
+
+def test_compute_partitions_sharing_a_serial_get_names_of_their_own() -> None:
+    parts = [{**STATIC[0], "gpu": i} for i in range(3)]
+    metric = [{"gpu": i} for i in range(3)]
+    reading = amd_read.read_sections(
+        sections(amdstatic=json.dumps(parts), amdmetric=json.dumps(metric))
+    )
+    assert [g.uuid for g in reading.gpus] == [
+        "GPU-00c4a1b2c3d4e5f6", "GPU-00c4a1b2c3d4e5f6-part1", "GPU-00c4a1b2c3d4e5f6-part2"
+    ]  # fmt: skip

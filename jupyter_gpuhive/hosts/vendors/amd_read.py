@@ -134,7 +134,10 @@ def read_amd_smi(sections: dict[str, tuple[int, str]]) -> VendorReading:
     gpus, health, uuids, procs = [], {}, {}, []
     for index in sorted(static):
         st, me = static[index], metric.get(index, {})
-        uuid = uuids[index] = uuid_of(st)
+        uuid = uuid_of(st)
+        if uuid in uuids.values():  # compute partitions (CPX, DPX) share their GPU's serial
+            uuid = f"{uuid}-part{index}"
+        uuids[index] = uuid
         usage, mem = me.get("usage") or {}, me.get("mem_usage") or {}
         temps, power = me.get("temperature") or {}, me.get("power") or {}
         temp = _int(temps.get("edge"))
