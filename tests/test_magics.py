@@ -15,6 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from jupyter_gpuhive.notebook.magicviews import local
 from jupyter_gpuhive.sim.cluster import SshdCluster, ensure_user
 from tests.support.server import Client, JupyterServer, magics_shell
 from tests.support.waiting import wait_for
@@ -229,6 +230,36 @@ def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer
 
     done = wait_for(succeeded, 30, f"job {job['id']} to succeed", interval=0.3)
     assert [(t["host"], len(t["gpus"])) for t in done["tasks"]] == [("gpu1", 3)]
+
+
+def test_gpustatus_shows_where_my_queued_job_waits_and_why(
+    shell: Any, server: JupyterServer
+) -> None:
+    bob = Client(server.port, "tok-bob")
+    status, held, _ = bob.call("POST", "reservations", {"title": "bob's", "gpus": ["gpu1:3"],
+                                                        "duration": "20m"})  # fmt: skip
+    assert status == 201, held
+    job = shell.run_cell_magic("gpujob", "gpu1:3 --queue --walltime 10m --name waits", "true")
+    client = Client(server.port, "tok-owner")
+    try:
+
+        def placed() -> Any:  # the queue's pass has seen it wait
+            status, body, _ = client.call("GET", "queue")
+            found = [j for j in body["jobs"] if j["id"] == job["id"]] if status == 200 else []
+            return found[0] if found and found[0]["place"] else None
+
+        queued = wait_for(placed, 30, f"job {job['id']} to have a place", interval=0.3)
+        assert "gpu1:3 is reserved" in queued["waiting_for"]
+        text = bundle(shell, shell.run_line_magic("gpustatus", ""))["text/plain"]
+        row = next(line for line in text.splitlines() if line.startswith(f"{job['id']} waits"))
+        assert row.endswith(queued["waiting_for"])
+        place = queued["place"]
+        assert (f" {place} (next) " if place == 1 else f" {place} ") in row
+        if queued["estimated_start"]:  # after bob's booking
+            assert local(queued["estimated_start"]) in row
+    finally:
+        client.call("POST", f"jobs/{job['id']}/stop")
+        bob.call("DELETE", f"reservations/{held['id']}")
 
 
 def test_gpujob_runs_a_pytorch_template_job_with_rank_prefixed_output(shell: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_gpuhive.hosts.guidance import advise
-from jupyter_gpuhive.notebook.magicviews import GpuStatus
+from jupyter_gpuhive.notebook.magicviews import GpuStatus, local
 
 
 def bundle(result: object) -> dict[str, str]:
@@ -63,3 +63,39 @@ def test_a_reservation_says_to_which_job_it_is_lent_and_what_a_reclaim_did() -> 
     assert text.startswith("Reservation 5: preemptible jobs 42, 43 signalled to save and stop")
     assert "free by" in text and ":00:31" in text
     assert "nothing was running" in reclaimed_text(5, {"reclaimed": [], "free_by": None})
+
+
+def test_gpustatus_shows_my_waiting_queued_jobs_with_place_start_and_why() -> None:
+    hosts = [
+        {
+            "name": "gpu1",
+            "state": "up",
+            "gpus": [
+                {"id": "gpu1:0", "processes": [], "reservation": None, "next_reservation": None}
+            ],
+        }
+    ]
+    queued = [
+        {"id": 7, "name": "train", "owner": "me", "place": 2,
+         "estimated_start": "2030-01-01T10:00:00+00:00", "waiting_for": "gpu1:0 runs job 3"},
+        {"id": 8, "name": "eval", "owner": "me", "place": 1, "estimated_start": None,
+         "waiting_for": "waiting for 9 free GPUs"},
+        {"id": 9, "name": "theirs", "owner": "bob", "place": 3, "waiting_for": "x"},
+        {"id": 10, "name": "new", "owner": "me", "place": None, "waiting_for": None},
+    ]  # fmt: skip
+    shown = bundle(GpuStatus(hosts, "me", queued))
+    text = shown["text/plain"]
+    assert "My queued jobs:" in text and text.index("gpu1:0") < text.index("My queued jobs:")
+    lines = text[text.index("My queued jobs:") :].splitlines()
+    assert lines[1].split() == ["JOB", "PLACE", "EXPECTED", "START", "WAITING", "FOR"]
+    assert lines[3].startswith("7 train") and " 2 " in lines[3]
+    assert (
+        lines[3].endswith("gpu1:0 runs job 3") and local(queued[0]["estimated_start"]) in lines[3]
+    )
+    assert lines[4].startswith("8 eval") and "1 (next)" in lines[4]
+    assert "not known" in lines[4] and lines[4].endswith("waiting for 9 free GPUs")
+    assert lines[5].startswith("10 new") and "not yet" in lines[5]
+    assert "theirs" not in text  # only mine
+    html = shown["text/html"]
+    assert "<b>My queued jobs</b>" in html and "gpu1:0 runs job 3</td>" in html
+    assert "My queued jobs" not in bundle(GpuStatus(hosts, "me", []))["text/plain"]

@@ -318,7 +318,8 @@ class GpuHiveMagics(Magics):
     @argument("-h", "--help", action="store_true", help="Show this help")
     @line_magic
     def gpustatus(self, line: str) -> GpuStatus | None:
-        """Who uses which GPU now, and who holds it now and next (my GPUs first)."""
+        """Who uses which GPU now, and who holds it now and next (my GPUs first); then my
+        queued jobs that wait: their place in the queue, projected start and why."""
         args = parse_argstring(self.gpustatus, line)
         if args.help:
             return self._help(self.gpustatus)
@@ -327,7 +328,16 @@ class GpuHiveMagics(Magics):
             hosts = [h for h in hosts if h["name"] == args.host]
             if not hosts:
                 raise UsageError(f"There is no host {args.host!r}; %gpustatus lists them all.")
-        return GpuStatus(hosts, self._call(self.client.me)["name"])
+        return GpuStatus(hosts, self._call(self.client.me)["name"], self._queued())
+
+    def _queued(self) -> list[dict[str, Any]]:
+        """The queued jobs that wait (GET queue); none from a server without a queue."""
+        try:
+            return self.client.request("GET", "queue")["jobs"]  # type: ignore[no-any-return]
+        except HiveClientError as error:
+            if error.status == 404:
+                return []
+            raise UsageError(error.message) from None
 
 
 def reserve_or_notify(magics: GpuHiveMagics, args: Any) -> Any:

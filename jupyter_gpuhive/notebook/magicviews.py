@@ -223,14 +223,20 @@ def violation_line(gpu: str, proc: dict[str, Any], me: str) -> str:
 
 
 class GpuStatus(Rich):
-    """%gpustatus: one row per GPU and MIG slice (mine first), then what to do about hosts
-    that are down. Utilisation the driver does not report reads 'not reported'."""
+    """%gpustatus: one row per GPU and MIG slice (mine first), then my queued jobs that wait
+    (their place in the queue, projected start and why; `queued`: GET queue's jobs), then
+    what to do about hosts that are down. Utilisation the driver does not report reads 'not
+    reported'."""
 
     HEADER = ("GPU", "STATE", "UTIL", "MEMORY", "PROCESSES", "NEXT")
+    QUEUE_HEADER = ("JOB", "PLACE", "EXPECTED START", "WAITING FOR")
 
-    def __init__(self, hosts: list[dict[str, Any]], me: str) -> None:
+    def __init__(
+        self, hosts: list[dict[str, Any]], me: str, queued: Sequence[dict[str, Any]] = ()
+    ) -> None:
         self.hosts = hosts
         self.me = me
+        self.queued = [queued_row(job) for job in queued if job.get("owner") == me]
         rows: list[tuple[str, tuple[Any, ...]]] = []
         self.violations: list[str] = []
         for h in hosts:
@@ -264,6 +270,8 @@ class GpuStatus(Rich):
             return steps_html(setup())
         parts = [html_table(self.HEADER, self.rows, self.kinds)]
         parts += [f'<p class="gpuhive-violation">{esc(line)}</p>' for line in self.violations]
+        if self.queued:
+            parts += ["<p><b>My queued jobs</b></p>", html_table(self.QUEUE_HEADER, self.queued)]
         parts += [steps_html(advice) for advice in self.advice]
         return "".join(parts)
 
@@ -271,7 +279,24 @@ class GpuStatus(Rich):
         if not self.hosts:
             return setup_text()
         table = "\n".join([text_table(self.HEADER, self.rows), *self.violations])
-        return "\n\n".join([table, *(steps_text(a) for a in self.advice)])
+        parts = [table]
+        if self.queued:
+            parts.append("My queued jobs:\n" + text_table(self.QUEUE_HEADER, self.queued))
+        return "\n\n".join([*parts, *(steps_text(a) for a in self.advice)])
+
+
+def queued_row(job: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A waiting queued job (GET queue): itself, its place in the queue's order (1: next),
+    its projected start and why it waits (none yet: the queue has not looked at it)."""
+    place = job.get("place")
+    shown = "not yet" if place is None else f"{place} (next)" if place == 1 else str(place)
+    start = local(job.get("estimated_start")) or "not known"
+    return (
+        f"{job['id']} {job.get('name') or ''}".rstrip(),
+        shown,
+        start,
+        job.get("waiting_for") or "",
+    )
 
 
 def job_gpus(job: dict[str, Any]) -> list[str]:
