@@ -23,6 +23,26 @@ export function jobStatusText(job: IJob): string {
   return parts.join(' · ');
 }
 
+/**
+ * Where a waiting queued job stands, from GET jobs' place (1: next) and waiting_for: "next in the
+ * queue · gpu1:3 is reserved …", "3rd in the queue · …"; '' for any other job.
+ */
+export function jobQueueText(job: IJob): string {
+  const place = job.place;
+  if (String(job.status).toLowerCase() !== 'pending' || typeof place !== 'number' || place < 1) {
+    return '';
+  }
+  const where = place === 1 ? 'next in the queue' : `${ordinal(place)} in the queue`;
+  return typeof job.waiting_for === 'string' && job.waiting_for ? `${where} · ${job.waiting_for}` : where;
+}
+
+/** 2 → "2nd", 3 → "3rd", 11 → "11th", 22 → "22nd". */
+function ordinal(n: number): string {
+  const teen = n % 100 >= 11 && n % 100 <= 13;
+  const suffix = teen ? 'th' : ({ 1: 'st', 2: 'nd', 3: 'rd' } as Record<number, string>)[n % 10] ?? 'th';
+  return `${n}${suffix}`;
+}
+
 /** The jobs worth listing: every active one (newest first), then the `recent` latest finished ones. */
 export function jobsToShow(jobs: IJob[], recent = 5): IJob[] {
   const newest = (a: IJob, b: IJob) =>

@@ -15,7 +15,7 @@ import {
   summarize,
   violationNotes
 } from '../model';
-import { isJobActive, jobStatusText, jobsToShow } from '../jobs';
+import { isJobActive, jobQueueText, jobStatusText, jobsToShow } from '../jobs';
 
 // jest.config.js sets TZ=UTC, so local times below are UTC.
 const NOW = new Date('2026-11-22T10:00:00Z');
@@ -166,6 +166,21 @@ describe('jobs', () => {
     expect(jobStatusText(job(1, 'running', { gpus: ['gpu1:0', 'gpu1:1'] }))).toBe('running · 2 GPUs');
     expect(jobStatusText(job(2, 'pending', { queued: true, gpus: [] }))).toBe('pending · queued');
     expect(jobStatusText(job(3, 'succeeded'))).toBe('succeeded');
+  });
+  it("says where a waiting queued job stands in the queue and why it waits (GET jobs' place and waiting_for)", () => {
+    const waiting = (place: unknown, why: unknown = 'gpu1:3 is reserved until 11:00') =>
+      job(7, 'pending', { queued: true, place, waiting_for: why });
+    expect(jobQueueText(waiting(1))).toBe('next in the queue · gpu1:3 is reserved until 11:00');
+    expect(jobQueueText(waiting(2, 'waiting for 8 free GPUs on one host'))).toBe(
+      '2nd in the queue · waiting for 8 free GPUs on one host'
+    );
+    expect(jobQueueText(waiting(3))).toMatch(/^3rd in the queue · /);
+    expect(jobQueueText(waiting(11))).toMatch(/^11th in the queue · /);
+    expect(jobQueueText(waiting(22, null))).toBe('22nd in the queue');
+    // not placed yet by the queue, or not waiting: nothing to say
+    expect(jobQueueText(waiting(null))).toBe('');
+    expect(jobQueueText(job(8, 'running', { queued: true, place: 1, waiting_for: 'x' }))).toBe('');
+    expect(jobQueueText(job(9, 'pending'))).toBe('');
   });
   it('lists active jobs first, then the latest finished ones', () => {
     const jobs = [
