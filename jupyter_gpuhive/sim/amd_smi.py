@@ -28,9 +28,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 MB = 1024 * 1024
-USAGE = "usage: amd-smi {list,static,metric,process,topology} --json (gpuhive simulation)\n"
+USAGE = (
+    "usage: amd-smi {list,static,metric,process,topology} --json | version (gpuhive simulation)\n"
+)
 ROCM_USAGE = "usage: rocm-smi [--showpids] --json (gpuhive simulation)\n"
 DRIVER_DOWN = "AMDSMI_STATUS_DRIVER_NOT_LOADED - Driver not loaded\n"  # amd-smi's own words
+ROCM = "6.2.0"  # the ROCm release the stand-in plays
+VERSION = (
+    f"AMDSMI Tool: 24.6.2+gpuhive-sim | AMDSMI Library version: 24.6.2.0 | ROCm version: {ROCM}\n"
+)
 XGMI_MODELS = ("MI300", "MI250", "MI210", "MI100")
 
 
@@ -263,6 +269,9 @@ def main(argv: list[str] | None = None, tool: str = "amd-smi") -> int:
     """Run the stand-in (`tool`: amd-smi or rocm-smi); return its exit status."""
     args = sys.argv[1:] if argv is None else argv
     rocm = tool == "rocm-smi"
+    if not rocm and args[:1] == ["version"]:  # amd-smi's one line (its 6.1 layout)
+        sys.stdout.write(VERSION)
+        return 0
     if "--json" not in args or (not rocm and (not args or args[0] not in COMMANDS)):
         sys.stderr.write(ROCM_USAGE if rocm else USAGE)
         return 2

@@ -321,3 +321,25 @@ async def test_a_process_name_forges_neither_a_pid_nor_a_section(shared: Path) -
     finally:
         await pool.close()
         stop([proc])
+
+
+@pytest.mark.parametrize("tool", ["amd-smi", "rocm-smi"])
+async def test_the_doctor_reads_an_amd_host(shared: Path, tool: str) -> None:
+    import sys
+
+    from jupyter_gpuhive.cli.doctor_checks import diagnose
+
+    sim, decl = amd_host(shared, "am7")
+    if tool == "rocm-smi":
+        (sim.bin_dir / "amd-smi").unlink()
+    pool = HostPool([decl])
+    try:
+        report = await diagnose(pool, decl, user="root", python=sys.executable, timeout=30)
+    finally:
+        await pool.close()
+    checks = {c.name: (c.status, c.detail) for c in report.checks}
+    assert checks["amd-smi/rocm-smi"][0] == "ok"
+    assert checks["amd-smi/rocm-smi"][1].endswith(f"/{tool}")
+    assert checks[tool] == ("ok", f"{tool} reads 8 GPU(s), 0 process(es)")
+    if tool == "amd-smi":
+        assert checks["rocm"] == ("ok", "ROCm 6.2.0")

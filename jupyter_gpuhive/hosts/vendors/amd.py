@@ -33,6 +33,9 @@ _RENDER = (
 )
 
 
+TOOLS = "amd-smi/rocm-smi"  # the doctor's check of which of them the host has
+
+
 class RocmPinning(Pinning):
     """ROCR_VISIBLE_DEVICES by UUID, HIP_VISIBLE_DEVICES over all of them; containers get
     /dev/kfd and their GPUs' render nodes."""
@@ -95,9 +98,9 @@ class AmdVendor(Vendor):
     def doctor_tool(self, host: str, status: int, text: str) -> DoctorCheck:
         """Whether amd-smi or rocm-smi is on the host's PATH."""
         if status == 0:
-            return DoctorCheck(host, "amd-smi", "ok", text.strip().splitlines()[-1])
+            return DoctorCheck(host, TOOLS, "ok", text.strip().splitlines()[-1])
         return DoctorCheck(
-            host, "amd-smi", "fail",
+            host, TOOLS, "fail",
             f"there is neither amd-smi nor rocm-smi on the PATH gpuhive uses on {host}",
             "install ROCm there, or set the host's env PATH in the hosts file to its bin folder.",
         )  # fmt: skip
@@ -118,10 +121,13 @@ class AmdVendor(Vendor):
             sections = {"rocmsmi": _pair(outputs.get("rocm-smi.json"))}
             tool, command = "rocm-smi", ROCM_QUERIES[0][2]
         reading = amd_read.read_sections(sections)
+        checks = (
+            [_rocm_version(host, outputs.get("amd-smi-version.txt"))] if tool == "amd-smi" else []
+        )
         if reading.error:
-            return [DoctorCheck(host, tool, "fail", reading.error, "", command)]
+            return [*checks, DoctorCheck(host, tool, "fail", reading.error, "", command)]
         found = f"{tool} reads {len(reading.gpus)} GPU(s), {len(reading.processes)} process(es)"
-        return [DoctorCheck(host, tool, "ok", found, "", command)]
+        return [*checks, DoctorCheck(host, tool, "ok", found, "", command)]
 
     def local_gpus(
         self, search_path: str | None, timeout: float
@@ -146,6 +152,16 @@ class AmdVendor(Vendor):
         if not gpus:
             return None, [], f"{found} static found no GPU (exit {done.returncode})"
         return os.path.dirname(found), gpus, f"{found} lists {len(gpus)} GPU(s)"
+
+
+def _rocm_version(host: str, output: DoctorOutput | None) -> DoctorCheck:
+    """The ROCm release `amd-smi version` names (`… | ROCm version: 6.1.0`)."""
+    text = output.text if output else ""
+    found = re.search(r"ROCm version: *([0-9][\w.]*)", text)
+    if found is None:
+        said = text.strip().splitlines()[-1:] or ["no answer"]
+        return DoctorCheck(host, "rocm", "warn", f"amd-smi did not name its ROCm: {said[0][:120]}")
+    return DoctorCheck(host, "rocm", "ok", f"ROCm {found[1]}", "", "amd-smi version")
 
 
 def _pair(output: DoctorOutput | None) -> tuple[int, str]:

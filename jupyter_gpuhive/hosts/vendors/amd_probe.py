@@ -81,6 +81,7 @@ def body() -> str:
 
 # What the doctor runs alone: (check name, saved file, command).
 QUERIES = (
+    ("amd-smi version", "amd-smi-version.txt", "amd-smi version"),
     ("amd-smi static", "amd-smi-static.json", STATIC_QUERY),
     ("amd-smi metric", "amd-smi-metric.json", METRIC_QUERY),
     ("amd-smi process", "amd-smi-process.json", PROCESS_QUERY),
