@@ -131,7 +131,10 @@ def read_amd_smi(sections: dict[str, tuple[int, str]]) -> VendorReading:
             return VendorReading(error=f"amd-smi failed ({status}): {text.strip()[:200]}")
     static = by_gpu(sections["amdstatic"][1], "static")
     metric = by_gpu(sections["amdmetric"][1], "metric")
-    gpus, health, uuids, procs = [], {}, {}, []
+    gpus: list[GpuMetrics] = []
+    health: dict[str, Health] = {}
+    uuids: dict[int, str] = {}
+    procs: list[ProcessReading] = []
     for index in sorted(static):
         st, me = static[index], metric.get(index, {})
         uuid = uuid_of(st)
