@@ -343,3 +343,13 @@ async def test_the_doctor_reads_an_amd_host(shared: Path, tool: str) -> None:
     assert checks[tool] == ("ok", f"{tool} reads 8 GPU(s), 0 process(es)")
     if tool == "amd-smi":
         assert checks["rocm"] == ("ok", "ROCm 6.2.0")
+
+
+def test_this_machines_amd_gpus(shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sim, _ = amd_host(shared, "am8")
+    for key, value in sim.env({}).items():
+        monkeypatch.setenv(key, value)
+    where, gpus, said = AmdVendor().local_gpus(str(sim.bin_dir), timeout=30)
+    assert where == str(sim.bin_dir) and said.endswith("lists 8 GPU(s)")
+    assert gpus[3] == {"index": 3, "model": "AMD Instinct MI300X", "uuid": sim.config.gpus[3].uuid}
+    assert AmdVendor().local_gpus(str(shared), timeout=30)[2] == "no amd-smi on PATH"
