@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -66,9 +67,12 @@ async def diagnose(
     queries = vendor.doctor_queries()
     report = HostReport(decl.name, where(decl, user))
     add = report.checks.append
+    took: dict[str, float] = {}  # seconds by command (the vendor's queries run at once)
 
     async def run(command: str) -> tuple[int, str]:
+        began = time.monotonic()
         done = await pool.run(decl.name, command, timeout=timeout)
+        took[command] = time.monotonic() - began
         return done.exit_status, done.stdout + done.stderr
 
     try:
@@ -93,7 +97,7 @@ async def diagnose(
     add(vendor.doctor_tool(decl.name, *smi))
     if smi[0] == 0:
         report.outputs = [
-            Output(file, cmd, status, text)
+            Output(file, cmd, status, text, took.get(f"{cmd} 2>&1"))
             for (_, file, cmd), (status, text) in zip(queries, answers, strict=True)
         ]
         report.checks += vendor.doctor_judge(decl.name, {o.file: o for o in report.outputs})

@@ -6,8 +6,22 @@ monitor judges it, from the probe's own `--query-gpu` health fields and parser (
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from .nvidia_fields import help_fields
 from .nvidia_health import DEGRADED, FAILED, health_from_csv, lost_gpus, without_lost
-from .nvidia_probe import APPS_QUERY, GPU_QUERY, HEALTH_ONCE, HEALTH_QUERY, LIST_QUERY, XML_QUERY
+from .nvidia_probe import (
+    APPS_QUERY,
+    GPU_FIELDS,
+    HEALTH_FIELDS,
+    HEALTH_ONCE,
+    HEALTH_QUERY,
+    HELP_QUERY,
+    LIST_QUERY,
+    ROW_FIELDS,
+    XML_QUERY,
+)
+from .nvidia_probe import GPU_QUERY_KNOWN as GPU_QUERY
 from .nvidia_read import without_process_names
 from .nvidia_smi import (
     NvsmiDriverError,
@@ -33,6 +47,15 @@ QUERIES = (
     ("q-x", "q-x.xml", XML_QUERY),
     ("health", "query-gpu-health.csv", HEALTH_ONCE),
     ("topo", "topo-m.txt", TOPO_QUERY),
+    ("fields", "help-query-gpu.txt", HELP_QUERY),
+)
+# What gpuhive loses where the driver does not list a field it would ask for.
+FIELD_USE = {"mig.mode.current": "MIG mode", "remapped_rows.pending": "row remapping health"}
+SLOW_S = 1.0  # `-q -x` slower than this: nvidia-smi initialises the GPUs on every call
+PERSISTENCE = (
+    "turn persistence mode on, as root: `systemctl enable --now nvidia-persistenced` (kept "
+    "across reboots) or `nvidia-smi -pm 1` (until the next reboot); without it every "
+    "nvidia-smi call initialises the GPUs, and each probe waits for it."
 )
 ISSUE = "gpuhive cannot read this driver's output: paste this report into an issue with the "
 ISSUE += "files of `jupyter gpuhive doctor --save DIR`."
@@ -88,24 +111,9 @@ def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
         checks.append(Check(host, "driver", FAIL, f"-q -x: {error}", ISSUE, XML_QUERY))
         checks += _queries(host, texts, status, None)
         checks += [_mig(host, texts["L.txt"], status["L.txt"], None)]
-        return [*checks, _topo(host, texts["topo-m.txt"], status["topo-m.txt"]),
-                _health(host, texts, status, lost)]  # fmt: skip
-    off = [str(g.index) for g in report.gpus if g.persistence_mode is False]
-    driver = f"driver {report.driver_version}, CUDA {report.cuda_version}"
-    if off:
-        checks.append(
-            Check(
-                host,
-                "driver",
-                WARN,
-                f"{driver}; persistence mode is off on GPU {', '.join(off)}",
-                "enable nvidia-persistenced (or `nvidia-smi -pm 1` as root): "
-                "without it every nvidia-smi call is slower.",
-                XML_QUERY,
-            )
-        )
-    else:
-        checks.append(Check(host, "driver", OK, f"{driver}; persistence mode on", "", XML_QUERY))
+        checks += [_topo(host, texts["topo-m.txt"], status["topo-m.txt"])]
+        return _timed([*checks, _health(host, texts, status, lost)], outputs)
+    checks.append(_driver(host, report, outputs))
     checks.append(
         Check(
             host,
@@ -120,7 +128,50 @@ def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
     checks.append(_mig(host, texts["L.txt"], status["L.txt"], report))
     checks.append(_topo(host, texts["topo-m.txt"], status["topo-m.txt"]))
     checks.append(_health(host, texts, status, lost))
-    return checks
+    return _timed(checks, outputs)
+
+
+def _timed(checks: list[Check], outputs: dict[str, Output]) -> list[Check]:
+    """`checks` with how long each one's command took (where it was timed)."""
+    took = {o.command: o.seconds for o in outputs.values() if o.seconds is not None}
+    if HEALTH_ONCE in took:  # the health check names the query it runs first
+        took[HEALTH_QUERY] = took[HEALTH_ONCE]
+    return [
+        replace(c, detail=f"{c.detail} [{took[c.command]:.2f} s]")
+        if c.command in took and c.name != "driver"  # the driver's line says -q -x's time
+        else c
+        for c in checks
+    ]
+
+
+def not_listed(text: str) -> list[str]:
+    """The fields gpuhive asks for that a driver's `--help-query-gpu` does not list (none
+    when it lists nothing: then the probe asks and falls back)."""
+    listed = help_fields(text)
+    wanted = (*GPU_FIELDS, *HEALTH_FIELDS[1:], *ROW_FIELDS)
+    return [f for f in wanted if listed and f not in listed]
+
+
+def _driver(host: str, report: NvsmiReport, outputs: dict[str, Output]) -> Check:
+    """The driver found, the fields it will not give, persistence mode and `-q -x`'s time."""
+    off = [str(g.index) for g in report.gpus if g.persistence_mode is False]
+    detail = f"driver {report.driver_version}, CUDA {report.cuda_version}"
+    listing = outputs.get("help-query-gpu.txt")
+    missing = not_listed(listing.text) if listing is not None and listing.status == 0 else []
+    if missing:
+        lost = sorted({FIELD_USE[f] for f in missing if f in FIELD_USE})
+        detail += f"; this driver does not report {', '.join(missing)}"
+        detail += f" (gpuhive shows them as not reported: no {', '.join(lost)})" if lost else ""
+    xml = outputs.get("q-x.xml")
+    took = xml.seconds if xml is not None and xml.seconds is not None else 0.0
+    if off:
+        detail += f"; persistence mode is off on GPU {', '.join(off)}"
+        detail += f", and nvidia-smi -q -x took {took:.1f} s" if took >= SLOW_S else ""
+        return Check(host, "driver", WARN, detail, PERSISTENCE, XML_QUERY)
+    if took >= SLOW_S:
+        detail += f"; persistence mode on, but nvidia-smi -q -x took {took:.1f} s"
+        return Check(host, "driver", WARN, detail, "look at the host's load and dmesg.", XML_QUERY)
+    return Check(host, "driver", OK, f"{detail}; persistence mode on", "", XML_QUERY)
 
 
 def _queries(

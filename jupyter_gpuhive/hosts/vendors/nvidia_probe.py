@@ -148,12 +148,18 @@ def _query(fields: str) -> str:
 
 
 _OPTIONAL = tuple(f for f in GPU_FIELDS if f not in BASE_FIELDS)
-SETUP = (
-    "g= a= q= h= hprev= hv=0 hid=$$\n"
+# The host's field list (`$hf`) and `kf`, which prints ',FIELD' for each of "$@" it lists (all
+# of them when it listed none): the probe session's and the doctor's query ask only those.
+KNOWN_FIELDS = (
     f"hf=$({HELP_QUERY} 2>/dev/null </dev/null) || hf=\n"
-    # ',FIELD' for each of "$@" the host lists (all of them when it listed none)
     'kf() { o=; for f in "$@"; do case $hf in \'\'|*"\\"$f\\""*) o="$o,$f" ;; esac; done;'
     " printf '%s' \"$o\"; }\n"
+)
+# The metrics query alone, as a probe session asks it of this host (`jupyter gpuhive doctor`).
+GPU_QUERY_KNOWN = f"{KNOWN_FIELDS}exec {_query(','.join(BASE_FIELDS) + _known(_OPTIONAL))}"
+SETUP = (
+    "g= a= q= h= hprev= hv=0 hid=$$\n"
+    f"{KNOWN_FIELDS}"
     f'gq0="{_query(",".join(BASE_FIELDS))}"\n'
     f'gq="{_query(",".join(BASE_FIELDS) + _known(_OPTIONAL))}"\n'
     f'hq="{_query("uuid" + _known(HEALTH_FIELDS[1:] + ROW_FIELDS))}"\n'

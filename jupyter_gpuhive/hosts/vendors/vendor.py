@@ -32,6 +32,7 @@ class DoctorOutput:
     command: str
     status: int
     text: str
+    seconds: float | None = None  # how long it took (the vendor's queries run at once)
 
 
 class Vendor:
