@@ -1,11 +1,13 @@
 """Layer rules of the host backend seam (issue #42, item 1), each with a test that shows it
 can fail: outside `hosts/backends/` no code compares a transport with a name (it asks the
-host's backend what it can do), and only the SSH stack of `hosts/` imports asyncssh (kernels
-reuse the pool's connections)."""
+host's backend what it can do), only the SSH stack of `hosts/` imports asyncssh (kernels
+reuse the pool's connections), and only the screen runner (`hosts/runners/screen.py`) names
+GNU screen's commands (the launcher, sync, stop and doctor ask the host's task runner)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import jupyter_gpuhive
@@ -20,6 +22,11 @@ SSH_STACK = {
     "hosts/backends/ssh.py",
     "hosts/backends/sshchannels.py",
 }
+
+# The task runner that drives GNU screen; no other module builds or reads its command lines.
+SCREEN_RUNNER = "hosts/runners/screen.py"
+# `screen -dmS`, `screen -ls`, `screen -S NAME -X quit`, `screen -x`, `screen -v`...
+SCREEN_WORDS = re.compile(r"\bscreen\s+-|-dmS\b|-DmS\b|\s-X\s+quit\b")
 
 
 def _names_transport(node: ast.expr) -> bool:
@@ -122,3 +129,56 @@ def test_the_asyncssh_check_sees_an_import(tmp_path: Path) -> None:
     (tmp_path / "hosts" / "pool.py").write_text("from asyncssh import connect\n")
     (tmp_path / "hosts" / "ssh.py").write_text("import asyncssh\n")  # the stack itself
     assert asyncssh_imports(tmp_path) == ["hosts/pool.py:1", "kernels/remote.py:2"]
+
+
+def _screen_text(node: ast.AST) -> bool:
+    """A string with a screen command in it, or an argv list or tuple starting with `screen`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(SCREEN_WORDS.search(node.value))
+    if isinstance(node, ast.List | ast.Tuple) and node.elts:
+        first = node.elts[0]
+        return isinstance(first, ast.Constant) and first.value == "screen"
+    return False
+
+
+def screen_commands(root: Path) -> list[str]:
+    """'module:line' of every screen command line (or argv) outside the screen runner."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        if name == SCREEN_RUNNER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), name)):
+            if _screen_text(node):
+                found.append(f"{name}:{node.lineno}")  # type: ignore[attr-defined]
+    return sorted(set(found))
+
+
+def test_only_the_screen_runner_names_screen_commands() -> None:
+    found = screen_commands(ROOT)
+    assert not found, f"ask the host's task runner (hosts/runners) instead: {found}"
+
+
+def test_the_screen_check_sees_a_command(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "launcher.py").write_text(
+        "def f(name, body):\n"
+        "    line = f'screen -dmS {name} bash -c {body}'\n"
+        "    hint = ['screen', '-x', name]\n"
+        "    return line, hint, 'screen -ls'\n"
+    )
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "doctor.py").write_text(
+        "FIND = 'command -v screen || exit 127; screen -v'\n"
+        "QUIT = 'kill it; s -S x -X quit'\n"
+        "OK = 'GNU screen is not installed'  # words about screen: fine\n"
+    )
+    (tmp_path / "hosts" / "runners").mkdir(parents=True)
+    (tmp_path / "hosts" / "runners" / "screen.py").write_text("LIST = 'screen -ls'\n")
+    assert screen_commands(tmp_path) == [
+        "cli/doctor.py:1",
+        "cli/doctor.py:2",
+        "jobs/launcher.py:2",
+        "jobs/launcher.py:3",
+        "jobs/launcher.py:4",
+    ]

@@ -2,11 +2,10 @@
 
 The host's GPU vendor (hosts/vendors/) gives its checks: its tool's queries, each run
 alone and read by gpuhive's own parsers, and GPU health as the monitor judges it; then the
-connection (SSH: the
-host key and the login), GNU screen (jobs) and the kernel Python (ipykernel, isolated with
-`-I`, as kernels start). A host's container engine (its `containers` entry) is not checked
-yet: its settings are checked when the configuration is read, and a container job's start
-failure names the engine's error.
+connection (SSH: the host key and the login), the task runner's tool (GNU screen: jobs) and
+the kernel Python (ipykernel, isolated with `-I`, as kernels start). A host's container
+engine (its `containers` entry) is not checked yet: its settings are checked when the
+configuration is read, and a container job's start failure names the engine's error.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from ..kernels.launch import python_command
 from ..model import HostDecl
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-_FIND_SCREEN = "command -v screen >/dev/null || exit 127; screen -v 2>&1; exit 0"
 _KERNEL_PY = "import sys, ipykernel; print(sys.version.split()[0], ipykernel.__version__)"
 
 
@@ -64,6 +62,7 @@ async def diagnose(
 ) -> HostReport:
     """Run every check on one host (the vendor's queries at once) and judge the answers."""
     vendor = vendor_of(decl.extra)
+    runner = pool.backend_of(decl).runner(decl)
     queries = vendor.doctor_queries()
     report = HostReport(decl.name, where(decl, user))
     add = report.checks.append
@@ -89,7 +88,8 @@ async def diagnose(
     try:
         smi = await run(vendor.doctor_find())
         answers = await asyncio.gather(*(run(f"{cmd} 2>&1") for _, _, cmd in queries))
-        screen = await run(_FIND_SCREEN)
+        find = runner.doctor_find()
+        tool = await run(find) if find is not None else None
         kernel = await run(_kernel_command(python))
     except HostUnavailable as error:
         add(Check(decl.name, "connection", FAIL, f"the host stopped answering: {error.reason}"))
@@ -101,21 +101,11 @@ async def diagnose(
             for (_, file, cmd), (status, text) in zip(queries, answers, strict=True)
         ]
         report.checks += vendor.doctor_judge(decl.name, {o.file: o for o in report.outputs})
-    add(_screen(decl.name, *screen))
+    judged = runner.doctor_check(decl.name, *tool) if tool is not None else None
+    if judged is not None:
+        add(judged)
     add(_kernel_python(decl.name, python, *kernel))
     return report
-
-
-def _screen(host: str, status: int, text: str) -> Check:
-    if status == 0:
-        return Check(host, "screen", OK, text.strip().splitlines()[0] if text.strip() else "")
-    return Check(
-        host,
-        "screen",
-        WARN,
-        "GNU screen is not installed: queued jobs cannot run",
-        "install it (apt install screen, dnf install screen).",
-    )
 
 
 def _kernel_command(python: str) -> str:

@@ -1,4 +1,5 @@
-"""Jobs on GPU hosts: templates, the launcher (GNU screen), the queue with backfill, reports.
+"""Jobs on GPU hosts: templates, the launcher (through each host's task runner), the queue
+with backfill, reports.
 
 Re-exported here: the templates, from a job's GPUs and a command template to resolved, quoted
 shell commands (pure: they touch no host, process or store).
@@ -6,7 +7,7 @@ shell commands (pure: they touch no host, process or store).
 
 from ..model.jobs import session_name
 from .catalog import TEMPLATES, get_template
-from .commands import screen_command, screen_script, shell_command
+from .commands import shell_command, task_script
 from .sweeps import MAX_COMBINATIONS, expand, parse_sweep, parse_sweeps
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import Template, command_fields
@@ -23,8 +24,7 @@ __all__ = [
     "get_template",
     "parse_sweep",
     "parse_sweeps",
-    "screen_command",
-    "screen_script",
     "session_name",
     "shell_command",
+    "task_script",
 ]

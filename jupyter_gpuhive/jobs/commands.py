@@ -1,22 +1,22 @@
-"""POSIX shell command lines for resolved tasks, plain or inside a detached GNU screen session.
+"""POSIX shell command lines for resolved tasks: the readable one-line form, and the script a
+task's runner (`hosts/runners/`) starts.
 
-`shell_command` is the readable one-line form (previews, plain shells). A task in screen never
+`shell_command` is the readable one-line form (previews, plain shells). A started task never
 carries its environment values on a command line: they go to a file only its owner can read.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..hosts.environment import BASE_NAMES
-from ..model.jobs import SESSION_NAME
 from .tasks import TaskSpec, TemplateError
 from .template import IDENTIFIER
 
-# What a task keeps of its session's environment when it starts from an empty one (`clean`):
-# the fixed base of the local transport, and what screen sets for the programs inside it.
-KEPT_NAMES = (*BASE_NAMES, "STY", "WINDOW", "TERM")
+# What a task keeps of its runner's environment when it starts from an empty one (`clean`):
+# the fixed base of the local transport, and what the runner sets (its `kept_names`).
+KEPT_NAMES = BASE_NAMES
 
 
 def shell_command(task: TaskSpec) -> str:
@@ -58,23 +58,24 @@ def env_file(task: TaskSpec, host_env: Mapping[str, str] | None = None) -> str:
     return "".join(lines)
 
 
-def screen_script(
+def task_script(
     task: TaskSpec,
     log_path: str,
     exit_path: str,
     env: str | None = None,
     *,
     clean: bool = False,
+    keep: Sequence[str] = (),
     run: str | None = None,
 ) -> str:
-    """The bash script a screen session runs: the task, its log, then its exit status.
+    """The bash script a task's runner starts: the task, its log, then its exit status.
 
     The task sources its environment file `env` (default: `env_path(exit_path)`), enters its
     workdir and runs its command with the umask its session had (`$GPUHIVE_UMASK`; the log
     and exit file keep the start script's 077). With `clean` (the local transport) it starts
-    from an empty environment that keeps only `KEPT_NAMES` of the session's. `run` (shell
-    text, already quoted, that ends in `exec`) replaces sourcing the env file and running the
-    command: a container task's engine line, which hands the env file to the engine.
+    from an empty environment that keeps only `KEPT_NAMES` and `keep` (the runner's own).
+    `run` (shell text, already quoted, that ends in `exec`) replaces sourcing the env file and
+    running the command: a container task's engine line, which hands the env file to it.
     """
     env = env or env_path(exit_path)
     for what, value in (("log path", log_path), ("exit path", exit_path), ("env path", env)):
@@ -91,7 +92,7 @@ def screen_script(
         run += f"exec bash -c {shlex.quote(task.command)}"
     start = f"bash --noprofile --norc -c {shlex.quote(run)}"
     if clean:
-        names = " ".join(KEPT_NAMES)
+        names = " ".join(dict.fromkeys([*KEPT_NAMES, *keep]))
         start = (
             f'set --; for n in {names}; do [ -z "${{!n+x}}" ] || set -- "$@" "$n=${{!n}}"; '
             f'done; env -i "$@" {start}'
@@ -107,29 +108,6 @@ def screen_script(
         'status="${PIPESTATUS[0]}"; '
         f'echo "$status" > {temporary} && mv -f -- {temporary} {exit_file}'
     )
-
-
-def screen_command(
-    session: str,
-    task: TaskSpec,
-    log_path: str,
-    exit_path: str,
-    env: str | None = None,
-    *,
-    clean: bool = False,
-    run: str | None = None,
-) -> str:
-    """`screen -dmS SESSION bash -c SCRIPT`: the task detached in GNU screen, logged, exit kept.
-
-    No environment value is in it: the task reads them from its env file (`env_file`).
-    """
-    if not SESSION_NAME.match(session):
-        raise TemplateError(
-            f"screen session name {session!r} may only contain letters, digits, '_', '.', '-' "
-            "(use session_name())"
-        )
-    script = screen_script(task, log_path, exit_path, env, clean=clean, run=run)
-    return f"screen -dmS {shlex.quote(session)} bash -c {shlex.quote(script)}"
 
 
 def _check(what: str, value: str) -> None:

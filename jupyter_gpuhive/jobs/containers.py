@@ -1,8 +1,8 @@
-"""Container jobs: checking a job's image and mounts against its hosts' engines, and the line
-that runs one task in its image inside the task's screen session (issue #29).
+"""Container jobs: checking a job's image and mounts against its hosts' engines, and the script
+that runs one task in its image through the host's task runner (issue #29).
 
-The task stays a screen task of its owner (log, exit status, stop as for any task); only what
-the session runs changes: the engine's `run` in the foreground instead of `bash -c COMMAND`.
+The task stays a task of its owner like any other (log, exit status, stop); only what its
+script runs changes: the engine's `run` in the foreground instead of `bash -c COMMAND`.
 The job's env goes to the container through an env file (0600, the owner's), never argv.
 """
 
@@ -18,7 +18,7 @@ from ..hosts.environment import host_env
 from ..model import HostDecl
 from ..model.containers import ContainerSpec
 from ..model.jobs import Job, Task
-from .commands import screen_command
+from .commands import task_script
 from .tasks import TaskSpec, TemplateError
 from .template import IDENTIFIER
 
@@ -176,10 +176,11 @@ def start_line(
     account: str,
     *,
     clean: bool,
+    keep: Sequence[str] = (),
     extra_env: str = "",
 ) -> tuple[str, str]:
-    """The screen command line and env-file text of a container task (log, exit, env paths),
-    run as the owner's UNIX account `account`.
+    """The script (`task_script`, `keep` its runner's kept names) and env-file text of a
+    container task (log, exit, env paths), run as the owner's UNIX account `account`.
 
     `extra_env` is sh text of gpuhive's own that a bare task's env file ends with (`export
     NAME=value` lines, values quoted, and commands such as making a checkpoint folder): here
@@ -212,7 +213,7 @@ def start_line(
     # and a leftover makes the start fail with the engine's own "name in use" message.
     run = f"{extra_env}exec {run}"
     spec = task.spec()
-    line = screen_command(task.session, spec, log_path, exit_path, env_path, clean=clean, run=run)
+    line = task_script(spec, log_path, exit_path, env_path, clean=clean, keep=keep, run=run)
     # The host's env reaches the container too, except PATH (the image has its own).
     hosted = {k: v for k, v in (host_env(decl) if decl else {}).items() if k != "PATH"}
     return line, env_file(spec, hosted)

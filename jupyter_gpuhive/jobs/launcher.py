@@ -1,8 +1,9 @@
-"""The launcher: runs a job's tasks in GNU screen as their owner, follows, stops and reads them.
+"""The launcher: runs a job's tasks as their owner through each host's task runner (GNU screen
+unless the host's backend brings another, `hosts/runners/`), follows, stops and reads them.
 
 Every host command goes through the HostPool as the task owner's UNIX account (`unix_user`:
-the site's `unix_users`; screen sessions, and the log, exit and environment files, belong to
-that account; only it can read the files). `sync`
+the site's `unix_users`; the runs, and the log, exit and environment files, belong to that
+account; only it can read the files). `sync`
 is for the background loop, never for an API request: it costs one command per (host, owner)
 for all of their active tasks.
 """
@@ -22,13 +23,15 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..errors import Conflict
+from ..hosts.backends import DEFAULT_RUNNER
 from ..hosts.environment import host_env
 from ..hosts.pool import CommandResult, HostPool, HostUnavailable
+from ..hosts.runners import RunnerError, Shell, Stopping, TaskRunner, TaskStart, Watched
 from ..model import utcnow
 from ..model.jobs import ACTIVE, FINAL, Job, Task, TaskState
 from ..store.jobs import Jobs, TaskChange
 from . import commands, containers, scripts
-from .outcomes import apply_change, marker, markers, observe, start_problem, to_int
+from .outcomes import apply_change, observe, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .preemption import PreemptionSettings, env_lines
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
@@ -39,7 +42,6 @@ ENDED_MEMORY = timedelta(minutes=10)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-TICK = 0.1  # seconds per wait step of the stop script
 KILL_PATIENCE = 3.0  # seconds between SIGTERM and SIGKILL
 
 
@@ -90,7 +92,7 @@ class Launcher:
                 listed = ", ".join(f"task {t.index} is {t.state}" for t in busy)
                 raise Conflict(f"Job {job_id} is already running ({listed}).")
             claims = [
-                TaskChange(t.id, TaskState.STARTING, exit_status=None, screen_pid=None,
+                TaskChange(t.id, TaskState.STARTING, exit_status=None, handle=None,
                            pgid=None, started_at=None, ended_at=None, last_error=None)
                 for t in current.tasks
             ]  # fmt: skip
@@ -133,52 +135,46 @@ class Launcher:
             )
 
     async def _start_task(self, task: Task, account: str, extra_env: str = "") -> TaskChange | str:
-        """Start one task's screen session as `account`; its new state, or why it failed."""
+        """Start one task through its host's runner as `account`; its new state, or why not."""
         log_path = scripts.host_path(task.log_path)
         exit_path = scripts.host_path(task.exit_path)
         log_dir = log_path.rsplit("/", 1)[0] or "/"
         env_path = commands.env_path(exit_path)
         decl = self.pool.hosts.get(task.host)
+        runner = self._runner(task.host)
         # A backend that starts clean (local) starts the task from an empty environment plus
         # its own; over SSH the host's login environment is the base (sshd builds it).
         clean = decl is None or self.pool.backend_of(decl).clean_start
+        keep = runner.kept_names
         try:
-            if task.container is not None:  # the engine's run in the screen session
+            if task.container is not None:  # the engine's run as the task's script
                 paths = (log_path, exit_path, env_path)
-                line, env_text = containers.start_line(
-                    task, decl, paths, account, clean=clean, extra_env=extra_env
+                body, env_text = containers.start_line(
+                    task, decl, paths, account, clean=clean, keep=keep, extra_env=extra_env
                 )
             else:
                 spec = task.spec()
-                line = commands.screen_command(
-                    task.session, spec, log_path, exit_path, env_path, clean=clean
+                body = commands.task_script(
+                    spec, log_path, exit_path, env_path, clean=clean, keep=keep
                 )
                 env_text = commands.env_file(spec, host_env(decl) if decl else None) + extra_env
-        except TemplateError as error:
+            launch = TaskStart(task.session, body, log_dir, log_path, exit_path, env_path,
+                               env_text, task.host, account)  # fmt: skip
+            done = await runner.start(self._shell(task.host, task.owner), launch)
+        except (TemplateError, RunnerError) as error:
             return str(error)
-        command = scripts.sh_command(task.session, log_dir, exit_path, log_path, env_path)
-        script = scripts.start_script(line, env_text)
-        try:
-            result = await self._run(task.host, task.owner, script, command)
         except HostUnavailable as error:
             return f"host unavailable: {error.reason}"
-        problem = start_problem(task, result, log_dir, account)
-        if problem:
-            return problem
-        words = marker(result.stdout, "started")
-        pid, pgid = (to_int(words[0]), to_int(words[1])) if len(words) == 2 else (None, None)
-        code = marker(result.stdout, "exit")
-        if code:
+        code = done.exit_code
+        if code is not None:
             ended = utcnow()
-            status = to_int(code[0])
+            status = to_int(code)
             if status is None:
                 return TaskChange(task.id, TaskState.FAILED, ended_at=ended,
-                                  last_error=f"unreadable exit status {code[0]!r}")  # fmt: skip
+                                  last_error=f"unreadable exit status {code!r}")  # fmt: skip
             state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
             return TaskChange(task.id, state, exit_status=status, ended_at=ended)
-        if pid is None:
-            return "the screen session ended at once without an exit status"
-        return TaskChange(task.id, TaskState.RUNNING, screen_pid=pid, pgid=pgid)
+        return TaskChange(task.id, TaskState.RUNNING, handle=done.handle, pgid=done.pgid)
 
     # --- following ------------------------------------------------------------------
 
@@ -228,25 +224,21 @@ class Launcher:
     async def _sync_group(
         self, host: str, owner: str, tasks: list[Task]
     ) -> list[tuple[Task, TaskChange]] | str:
-        args: list[str] = []
-        for task in tasks:
-            args += [str(task.id), scripts.host_path(task.exit_path)]
+        runner = self._runner(host)
+        watched = [Watched(t.session, scripts.host_path(t.exit_path)) for t in tasks]
         try:
-            result = await self._run(host, owner, scripts.SYNC, scripts.sh_command(*args))
+            census = await runner.sync(self._shell(host, owner), watched)
         except HostUnavailable as error:
             return error.reason
-        if result.exit_status != 0:
-            account = self.unix_user(owner)
-            return f"cannot list the screen sessions of {account}: {output_tail(result)}"
-        sessions = {words[0]: to_int(words[1]) for words in markers(result.stdout, "session")}
-        exits = {words[0]: words[1] if len(words) > 1 else "" for words in
-                 markers(result.stdout, "exit")}  # fmt: skip
+        except RunnerError as error:
+            return f"{error.reason} (as {self.unix_user(owner)})"
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
-            change = observe(task, task.session in sessions, exits.get(str(task.id)))
+            seen = task.session in census.alive
+            change = observe(task, seen, census.exits.get(task.session), runner.what)
             if change is not None:
-                if change.state == TaskState.RUNNING and task.screen_pid is None:
-                    change = replace(change, screen_pid=sessions.get(task.session))
+                if change.state == TaskState.RUNNING and task.handle is None:
+                    change = replace(change, handle=census.alive.get(task.session))
                 out.append((task, change))
         return out
 
@@ -322,34 +314,26 @@ class Launcher:
         signal: str = "SIGINT",
         patience: float = KILL_PATIENCE,
     ) -> list[TaskChange] | str:
-        first = signal.removeprefix("SIG")
-        args: list[str | int] = [round(grace / TICK), round(patience / TICK), first]
-        for task in tasks:
-            args += [task.session, scripts.host_path(task.exit_path)]
-        timeout = grace + patience + self.timeout
+        watched = [Watched(t.session, scripts.host_path(t.exit_path)) for t in tasks]
         try:
-            result = await self._run(
-                host, owner, scripts.STOP, scripts.sh_command(*args), timeout=timeout
-            )
+            how = Stopping(grace, patience, signal, self.timeout)
+            halted = await self._runner(host).stop(self._shell(host, owner), watched, how)
         except HostUnavailable as error:
             return f"could not stop it, host unavailable: {error.reason}"
-        if result.exit_status != 0:
-            return f"could not stop it: {output_tail(result)}"
+        except RunnerError as error:
+            return error.reason
         removal = containers.removal(self.pool.hosts.get(host), tasks)
         if removal:  # a container outlives its killed client: remove it with the task
             try:
                 await self._run(host, owner, removal, "sh -s", timeout=self.timeout)
             except HostUnavailable as error:
                 log.warning("gpuhive: containers on %s not removed: %s", host, error.reason)
-        gone = {words[0] for words in markers(result.stdout, "gone")}
-        exits = {words[0]: words[1] if len(words) > 1 else "" for words in
-                 markers(result.stdout, "exit")}  # fmt: skip
         now = utcnow()
         changes = []
         for task in tasks:
-            code = exits.get(task.session)
+            code = halted.exits.get(task.session)
             status = to_int(code) if code is not None else None
-            if task.session in gone and status is not None:
+            if task.session in halted.gone and status is not None:
                 # It had ended by itself before we asked.
                 state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
                 changes.append(TaskChange(task.id, state, exit_status=status, ended_at=now))
@@ -387,13 +371,13 @@ class Launcher:
         return LogChunk(text, start, start + len(data) - pending, size)
 
     def attach_hint(self, task: Task) -> str:
-        """The command that attaches a terminal to the task's screen session."""
+        """The command that attaches a terminal to the task's run (its runner says how)."""
         decl = self.pool.hosts.get(task.host)
-        screen = ["screen", "-x", task.session]
+        argv = self._runner(task.host).attach(task.session, task.log_path)
         if decl is None:
-            return shlex.join(screen)
+            return shlex.join(argv)
         account = self.unix_user(task.owner)
-        return shlex.join(self.pool.backend_of(decl).attach_hint(decl, account, screen))
+        return shlex.join(self.pool.backend_of(decl).attach_hint(decl, account, argv))
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -403,6 +387,20 @@ class Launcher:
     def _busy(self, job_id: int) -> bool:
         lock = self._locks.get(job_id)
         return lock is not None and lock.locked()
+
+    def _runner(self, host: str) -> TaskRunner:
+        """The task runner of `host`, which its backend brings (the default one for a host
+        that left the configuration)."""
+        decl = self.pool.hosts.get(host)
+        return self.pool.backend_of(decl).runner(decl) if decl is not None else DEFAULT_RUNNER
+
+    def _shell(self, host: str, owner: str) -> Shell:
+        """Runs a runner's scripts on `host` as the UNIX account of gpuhive user `owner`."""
+
+        async def shell(script: str, command: str, timeout: float | None) -> CommandResult:
+            return await self._run(host, owner, script, command, timeout)
+
+        return shell
 
     async def _run(
         self, host: str, owner: str, script: str, command: str, timeout: float | None = None

@@ -1,5 +1,5 @@
 """Jobs and tasks as stored: value types, task states, the job status derived from them, and
-the names (screen session, log files) a task gets when it is stored.
+the names (its name on its host, log files) a task gets when it is stored.
 
 The job status sets (ACTIVE, FINAL, LIVE) are defined here once; TaskState is a StrEnum, so
 plain status strings from the API compare equal to its members.
@@ -23,7 +23,8 @@ MASK = "••••"  # every stored env value reads like this, whatever its le
 SESSION_PREFIX = "gpuhive"
 SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-# Screen's socket path (/run/screen/S-user/PID.NAME) must fit in a UNIX socket address.
+# A task's name names its run on the host (a screen session, whose socket path
+# /run/screen/S-user/PID.NAME must fit in a UNIX socket address; a container).
 MAX_JOB_PART = 40
 
 
@@ -131,7 +132,7 @@ class TaskState(StrEnum):
     LOST = "lost"
 
 
-# A task in one of these may have a screen session on its host.
+# A task in one of these may have a run (its runner's) on its host.
 ACTIVE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING})
 FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST})
 # A job (or task) in one of these has not finished yet.
@@ -141,7 +142,10 @@ RECENT_JOBS = 200  # GET jobs: the newest jobs shown besides every job running n
 
 @dataclass(frozen=True)
 class Task:
-    """One task of a job: a command on one host with its GPUs, run in screen as the owner."""
+    """One task of a job: a command on one host with its GPUs, run as the owner by the host's
+    task runner. `session` is its name on the host (unique there: the runner's name of its run,
+    its container's); `handle` is what the runner knows its run by (screen: the session's pid),
+    `pgid` the process group its signals go to."""
 
     id: int
     job_id: int
@@ -161,7 +165,7 @@ class Task:
     exit_path: str
     state: TaskState = TaskState.PENDING
     exit_status: int | None = None
-    screen_pid: int | None = None
+    handle: int | None = None
     pgid: int | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -173,7 +177,7 @@ class Task:
         return self.state in ACTIVE
 
     def spec(self) -> TaskSpec:
-        """The TaskSpec the command builders take (`commands.screen_command`)."""
+        """The TaskSpec the command builders take (`commands.task_script`)."""
         slots = tuple(
             GpuSlot(self.host, self.address, index, uuid)
             for index, uuid in zip(self.gpu_indices, self.gpus, strict=True)
@@ -327,7 +331,7 @@ def job_status(states: Iterable[TaskState]) -> TaskState:
 
 
 def task_session(job_id: int, job_name: str, index: int) -> str:
-    """The task's screen session: `gpuhive-<id>-<name>-<index>` (the id keeps it unique)."""
+    """The task's name on its host: `gpuhive-<id>-<name>-<index>` (the id keeps it unique)."""
     return session_name(f"{job_id}-{job_name}", index)
 
 

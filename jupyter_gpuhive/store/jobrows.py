@@ -13,6 +13,10 @@ from ..model.containers import ContainerSpec
 from ..model.jobs import Job, JobEvent, Task, TaskState
 from .schema import job_tasks, jobs
 
+# The column of a task's runner handle (`Task.handle`): named `screen_pid` from before the task
+# runner seam; the name stays (no migration), the store maps it.
+HANDLE_COLUMN = "screen_pid"
+
 
 def task_query() -> Any:
     """Tasks with their job's owner, by job and index."""
@@ -114,7 +118,7 @@ def task_of(row: Any) -> Task:
         exit_path=row.exit_path,
         state=TaskState(row.state),
         exit_status=row.exit_status,
-        screen_pid=row.screen_pid,
+        handle=row._mapping[HANDLE_COLUMN],
         pgid=row.pgid,
         started_at=row.started_at,
         ended_at=row.ended_at,
@@ -128,7 +132,7 @@ def pending_values(note: str | None) -> dict[str, Any]:
     return {
         "state": str(TaskState.PENDING),
         "exit_status": None,
-        "screen_pid": None,
+        HANDLE_COLUMN: None,
         "pgid": None,
         "started_at": None,
         "ended_at": None,

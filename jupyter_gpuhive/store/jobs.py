@@ -26,7 +26,15 @@ from ..model.jobs import (
     task_session,
 )
 from .database import Database
-from .jobrows import job_of, job_values, pending_values, seconds, task_of, task_query
+from .jobrows import (
+    HANDLE_COLUMN,
+    job_of,
+    job_values,
+    pending_values,
+    seconds,
+    task_of,
+    task_query,
+)
 from .preemption import histories, lent_from
 from .schema import job_tasks, jobs
 
@@ -53,16 +61,22 @@ class TaskChange:
     task_id: int
     state: TaskState
     exit_status: int | None = _KEEP
-    screen_pid: int | None = _KEEP
+    handle: int | None = _KEEP
     pgid: int | None = _KEEP
     started_at: datetime | None = _KEEP
     ended_at: datetime | None = _KEEP
     last_error: str | None = _KEEP
 
     def values(self) -> dict[str, Any]:
-        names = ("exit_status", "screen_pid", "pgid", "started_at", "ended_at", "last_error")
+        """The changed fields, by the name of the Task's field."""
+        names = ("exit_status", "handle", "pgid", "started_at", "ended_at", "last_error")
         found = {name: getattr(self, name) for name in names}
         return {"state": str(self.state)} | {k: v for k, v in found.items() if v is not _KEEP}
+
+    def columns(self) -> dict[str, Any]:
+        """The changed fields, by the name of their column (`handle` is kept in the column
+        `screen_pid`, its name from before the task runner seam: no migration needed)."""
+        return {HANDLE_COLUMN if k == "handle" else k: v for k, v in self.values().items()}
 
 
 def _not_over() -> Any:
@@ -240,7 +254,7 @@ class Jobs:
                 stmt = update(job_tasks).where(job_tasks.c.id == change.task_id)
                 if expect is not None:
                     stmt = stmt.where(job_tasks.c.state.in_([str(s) for s in expect]))
-                if conn.execute(stmt.values(**change.values())).rowcount:
+                if conn.execute(stmt.values(**change.columns())).rowcount:
                     done.append(change.task_id)
             return done
 

@@ -47,25 +47,31 @@ def registered() -> Iterator[None]:
     backends.unregister(NAME)
 
 
-@pytest.fixture
-def seam_hive(registered: None, tmp_path: Path, jp_asyncio_loop: Any) -> Iterator[Hive]:
-    ensure_user(OWNER)
+def hive_over(transport: str, host: str, home: Path, tmp_path: Path, loop: Any) -> Iterator[Hive]:
+    """A Hive with one simulated host `host` reached through backend `transport`; what its
+    jobs leave in `home` (the owner's) and the simulated host's files go at the end."""
     shared = Path(tempfile.mkdtemp(prefix="gpuhive-seam-"))
     shared.chmod(0o755)
-    name = f"sp-{uuid.uuid4().hex[:6]}"
+    name = f"{host}-{uuid.uuid4().hex[:6]}"
     sim = LocalSimHost(name, shared / name, preset("a100x4", name))
     env = sim.env()
     keep = {k: env[k] for k in ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")}
-    decl = parse_host({"name": "sp1", "transport": NAME, "env": keep, "gpu_count": 4})
+    decl = parse_host({"name": host, "transport": transport, "env": keep, "gpu_count": 4})
     store = Store(f"sqlite:///{tmp_path / 'hive.sqlite'}").open()
     log_dir = f"~/.gpuhive/seam-{uuid.uuid4().hex[:8]}"
     jobs = Jobs(store.db, log_dir=log_dir)
     pool = HostPool([decl], SshSettings(command_timeout=20))
-    yield Hive(jobs, pool, Launcher(pool, jobs, grace=3.0), {"sp1": sim})
-    jp_asyncio_loop.run_until_complete(pool.close())
+    yield Hive(jobs, pool, Launcher(pool, jobs, grace=3.0), {host: sim})
+    loop.run_until_complete(pool.close())
     store.close()
-    shutil.rmtree(Path(pwd.getpwnam(OWNER).pw_dir) / log_dir[2:], ignore_errors=True)
+    shutil.rmtree(home / log_dir[2:], ignore_errors=True)
     shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.fixture
+def seam_hive(registered: None, tmp_path: Path, jp_asyncio_loop: Any) -> Iterator[Hive]:
+    home = Path(ensure_user(OWNER).pw_dir)
+    yield from hive_over(NAME, "sp1", home, tmp_path, jp_asyncio_loop)
 
 
 async def test_the_backend_is_chosen_by_the_hosts_transport(seam_hive: Hive) -> None:

@@ -174,7 +174,7 @@ def test_start_line_and_removal_need_the_host_engine() -> None:
     paths = ("./l.log", "./l.exit", "./l.env")
     extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
     line, env = containers.start_line(t, decl(), paths, "alice", clean=True, extra_env=extra)
-    assert "screen -dmS gpuhive-7-train-0" in line
+    assert "tee -i -a ./l.log" in line and "mv -f -- ./l.exit.tmp ./l.exit" in line
     assert "run --rm" in line and "s3cret" not in line
     assert "TOKEN=s3cret\n" in env and "R=1" not in env  # R comes from the host's shell
     with pytest.raises(TemplateError, match="runs no container engine"):
@@ -197,14 +197,12 @@ def test_a_bad_containers_entry_is_refused_with_the_configuration() -> None:
 
 def test_gpuhives_own_env_lines_run_on_the_host_and_reach_the_container(tmp_path) -> None:
     """The preemption lines (exports with "$HOME", a mkdir) run before the engine, which gets
-    their names with `-e NAME`: run the screen line with stand-ins for screen and docker."""
+    their names with `-e NAME`: run the task's script with a stand-in for docker."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "screen").write_text('#!/bin/sh\nshift 2; exec "$@"\n')  # -dmS NAME CMD…
     engine = bin_dir / "docker"
     engine.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "R=$R D=$D"\n')
-    for path in (bin_dir / "screen", engine):
-        path.chmod(0o755)
+    engine.chmod(0o755)
     site = {**SITE, "binary": str(engine)}
     extra = 'export R=1\nexport D="$HOME"/\'c p\'\nmkdir -p -- "$D" || exit 1\n'
     paths = ("./l.log", "./l.exit", "./l.env")
@@ -212,7 +210,7 @@ def test_gpuhives_own_env_lines_run_on_the_host_and_reach_the_container(tmp_path
         task(), decl(site), paths, "alice", clean=False, extra_env=extra
     )
     env = {"HOME": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, check=True, timeout=30)
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, check=True, timeout=30)
     out = (tmp_path / "l.log").read_text().splitlines()
     assert out[-1] == f"R=1 D={tmp_path}/c p"
     assert (tmp_path / "c p").is_dir()

@@ -186,7 +186,7 @@ async def test_two_tasks_run_as_owner_on_their_gpus_and_stop_gracefully(hive: Hi
     report = await hive.launcher.start(created)
     assert report.ok, report.message
     assert report.job.status == "running"
-    assert all(t.screen_pid for t in report.job.tasks)
+    assert all(t.handle for t in report.job.tasks)
 
     async def logged() -> bool:
         chunks = [await hive.launcher.log(t) for t in report.job.tasks]

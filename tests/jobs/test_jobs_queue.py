@@ -208,7 +208,7 @@ async def test_admitted_job_runs_and_its_own_processes_do_not_count_against_it(b
 
     again = await bed.scheduler.tick(sweep)
     assert again.admitted == [] and again.stopping == {} and again.failures == {}
-    assert bed.job(made.id).tasks[0].screen_pid == running.tasks[0].screen_pid
+    assert bed.job(made.id).tasks[0].handle == running.tasks[0].handle
     assert alive(pid)
 
 
@@ -351,7 +351,7 @@ async def test_a_restart_loses_nothing_and_starts_nothing_twice(bed: Bed) -> Non
     preempted = await bed.create(probe_job(), bed.slots("jq2", 2))
     report = await bed.tick()
     assert report.admitted == [running.id, preempted.id]
-    pid = bed.job(running.id).tasks[0].screen_pid
+    pid = bed.job(running.id).tasks[0].handle
     # The server dies while preempting: marked and stopped, but not yet back in the queue.
     bed.store.jobs.mark_requeue(preempted.id, "jq2:2 is reserved soon; back in the queue")
     await bed.launcher.stop(preempted.id)
@@ -364,7 +364,7 @@ async def test_a_restart_loses_nothing_and_starts_nothing_twice(bed: Bed) -> Non
     report = await bed.tick()
     assert report.requeued == [preempted.id] and report.admitted == [preempted.id]
     assert report.waiting == {waiting.id: f"jq2:1 runs job {running.id}"}
-    assert bed.job(running.id).tasks[0].screen_pid == pid  # the same run, not a new one
+    assert bed.job(running.id).tasks[0].handle == pid  # the same run, not a new one
     assert bed.job(preempted.id).status == "running"
     names = [s for s in sessions() if s.startswith(f"gpuhive-{running.id}-")]
     assert len(names) == 1

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpuhive.hosts.runners.screen import ScreenRunner, screen_command
 from jupyter_gpuhive.jobs import (
     GpuSlot,
     TaskSpec,
     TemplateError,
     get_template,
-    screen_command,
     session_name,
     shell_command,
+    task_script,
 )
 from jupyter_gpuhive.jobs.commands import env_file, env_path
 from tests.support.waiting import wait_for
@@ -192,7 +193,7 @@ def test_session_names():
 def test_screen_command_refuses_unsafe_session_names():
     task = TaskSpec("h", "a", (), "true", {}, {})
     with pytest.raises(TemplateError, match="session name"):
-        screen_command("bad name", task, "/tmp/log", "/tmp/exit")
+        screen_command("bad name", task_script(task, "/tmp/log", "/tmp/exit"))
 
 
 # --- real GNU screen -------------------------------------------------------------------------
@@ -219,7 +220,9 @@ def screened(session: str, task: TaskSpec, log: Path, exit_file: Path, clean: bo
     """The screen command line, with the task's env file written as the start script would."""
     env = Path(env_path(str(exit_file)))
     env.write_text(env_file(task))
-    return screen_command(session, task, str(log), str(exit_file), clean=clean)
+    keep = ScreenRunner.kept_names
+    return screen_command(session, task_script(task, str(log), str(exit_file), clean=clean,
+                                               keep=keep))  # fmt: skip
 
 
 @pytest.fixture

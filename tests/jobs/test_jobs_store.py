@@ -103,7 +103,7 @@ def test_task_states_change_only_from_the_expected_ones(store: Store) -> None:
     assert claimed == [first, second]
     # A second claim finds them taken: nothing changes.
     assert store.jobs.change_tasks([TaskChange(first, S.STARTING)], {S.PENDING}) == []
-    store.jobs.change_tasks([TaskChange(first, S.RUNNING, screen_pid=42, pgid=43)], {S.STARTING})
+    store.jobs.change_tasks([TaskChange(first, S.RUNNING, handle=42, pgid=43)], {S.STARTING})
     assert store.jobs.get(job.id).status == "starting"
     store.jobs.change_tasks([TaskChange(second, S.RUNNING)], {S.STARTING})
     assert store.jobs.get(job.id).status == "running"
@@ -117,11 +117,11 @@ def test_task_states_change_only_from_the_expected_ones(store: Store) -> None:
     store.jobs.change_tasks([TaskChange(second, S.SUCCEEDED, exit_status=0)])
     done = store.jobs.get(job.id)
     assert done.status == "failed"
-    assert (done.tasks[0].exit_status, done.tasks[0].screen_pid, done.tasks[0].pgid) == (3, 42, 43)
+    assert (done.tasks[0].exit_status, done.tasks[0].handle, done.tasks[0].pgid) == (3, 42, 43)
 
     again = store.jobs.reset(job.id)
     assert again.status == "pending"
-    assert all(t.exit_status is None and t.screen_pid is None for t in again.tasks)
+    assert all(t.exit_status is None and t.handle is None for t in again.tasks)
     store.jobs.delete(job.id)
     with pytest.raises(NotFound):
         store.jobs.get(job.id)

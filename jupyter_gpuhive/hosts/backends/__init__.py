@@ -2,8 +2,9 @@
 
 A host's `transport` names its backend. A backend runs a command as a user (the probe's one
 round trip per sweep, the task runner's start, sync and stop scripts, the container engine's
-commands all go through `run`), keeps long-lived request/answer loops, opens a reservation
-kernel's channels, and says what the rest of gpuhive may ask of it (`runs_here`,
+commands all go through `run`), keeps long-lived request/answer loops, brings the task runner
+of its hosts (`runner`: GNU screen unless it says otherwise), opens a reservation kernel's
+channels, and says what the rest of gpuhive may ask of it (`runs_here`,
 `clean_start`, `uses_ssh_keys`...), so that no code outside `hosts/backends/` compares
 transport names.
 
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from ...errors import Invalid
 from ...model import HostDecl
 from ..engines import Engine, engine_of
+from ..runners import TaskRunner
+from ..runners.screen import ScreenRunner
 from ..status import CommandResult, HostUnavailable
 
 if TYPE_CHECKING:  # not at run time: reading a hosts file imports no SSH (cli --help)
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 GROUP = "jupyter_gpuhive.host_backends"
 DEFAULT = "ssh"  # a host's transport when its entry names none
+DEFAULT_RUNNER: TaskRunner = ScreenRunner()  # a backend's task runner unless it brings one
 BUILT_IN = {
     "ssh": "jupyter_gpuhive.hosts.backends.ssh:SshBackend",
     "local": "jupyter_gpuhive.hosts.backends.local:LocalBackend",
@@ -125,6 +129,10 @@ class HostBackend:
     async def open_channels(self, decl: HostDecl, user: str) -> KernelChannels:
         """The channels of a new reservation kernel of `user` on `decl`."""
         raise HostUnavailable(decl.name, f"the {self.name} backend has no kernel channels")
+
+    def runner(self, decl: HostDecl) -> TaskRunner:
+        """How tasks start, are followed and stop on the host (`hosts/runners/`)."""
+        return DEFAULT_RUNNER
 
     def engine(self, decl: HostDecl) -> Engine | None:
         """The container engine configured for the host (None: containers are refused)."""

@@ -72,7 +72,7 @@ job_tasks = Table(
     Column("exit_path", Text, nullable=False),
     Column("state", String(16), nullable=False),
     Column("exit_status", Integer),
-    Column("screen_pid", Integer),
+    Column("screen_pid", Integer),  # Task.handle, the runner's (store/jobrows.HANDLE_COLUMN)
     Column("pgid", Integer),
     Column("started_at", UTCDateTime),
     Column("ended_at", UTCDateTime),
