@@ -84,3 +84,23 @@ def test_sim_with_bad_arguments_says_how_to_call_it(tmp_path: Path, args: tuple[
     assert done.returncode != 0
     assert "jupyter gpuhive sim up" in done.stdout + done.stderr
     assert not (tmp_path / "cfg" / "gpuhive_hosts.toml").exists()
+
+
+def test_sim_up_amd_gives_rocm_hosts(server: JupyterServer, tmp_path: Path) -> None:
+    me = Client(server.port, "tok-me")
+    up = sim(server.dir, tmp_path, "up", "--gpus", "2", "--amd")
+    assert up.returncode == 0, up.stderr
+    assert "2 simulated MI300X GPUs each" in up.stdout
+    assert 'vendor = "amd"' in (server.dir / "gpuhive_hosts.toml").read_text()
+
+    def swept() -> Any:
+        host = hosts_of(me).get("sim1")
+        return host if host and host["state"] == "up" and len(host["gpus"]) == 2 else None
+
+    host = wait_for(swept, 40, what="the simulated AMD host swept")
+    assert host["vendor"] == "amd"
+    assert host["pinning"]["variable"] == "ROCR_VISIBLE_DEVICES"
+    assert host["gpus"][1]["mem_total_mib"] == 196592
+    assert host["gpus"][1]["uuid"].startswith("GPU-") and len(host["gpus"][1]["uuid"]) == 20
+    both = sim(tmp_path / "cfg", tmp_path, "up", "--mig", "--amd")
+    assert both.returncode != 0 and "[--mig | --amd]" in both.stderr

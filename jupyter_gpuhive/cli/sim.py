@@ -40,9 +40,19 @@ def host_names(count: int) -> list[str]:
     return [f"sim{i}" for i in range(1, count + 1)]
 
 
-def sim_config(name: str, gpus: int, mig: bool) -> Any:
-    """A simulated host with `gpus` A100s; with `mig`, GPU 0 is split into three MIG slices."""
-    from ..sim.inventory import SimGpu, SimHostConfig, SimMig, make_uuid
+def sim_config(name: str, gpus: int, mig: bool, amd: bool = False) -> Any:
+    """A simulated host with `gpus` A100s; with `mig`, GPU 0 is split into three MIG slices;
+    with `amd`, MI300X GPUs read through the amd-smi stand-in (vendor amd)."""
+    from ..sim.inventory import SimGpu, SimHostConfig, SimMig, make_uuid, preset
+
+    if amd:  # ROCm's UUIDs and the MI300X's figures, as the preset has them
+        config = preset("mi300x", name)
+        config.gpus = [
+            SimGpu(i, "GPU-" + make_uuid(name, "GPU", i)[4:].replace("-", "")[:16],
+                   "AMD Instinct MI300X", 196592, idle_power_w=140.0, power_limit_w=750.0)
+            for i in range(gpus)
+        ]  # fmt: skip
+        return config
 
     model, memory = ("NVIDIA A100-SXM4-80GB", 81920) if mig else ("NVIDIA A100-SXM4-40GB", 40960)
     cards = [SimGpu(i, make_uuid(name, "GPU", i), model, memory) for i in range(gpus)]
@@ -59,14 +69,16 @@ def sim_config(name: str, gpus: int, mig: bool) -> Any:
     return config
 
 
-def host_entry(name: str, root: Path, gpus: int, mig: bool) -> dict[str, Any]:
+def host_entry(name: str, root: Path, gpus: int, mig: bool, amd: bool = False) -> dict[str, Any]:
     """Install one simulated host under `root` and return its hosts-file entry."""
     from ..sim.cluster import LocalSimHost
 
-    host = LocalSimHost(name, root / name, sim_config(name, gpus, mig))
+    host = LocalSimHost(name, root / name, sim_config(name, gpus, mig, amd))
     env = host.env({})
     entry: dict[str, Any] = {"name": name, "transport": "local", "address": "localhost",
                              "env": {key: env[key] for key in SIM_ENV}}  # fmt: skip
+    if amd:
+        entry["vendor"] = "amd"
     if not mig:  # declared, so they can be booked before the first sweep
         entry["gpus"] = [{"index": g.index, "uuid": g.uuid, "model": g.name,
                           "memory_mib": g.memory_total_mib} for g in host.config.gpus]  # fmt: skip
@@ -88,20 +100,26 @@ class SimUpApp(_Base):
     examples = """
 jupyter gpuhive sim up
 jupyter gpuhive sim up --gpus 8 --hosts 2 --mig
+jupyter gpuhive sim up --amd
 """
     gpus = Int(4, help=f"GPUs per simulated host (1 to {MAX_GPUS}).").tag(config=True)
     hosts = Int(1, help=f"How many simulated hosts (1 to {MAX_HOSTS}).").tag(config=True)
     mig = Bool(False, help="Split GPU 0 of each host into three MIG slices.").tag(config=True)
+    amd = Bool(False, help="Simulate AMD MI300X GPUs (vendor amd, amd-smi).").tag(config=True)
     aliases = {"gpus": "SimUpApp.gpus", "hosts": "SimUpApp.hosts"}
-    flags = {"mig": ({"SimUpApp": {"mig": True}}, "Split GPU 0 of each host into MIG slices.")}
+    flags = {
+        "mig": ({"SimUpApp": {"mig": True}}, "Split GPU 0 of each host into MIG slices."),
+        "amd": ({"SimUpApp": {"amd": True}}, "Simulate AMD MI300X GPUs (ROCm, amd-smi)."),
+    }
 
     def start(self) -> None:
         from ..hosts.file import add_host, read_hosts, write_hosts
         from .localhost import keep_local_host
 
-        if self.extra_args or not 1 <= self.gpus <= MAX_GPUS or not 1 <= self.hosts <= MAX_HOSTS:
+        wrong = self.extra_args or (self.mig and self.amd)
+        if wrong or not 1 <= self.gpus <= MAX_GPUS or not 1 <= self.hosts <= MAX_HOSTS:
             print(
-                f"Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig]\n"
+                f"Usage: jupyter gpuhive sim up [--gpus N] [--hosts N] [--mig | --amd]\n"
                 f"       (--gpus 1 to {MAX_GPUS}, --hosts 1 to {MAX_HOSTS})",
                 file=sys.stderr,
             )
@@ -124,14 +142,15 @@ jupyter gpuhive sim up --gpus 8 --hosts 2 --mig
                 write_hosts(path, [h for h in read_hosts(path) if not is_simulated(h, root)])
                 shutil.rmtree(root, ignore_errors=True)
             for name in names:
-                add_host(path, host_entry(name, root, self.gpus, self.mig))
+                add_host(path, host_entry(name, root, self.gpus, self.mig, self.amd))
         except (Invalid, OSError) as error:
             message = error.message if isinstance(error, Invalid) else str(error)
             print(f"Not simulated: {message}", file=sys.stderr)
             sys.exit(1)
         if kept:
             print(kept)
-        each = f"{self.gpus} simulated A100 GPU{'s' if self.gpus != 1 else ''}"
+        model = "MI300X" if self.amd else "A100"
+        each = f"{self.gpus} simulated {model} GPU{'s' if self.gpus != 1 else ''}"
         mig = " (GPU 0 split into 3 MIG slices)" if self.mig else ""
         replaced = " (replacing the earlier ones)" if simulated else ""
         print(f"Added {', '.join(names)} to {path}{replaced}: {each} each{mig}.")
