@@ -139,6 +139,8 @@ class HostViews:
                         **gpu.to_json(),
                         "util": m.util_gpu if m else None,
                         "util_label": NOT_REPORTED if m and m.util_gpu is None else None,
+                        # {field: why} of each reading the driver did not report (never 0)
+                        "not_reported": dict(m.unreported) if m else {},
                         "mem_used_mib": m.mem_used_mib if m else None,
                         "mem_total_mib": m.mem_total_mib if m else gpu.memory_mib,
                         "temperature_c": m.temperature_c if m else None,

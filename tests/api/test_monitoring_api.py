@@ -55,6 +55,8 @@ async def test_hosts_show_processes_owners_and_holders(api, running_hive, sim_ho
     assert gpu1["state"] == "up"
     assert len(gpu1["gpus"]) == 4
     assert gpu1["gpus"][0]["uuid"] == sim_hosts[0].config.gpus[0].uuid
+    # the stand-in's A100s print no fan speed: not reported, with why, never 0
+    assert gpu1["gpus"][0]["not_reported"] == {"fan.speed": "not available on this GPU"}
 
     now = running_hive.now()
     booked = await book(alice, "live", ["gpu1:1"], now)
