@@ -22,58 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.bench_compare import export, flatten, last_json, ratios  # noqa: E402
+
 DEFAULT = ("sweep", "kernels", "containers", "finder", "fairshare")
 SIZES = {"quick": ["--quick"], "smoke": ["--smoke"], "full": []}
 TIMEOUT_S = 1800
-
-
-def export(rev: str, into: Path) -> str:
-    """Write commit `rev`'s files into `into`; its full commit id."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return commit
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, float]:
-    """Every number in a JSON value, by its dotted path (booleans are no figures)."""
-    if isinstance(value, bool):
-        return {}
-    if isinstance(value, int | float):
-        return {prefix: float(value)}
-    if isinstance(value, dict):
-        found: dict[str, float] = {}
-        for key, inner in value.items():
-            found.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-        return found
-    return {}
-
-
-def last_json(output: str) -> dict[str, Any] | None:
-    """The JSON object on the last non-empty line of `output`, if it is one."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    try:
-        found = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def run_one(tree: Path, name: str, size: str) -> tuple[dict[str, float] | None, str]:
@@ -91,18 +54,6 @@ def run_one(tree: Path, name: str, size: str) -> tuple[dict[str, float] | None, 
     if done.returncode != 0 or figures is None:
         return None, f"exit {done.returncode}: {tail}"
     return flatten(figures), tail
-
-
-def ratios(old: list[dict[str, float]], new: list[dict[str, float]]) -> dict[str, float]:
-    """new / old per figure both sides measured, the median over the rounds (0/0 is 1)."""
-    found = {}
-    for key in sorted(set.intersection(*(set(r) for r in old + new))):
-        each = []
-        for before, after in zip(old, new, strict=True):
-            a, b = after[key], before[key]
-            each.append(1.0 if a == b else (a / b if b else float("inf")))
-        found[key] = round(statistics.median(each), 3)
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.against import export, flatten, last_json, ratios
+from tests.support.bench_compare import export, flatten, last_json, ratios
 
 
 def test_every_number_is_a_figure_by_its_path_and_flags_are_not() -> None:
