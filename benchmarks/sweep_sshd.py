@@ -43,7 +43,7 @@ from jupyter_gpuhive.hosts.probe import (
     PROBE_LOOP_COMMAND,
     HostSample,
 )
-from jupyter_gpuhive.hosts.vendors.nvidia_probe import GPU_FIELDS
+from jupyter_gpuhive.hosts.vendors.nvidia_probe import BASE_FIELDS, GPU_FIELDS, HELP_QUERY
 from jupyter_gpuhive.hosts.vendors.nvidia_smi import QUERY_APPS_FIELDS
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.monitor.sampler import Sampler
@@ -147,15 +147,19 @@ def start_cluster(count: int, monitor: str, delay_s: float) -> RealCluster:
 
 
 def probe_nvidia_smi_args() -> list[list[str]]:
-    """The nvidia-smi argument lists PROBE_COMMAND runs (kept in step with probe._SCRIPT)."""
+    """The nvidia-smi argument lists PROBE_COMMAND runs (kept in step with the NVIDIA probe):
+    the field list once per session, then the GPU query with the fields it lists (the
+    stand-in knows them all: the base fields, then the others in GPU_FIELDS' order)."""
+    asked = (*BASE_FIELDS, *(f for f in GPU_FIELDS if f not in BASE_FIELDS))
     args = [
-        [f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,nounits"],
+        HELP_QUERY.split()[1:],
+        [f"--query-gpu={','.join(asked)}", "--format=csv,nounits"],
         [f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}", "--format=csv,nounits"],
         ["-L"],
     ]
-    for argv in args[:2]:
-        if " ".join(argv) not in PROBE_COMMAND:
-            raise RuntimeError(f"the probe no longer runs nvidia-smi {' '.join(argv)}")
+    for shown in (HELP_QUERY, " ".join(args[2])):
+        if shown not in PROBE_COMMAND:
+            raise RuntimeError(f"the probe no longer runs {shown}")
     return args
 
 
