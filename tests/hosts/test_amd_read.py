@@ -104,6 +104,8 @@ def test_text_views_become_the_json_shape() -> None:
     assert [(p.pid, p.gpu_uuid, p.used_memory_mib) for p in procs] == [
         (11, "GPU-x", 1536), (12, "GPU-x", 0)
     ]  # fmt: skip
+    numbered = {0: {"gpu": 0, "process_info_1": {"pid": 5, "mem_usage": "1.0 GB"}}}
+    assert [(p.pid, p.used_memory_mib) for p in amd_read.processes_of(numbered, {})] == [(5, 1024)]
     lines = "GPU[0]\t\t: Unique ID: 0xab\nGPU[0]\t\t: Card series: \t\tMI300X\nPID 9 is using 1 DRM device(s)\n"
     assert amd_read.rocm_text(lines) == {
         "card0": {"Unique ID": "0xab", "Card series": "MI300X"},

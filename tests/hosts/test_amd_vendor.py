@@ -353,3 +353,23 @@ def test_this_machines_amd_gpus(shared: Path, monkeypatch: pytest.MonkeyPatch) -
     assert where == str(sim.bin_dir) and said.endswith("lists 8 GPU(s)")
     assert gpus[3] == {"index": 3, "model": "AMD Instinct MI300X", "uuid": sim.config.gpus[3].uuid}
     assert AmdVendor().local_gpus(str(shared), timeout=30)[2] == "no amd-smi on PATH"
+
+
+async def test_an_amd_smi_that_refuses_an_option_is_asked_for_every_metric(shared: Path) -> None:
+    sim, decl = amd_host(shared, "am9")
+    real = sim.bin_dir / "amd-smi"
+    real.rename(sim.bin_dir / "amd-smi.real")
+    real.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --ecc "*) echo "amd-smi: error: unrecognized arguments: --ecc" >&2;'
+        " exit 2 ;; esac\n"
+        f'exec "{sim.bin_dir}/amd-smi.real" "$@"\n'
+    )
+    real.chmod(0o755)
+    pool = HostPool([decl])
+    try:
+        sample = (await Sampler(pool, interval=5.0, timeout=30).sweep()).samples["am9"]
+    finally:
+        await pool.close()
+    assert sample.gpu_error is None
+    assert [g.power_w for g in sample.gpus] == [140.0] * 8

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 STATIC_QUERY = "amd-smi static --asic --bus --vram --limit --json"
 METRIC_QUERY = "amd-smi metric --usage --power --temperature --mem-usage --ecc --json"
+# An amd-smi that refuses one of those options (argparse: status 2) is asked for every metric.
+METRIC_ALL = "amd-smi metric --json"
 PROCESS_QUERY = "amd-smi process --json"
 LIST_QUERY = "amd-smi list --json"
 TOPOLOGY_QUERY = "amd-smi topology --json"
@@ -42,7 +44,11 @@ if [ -n "$am" ]; then
   out=
   while IFS= read -r x || [ -n "$x" ]; do out="$out$x
 "; done <&3
-  exec 3<&-; wait $m; st=$?; m=; printf '%s\n' "@M@amdmetric $st"; printf '%s' "$out"
+  exec 3<&-; wait $m; st=$?; m=
+  case $st:$out in 2:*'unrecognized arguments'*|2:*'invalid choice'*)
+    out="$(@METRIC0@ 2>&1 </dev/null)
+"; st=$? ;; esac
+  printf '%s\n' "@M@amdmetric $st"; printf '%s' "$out"
   out=; pids=
   while IFS= read -r x || [ -n "$x" ]; do
     out="$out|$x
@@ -73,6 +79,7 @@ def body() -> str:
     return (
         _BODY.strip()
         .replace("@METRIC@", METRIC_QUERY)
+        .replace("@METRIC0@", METRIC_ALL)
         .replace("@PROCESS@", PROCESS_QUERY)
         .replace("@STATIC@", STATIC_QUERY)
         .replace("@ROCM@", ROCM_QUERY)

@@ -165,14 +165,15 @@ def read_amd_smi(sections: dict[str, tuple[int, str]]) -> VendorReading:
 
 
 def processes_of(listed: dict[int, dict[str, Any]], uuids: dict[int, str]) -> list[ProcessReading]:
-    """amd-smi's processes per GPU (JSON's `process_list`, or the text view's repeated
-    PROCESS_INFO) with PID, GPU and VRAM."""
+    """amd-smi's processes per GPU (JSON's `process_list`, the text view's repeated
+    PROCESS_INFO, or `process_info_<n>` keys) with PID, GPU and VRAM."""
     procs = []
     for index, item in listed.items():
         infos = [e.get("process_info") if isinstance(e, dict) else None
                  for e in item.get("process_list") or []]  # fmt: skip
-        found = item.get("process_info")
-        infos += found if isinstance(found, list) else [found]
+        for key, found in item.items():  # `process_info`, numbered in some releases
+            if str(key).startswith("process_info"):
+                infos += found if isinstance(found, list) else [found]
         for info in infos:
             if not isinstance(info, dict) or _int(info.get("pid")) is None:
                 continue  # "No running processes detected" and the like
