@@ -50,6 +50,13 @@ def serial(gpu: Any) -> str:
     return "0x" + gpu.uuid.split("-", 1)[-1].replace("-", "")[:16].upper()
 
 
+def list_uuid(gpu: Any) -> str:
+    """amd-smi list's UUID: the serial's first 2 digits, 'ff', the device id, then the rest
+    of the serial (afff74a1-0000-1000-8054-e92b0a5d57c8 for serial 0xAF54E92B0A5D57C8)."""
+    hexes = serial(gpu)[2:].lower()
+    return f"{hexes[:2]}ff74a1-0000-1000-80{hexes[2:4]}-{hexes[4:]}"
+
+
 def _gpus(path: str) -> tuple[Any, list[Any]]:
     """(host settings, GPUs present) from the config file."""
     data = core.read_file(path)
@@ -84,7 +91,7 @@ def _list(gpus: list[Any]) -> list[dict[str, Any]]:
         {
             "gpu": g.index,
             "bdf": g.pci_bus_id[-12:].lower(),
-            "uuid": g.uuid,
+            "uuid": list_uuid(g),
             "kfd_id": 4096 + 17 * g.index,
             "node_id": g.index + 1,
             "partition_id": 0,

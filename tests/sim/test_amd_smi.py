@@ -4,10 +4,15 @@ user's text: quotes, newlines, control and non-ASCII characters must come out es
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from jupyter_gpuhive.hosts.vendors.amd_read import serial_of_uuid
 from jupyter_gpuhive.sim.amd_smi import dumps
+from jupyter_gpuhive.sim.cluster import LocalSimHost
+from jupyter_gpuhive.sim.inventory import preset
 
 NAMES = ['a"b\\c', "line\nbreak\r\t\b\f", "\x00\x01\x1f\x7f", "é😀\u2028", "", "@@gpuhive:x 0"]
 
@@ -21,3 +26,11 @@ def test_dumps_matches_json(indent: int | None) -> None:
     ]
     assert dumps(value, indent) == json.dumps(value, indent=indent)
     assert json.loads(dumps(value, indent)) == value
+
+
+def test_list_uuid_holds_the_serial_as_amd_smi_prints_it(tmp_path: Path) -> None:
+    sim = LocalSimHost("al1", tmp_path, preset("mi300x", "al1"))
+    done = subprocess.run(["amd-smi", "list", "--json"], env=sim.env(), capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    listed = json.loads(done.stdout)
+    assert [f"GPU-{serial_of_uuid(g['uuid'])}" for g in listed] == [g.uuid for g in sim.config.gpus]
