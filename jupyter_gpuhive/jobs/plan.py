@@ -283,7 +283,7 @@ class Plan:
             if gpu is None:
                 return None, f"GPU {uuid} is not known (or its host is not configured)"
             if uuid in self.claimed:
-                return None, f"{gpu.ref} went to an earlier queued job"
+                return None, f"{gpu.ref} went to a job ahead of it in the queue"
             if gpu.blocker is not None:
                 return None, gpu.blocker
             until = self.until[uuid]

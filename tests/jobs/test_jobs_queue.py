@@ -258,7 +258,7 @@ async def test_two_queued_jobs_for_one_gpu_take_turns(bed: Bed) -> None:
     second = await bed.create(probe_job(), bed.slots("jq2", 0))
     report = await bed.tick()
     assert report.admitted == [first.id]
-    assert report.waiting == {second.id: "jq2:0 went to an earlier queued job"}
+    assert report.waiting == {second.id: "jq2:0 went to a job ahead of it in the queue"}
     report = await bed.tick()
     assert report.waiting[second.id] == f"jq2:0 runs job {first.id}"  # held across passes
 

@@ -83,7 +83,7 @@ def test_claims_in_one_pass_go_in_queue_order() -> None:
     late = job(3, "a-1", created=NOW - 50)
     result = admit([late, early], gpus, NOW)
     assert [a.job_id for a in result.admitted] == [7]
-    assert result.waiting == {3: "a:1 went to an earlier queued job"}
+    assert result.waiting == {3: "a:1 went to a job ahead of it in the queue"}
 
     wide = job(7, "a-0", "a-1", created=NOW - 100)  # 2 GPU-hours: 2 h of delay, 1 h more
     result = admit([wide, late], gpus, NOW)
@@ -92,7 +92,7 @@ def test_claims_in_one_pass_go_in_queue_order() -> None:
     aged = replace(wide, created=NOW - H - 100)  # submitted more than that hour earlier
     result = admit([late, aged], gpus, NOW)
     assert [a.job_id for a in result.admitted] == [7]
-    assert result.waiting == {3: "a:1 went to an earlier queued job"}
+    assert result.waiting == {3: "a:1 went to a job ahead of it in the queue"}
 
 
 def test_a_small_job_overtakes_an_earlier_big_one_within_its_delay() -> None:
@@ -211,7 +211,7 @@ def test_a_waiting_gang_job_keeps_its_gpus_from_when_they_all_free_up() -> None:
     result = admit([old, short, long], gpus, NOW)
     assert [a.job_id for a in result.admitted] == [2]
     assert result.planned[1].start == NOW + H and result.planned[1].gpus == ("a-0", "a-1")
-    assert result.waiting[3] == "a:0 went to an earlier queued job"
+    assert result.waiting[3] == "a:0 went to a job ahead of it in the queue"
     alone = admit([old, long], gpus, NOW)
     assert alone.admitted == [] and alone.waiting[3].startswith("a:0 is kept for queued job 1")
     # A blocker with no known end (a foreign process): no slot, so nothing is kept.
