@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from jupyter_gpuhive.sim.inventory import load_config, write_config
 from tests.test_doctor_cli import gpuhive, lines_of, sim_up
 
@@ -50,3 +52,22 @@ def test_a_current_driver_lacks_nothing_and_persistence_on_is_quiet(tmp_path: Pa
     driver = lines_of(done.stdout)["sim1 driver"]
     assert driver.startswith("ok ") and "driver 590.48.01" in driver, done.stdout
     assert "does not report" not in driver and "persistence mode on" in driver
+
+
+@pytest.mark.parametrize(
+    ("failure", "words"),
+    [
+        ("nvml_mismatch", "updated without a reboot"),
+        ("no_devices", "sees no GPU"),
+        ("not_loaded", "lsmod | grep nvidia"),
+    ],
+)
+def test_a_failing_driver_is_named_with_what_to_do(tmp_path: Path, failure: str, words: str):
+    path = sim_up(tmp_path)
+    config = load_config(path)
+    config.driver_failure = failure
+    write_config(path, config)
+    done = gpuhive(tmp_path, "doctor", "sim1")
+    driver = lines_of(done.stdout)["sim1 driver"]
+    assert done.returncode == 1 and driver.startswith("FAIL"), done.stdout
+    assert words in driver
