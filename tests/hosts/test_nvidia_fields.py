@@ -129,9 +129,9 @@ def test_topo_with_and_without_colours_reads_the_same() -> None:
     assert set(parse_topology(plain).links.values()) == {"NV4"}
 
 
-def test_without_a_field_list_the_probe_falls_back_to_the_base_fields(tmp_path: Path) -> None:
+def test_without_a_field_list_the_probe_leaves_out_the_refused_field(tmp_path: Path) -> None:
     """A host whose nvidia-smi prints no field list (a wrapper, a locked-down host) is asked
-    everything once; on 'is not a valid field' the probe asks the base fields only."""
+    everything; the field it refuses ('is not a valid field') is left out, the rest read."""
     sim = stand_in(tmp_path, "418.87.00", "nf6")
     real = sim.bin_dir / "nvidia-smi"
     wrapped = sim.bin_dir / "nvidia-smi.real"
@@ -147,5 +147,5 @@ def test_without_a_field_list_the_probe_falls_back_to_the_base_fields(tmp_path: 
     assert sample.gpu_error is None and len(sample.gpus) == 4
     assert all(g.mem_total_mib == 40960 for g in sample.gpus)
     gone = {f for f, why in sample.gpus[0].unreported if why == NOT_KNOWN}
-    assert "mig.mode.current" in gone and "temperature.gpu" in gone
-    assert sample.gpus[0].temperature_c is None  # not reported, never 0
+    assert gone == {"mig.mode.current"}  # the refused field only: asked again without it
+    assert all(g.temperature_c == 30 and g.mig_enabled is None for g in sample.gpus)

@@ -17,6 +17,9 @@ GPU_FIELDS = (*QUERY_GPU_FIELDS, "mig.mode.current")
 # Every driver knows these (the GPU's identity); the others are asked only where the host's
 # `nvidia-smi --help-query-gpu` lists them (read once per probe session: `$hf`), so a field a
 # driver lacks (`mig.mode.current` before R450) costs that field, never the whole query.
+# Where the host lists nothing, a field it refuses (`Field "x" is not a valid field to query.`)
+# is left out and the query asked again (4 times at most, then the base fields only), and
+# the session keeps asking without it.
 BASE_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total")
 HELP_QUERY = "nvidia-smi --help-query-gpu"
 # Every nvidia-smi query the probe runs, by name (`jupyter gpuhive doctor` runs each alone).
@@ -49,9 +52,15 @@ while IFS= read -r x || [ -n "$x" ]; do
 "; case $x in *', Enabled'*) mig=1 ;; esac
 done <&3
 exec 3<&-; wait $g; st=$?; g=
-case $out in *' is not a valid field to query.'*) if [ "$gq" != "$gq0" ]; then
-  gq=$gq0; out="$($gq 2>&1 </dev/null)
-"; st=$?; fi ;; esac
+gn=0
+while :; do case $out in *' is not a valid field to query.'*) ;; *) break ;; esac
+  gf=${out#*Field ?}; gf=${gf%%[!A-Za-z0-9_.]*}; gn=$((gn + 1))
+  case $gq in *",$gf "*|*",$gf,"*) ;; *) gn=9 ;; esac
+  if [ $gn -gt 4 ]; then [ "$gq" = "$gq0" ] && break; gq=$gq0
+  else gp=${gq%%",$gf"[, ]*}; gq="$gp${gq#"$gp,$gf"}"; fi
+  out="$($gq 2>&1 </dev/null)
+"; st=$?
+done
 printf '%s\n' "@M@gpus $st"; printf '%s' "$out"
 out=; pids=
 while IFS= read -r x || [ -n "$x" ]; do
