@@ -4,9 +4,10 @@ A host's backend brings its runner (`HostBackend.runner`); today's is GNU screen
 (`runners/screen.py`), and a backend of another kind (a batch system) can bring its own. The
 launcher hands a runner what it needs and reads back neutral results:
 
-- `start(shell, launch)`: start `launch.body` (a bash script that runs the task, appends its
-  output to its log and writes its exit status to its exit file) as the owner, named
-  `launch.name`, after writing the task's log folder and env file; `Started` (an opaque
+- `start(shell, launch)`: start `launch.body` (`launch` a `TaskStart`; the body a bash
+  script that runs the task, appends its output to its log and writes its exit status to its
+  exit file) as the owner, named `launch.name`, after writing the task's log folder and env
+  file; `Started` (an opaque
   `handle` the runner knows the run by, its process group) or `RunnerError`;
 - `sync(shell, watched)`: which runs are still there (`Census.alive`) and which exit files
   exist (`Census.exits`), in one round trip per (host, owner);
