@@ -24,6 +24,7 @@ import pytest
 
 from jupyter_gpuhive.bookings.finder import SlotSearch
 from jupyter_gpuhive.bookings.reservations import Policy
+from jupyter_gpuhive.errors import Invalid
 from jupyter_gpuhive.hosts.engines import Engine, run_line
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.hosts.probe_command import probe_loop_command
@@ -120,7 +121,7 @@ def test_a_container_gets_kfd_and_only_its_gpus_render_nodes(tmp_path: Path) -> 
     script = "echo " + lookup.replace("/sys/class/drm", str(sysfs))
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "/dev/dri/renderD129"
-    with pytest.raises(ValueError, match="no unique id"):
+    with pytest.raises(Invalid, match="no unique id"):
         vendor_named("amd").pinning.container_flags("cdi", ["amd-pci-0000:07:00.0"])
 
 

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any
 
+from ...errors import Invalid
 from ...model.gpus import Pinning, ShellWord, VendorReading
 from ...model.topology import Topology
 from . import amd_read
@@ -59,7 +60,10 @@ class RocmPinning(Pinning):
         for uuid in uuids:
             found = _HEX.match(uuid)
             if found is None:
-                raise ValueError(f"{uuid} has no unique id: it cannot be given to a container")
+                raise Invalid(
+                    f"GPU {uuid} reports no unique id (ASIC serial), so gpuhive cannot give it "
+                    "to a container by itself; book a GPU that reports one."
+                )
             words += ["--device", ShellWord(_RENDER.format(hex=found[1].lower()))]
         return words
 
