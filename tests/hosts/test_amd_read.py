@@ -42,6 +42,7 @@ def sections(**texts: str) -> dict[str, tuple[int, str]]:
 def test_amd_smi_json_is_read_with_units_na_and_health() -> None:
     framed = "".join(f"|{line}\n" for line in json.dumps(PROCESS, indent=4).splitlines())
     warned = "WARNING: User is missing the following required groups: render, video\n"
+    warned += "[WARN] amd-smi: some readings need root\n"
     reading = amd_read.read_sections(
         sections(amdstatic=warned + json.dumps(STATIC), amdmetric=json.dumps(METRIC),
                  amdprocess=framed)

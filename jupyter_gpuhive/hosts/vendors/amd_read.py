@@ -54,11 +54,15 @@ def unframed(text: str) -> str:
 def loads(text: str) -> Any:
     """The JSON document in a tool's answer, after any warning lines it printed first."""
     lines = unframed(text).splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.lstrip()[:1] in ("[", "{")), None)
-    if start is None:
-        raise ValueError(f"no JSON in the answer: {text.strip()[:120]!r}")
-    # what follows the document (a pasted capture's closing fence) is not part of it
-    return json.JSONDecoder().raw_decode("\n".join(lines[start:]))[0]
+    failed: ValueError | None = None
+    for start, line in enumerate(lines):
+        if line.lstrip()[:1] not in ("[", "{"):
+            continue
+        try:  # what follows the document (a capture's closing fence) is not part of it
+            return json.JSONDecoder().raw_decode("\n".join(lines[start:]))[0]
+        except ValueError as error:  # a warning such as "[WARN] …": the next line may start it
+            failed = failed or error
+    raise failed or ValueError(f"no JSON in the answer: {text.strip()[:120]!r}")
 
 
 def by_gpu(text: str, what: str) -> dict[int, dict[str, Any]]:
