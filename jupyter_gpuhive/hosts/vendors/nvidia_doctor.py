@@ -96,7 +96,7 @@ def judge(host: str, outputs: dict[str, Output]) -> list[Check]:
         check_driver(xml, status["q-x.xml"])
         report = parse_query_xml(xml)
     except NvsmiDriverError as error:  # a known state's sentence says what to do
-        fix = "" if error.state != "failed" else "load the NVIDIA driver (after an update: reboot)."
+        fix = "" if error.state else "load the NVIDIA driver (after an update: reboot)."
         checks.append(Check(host, "driver", FAIL, str(error), fix, XML_QUERY))
         return checks
     except NvsmiParseError as error:  # the other queries are read all the same

@@ -61,7 +61,7 @@ class NvsmiDriverError(NvsmiParseError, GpuToolError):
     """nvidia-smi ran but reported that it cannot reach the driver or any GPU (`state`: which
     failure, see nvidia_fields.driver_state)."""
 
-    state = "failed"
+    state: str | None = None  # None: a failure no known state names
 
 
 @dataclass(frozen=True)
