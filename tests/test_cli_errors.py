@@ -78,7 +78,7 @@ def test_trust_a_host_that_never_answers(cli: Run, silent_port: int) -> None:
 
 def test_trust_a_local_host_or_an_unknown_one(cli: Run) -> None:
     assert cli("hosts", "add", "here", "--transport", "local").returncode == 0
-    one_sentence(cli("trust", "here"), 1, "local host")
+    one_sentence(cli("trust", "here"), 1, "not reached over SSH")
     assert cli("trust", "nowhere").returncode == 1
 
 

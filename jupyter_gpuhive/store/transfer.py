@@ -53,6 +53,7 @@ def _snapshot(source: str, into: Path) -> str:
     if not path.is_file():
         raise MigrationError(f"No SQLite store at {path}.")
     copy = into / "source.sqlite"
+    copy.touch(mode=0o600)  # private like every store gpuhive opens (files.py), in a 0700 folder
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     dst = sqlite3.connect(copy)
     try:

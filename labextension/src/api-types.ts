@@ -154,7 +154,7 @@ export interface LaunchBody {
   reservation_id: number;
   /** Which host of a reservation on several (default: most GPUs) */
   host?: string | null;
-  /** The kernelspec's environment variables (the service sets CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER itself) */
+  /** The kernelspec's environment variables (the service sets the host's GPU pinning variables itself) */
   env?: { [key: string]: unknown } | null;
 }
 

@@ -193,7 +193,13 @@ async def test_gpuhive_knows_its_containers_from_the_job_table_and_the_kernels(
     async def kernels() -> dict[tuple[str, str], str]:  # as kernels.images reads its registry
         return {(host.name, "gpuhive-kernel-k1"): "bob"}
 
-    owners = for_site(rig.monitor, ProtectionSettings(user_map=USER_MAP), kernels)
+    owners = for_site(
+        rig.store,
+        rig.pool,
+        rig.monitor.run_blocking,
+        ProtectionSettings(user_map=USER_MAP),
+        kernels,
+    )
     assert await owners.own() == {(host.name, task.session): "alice",
                                   (host.name, "gpuhive-kernel-k1"): "bob"}  # fmt: skip
     assert owners.unix_user("alice") == "gh-alice"
