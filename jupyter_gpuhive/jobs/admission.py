@@ -80,6 +80,7 @@ from .plan import (
 # The job options that ask for N GPUs chosen at admission, and where they may be.
 GPU_COUNT = "gpu_count"
 SAME_HOST = "same_host"
+CHOICE = ("vendor", "model")  # the GPUs it may get (jobs.selection reads them)
 PLACEMENTS = ("required", "preferred", "any")
 RESERVATION_DEPTH = 32  # waiting jobs that hold a slot in each pass
 
@@ -106,7 +107,7 @@ def same_host(options: Mapping[str, Any]) -> str | None:
 
 def template_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """A job's options without the queue's own (what its template validates)."""
-    return {k: v for k, v in options.items() if k not in (GPU_COUNT, SAME_HOST)}
+    return {k: v for k, v in options.items() if k not in (GPU_COUNT, SAME_HOST, *CHOICE)}
 
 
 @dataclass(frozen=True, slots=True)

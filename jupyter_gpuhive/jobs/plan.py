@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +45,7 @@ class Candidate:
     same_host: str | None = None  # for count-only jobs; None: the default
     attained: float = 0.0  # GPU-seconds it has run so far (preemptible jobs, after a preemption)
     requeued: float = 0.0  # when it went back to the queue after its last preemption (0: never)
+    only: frozenset[str] | None = None  # count-only jobs naming a vendor or model: these GPUs
 
 
 class AccessCheck(Protocol):
@@ -207,13 +209,17 @@ class Plan:
         failed: dict[tuple[str, bool], dict[int, float]] | None,
     ) -> tuple[list[GpuState] | None, str]:
         """GPUs free now for a count-only job, or why it waits."""
-        policy = placement(job.count, job.same_host, self.largest)
+        largest = self.largest_for(job)
+        policy = placement(job.count, job.same_host, largest)
         one = policy == "required"
         gpus = "1 free GPU" if job.count == 1 else f"{job.count} free GPUs"
+        gpus += " of those it asks for" if job.only is not None else ""
         reason = f"waiting for {gpus}" + (" on one host" if one else "")
-        if one and job.count > self.largest:
+        if one and job.count > largest:
             return None, f"no host has {job.count} GPUs (it asks for them on one host)"
         key = job.owner if access is not None else ""
+        if job.only is not None:
+            failed = None  # what another job could not get says nothing of these GPUs
         if failed is not None:
             for scope in ((key, True), (key, False)) if one else ((key, False),):
                 seen = failed.get(scope, {})
@@ -240,6 +246,8 @@ class Plan:
             for gpu in found:
                 if self.until[gpu.uuid] < end - EPS:
                     break  # sorted: the rest are taken sooner still
+                if job.only is not None and gpu.uuid not in job.only:
+                    continue
                 if access is None or access.allows(job.owner, gpu.uuid, end):
                     usable.append(gpu)
             if pack and usable and len(usable) < self.sizes[usable[0].host]:
@@ -270,6 +278,13 @@ class Plan:
             if len(chosen) == need:
                 break
         return chosen
+
+    def largest_for(self, job: Candidate) -> int:
+        """The most GPUs one host has that the job may get (its vendor or model)."""
+        if job.only is None:
+            return self.largest
+        sizes = Counter(self.gpus[u].host for u in job.only if u in self.gpus)
+        return max(sizes.values(), default=0)
 
     def named_now(
         self, job: Candidate, access: AccessCheck | None
@@ -321,9 +336,11 @@ class Plan:
         start = max(start, after)
         limit = min(self.horizon - length, before)
         if job.count:
-            policy = placement(job.count, job.same_host, self.largest)
+            policy = placement(job.count, job.same_host, self.largest_for(job))
             one, need = policy == "required", job.count
             lines = self.all_lines()
+            if job.only is not None:
+                lines = [ln for ln in lines if ln.uuid in job.only]
         else:
             if any(u not in self.gpus for u in job.gpus):
                 return None

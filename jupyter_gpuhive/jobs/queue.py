@@ -70,6 +70,7 @@ from .queue_inputs import (
     reserved_spans,
 )
 from .reclaims import Reclaims, in_thread
+from .selection import vendors_of
 from .tasks import TemplateError
 
 log = logging.getLogger(__name__)
@@ -243,7 +244,8 @@ class Scheduler(Reclaims):
 
     def _pass(self, snap: Snapshot, lead: float, depth: int) -> tuple[list[Candidate], Any]:
         """The admission pass over every pending queued job, with the last pass's slots."""
-        queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead)
+        queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead,
+                            inventory=snap.inventory, vendors=snap.vendors)  # fmt: skip
         until = (snap.now + self.horizon).timestamp()
         result = admit(queued, snap.gpus, snap.now.timestamp(), access=RuleCheck(snap, self.zone),
                        reserved=snap.reserved, previous=self._plan, depth=depth,
@@ -401,8 +403,9 @@ class Scheduler(Reclaims):
             bookings = self.store.reservations.window(now, now + self.horizon)
             choice = self.store.preemption.lending(r.id for r in bookings)
             lending = Lending(bookings, choice, loans)
+        vendors = vendors_of(self.launcher.pool.hosts)
         return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities,
-                        lending)  # fmt: skip
+                        lending, vendors)  # fmt: skip
 
 
 __all__ = [

@@ -4,7 +4,7 @@ reserved spans, the candidate jobs, the access-rule check, and binding chosen GP
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 
 from ..bookings import access
@@ -25,6 +25,7 @@ from .admission import (
 )
 from .model import render_tasks
 from .preemption import Lending
+from .selection import GpuChoice, choice_of, matching
 from .tasks import GpuSlot, TaskSpec
 
 Spans = dict[str, list[tuple[float, float]]]
@@ -43,12 +44,21 @@ class Snapshot:
     rules: list[Rule]
     identities: dict[str, Identity]
     lending: Lending | None = None  # bookings and loans, when a preemptible job is about
+    vendors: dict[str, str] = field(default_factory=dict)  # each configured host's GPU vendor
 
 
 def candidates(
-    jobs: Iterable[Job], now: datetime, default_walltime: timedelta, min_length: float = 0.0
+    jobs: Iterable[Job],
+    now: datetime,
+    default_walltime: timedelta,
+    min_length: float = 0.0,
+    *,
+    inventory: Mapping[str, Gpu] | None = None,
+    vendors: Mapping[str, str] | None = None,
 ) -> list[Candidate]:
-    """The pending queued jobs as the pass takes them (those past their stop time left out)."""
+    """The pending queued jobs as the pass takes them (those past their stop time left out).
+    A count-only job that names a vendor or model gets only the GPUs of `inventory` (by
+    UUID) that match, each host's vendor from `vendors` (without `inventory`: any GPU)."""
     out = []
     at = now.timestamp()
     for job in jobs:
@@ -71,7 +81,15 @@ def candidates(
             placement = None
         created = job.created_at.timestamp() if job.created_at else 0.0
         gpus = () if count else job.gpus
-        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement))
+        try:
+            choice = choice_of(job.options) if count else GpuChoice()
+        except ValueError:
+            continue  # it was checked when it was made: a vendor since removed
+        only = None
+        if choice and inventory is not None:
+            only = frozenset(g.uuid for g in matching(choice, inventory.values(), vendors or {}))
+        out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement,
+                             only=only))  # fmt: skip
     return out
 
 

@@ -26,6 +26,7 @@ from .admission import (
 from .commands import shell_command
 from .model import pinnings_of, render_tasks
 from .preemption import check_request
+from .selection import choice_of, matching, merged, refuse_unmatched, vendors_of, without
 from .tasks import GpuSlot, TaskSpec, TemplateError
 
 DEFAULT_WALLTIME = timedelta(hours=1)
@@ -104,6 +105,11 @@ class JobRules:
     def build(self, who: Identity, request: JobRequest) -> tuple[Job, list[TaskSpec]]:
         """Check a job request against the site and render its tasks (nothing is stored)."""
         options = _placement_option(request.same_host, request.options)
+        options = merged(request.vendor, request.model, options)
+        try:
+            choice = choice_of(options)
+        except ValueError as error:
+            raise Invalid(f"{error}.") from None
         job = Job(owner=who.name, **{**request.defines(), "options": options})
         try:
             check_request(request.preemptible, request.preempt_signal, request.grace_s,
@@ -126,10 +132,11 @@ class JobRules:
                           "options); this one names its GPUs.")  # fmt: skip
         if count is not None:
             return job, self._check_count_only(job, request, count)
+        gpus = self._gpus(who, request)
+        refuse_unmatched(choice, gpus, vendors_of(self.hosts()))
+        job = replace(job, options=without(options))  # named GPUs: checked now, not kept
         try:
-            specs = render_tasks(
-                job, self._layout(self._gpus(who, request)), pinnings=pinnings_of(self.hosts())
-            )
+            specs = render_tasks(job, self._layout(gpus), pinnings=pinnings_of(self.hosts()))
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None
         if job.container is not None:
@@ -155,13 +162,15 @@ class JobRules:
                 "A job that names only a GPU count must be queued ('queued': true): gpuhive "
                 "picks its GPUs when enough are free."
             )
-        gpus = self.store.inventory.gpus()
+        choice = choice_of(job.options)
+        gpus = matching(choice, self.store.inventory.gpus(), vendors_of(self.hosts()))
+        kind = choice.words() if choice else "GPUs"
         if count > len(gpus):
-            raise Invalid(f"The job wants {count} GPUs; there are only {len(gpus)}.")
+            raise Invalid(f"The job wants {count} {kind}; there are only {len(gpus)}.")
         largest = max(Counter(g.host for g in gpus).values(), default=0)
         if placement(count, same_host(job.options), largest) == "required" and count > largest:
             raise Invalid(
-                f"The job wants {count} GPUs on one host ('same_host': 'required'), but the "
+                f"The job wants {count} {kind} on one host ('same_host': 'required'), but the "
                 f"largest host has {largest}. Ask for at most {largest}, or let it span hosts "
                 "with 'same_host': 'preferred' or 'any'."
             )

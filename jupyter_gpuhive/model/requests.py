@@ -59,6 +59,8 @@ class JobRequest:
     reservation: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     same_host: str | None = None  # given at the top level (it may also be in options)
+    vendor: str | None = None  # only this vendor's GPUs ('nvidia', 'amd'; also in options)
+    model: str | None = None  # only GPUs whose name holds this, any case (also in options)
     variables: dict[str, str] = field(default_factory=dict)
     sweep: dict[str, list[str]] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -82,8 +84,11 @@ class JobRequest:
 
 
 # The JobRequest fields a Job does not keep as they are: the rules turn them into its tasks
-# (gpus, reservation, same_host), its container (image, mounts), or an action (start).
-REQUEST_ONLY = frozenset({"gpus", "reservation", "same_host", "start", "image", "mounts"})
+# (gpus, reservation, same_host, vendor, model: a count-only job keeps the last three in its
+# options), its container (image, mounts), or an action (start).
+REQUEST_ONLY = frozenset(
+    {"gpus", "reservation", "same_host", "vendor", "model", "start", "image", "mounts"}
+)
 
 
 @dataclass(frozen=True)

@@ -221,6 +221,10 @@ export interface NewJob {
   options?: { [key: string]: unknown } | null;
   /** Where a job that asks for a GPU count (options.gpu_count) may run: all GPUs on one host, waiting for one (required, the default when the count fits the largest host); one host when one can take it, else as few as possible (preferred, the default for bigger jobs); anywhere, fullest hosts first (any). Also accepted in options. */
   same_host?: ('required' | 'preferred' | 'any') | null;
+  /** Only this vendor's GPUs (nvidia, amd, or a site's; 422 names the known ones). Also accepted in options. */
+  vendor?: string | null;
+  /** Only GPUs whose name holds this, any case (A100, MI300X). Also accepted in options. */
+  model?: string | null;
   variables?: { [key: string]: unknown } | null;
   /** {'lr': ['0.1', '0.01']} or ['lr=0.1,0.01'] */
   sweep?: { [key: string]: unknown } | string[] | null;

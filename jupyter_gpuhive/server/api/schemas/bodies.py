@@ -18,6 +18,7 @@ from ....integrations.subscriptions import CHANNELS, MAX_GPUS
 from ....integrations.webhooks import EVENTS, FORMATS, URL_MAX
 from ....jobs.admission import PLACEMENTS
 from ....jobs.catalog import TEMPLATES
+from ....jobs.selection import MODEL_MAX
 from ....model import ID_MAX
 from ....model.jobs import PREEMPT_SIGNALS
 from ....model.requests import (
@@ -232,6 +233,14 @@ class NewJob(Body):
     same_host: Annotated[str | None, maybe(choice(PLACEMENTS))] = Field(
         None, description=_PLACEMENT
     )
+    vendor: Annotated[str | None, maybe(text(MODEL_MAX), (None, ""))] = Field(
+        None, description="Only this vendor's GPUs (nvidia, amd, or a site's; 422 names the known "
+        "ones). Also accepted in options."
+    )  # fmt: skip
+    model: Annotated[str | None, maybe(text(MODEL_MAX), (None, ""))] = Field(
+        None, description="Only GPUs whose name holds this, any case (A100, MI300X). Also "
+        "accepted in options."
+    )  # fmt: skip
     variables: StrMap = Field(default_factory=dict)
     sweep: Sweep = Field(default_factory=dict)
     env: StrMap = Field(default_factory=dict)
