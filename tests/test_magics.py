@@ -213,6 +213,17 @@ def test_gpujob_streams_output_and_can_be_stopped(shell: Any) -> None:
         shell.run_cell_magic("gpujob", "gpu1:0 --image=--privileged", "true")
 
 
+def succeeded(server: JupyterServer, job_id: int) -> Any:
+    """The job once it has succeeded (waits for it)."""
+    client = Client(server.port, "tok-owner")
+
+    def done() -> Any:
+        status, job, _ = client.call("GET", f"jobs/{job_id}")
+        return job if status == 200 and job["status"] == "succeeded" else None
+
+    return wait_for(done, 30, f"job {job_id} to succeed", interval=0.3)
+
+
 def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer) -> None:
     job = shell.run_cell_magic(
         "gpujob", "3 --queue --same-host required --walltime 10m --name counted", "sleep 1"
@@ -222,13 +233,7 @@ def test_gpujob_queues_a_gpu_count_on_one_host(shell: Any, server: JupyterServer
         shell.run_cell_magic("gpujob", "2 --queue --same-host nearby", "sleep 1")
     with pytest.raises(UsageError, match="queue a GPU count"):
         shell.run_cell_magic("gpujob", "3", "sleep 1")  # a count is for the queue
-    client = Client(server.port, "tok-owner")
-
-    def succeeded() -> Any:  # the queue picks three GPUs of gpu1 and runs it
-        status, done, _ = client.call("GET", f"jobs/{job['id']}")
-        return done if status == 200 and done["status"] == "succeeded" else None
-
-    done = wait_for(succeeded, 30, f"job {job['id']} to succeed", interval=0.3)
+    done = succeeded(server, job["id"])  # the queue picks three GPUs of gpu1 and runs it
     assert [(t["host"], len(t["gpus"])) for t in done["tasks"]] == [("gpu1", 3)]
 
 
@@ -366,3 +371,19 @@ def test_a_holder_sees_the_loan_and_reclaims_with_a_magic(
             owner.call("POST", f"jobs/{job['id']}/dequeue")
             owner.call("POST", f"jobs/{job['id']}/stop")
         bob.call("DELETE", f"reservations/{held['id']}")
+
+
+def test_gpujob_asks_for_a_vendor_and_a_model(shell: Any, server: JupyterServer) -> None:
+    job = shell.run_cell_magic(
+        "gpujob", "1 --queue --vendor nvidia --model a100 --walltime 10m --name nv", "sleep 1"
+    )
+    assert job["options"] == {"gpu_count": 1, "vendor": "nvidia", "model": "a100"}
+    with pytest.raises(UsageError, match="1 AMD GPUs; there are only 0"):
+        shell.run_cell_magic("gpujob", "1 --queue --vendor amd --walltime 10m", "sleep 1")
+    with pytest.raises(UsageError, match="known: amd, nvidia"):
+        shell.run_cell_magic("gpujob", "1 --queue --vendor intel", "sleep 1")
+    with pytest.raises(UsageError, match="gpu1:0 is an NVIDIA GPU"):
+        shell.run_cell_magic("gpujob", "gpu1:0 --model MI300X --dry-run", "true")
+    assert succeeded(server, job["id"])["tasks"][0]["host"] == "gpu1"
+    # One vendor at this site: %gpustatus does not tag each GPU with it.
+    assert "(NVIDIA)" not in shell.run_line_magic("gpustatus", "").text()

@@ -99,3 +99,17 @@ def test_gpustatus_shows_my_waiting_queued_jobs_with_place_start_and_why() -> No
     html = shown["text/html"]
     assert "<b>My queued jobs</b>" in html and "gpu1:0 runs job 3</td>" in html
     assert "My queued jobs" not in bundle(GpuStatus(hosts, "me", []))["text/plain"]
+
+
+def test_gpustatus_on_a_mixed_site_says_each_gpus_vendor() -> None:
+    free = {"processes": [], "reservation": None, "next_reservation": None}
+    hosts = [
+        {"name": "nv1", "state": "up", "vendor": "nvidia", "gpus": [{"id": "nv1:0", **free}]},
+        {"name": "am1", "state": "up", "vendor": "amd", "gpus": [{"id": "am1:0", **free}]},
+        {"name": "am2", "state": "down", "vendor": "amd", "gpus": []},
+    ]
+    text = bundle(GpuStatus(hosts, "me"))["text/plain"]
+    rows = [line.split("  ")[0] for line in text.splitlines()[2:5]]
+    assert rows == ["nv1:0 (NVIDIA)", "am1:0 (AMD)", "am2 (AMD)"]
+    one = [{**h, "vendor": "amd"} for h in hosts]
+    assert "(AMD)" not in bundle(GpuStatus(one, "me"))["text/plain"]

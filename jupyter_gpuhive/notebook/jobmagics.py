@@ -87,6 +87,9 @@ class GpuJobMagics(GpuHiveMagics):
               help="With a GPU count: all on one host, waiting for one (required, the default "
                    "when they fit one host); one host if one is free, else few (preferred); "
                    "anywhere (any)")  # fmt: skip
+    @argument("--vendor", help="Only this vendor's GPUs: nvidia, amd (a count picks only "
+              "those; named GPUs must be)")  # fmt: skip
+    @argument("--model", help="Only GPUs whose name holds this, any case: A100, MI300X")
     @argument("--walltime", help="Declared run time (for the queue), e.g. 2h")
     @argument("--preemptible", action="store_true",
               help="Queue it as preemptible: it may also run on reserved GPUs their holder does "
@@ -199,6 +202,7 @@ class GpuJobMagics(GpuHiveMagics):
                 body["gpus"] = gpus
         if args.same_host:
             body["same_host"] = args.same_host
+        body.update({k: v for k, v in (("vendor", args.vendor), ("model", args.model)) if v})
         return body
 
     def _options(self, template: str, given: dict[str, str]) -> dict[str, Any]:

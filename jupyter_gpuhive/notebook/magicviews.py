@@ -226,7 +226,7 @@ class GpuStatus(Rich):
     """%gpustatus: one row per GPU and MIG slice (mine first), then my queued jobs that wait
     (their place in the queue, projected start and why; `queued`: GET queue's jobs), then
     what to do about hosts that are down. Utilisation the driver does not report reads 'not
-    reported'."""
+    reported'. Where the site mixes GPU vendors, each GPU says its host's (`am1:0 (AMD)`)."""
 
     HEADER = ("GPU", "STATE", "UTIL", "MEMORY", "PROCESSES", "NEXT")
     QUEUE_HEADER = ("JOB", "PLACE", "EXPECTED START", "WAITING FOR")
@@ -239,9 +239,11 @@ class GpuStatus(Rich):
         self.queued = [queued_row(job) for job in queued if job.get("owner") == me]
         rows: list[tuple[str, tuple[Any, ...]]] = []
         self.violations: list[str] = []
+        mixed = len({h.get("vendor") or "nvidia" for h in hosts}) > 1
         for h in hosts:
+            tag = f" ({(h.get('vendor') or 'nvidia').upper()})" if mixed else ""  # which is which
             if h.get("state") == "down" and not h.get("gpus"):
-                rows.append(("down", (h["name"], "down", "", "", "", "")))
+                rows.append(("down", (h["name"] + tag, "down", "", "", "", "")))
             # each GPU, then its MIG slices ('host:index/migGI', booked like GPUs)
             for g in (u for gpu in h.get("gpus", []) for u in (gpu, *gpu.get("slices", ()))):
                 kind, label = gpu_state(g, h.get("state", ""), me)
@@ -256,7 +258,8 @@ class GpuStatus(Rich):
                               for p in procs if p.get("violation")})  # fmt: skip
                 nxt = g.get("next_reservation")
                 after = f"{nxt['owner']} {local(nxt['start'])}" if nxt else ""
-                rows.append((kind, (g["id"], label, util, mem, ", ".join(bad + users), after)))
+                rows.append((kind, (g["id"] + tag, label, util, mem, ", ".join(bad + users),
+                                    after)))  # fmt: skip
                 if g.get("kind") != "slice":  # a slice's processes are its GPU's, too
                     self.violations += [violation_line(g["id"], p, me) for p in procs
                                         if p.get("violation")]  # fmt: skip

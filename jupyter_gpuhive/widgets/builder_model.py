@@ -41,6 +41,7 @@ class JobBuilderModel:
         self.me = ""
         self.templates: dict[str, dict[str, Any]] = {}
         self.hosts: dict[str, list[str]] = {}  # host -> its GPU refs
+        self.vendors: dict[str, str] = {}  # host -> its GPU vendor (GET hosts)
         self.reservations: list[dict[str, Any]] = []  # mine, current or upcoming
         self.tasks: list[dict[str, Any]] = []  # the last preview
         self.previewed: dict[str, Any] | None = None  # the body that preview was made from
@@ -62,12 +63,19 @@ class JobBuilderModel:
         self.notice = hosts_notice(reply)
         hosts = reply["hosts"]
         self.hosts = {h["name"]: gpus_of([h]) for h in sorted(hosts, key=lambda h: h["name"])}
+        self.vendors = {h["name"]: str(h.get("vendor") or "nvidia") for h in hosts}
         self.load_reservations()
         if self.form.template not in self.templates and self.templates:
             self.form.template = next(iter(self.templates))
         if not self.form.command.strip():
             self.form.command = self.template.get("example", "")
         self._changed()
+
+    def host_label(self, host: str) -> str:
+        """A host as the GPU picker names it: with its vendor where the site mixes vendors."""
+        if len(set(self.vendors.values())) < 2:
+            return host
+        return f"{host} ({self.vendors.get(host, 'nvidia').upper()})"
 
     def load_reservations(self) -> list[dict[str, Any]]:
         """My reservations that have not ended (the ones a job may run in)."""
@@ -229,6 +237,10 @@ class JobBuilderModel:
             body["gpus"] = list(f.gpus)
         else:
             raise FormError("Pick GPUs or one of your reservations.")
+        if f.vendor:
+            body["vendor"] = f.vendor
+        if f.gpu_model.strip():
+            body["model"] = f.gpu_model.strip()
         variables = parse_pairs(f.variables, "variable")
         sweep = parse_sweeps(f.sweeps)
         clash = clashing(variables, sweep)

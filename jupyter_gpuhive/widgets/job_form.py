@@ -126,6 +126,8 @@ class JobForm:
     max_retries: int = 0
     gpu_count: int = 0  # queue this many GPUs, chosen by the queue (instead of picking GPUs)
     same_host: str = ""  # with gpu_count: required, preferred, any ("": the default)
+    vendor: str = ""  # only this vendor's GPUs: nvidia, amd ("": any)
+    gpu_model: str = ""  # only GPUs whose name holds this, e.g. A100 ("": any)
     preemptible: bool = False  # queue only: may run on reserved GPUs their holder leaves idle
     preempt_signal: str = ""  # "": the default (SIGTERM)
     grace: str = ""  # seconds from the signal to the kill ("": the site's)

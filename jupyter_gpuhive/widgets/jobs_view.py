@@ -98,6 +98,10 @@ class JobBuilderView(Shown):
         self.placement = w.Dropdown(description="Placement", value=f.same_host, options=[
             ("default", ""), ("one host, wait for it", "required"),
             ("one host if free, else few", "preferred"), ("anywhere", "any")])  # fmt: skip
+        self.vendor = w.Dropdown(description="Vendor", value=f.vendor, options=[
+            ("any", ""), ("NVIDIA", "nvidia"), ("AMD", "amd")])  # fmt: skip
+        self.gpu_model = w.Text(description="Model", value=f.gpu_model,
+                                placeholder="any (A100, MI300X)")  # fmt: skip
         self.preemptible = w.Checkbox(value=f.preemptible, description="Preemptible",
                                       tooltip="Queue only: may also run on reserved GPUs "
                                       "their holder leaves idle; stopped and requeued when "
@@ -116,6 +120,7 @@ class JobBuilderView(Shown):
             [w.HBox([self.template, self.name]), self.info, w.HBox([self.command, example]),
              self.options, w.HTML(_GPUS_LABEL), self.gpus,
              self.reservation, w.HBox([self.count, self.placement]),
+             w.HBox([self.vendor, self.gpu_model]),
              w.HBox([self.variables, self.sweeps]),
              w.HBox([self.env, self.workdir]), self.mode, w.HBox([self.start_at, self.stop_at]),
              self.walltime, w.HBox([self.preemptible, self.preempt_signal, self.grace]),
@@ -139,7 +144,9 @@ class JobBuilderView(Shown):
                 box.observe(lambda c, ref=ref: self._gpu_toggled(ref, c["new"]), "value")
                 self.gpu_boxes[ref] = box
                 boxes.append(box)
-            rows.append(w.HBox([w.Label(host, layout=w.Layout(width="80px")), *boxes]))
+            label = self.model.host_label(host)
+            width = "80px" if label == host else "130px"
+            rows.append(w.HBox([w.Label(label, layout=w.Layout(width=width)), *boxes]))
         self.gpus.children = rows
         self._build_reservations()
 
@@ -172,7 +179,8 @@ class JobBuilderView(Shown):
             sweeps=self.sweeps.value, env=self.env.value, workdir=self.workdir.value,
             mode=self.mode.value, start_at=self.start_at.value, stop_at=self.stop_at.value,
             walltime=self.walltime.value, gpu_count=self.count.value,
-            same_host=self.placement.value, preemptible=self.preemptible.value,
+            same_host=self.placement.value, vendor=self.vendor.value,
+            gpu_model=self.gpu_model.value, preemptible=self.preemptible.value,
             preempt_signal=self.preempt_signal.value, grace=self.grace.value,
             options={n: wd.value for n, wd in self.option_widgets.items()},
         )  # fmt: skip
@@ -237,6 +245,7 @@ class JobBuilderView(Shown):
                               (self.env, f.env), (self.workdir, f.workdir),
                               (self.walltime, f.walltime), (self.mode, f.mode),
                               (self.count, f.gpu_count), (self.placement, f.same_host),
+                              (self.vendor, f.vendor), (self.gpu_model, f.gpu_model),
                               (self.start_at, f.start_at), (self.stop_at, f.stop_at)):  # fmt: skip
             if widget.value != value:
                 widget.value = value

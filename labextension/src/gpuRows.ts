@@ -8,7 +8,7 @@ import { el } from './dom';
 import { selectable, healthyState } from './health';
 import { HealthRows } from './healthUi';
 import { jobsByGpu, myJobText } from './jobs';
-import { IGpu, IGpuState, IGuidance, IHost, IJob, bookableUnits, formatUsage, gpuState, violationNotes } from './model';
+import { IGpu, IGpuState, IGuidance, IHost, IJob, bookableUnits, formatUsage, gpuState, vendorLabel, violationNotes } from './model';
 import { RowMenu } from './rowMenu';
 
 /** What the rows are drawn from, besides the hosts. */
@@ -51,10 +51,12 @@ export class GpuRows {
         list.append(this._row(gpu, state, ctx));
       }
       const problem = host.state === 'up' ? '' : host.error ? `: ${host.error}` : '';
+      const vendor = vendorLabel(hosts, host);
+      const name = vendor ? el('span', {}, host.name, el('span', { class: 'jp-gpuhive-host-vendor', title: `${vendor} GPUs` }, vendor)) : host.name;
       return el(
         'div',
         { class: `jp-gpuhive-host jp-gpuhive-host-${host.state}`, 'data-host': host.name },
-        el('h4', {}, host.name, el('span', { class: 'jp-gpuhive-host-state', title: `${host.state}${problem}` }, host.state)),
+        el('h4', {}, name, el('span', { class: 'jp-gpuhive-host-state', title: `${host.state}${problem}` }, host.state)),
         host.advice ? this.guidance(host.advice) : '',
         list
       );

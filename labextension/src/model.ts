@@ -94,7 +94,15 @@ export interface IHost {
   error?: string | null;
   gpu_error?: string | null;
   advice?: IGuidance | null;
+  /** The host's GPU vendor ('nvidia', 'amd', or a site's). */
+  vendor?: string;
   gpus: IGpu[];
+}
+
+/** The vendor a host's header shows: its name in capitals where the site mixes vendors, else ''. */
+export function vendorLabel(hosts: IHost[], host: IHost): string {
+  const vendors = new Set(hosts.map(h => h.vendor ?? 'nvidia'));
+  return vendors.size > 1 ? (host.vendor ?? 'nvidia').toUpperCase() : '';
 }
 
 /** `GET hosts`: the hosts, and the first steps when there are none. */

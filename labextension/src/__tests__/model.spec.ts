@@ -13,6 +13,7 @@ import {
   isRunning,
   reservationCountdown,
   summarize,
+  vendorLabel,
   violationNotes
 } from '../model';
 import { isJobActive, jobQueueText, jobStatusText, jobsToShow } from '../jobs';
@@ -233,5 +234,20 @@ describe('violationNotes', () => {
   it('says nothing for processes without a violation', () => {
     expect(violationNotes(gpu([{ pid: 1, user: 'me', command: 'python' }]), 'me')).toEqual([]);
     expect(violationNotes(gpu(undefined), 'me')).toEqual([]);
+  });
+});
+
+describe('vendorLabel', () => {
+  const host = (name: string, vendor?: string): IHost => ({ name, state: 'up', gpus: [], ...(vendor ? { vendor } : {}) });
+
+  it('names each host\'s vendor where the site mixes vendors', () => {
+    const hosts = [host('nv1', 'nvidia'), host('am1', 'amd'), host('old')];
+    expect(hosts.map(h => vendorLabel(hosts, h))).toEqual(['NVIDIA', 'AMD', 'NVIDIA']);
+  });
+
+  it('says nothing on a site of one vendor', () => {
+    const hosts = [host('am1', 'amd'), host('am2', 'amd')];
+    expect(hosts.map(h => vendorLabel(hosts, h))).toEqual(['', '']);
+    expect(vendorLabel([host('gpu1')], host('gpu1'))).toBe('');
   });
 });
