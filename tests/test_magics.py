@@ -387,3 +387,12 @@ def test_gpujob_asks_for_a_vendor_and_a_model(shell: Any, server: JupyterServer)
     assert succeeded(server, job["id"])["tasks"][0]["host"] == "gpu1"
     # One vendor at this site: %gpustatus does not tag each GPU with it.
     assert "(NVIDIA)" not in shell.run_line_magic("gpustatus", "").text()
+    # %gpureserve by count and --earliest take the same choice.
+    with pytest.raises(UsageError, match="Only 0 AMD GPUs are free then; 1 wanted"):
+        shell.run_line_magic("gpureserve", "1 --vendor amd --for 10m --no-pin")
+    with pytest.raises(UsageError, match="known: amd, nvidia"):
+        shell.run_line_magic("gpureserve", "1 --earliest --vendor intel --for 10m")
+    with pytest.raises(UsageError, match="No slot fits"):
+        shell.run_line_magic("gpureserve", "1 --earliest --model mi300x --for 10m")
+    slots = shell.run_line_magic("gpureserve", "2 --earliest --vendor nvidia --for 10m")
+    assert slots and all(g.startswith("gpu1:") for g in slots[0]["gpus"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Conflict, Invalid
 from ..model import Gpu, Identity, describe_duration, utcnow
@@ -42,6 +42,18 @@ NO_HOSTS = (
 def instant(seconds: int) -> datetime:
     """An epoch second as an aware UTC datetime."""
     return datetime.fromtimestamp(seconds, UTC)
+
+
+class Vendors(Protocol):
+    """The site's GPU vendors, as the search asks them (jobs.selection.SiteVendors)."""
+
+    def check(self, name: str) -> str:
+        """A vendor's name as hosts give it (Invalid, naming the known ones: unknown)."""
+        ...
+
+    def of(self, host: str) -> str:
+        """A host's GPU vendor."""
+        ...
 
 
 class SlotSearch:
@@ -113,11 +125,21 @@ class SlotSearch:
             "and %gpustatus say why: a host that is down, or its GPU tool failing there."
         )
 
-    def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:
-        """The checked request and its best slots, earliest first."""
+    def search(
+        self, who: Identity, want: Want, vendors: Vendors | None = None
+    ) -> tuple[Want, list[Slot]]:
+        """The checked request and its best slots, earliest first; `vendors`: the hosts' GPU
+        vendors, for a request that names one (without them it is refused)."""
         now = int(self.now().timestamp())
         want = self.check(want, now)
         units = self._inventory()
+        if want.vendor is not None:
+            if vendors is None:
+                raise Invalid("This search does not know the hosts' GPU vendors; leave out "
+                              "'vendor'.")  # fmt: skip
+            want = replace(want, vendor=vendors.check(want.vendor))
+            of = {host: vendors.of(host) for host in {u.host for u in units}}
+            units = [u for u in units if of[u.host] == want.vendor]
         topology = self.store.topology.all()
         accept, wake = self._limits(who, want, now)
         rules = self.store.rules.all()

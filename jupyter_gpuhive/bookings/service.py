@@ -21,7 +21,7 @@ from ..privacy import Privacy, sees_all_of
 from ..store import Store
 from ..store.preemption import LendingShown
 from . import access
-from .finder import SlotSearch
+from .finder import SlotSearch, Vendors
 from .overview import occupancy
 from .quotas import LimitService
 from .reservations import Policy, ReservationService
@@ -140,9 +140,12 @@ class Bookings:
             "limit": limit,
         }
 
-    async def search(self, who: Identity, want: Want) -> tuple[Want, list[Slot]]:
-        """The earliest slots that fit `want` for `who` (bookings.finder)."""
-        found: tuple[Want, list[Slot]] = await self.run(self.slots.search, who, want)
+    async def search(
+        self, who: Identity, want: Want, vendors: Vendors | None = None
+    ) -> tuple[Want, list[Slot]]:
+        """The earliest slots that fit `want` for `who` (bookings.finder; `vendors`: the
+        hosts' GPU vendors, for a `want` that names one)."""
+        found: tuple[Want, list[Slot]] = await self.run(self.slots.search, who, want, vendors)
         return found
 
     async def get(self, reservation_id: int) -> Reservation:

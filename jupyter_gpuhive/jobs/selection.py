@@ -9,7 +9,7 @@ it is created, and refused when one of them does not match.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,23 @@ def vendor_at(vendors: Mapping[str, str], host: str) -> str:
     return vendors.get(host) or vendor_of(None).name
 
 
+class SiteVendors:
+    """The configured hosts' GPU vendors, as the finder asks them (bookings.finder.Vendors)."""
+
+    def __init__(self, hosts: Callable[[], Mapping[str, HostDecl]]) -> None:
+        self.hosts = hosts
+
+    def check(self, name: str) -> str:
+        try:
+            vendor = choice_of({VENDOR: name}).vendor
+        except ValueError as error:
+            raise Invalid(f"{error}.") from None
+        return vendor or name
+
+    def of(self, host: str) -> str:
+        return vendor_at(vendors_of(self.hosts()), host)
+
+
 def matching(choice: GpuChoice, gpus: Iterable[Gpu], vendors: Mapping[str, str]) -> list[Gpu]:
     """The GPUs that match a choice."""
     return [g for g in gpus if choice.matches(g, vendor_at(vendors, g.host))]
@@ -118,6 +135,7 @@ __all__ = [
     "MODEL",
     "VENDOR",
     "GpuChoice",
+    "SiteVendors",
     "choice_of",
     "matching",
     "merged",

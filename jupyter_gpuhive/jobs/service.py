@@ -23,6 +23,7 @@ from .order import standing
 from .preemption import PreemptionSettings
 from .queue import Scheduler
 from .rules import JobRules
+from .selection import SiteVendors
 
 if TYPE_CHECKING:
     from ..monitor.sampler import Sweep
@@ -55,6 +56,7 @@ class Jobs:
         self.privacy = privacy
         self._stop_lending = stop_lending
         self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
+        self.vendors = SiteVendors(lambda: pool.hosts)  # the finder's 'vendor' asks them
         self.preemption = preemption or PreemptionSettings()
         unix_user = self.preemption.unix_user  # the site's unix_users: what each user runs as
         self.logins = Logins(pool, ssh, unix_user)

@@ -66,6 +66,7 @@ class Want:
     nvlink: bool = False
     same_numa: bool = False
     model: str | None = None  # a part of the model name, any case
+    vendor: str | None = None  # only hosts of this GPU vendor (the search filters them)
     min_memory_mib: int | None = None
     indices: tuple[int, ...] = ()  # only these GPU indices (on one host)
     host: str | None = None

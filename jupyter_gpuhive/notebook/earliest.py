@@ -50,8 +50,9 @@ def search_body(magics: Magics, args: Any, limit: int = 5) -> dict[str, Any]:
                         ("slices", "slices")):  # fmt: skip
         if getattr(args, flag, False):
             body[field] = True
-    if getattr(args, "profile", None):
-        body["profile"] = args.profile
+    for field in ("profile", "vendor", "model"):
+        if getattr(args, field, None):
+            body[field] = getattr(args, field)
     return body
 
 

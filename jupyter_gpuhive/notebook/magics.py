@@ -106,6 +106,9 @@ class GpuHiveMagics(Magics):
     @magic_arguments()
     @argument("gpus", nargs="*", help="GPUs as host:0,1 (several allowed), or a count such as 2")
     @argument("--host", help="With a count: take GPUs of this host")
+    @argument("--vendor", help="With a count or --earliest: only this vendor's GPUs (nvidia, amd)")
+    @argument("--model", help="With a count or --earliest: only GPUs whose name holds this "
+              "(A100, MI300X)")  # fmt: skip
     @argument("--start", help="Start (HH:MM or ISO 8601; default now)")
     @argument("--for", dest="length", help="Length, e.g. 2h or 90m")
     @argument("--until", help="End (HH:MM or ISO 8601)")
@@ -208,8 +211,10 @@ class GpuHiveMagics(Magics):
             end = start + self._length(args.length or "1h")
         return start, end
 
-    def _choose(self, count: int, host: str | None, start: datetime, end: datetime) -> list[str]:
-        """`count` GPUs free in [start, end), on one host if possible."""
+    def _choose(self, count: int, args: Any, start: datetime, end: datetime) -> list[str]:
+        """`count` GPUs free in [start, end) (of --host, --vendor, --model), on one host if
+        possible."""
+        host, vendor, model = args.host, (args.vendor or "").lower(), (args.model or "").lower()
         hosts = self._call(self.client.hosts)
         busy = {
             g
@@ -220,12 +225,13 @@ class GpuHiveMagics(Magics):
         }
         candidates: list[list[str]] = []
         for h in hosts:
-            if host and h["name"] != host:
+            if (host and h["name"] != host) or (vendor and h.get("vendor") != vendor):
                 continue
             free = [
                 g["id"]
                 for g in h["gpus"]
-                if g["id"] not in busy
+                if model in (g.get("model") or "").lower()
+                and g["id"] not in busy
                 and not g.get("processes")
                 and g.get("state") not in UNBOOKABLE
             ]  # failed or drained: never chosen
@@ -240,7 +246,9 @@ class GpuHiveMagics(Magics):
             body = {"count": count, "duration": (end - start).total_seconds()}
             self._call(self.client.request, "POST", "reservations/search", body=body)
         where = f" on {host}" if host else ""
-        raise HiveClientError(f"Only {len(pooled)} GPUs{where} are free then; {count} wanted.")
+        kind = " ".join(filter(None, (vendor.upper(), args.model))) + " GPUs" if vendor or model \
+            else "GPUs"  # fmt: skip
+        raise HiveClientError(f"Only {len(pooled)} {kind}{where} are free then; {count} wanted.")
 
     def _reserve(self, args: Any) -> Any:
         gpus, count = parse_gpu_args(args.gpus)
@@ -253,7 +261,7 @@ class GpuHiveMagics(Magics):
         while True:
             attempt += 1
             try:
-                chosen = gpus or self._choose(count or 0, args.host, start, end)
+                chosen = gpus or self._choose(count or 0, args, start, end)
                 body = {"title": args.title, "gpus": chosen, "start": start.isoformat(),
                         "end": end.isoformat(), **lending}  # fmt: skip
                 done = self.client.reserve(**body)

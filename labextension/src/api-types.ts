@@ -517,6 +517,8 @@ export interface SlotSearchBody {
   same_numa?: boolean;
   /** A part of the GPU model name, any case, e.g. 'A100' */
   model?: string | null;
+  /** Only this vendor's GPUs: nvidia, amd (422 names the known ones) */
+  vendor?: string | null;
   min_memory_mib?: number | null;
   /** Only these GPU indices, on one host (implies same host) */
   indices?: number[] | null;

@@ -32,6 +32,7 @@ from jupyter_gpuhive.hosts.vendors import vendor_named, vendor_of
 from jupyter_gpuhive.hosts.vendors.amd import AmdVendor
 from jupyter_gpuhive.jobs.launcher import Launcher
 from jupyter_gpuhive.jobs.model import pinnings_of, render_tasks
+from jupyter_gpuhive.jobs.selection import SiteVendors
 from jupyter_gpuhive.model import HostDecl, Identity
 from jupyter_gpuhive.model.finder import Want
 from jupyter_gpuhive.model.jobs import GpuSlot, Job
@@ -283,15 +284,24 @@ def test_a_mixed_site_finds_gpus_as_gpus_and_xgmi_as_a_direct_link(
         }
         topology = store.topology.get("am5")
         assert topology is not None and topology.nvlink_cliques() == [frozenset(range(8))]
+        decls = {"nv1": nv_decl, "am5": am_decl}
         search = SlotSearch(store, Policy(ZoneInfo("UTC")), lambda: None)
+        vendors = SiteVendors(lambda: decls)
         start = int((datetime.now(UTC) + timedelta(days=1)).timestamp())
 
         def found(**ask: Any) -> list[set[str]]:
             want = Want(duration=3600, not_before=start, deadline=0, limit=3, **ask)
-            return [{u.host for u in s.units} for s in search.search(Identity("alice"), want)[1]]
+            found = search.search(Identity("alice"), want, vendors)[1]
+            return [{u.host for u in s.units} for s in found]
 
         assert found(count=12)[0] == {"nv1", "am5"}  # one booking over both vendors' GPUs
         assert found(count=2, model="mi300x")[0] == {"am5"}
+        assert found(count=2)[0] == {"nv1"}  # the tighter fit
+        assert found(count=2, vendor="AMD")[0] == {"am5"}
+        assert found(count=2, vendor="nvidia", model="a100")[0] == {"nv1"}
+        assert found(count=5, vendor="nvidia") == []  # nv1 has four
+        with pytest.raises(Invalid, match="known: amd, nvidia"):
+            found(count=1, vendor="intel")
         assert found(count=6, nvlink=True) == [{"am5"}]  # XGMI joins all eight
     finally:
         store.close()

@@ -24,7 +24,7 @@ class SlotSearchHandler(HiveLogic):
     )
     async def post(self) -> None:
         want = self.body(fs.SlotSearchBody).value()
-        checked, slots = await self.hive.bookings.search(self.who, want)
+        checked, slots = await self.hive.bookings.search(self.who, want, self.hive.jobs.vendors)
         self.reply(
             {
                 "slots": [slot_json(s) for s in slots],

@@ -66,6 +66,9 @@ class SlotSearchBody(Closed):
     model: Annotated[str | None, maybe(text(128, required=True))] = Field(
         None, description="A part of the GPU model name, any case, e.g. 'A100'"
     )
+    vendor: Annotated[str | None, maybe(text(128, required=True))] = Field(
+        None, description="Only this vendor's GPUs: nvidia, amd (422 names the known ones)"
+    )
     min_memory_mib: Annotated[int | None, maybe(whole(1, MEMORY_MAX))] = None
     indices: Annotated[tuple[int, ...] | None, maybe(INDICES)] = Field(
         None, description="Only these GPU indices, on one host (implies same host)"
@@ -90,6 +93,7 @@ class SlotSearchBody(Closed):
             nvlink=self.nvlink,
             same_numa=self.same_numa,
             model=self.model,
+            vendor=self.vendor,
             min_memory_mib=self.min_memory_mib,
             indices=indices,
             host=self.host,
