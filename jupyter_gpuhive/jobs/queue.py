@@ -41,6 +41,7 @@ from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .admission import (
+    CHOICE,
     RESERVATION_DEPTH,
     Candidate,
     Slot,
@@ -403,7 +404,8 @@ class Scheduler(Reclaims):
             bookings = self.store.reservations.window(now, now + self.horizon)
             choice = self.store.preemption.lending(r.id for r in bookings)
             lending = Lending(bookings, choice, loans)
-        vendors = vendors_of(self.launcher.pool.hosts)
+        asks = any(job.queued and any(k in job.options for k in CHOICE) for job in jobs)
+        vendors = vendors_of(self.launcher.pool.hosts) if asks else {}  # for a vendor or model
         return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities,
                         lending, vendors)  # fmt: skip
 
