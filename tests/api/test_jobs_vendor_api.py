@@ -120,5 +120,5 @@ async def test_a_job_asks_for_a_vendor_or_a_model_on_a_mixed_site(api, running_h
         assert sum(len(t["gpu_indices"]) for t in placed["a100"]["tasks"]) == 3
         assert {t["host"] for t in placed["mi300"]["tasks"]} == {"am1"}
     finally:
-        for job in (amd, a100, mi300):
-            assert (await owner("POST", f"jobs/{job.body['id']}/stop")).status == 200
+        for job in (amd, a100, mi300):  # 409: it has ended already
+            assert (await owner("POST", f"jobs/{job.body['id']}/stop")).status in (200, 409)
