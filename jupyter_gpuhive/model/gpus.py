@@ -119,15 +119,24 @@ class Pinning:
     fixed: Mapping[str, str] = field(default_factory=dict)  # set alongside it
     cdi_kind: str | None = None  # CDI device kind: `--device KIND=UUID`
     gpus_flag: bool = False  # the engine's `--gpus "device=..."` (a vendor's toolkit)
+    # set alongside it to the positions 0..n-1 of the n pinned devices (ROCm's
+    # HIP_VISIBLE_DEVICES, which picks among what ROCR_VISIBLE_DEVICES left)
+    counted: tuple[str, ...] = ()
 
     @property
     def names(self) -> frozenset[str]:
         """Every environment variable this pinning sets."""
-        return frozenset((self.visible, *self.fixed))
+        return frozenset((self.visible, *self.counted, *self.fixed))
 
     def env(self, uuids: Iterable[str]) -> dict[str, str]:
         """The environment that pins these devices."""
-        return {**self.fixed, self.visible: ",".join(uuids)}
+        listed = list(uuids)
+        positions = ",".join(str(i) for i in range(len(listed)))
+        return {
+            **self.fixed,
+            **dict.fromkeys(self.counted, positions),
+            self.visible: ",".join(listed),
+        }
 
     def uuids(self, env: Mapping[str, str]) -> list[str]:
         """The devices an environment pins."""

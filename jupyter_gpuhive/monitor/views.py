@@ -35,7 +35,8 @@ def _vendor_json(extra: dict[str, Any]) -> dict[str, Any]:
     """A host's GPU vendor and how a process there is pinned to its GPUs (%gpureserve's pin)."""
     vendor = vendor_of(extra)
     pin = vendor.pinning
-    return {"vendor": vendor.name, "pinning": {"variable": pin.visible, "env": dict(pin.fixed)}}
+    shown = {"variable": pin.visible, "counted": list(pin.counted), "env": dict(pin.fixed)}
+    return {"vendor": vendor.name, "pinning": shown}
 
 
 class HostViews:

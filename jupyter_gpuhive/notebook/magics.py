@@ -313,6 +313,9 @@ class GpuHiveMagics(Magics):
             )
         os.environ.update(pinning.get("env") or {})
         os.environ[variable] = ",".join(uuid for _, uuid in local)
+        positions = ",".join(str(i) for i in range(len(local)))
+        for counted in pinning.get("counted") or ():  # e.g. ROCm's HIP_VISIBLE_DEVICES
+            os.environ[counted] = positions
         return f"{variable}={os.environ[variable]} in this kernel."
 
     def _list(self) -> ReservationList:

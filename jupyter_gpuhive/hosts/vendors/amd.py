@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
 from typing import Any
 
 from ...errors import Invalid
@@ -41,17 +40,6 @@ class RocmPinning(Pinning):
     """ROCR_VISIBLE_DEVICES by UUID, HIP_VISIBLE_DEVICES over all of them; containers get
     /dev/kfd and their GPUs' render nodes."""
 
-    @property
-    def names(self) -> frozenset[str]:
-        """Every variable this pinning sets."""
-        return frozenset((self.visible, "HIP_VISIBLE_DEVICES", *self.fixed))
-
-    def env(self, uuids: Iterable[str]) -> dict[str, str]:
-        """The environment that pins these GPUs."""
-        listed = list(uuids)
-        hip = ",".join(str(i) for i in range(len(listed)))
-        return {**self.fixed, self.visible: ",".join(listed), "HIP_VISIBLE_DEVICES": hip}
-
     def container_flags(self, mode: str, uuids: list[str]) -> list[str]:
         """`--device /dev/kfd` and each GPU's render node (looked up on the host)."""
         if mode == "none" or not uuids:
@@ -73,7 +61,7 @@ class AmdVendor(Vendor):
 
     name = "amd"
     tool_name = "amd-smi"
-    pinning = RocmPinning("ROCR_VISIBLE_DEVICES")
+    pinning = RocmPinning("ROCR_VISIBLE_DEVICES", counted=("HIP_VISIBLE_DEVICES",))
     fifos = FIFOS
     children = CHILDREN
     topology_command = TOPOLOGY
