@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Conflict, Forbidden, Invalid, Unavailable
@@ -66,6 +66,7 @@ class Jobs:
             store, self.launcher, identity_of=identity_of, zone=zone, interval=interval,
             preemption=self.preemption, unix_user=unix_user, preempted=preempted,
         )  # fmt: skip
+        self._starts: tuple[object, dict[int, datetime | None]] | None = None
 
     # --- after each sweep (leader only) ------------------------------------------------
 
@@ -147,7 +148,7 @@ class Jobs:
         """Queued jobs not yet running, with when they could start and what they wait for."""
         jobs = await self.run(self.store.jobs.all, queued=True)
         pending = [j for j in jobs if j.status == TaskState.PENDING]
-        estimates = await self.scheduler.estimates()
+        estimates = await self.starts({j.id for j in pending})
         standing = self.standing()
         return [
             {
@@ -159,6 +160,16 @@ class Jobs:
             }
             for job in pending
         ]
+
+    async def starts(self, job_ids: set[int]) -> dict[int, datetime | None]:
+        """Each pending queued job's projected start (`Scheduler.estimates`), worked out once
+        per pass of the queue, or again when one of `job_ids` is new to it: GET queue and
+        GET jobs give the same number."""
+        report, cached = self._starts or (None, None)
+        if cached is None or report is not self.scheduler.last_report or job_ids - cached.keys():
+            cached = await self.scheduler.estimates()
+            self._starts = (self.scheduler.last_report, cached)
+        return cached
 
     def standing(self) -> dict[int, dict[str, Any]]:
         """Each queued job the last pass saw wait: its place in the pass's order (1: next)

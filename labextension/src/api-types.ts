@@ -102,6 +102,8 @@ export interface JobReply {
   place?: number | null;
   /** Why a waiting queued job waits */
   waiting_for?: string | null;
+  /** A waiting queued job's projected start, as GET queue gives it (an estimate; None: not known, or not a waiting queued job) */
+  estimated_start?: string | null;
 }
 
 /** My kernels on reservations (admins: everyone's), and the policies I may choose. */
@@ -349,7 +351,7 @@ export interface QueuedJobReply {
   place?: number | null;
   /** Why a waiting queued job waits */
   waiting_for?: string | null;
-  /** Its projected start (an estimate; None: not known) */
+  /** A waiting queued job's projected start, as GET queue gives it (an estimate; None: not known, or not a waiting queued job) */
   estimated_start?: string | null;
 }
 

@@ -46,6 +46,10 @@ async def test_a_job_that_can_never_fit_one_host_is_refused_when_it_requires_one
     second = datetime.fromisoformat(starts[whole.body["id"]])
     assert abs((first - third).total_seconds()) < 60
     assert timedelta(minutes=9) < second - first <= timedelta(minutes=11)
+    # GET jobs gives each waiting queued job the same projected start as GET queue.
+    mine = {j["id"]: j["estimated_start"] for j in (await alice("GET", "jobs")).body["jobs"]}
+    assert mine == starts
+    assert (await alice("GET", "queue")).body["jobs"][0]["estimated_start"] in starts.values()
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

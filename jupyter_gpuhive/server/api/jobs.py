@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tornado import web
 
-from ...model.jobs import RECENT_JOBS
+from ...model import isoformat
+from ...model.jobs import RECENT_JOBS, TaskState
 from .base import HiveLogic
 from .operations import operation
 from .schemas import bodies, queries, replies
@@ -33,7 +34,16 @@ class JobsHandler(Shown):
         q = self.query(queries.JobsQuery)
         jobs, more = await self.hive.jobs.find(q.user, q.status, q.limit or RECENT_JOBS)
         standing = self.hive.jobs.standing()
-        shown = [{**self.job(job), **standing.get(job.id, {})} for job in jobs]
+        waiting = {j.id for j in jobs if j.queued and j.status == TaskState.PENDING}
+        starts = await self.hive.jobs.starts(waiting) if waiting else {}
+        shown = [
+            {
+                **self.job(job),
+                **standing.get(job.id, {}),
+                "estimated_start": isoformat(starts.get(job.id)),
+            }
+            for job in jobs
+        ]
         self.reply({"jobs": shown, "more": more})
 
     @web.authenticated

@@ -165,14 +165,15 @@ class JobReply(Reply):
         None, description="A waiting queued job's place in the queue's order (1: next)"
     )
     waiting_for: str | None = Field(None, description="Why a waiting queued job waits")
+    estimated_start: datetime | None = Field(
+        None,
+        description="A waiting queued job's projected start, as GET queue gives it (an "
+        "estimate; None: not known, or not a waiting queued job)",
+    )
 
 
 class QueuedJobReply(JobReply):
     """A waiting queued job with its projected start."""
-
-    estimated_start: datetime | None = Field(
-        None, description="Its projected start (an estimate; None: not known)"
-    )
 
 
 class QueueList(Reply):
