@@ -357,6 +357,24 @@ def test_a_holder_sees_the_loan_and_reclaims_with_a_magic(
         back = wait_for(preempted, 30, "the job to be preempted", interval=0.3)
         assert [e["event"] for e in back["history"]][:1] == ["preempted"]
         assert back["history"][0]["reservation"] == held["id"]
+        # What it cost: its run up to the reclaim, all counted as lost (no checkpoint known).
+        lost = back["history"][0]["gpu_h"]
+        assert back["preemptions"] == 1 and lost > 0 and back["lost_gpu_h"] == lost
+        assert back["service_gpu_h"] >= lost
+        _, listed, _ = owner.call("GET", "jobs")
+        [same] = [j for j in listed["jobs"] if j["id"] == job["id"]]
+        assert (same["preemptions"], same["lost_gpu_h"]) == (1, lost)
+
+        def requeued() -> Any:
+            _, found, _ = owner.call("GET", f"jobs/{job['id']}")
+            return found if found.get("status") == "pending" else None
+
+        waiting = wait_for(requeued, 30, "the job to be back in the queue", interval=0.3)
+        assert waiting["service_gpu_h"] == waiting["lost_gpu_h"] == lost  # no run now
+        mine = magics_shell(server.port, "tok-owner", monkeypatch, tmp_path)  # not bob's now
+        text = bundle(mine, mine.run_line_magic("gpustatus", ""))["text/plain"]
+        row = next(line for line in text.splitlines() if line.startswith(f"{job['id']} "))
+        assert row.endswith(f"1× · had {lost:.3g} GPU-h, lost {lost:.3g}")
         never = holder.run_line_magic("gpureserve", "gpu1:2 --for 10m --no-lend --no-pin")
         assert never["lend"] is False
         assert "never lent" in bundle(holder, never)["text/plain"]

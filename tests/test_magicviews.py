@@ -99,6 +99,16 @@ def test_gpustatus_shows_my_waiting_queued_jobs_with_place_start_and_why() -> No
     html = shown["text/html"]
     assert "<b>My queued jobs</b>" in html and "gpu1:0 runs job 3</td>" in html
     assert "My queued jobs" not in bundle(GpuStatus(hosts, "me", []))["text/plain"]
+    assert "PREEMPTED" not in text  # none of mine was preempted
+    # A preempted job: how often, the service it had and what it lost, in its own column.
+    preempted = {**queued[0], "preemptions": 2, "service_gpu_h": 1.5, "lost_gpu_h": 0.25}
+    old = {**queued[1], "preemptions": 1, "service_gpu_h": None, "lost_gpu_h": None}
+    text = bundle(GpuStatus(hosts, "me", [preempted, old, queued[3]]))["text/plain"]
+    lines = text[text.index("My queued jobs:") :].splitlines()
+    assert lines[1].split()[-1] == "PREEMPTED"
+    assert lines[3].startswith("7 train") and lines[3].endswith("2× · had 1.5 GPU-h, lost 0.25")
+    assert lines[4].startswith("8 eval") and lines[4].endswith("1×")  # hours not known
+    assert lines[5].startswith("10 new") and lines[5].endswith("not known")  # empty cells
 
 
 def test_gpustatus_on_a_mixed_site_says_each_gpus_vendor() -> None:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from .containers import ContainerSpec
-from .core import isoformat
+from .core import isoformat, utcnow
 
 DEFAULT_LOG_DIR = "~/.gpuhive/jobs"
 MASK = "••••"  # every stored env value reads like this, whatever its length
@@ -54,6 +54,7 @@ class JobEvent:
     kind: str
     detail: str
     reservation: int | None = None
+    gpu_s: float | None = None  # `preempted`: the GPU-seconds its run had had (None: not known)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +62,12 @@ class JobEvent:
             "event": self.kind,
             "reservation": self.reservation,
             "detail": self.detail,
+            "gpu_h": gpu_hours(self.gpu_s),
         }
+
+
+def gpu_hours(gpu_s: float | None) -> float | None:
+    return None if gpu_s is None else round(gpu_s / 3600, 6)
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,29 @@ class Job:
         """UUIDs of every GPU the job's tasks use, in task order, without repeats."""
         return tuple(dict.fromkeys(uuid for task in self.tasks for uuid in task.gpus))
 
+    def preemption_cost(self, now: datetime) -> dict[str, Any]:
+        """How often the job was preempted, the service it has had and the work it lost.
+
+        `lost_gpu_h`: at each preemption, the GPU-hours its run had had since it started
+        (gpuhive does not know when a job last checkpointed, so this is the most it lost);
+        `service_gpu_h`: those runs and the current one so far. Both None for a job never
+        preempted, or one preempted before gpuhive counted this."""
+        preempted = [e for e in self.history if e.kind == "preempted"]
+        counted = [e.gpu_s for e in preempted if e.gpu_s is not None]
+        if not preempted or len(counted) < len(preempted):
+            return {"preemptions": len(preempted), "service_gpu_h": None, "lost_gpu_h": None}
+        since = preempted[-1].at  # the current run's tasks started after the last one
+        current = sum(
+            len(t.gpus) * max(0.0, ((t.ended_at or now) - t.started_at).total_seconds())
+            for t in self.tasks
+            if t.started_at is not None and t.started_at > since
+        )
+        return {
+            "preemptions": len(preempted),
+            "service_gpu_h": gpu_hours(sum(counted) + current),
+            "lost_gpu_h": gpu_hours(sum(counted)),
+        }
+
     def to_json(self, *, detail: bool = False, description: bool = False) -> dict[str, Any]:
         """The job as JSON. Everyone may see the summary (who, where, when, status); with
         `detail` (the owner, admins) also its definition, env values masked (write-only).
@@ -293,6 +322,7 @@ class Job:
             "restarts": self.restarts,
             "lent_from": self.lent_from,
             "history": [event.to_json() for event in self.history],
+            **self.preemption_cost(utcnow()),
             "created_at": isoformat(self.created_at),
             "updated_at": isoformat(self.updated_at),
             "updated_by": self.updated_by,

@@ -236,7 +236,14 @@ class GpuStatus(Rich):
     ) -> None:
         self.hosts = hosts
         self.me = me
-        self.queued = [queued_row(job) for job in queued if job.get("owner") == me]
+        mine = [job for job in queued if job.get("owner") == me]
+        self.queued: list[tuple[str, ...]] = [queued_row(job) for job in mine]
+        self.queue_header: tuple[str, ...] = self.QUEUE_HEADER
+        if any(job.get("preemptions") for job in mine):  # what preemption cost them
+            self.queue_header += ("PREEMPTED",)
+            self.queued = [
+                (*row, preempted_text(job)) for row, job in zip(self.queued, mine, strict=True)
+            ]
         rows: list[tuple[str, tuple[Any, ...]]] = []
         self.violations: list[str] = []
         mixed = len({h.get("vendor") or "nvidia" for h in hosts}) > 1
@@ -274,7 +281,7 @@ class GpuStatus(Rich):
         parts = [html_table(self.HEADER, self.rows, self.kinds)]
         parts += [f'<p class="gpuhive-violation">{esc(line)}</p>' for line in self.violations]
         if self.queued:
-            parts += ["<p><b>My queued jobs</b></p>", html_table(self.QUEUE_HEADER, self.queued)]
+            parts += ["<p><b>My queued jobs</b></p>", html_table(self.queue_header, self.queued)]
         parts += [steps_html(advice) for advice in self.advice]
         return "".join(parts)
 
@@ -284,7 +291,7 @@ class GpuStatus(Rich):
         table = "\n".join([text_table(self.HEADER, self.rows), *self.violations])
         parts = [table]
         if self.queued:
-            parts.append("My queued jobs:\n" + text_table(self.QUEUE_HEADER, self.queued))
+            parts.append("My queued jobs:\n" + text_table(self.queue_header, self.queued))
         return "\n\n".join([*parts, *(steps_text(a) for a in self.advice)])
 
 
@@ -300,6 +307,19 @@ def queued_row(job: dict[str, Any]) -> tuple[str, str, str, str]:
         start,
         job.get("waiting_for") or "",
     )
+
+
+def preempted_text(job: dict[str, Any]) -> str:
+    """What preemption cost a job (GET jobs' or GET queue's fields): '2× · had 1.5 GPU-h,
+    lost 0.75' ('' if never preempted; the hours left out where not known)."""
+    n = job.get("preemptions") or 0
+    if not n:
+        return ""
+    had, lost = job.get("service_gpu_h"), job.get("lost_gpu_h")
+    cost = (
+        f" · had {had:.3g} GPU-h, lost {lost:.3g}" if had is not None and lost is not None else ""
+    )
+    return f"{n}×{cost}"
 
 
 def job_gpus(job: dict[str, Any]) -> list[str]:

@@ -35,7 +35,7 @@ def loan_of(row: Any) -> Loan:
 
 
 def event_of(row: Any) -> JobEvent:
-    return JobEvent(row.at, row.kind, row.detail, row.reservation_id)
+    return JobEvent(row.at, row.kind, row.detail, row.reservation_id, row.gpu_s)
 
 
 def histories(conn: Connection, job_ids: Collection[int]) -> dict[int, list[JobEvent]]:
@@ -53,6 +53,17 @@ def lent_from(conn: Connection, job_ids: Collection[int]) -> dict[int, int]:
         job_loans.c.job_id.in_(list(job_ids)), job_loans.c.ended_at.is_(None)
     )
     return {row.job_id: row.reservation_id for row in conn.execute(query.order_by(job_loans.c.id))}
+
+
+def run_gpu_s(conn: Connection, job_id: int, at: datetime) -> float:
+    """The GPU-seconds the job's tasks have run by `at` in their current run."""
+    query = select(job_tasks.c.gpus, job_tasks.c.started_at, job_tasks.c.ended_at)
+    total = 0.0
+    for row in conn.execute(query.where(job_tasks.c.job_id == job_id)).all():
+        if row.started_at is not None:
+            end = min(row.ended_at or at, at)
+            total += max(0.0, (end - row.started_at).total_seconds()) * len(json.loads(row.gpus))
+    return total
 
 
 # Each reservation's lending choice, and the jobs its open loans run: what a reservation's
@@ -182,7 +193,8 @@ class Preemption:
             conn.execute(update(jobs).where(jobs.c.id == job_id).values(restarts=row.restarts + 1))
             detail = f"{reason}; sent {signal}, {grace:g} s to checkpoint"
             conn.execute(insert(job_events).values(job_id=job_id, at=at, kind=PREEMPTED,
-                         reservation_id=loans[0].reservation_id, detail=detail))  # fmt: skip
+                         reservation_id=loans[0].reservation_id, detail=detail,
+                         gpu_s=run_gpu_s(conn, job_id, at)))  # fmt: skip
             return True
 
         return self.db.write(work)

@@ -65,6 +65,8 @@ export interface JobEventReply {
   event: string;
   reservation: number | null;
   detail: string;
+  /** A preemption's GPU-hours its run had had (null: not known) */
+  gpu_h?: number | null;
 }
 
 export interface JobList {
@@ -93,6 +95,12 @@ export interface JobReply {
   /** The reservation whose GPUs it runs on */
   lent_from?: number | null;
   history?: JobEventReply[];
+  /** Times preempted ('preempted' events) */
+  preemptions?: number;
+  /** A preempted job's service so far: the GPU-hours of its tasks' runs, those preempted and the current one (null: never preempted, or not known) */
+  service_gpu_h?: number | null;
+  /** The work a preempted job lost: at each preemption the GPU-hours its run had had since it started (gpuhive does not know the job's last checkpoint, so this is the most it lost; null: never preempted, or not known) */
+  lost_gpu_h?: number | null;
   status: TaskState;
   gpus: string[];
   /** Whether the definition is shown */
@@ -342,6 +350,12 @@ export interface QueuedJobReply {
   /** The reservation whose GPUs it runs on */
   lent_from?: number | null;
   history?: JobEventReply[];
+  /** Times preempted ('preempted' events) */
+  preemptions?: number;
+  /** A preempted job's service so far: the GPU-hours of its tasks' runs, those preempted and the current one (null: never preempted, or not known) */
+  service_gpu_h?: number | null;
+  /** The work a preempted job lost: at each preemption the GPU-hours its run had had since it started (gpuhive does not know the job's last checkpoint, so this is the most it lost; null: never preempted, or not known) */
+  lost_gpu_h?: number | null;
   status: TaskState;
   gpus: string[];
   /** Whether the definition is shown */

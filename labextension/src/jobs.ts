@@ -3,7 +3,7 @@
  * list, and which GPUs my running jobs hold (a GPU my job runs on is mine, not an intruder's).
  */
 
-import type { IJob } from './model';
+import { IJob, formatTime } from './model';
 
 /** Whether a job can still be stopped. */
 export function isJobActive(job: IJob): boolean {
@@ -24,16 +24,48 @@ export function jobStatusText(job: IJob): string {
 }
 
 /**
- * Where a waiting queued job stands, from GET jobs' place (1: next) and waiting_for: "next in the
- * queue · gpu1:3 is reserved …", "3rd in the queue · …"; '' for any other job.
+ * Where a waiting queued job stands, from GET jobs' place (1: next), estimated_start and
+ * waiting_for: "next in the queue · starts ~Tue 14:00 · gpu1:3 is reserved …", "3rd in the
+ * queue · …"; '' for any other job. The start is an estimate, in local time (formatTime).
  */
-export function jobQueueText(job: IJob): string {
+export function jobQueueText(job: IJob, now: Date = new Date()): string {
   const place = job.place;
   if (String(job.status).toLowerCase() !== 'pending' || typeof place !== 'number' || place < 1) {
     return '';
   }
-  const where = place === 1 ? 'next in the queue' : `${ordinal(place)} in the queue`;
-  return typeof job.waiting_for === 'string' && job.waiting_for ? `${where} · ${job.waiting_for}` : where;
+  const parts = [place === 1 ? 'next in the queue' : `${ordinal(place)} in the queue`];
+  if (typeof job.estimated_start === 'string' && job.estimated_start) {
+    parts.push(`starts ~${formatTime(job.estimated_start, now)}`);
+  }
+  if (typeof job.waiting_for === 'string' && job.waiting_for) {
+    parts.push(job.waiting_for);
+  }
+  return parts.join(' · ');
+}
+
+/**
+ * What preemption cost a job, from GET jobs' preemptions, service_gpu_h and lost_gpu_h:
+ * "preempted 2× · had 1.5 GPU-h, lost 0.75"; '' for a job never preempted.
+ */
+export function jobPreemptionText(job: IJob): string {
+  const n = job.preemptions;
+  if (typeof n !== 'number' || n < 1) {
+    return '';
+  }
+  const had = typeof job.service_gpu_h === 'number' ? gpuHours(job.service_gpu_h) : null;
+  const lost = typeof job.lost_gpu_h === 'number' ? gpuHours(job.lost_gpu_h) : null;
+  const cost = had !== null && lost !== null ? ` · had ${had} GPU-h, lost ${lost}` : '';
+  return `preempted ${n}×${cost}`;
+}
+
+/** The line under a job in My jobs: where it stands in the queue, then what preemption cost it. */
+export function jobWaitText(job: IJob, now: Date = new Date()): string {
+  return [jobQueueText(job, now), jobPreemptionText(job)].filter(Boolean).join(' · ');
+}
+
+/** 1.5 → "1.5", 0.123 → "0.12", 12.34 → "12.3", 0 → "0". */
+function gpuHours(h: number): string {
+  return h >= 10 ? h.toFixed(1) : `${Math.round(h * 100) / 100}`;
 }
 
 /** 2 → "2nd", 3 → "3rd", 11 → "11th", 22 → "22nd". */

@@ -14,7 +14,7 @@ import { EarliestSection } from './earliest';
 import { GpuRows } from './gpuRows';
 import { HealthRows } from './healthUi';
 import { IntegrationSections } from './integrationsPanel';
-import { isJobActive, jobQueueText, jobStatusText, jobsToShow } from './jobs';
+import { isJobActive, jobStatusText, jobWaitText, jobsToShow } from './jobs';
 import { IReclaimSent, loanView, pruneReclaims, reclaimedText } from './lending';
 import {
   FALLBACK_SETUP,
@@ -294,7 +294,7 @@ export class GpuHivePanel extends Widget {
       { class: `jp-gpuhive-job jp-gpuhive-job-${String(job.status).toLowerCase()}`, 'data-job-id': String(job.id) },
       el('span', { class: 'jp-gpuhive-job-name' }, job.name || `job ${job.id}`),
       el('span', { class: 'jp-gpuhive-badge', title: jobStatusText(job) }, jobStatusText(job)),
-      jobQueueText(job) ? el('div', { class: 'jp-gpuhive-job-wait' }, jobQueueText(job)) : ''
+      jobWaitText(job) ? el('div', { class: 'jp-gpuhive-job-wait' }, jobWaitText(job)) : ''
     );
     if (isJobActive(job)) {
       item.append(button('Stop', `Stop job '${job.name}'`, () => void this._stopJob(job), 'jp-gpuhive-stop'));

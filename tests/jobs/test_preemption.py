@@ -12,6 +12,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from jupyter_gpuhive.jobs.preemption import PreemptionSettings
 from jupyter_gpuhive.model.jobs import Job
 from jupyter_gpuhive.protection.violations import DetectionPolicy, detect
@@ -130,6 +132,16 @@ async def test_a_preemptible_job_gives_the_gpu_back_checkpoints_and_resumes(bed:
         assert [e.kind for e in back.history] == ["preempted"]
         assert "process" in back.history[0].detail and OTHER in back.history[0].detail
         assert "SIGUSR1" in back.history[0].detail
+        # What it cost: the run had one GPU from its start to the reclaim, all of it lost
+        # (gpuhive does not know the last checkpoint); no run now, so that is all its service.
+        started = running.tasks[0].started_at
+        assert started is not None
+        ran = (back.history[0].at - started).total_seconds()
+        cost = back.preemption_cost(datetime.now(UTC))
+        assert cost["preemptions"] == 1 and ran > 0
+        assert (
+            abs(cost["lost_gpu_h"] * 3600 - ran) < 1 and cost["service_gpu_h"] == cost["lost_gpu_h"]
+        )
         assert events == [{"job": made.id, "owner": OWNER, "reservation": rid,
                            "signal": "SIGUSR1", "grace_s": 3.0, "restarts": 1}]  # fmt: skip
         text = await log_text(bed, made.id)
@@ -166,6 +178,13 @@ async def test_a_preemptible_job_gives_the_gpu_back_checkpoints_and_resumes(bed:
     assert f"resumed from step {saved} restarts 1" in text
     assert f"result {sum(range(STEPS))}\n" in text
     assert [e.kind for e in done.history] == ["preempted", "resumed"]
+    # Its service: the preempted run and the one that finished; nothing more lost.
+    cost = done.preemption_cost(datetime.now(UTC))
+    [task] = done.tasks
+    assert task.started_at is not None and task.ended_at is not None
+    second = (task.ended_at - task.started_at).total_seconds()
+    assert cost["lost_gpu_h"] * 3600 == pytest.approx(ran, abs=1)
+    assert (cost["service_gpu_h"] - cost["lost_gpu_h"]) * 3600 == pytest.approx(second, abs=1)
 
 
 async def test_no_lending_when_the_booking_or_the_site_forbids_it(bed: Bed) -> None:

@@ -3,7 +3,7 @@ history, and each reservation's lending choice (no row: it lends, reclaims on us
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text
+from sqlalchemy import Boolean, Column, Float, ForeignKey, Index, Integer, String, Table, Text
 
 from .base import UTCDateTime, metadata
 
@@ -39,6 +39,8 @@ job_events = Table(
     Column("kind", String(32), nullable=False),
     Column("reservation_id", Integer),
     Column("detail", Text, nullable=False),
+    # A `preempted` event's GPU-seconds the run had had (migration 0021); NULL: not known.
+    Column("gpu_s", Float),
     Index("ix_job_events_job_id", "job_id", "id"),
     sqlite_autoincrement=True,
 )

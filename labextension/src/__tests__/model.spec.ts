@@ -16,7 +16,7 @@ import {
   vendorLabel,
   violationNotes
 } from '../model';
-import { isJobActive, jobQueueText, jobStatusText, jobsToShow } from '../jobs';
+import { isJobActive, jobPreemptionText, jobQueueText, jobStatusText, jobWaitText, jobsToShow } from '../jobs';
 
 // jest.config.js sets TZ=UTC, so local times below are UTC.
 const NOW = new Date('2026-11-22T10:00:00Z');
@@ -182,6 +182,32 @@ describe('jobs', () => {
     expect(jobQueueText(waiting(null))).toBe('');
     expect(jobQueueText(job(8, 'running', { queued: true, place: 1, waiting_for: 'x' }))).toBe('');
     expect(jobQueueText(job(9, 'pending'))).toBe('');
+  });
+  it("gives a waiting queued job's planned start (GET jobs' estimated_start) in local time", () => {
+    const waiting = (start: unknown, why: unknown = 'gpu1:3 is reserved') =>
+      job(7, 'pending', { queued: true, place: 1, estimated_start: start, waiting_for: why });
+    expect(jobQueueText(waiting('2026-11-24T14:00:00Z'), NOW)).toBe(
+      'next in the queue · starts ~Tue 14:00 · gpu1:3 is reserved'
+    );
+    expect(jobQueueText(waiting('2026-11-22T10:30:00Z', null), NOW)).toBe('next in the queue · starts ~10:30');
+    expect(jobQueueText(waiting(null), NOW)).toBe('next in the queue · gpu1:3 is reserved'); // not known
+  });
+  it('says how often a job was preempted, the service it had and what it lost', () => {
+    const preempted = (n: unknown, had: unknown = 1.5, lost: unknown = 0.123) =>
+      job(7, 'pending', { queued: true, preemptions: n, service_gpu_h: had, lost_gpu_h: lost });
+    expect(jobPreemptionText(preempted(2))).toBe('preempted 2× · had 1.5 GPU-h, lost 0.12');
+    expect(jobPreemptionText(preempted(1, 12.345, 12.345))).toBe('preempted 1× · had 12.3 GPU-h, lost 12.3');
+    expect(jobPreemptionText(preempted(1, null, null))).toBe('preempted 1×');
+    expect(jobPreemptionText(preempted(0))).toBe('');
+    expect(jobPreemptionText(job(8, 'running'))).toBe('');
+    const both = job(9, 'pending', {
+      queued: true, place: 2, estimated_start: '2026-11-22T11:00:00Z', waiting_for: 'waiting for 2 free GPUs',
+      preemptions: 1, service_gpu_h: 0.5, lost_gpu_h: 0.5
+    });
+    expect(jobWaitText(both, NOW)).toBe(
+      '2nd in the queue · starts ~11:00 · waiting for 2 free GPUs · preempted 1× · had 0.5 GPU-h, lost 0.5'
+    );
+    expect(jobWaitText(job(10, 'succeeded'), NOW)).toBe('');
   });
   it('lists active jobs first, then the latest finished ones', () => {
     const jobs = [

@@ -49,6 +49,9 @@ class JobEventReply(Reply):
     event: str = Field(description="preempted, resumed or exhausted (no more borrowing)")
     reservation: int | None
     detail: str
+    gpu_h: float | None = Field(
+        None, description="A preemption's GPU-hours its run had had (null: not known)"
+    )
 
 
 class ReclaimReply(Reply):
@@ -157,6 +160,18 @@ class JobReply(Reply):
     restarts: int = Field(0, description="Times preempted (GPUHIVE_RESTARTS)")
     lent_from: int | None = Field(None, description="The reservation whose GPUs it runs on")
     history: list[JobEventReply] = Field(default_factory=list)
+    preemptions: int = Field(0, description="Times preempted ('preempted' events)")
+    service_gpu_h: float | None = Field(
+        None,
+        description="A preempted job's service so far: the GPU-hours of its tasks' runs, those "
+        "preempted and the current one (null: never preempted, or not known)",
+    )
+    lost_gpu_h: float | None = Field(
+        None,
+        description="The work a preempted job lost: at each preemption the GPU-hours its run had "
+        "had since it started (gpuhive does not know the job's last checkpoint, so this is the "
+        "most it lost; null: never preempted, or not known)",
+    )
     status: TaskState
     gpus: list[str]
     detail: bool = Field(description="Whether the definition is shown")
