@@ -167,7 +167,9 @@ class Jobs:
         GET jobs give the same number."""
         report, cached = self._starts or (None, None)
         if cached is None or report is not self.scheduler.last_report or job_ids - cached.keys():
-            cached = await self.scheduler.estimates()
+            # a job asked for that the estimates leave out stays unknown until the next pass
+            # (not worked out again on every poll)
+            cached = {**dict.fromkeys(job_ids), **await self.scheduler.estimates()}
             self._starts = (self.scheduler.last_report, cached)
         return cached
 
