@@ -406,8 +406,10 @@ def test_gpujob_asks_for_a_vendor_and_a_model(shell: Any, server: JupyterServer)
     # One vendor at this site: %gpustatus does not tag each GPU with it.
     assert "(NVIDIA)" not in shell.run_line_magic("gpustatus", "").text()
     # %gpureserve by count and --earliest take the same choice.
-    with pytest.raises(UsageError, match="Only 0 AMD GPUs are free then; 1 wanted"):
+    with pytest.raises(UsageError, match=r"No host of this site has AMD GPUs \(its GPUs: NVIDIA\)"):
         shell.run_line_magic("gpureserve", "1 --vendor amd --for 10m --no-pin")
+    with pytest.raises(UsageError, match="Only 0 NVIDIA MI300X GPUs are free then; 1 wanted"):
+        shell.run_line_magic("gpureserve", "1 --vendor nvidia --model MI300X --for 10m --no-pin")
     with pytest.raises(UsageError, match="known: amd, nvidia"):
         shell.run_line_magic("gpureserve", "1 --earliest --vendor intel --for 10m")
     with pytest.raises(UsageError, match="No slot fits"):

@@ -216,6 +216,11 @@ class GpuHiveMagics(Magics):
         possible."""
         host, vendor, model = args.host, (args.vendor or "").lower(), (args.model or "").lower()
         hosts = self._call(self.client.hosts)
+        here = sorted({str(h.get("vendor")).upper() for h in hosts if h.get("vendor")})
+        if vendor and here and vendor.upper() not in here:
+            raise HiveClientError(
+                f"No host of this site has {vendor.upper()} GPUs (its GPUs: {', '.join(here)})."
+            )
         busy = {
             g
             for r in self._call(
