@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from jupyter_gpuhive.errors import Invalid
 from jupyter_gpuhive.hosts.config import parse_host
 from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.hosts.probe_command import probe_loop_command
-from jupyter_gpuhive.hosts.vendors import register, vendor_named, vendor_of
+from jupyter_gpuhive.hosts.vendors import register, unregister, vendor_named, vendor_of
 from jupyter_gpuhive.model import HostDecl
 from jupyter_gpuhive.model.violations import FOREIGN
 from jupyter_gpuhive.monitor.sampler import Sampler
@@ -31,10 +32,20 @@ from tests.support.othervendor import NAME, FakeSmiVendor, install_fakesmi
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 
 
+@pytest.fixture(autouse=True)
+def fakesmi_known() -> Iterator[None]:
+    """fakesmi is a known vendor during each test of this module, and only then (the other
+    tests' lists of known vendors stay the site's)."""
+    register(NAME, FakeSmiVendor)
+    yield
+    unregister(NAME)
+    with pytest.raises(Invalid, match="No GPU vendor 'fakesmi'"):
+        vendor_named(NAME)
+
+
 @pytest.fixture
 def fakesmi_host(tmp_path: Path) -> tuple[LocalSimHost, HostDecl]:
     """A simulated host whose vendor is fakesmi (registered for this test)."""
-    register(NAME, FakeSmiVendor)
     sim = LocalSimHost("fv1", tmp_path / "sim", preset("a100x4", "fv1"))
     install_fakesmi(sim.bin_dir)
     env = sim.env({})
@@ -43,7 +54,6 @@ def fakesmi_host(tmp_path: Path) -> tuple[LocalSimHost, HostDecl]:
 
 
 def test_a_host_entry_names_its_vendor_and_an_unknown_one_is_refused() -> None:
-    register(NAME, FakeSmiVendor)
     assert isinstance(vendor_of(parse_host({"name": "h", "vendor": NAME}).extra), FakeSmiVendor)
     assert vendor_of(parse_host({"name": "h"}).extra) is vendor_named("nvidia")
     with pytest.raises(Invalid, match="No GPU vendor 'nosuch'"):

@@ -381,6 +381,10 @@ def test_a_queue_by_count_preview_and_submit_say_what_will_happen(owner: HiveCli
 
 @needs_root
 def test_overview_shows_a_running_queued_job(owner: HiveClient) -> None:
+    def none_running() -> bool:  # the jobs earlier tests stopped have ended (a stop takes a sync)
+        return not owner.request("GET", "jobs", params={"status": "running"})["jobs"]
+
+    wait_for(none_running, 30, "the earlier tests' jobs to end")
     body = {"name": "q-hold", "template": "plain", "gpus": ["wjob1:2"], "command": "sleep 120",
             "queued": True, "walltime": "1h"}  # fmt: skip
     job = owner.request("POST", "jobs", body)

@@ -45,6 +45,12 @@ def register(name: str, factory: Callable[[], Vendor]) -> None:
     vendor_named.cache_clear()
 
 
+def unregister(name: str) -> None:
+    """Forget a vendor `register` made known (a test's, a plugin's being unloaded)."""
+    _registered.pop(name, None)
+    vendor_named.cache_clear()
+
+
 @functools.cache
 def vendor_named(name: str) -> Vendor:
     """The vendor of this name: registered at run time, or from the entry point group."""
