@@ -9,13 +9,18 @@ driver's sentence; `unframe` gives the text back to the one reader that wants it
 from __future__ import annotations
 
 # awk: `hex(s)` the hex of s's bytes; `cg(p, all)` prints "=x" and the hex of
-# /proc/p/cgroup (only when a line names docker or libpod, unless `all`; nothing when gone).
+# /proc/p/cgroup (only when a line names docker or libpod and is not one of the probe's own
+# lines, unless `all`; nothing when gone). The probe's own: where the probe itself runs in a
+# container sharing the host's cgroup namespace, every process there names that container,
+# and none of them is a user's container for it.
 HEX_AWK = (
-    'BEGIN { for (i = 1; i < 256; i++) o[sprintf("%c", i)] = sprintf("%02x", i) }\n'
+    'BEGIN { for (i = 1; i < 256; i++) o[sprintf("%c", i)] = sprintf("%02x", i)\n'
+    '  while ((getline l < "/proc/self/cgroup") > 0) own[l] = 1; close("/proc/self/cgroup") }\n'
     'function hex(s,  h, i) { h = ""; for (i = 1; i <= length(s); i++) h = h o[substr(s, i, 1)]\n'
     "  return h }\n"
     'function cg(p, all,  f, l, c, d) { f = "/proc/" p "/cgroup"; c = ""; d = all\n'
-    '  while ((getline l < f) > 0) { c = c l "\\n"; if (l ~ /docker|libpod/) d = 1 }\n'
+    "  while ((getline l < f) > 0) {\n"
+    '    c = c l "\\n"; if (l ~ /docker|libpod/ && !(l in own)) d = 1 }\n'
     '  close(f); if (d && c != "") print "=x" hex(c) }\n'
 )
 

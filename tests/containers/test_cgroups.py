@@ -252,3 +252,41 @@ def probe_bytes(sim: LocalSimHost) -> bytes:
     """The real probe command's answer on the simulated host, as root reads it."""
     return subprocess.run(["sh", "-c", PROBE_COMMAND], env=sim.env({}), capture_output=True,
                           check=True, timeout=60).stdout  # fmt: skip
+
+
+def test_a_probe_inside_a_container_sees_its_neighbours_as_plain_processes(tmp_path: Path):
+    """Where the probe itself runs in a container that shares the host's cgroup namespace
+    (gpuhive's own tests in a Docker container, a monitor deployed in one), every process
+    there names that container in its cgroup file. A process in the probe's own cgroup is no
+    container for it (before, each was, so protection judged none of them as its user's);
+    a process in another engine's cgroup still is. Real processes in real cgroups."""
+    if not is_root() or CGROUP2 is None:
+        pytest.skip("needs root and a writable cgroup2 hierarchy")
+    sim = LocalSimHost("pc1", tmp_path / "sim", preset("a100x4", "pc1"))
+    ours, theirs = CGROUP2 / "docker" / ("b" * 64), CGROUP2 / "docker" / ("c" * 64)
+    made = [p for p in (ours.parent, ours, theirs) if not p.exists()]
+    for path in made:
+        path.mkdir()
+    try:
+        with (
+            hostile_process(sim.name, [0], user="gh-alice", argv=sleeper_argv("near"),
+                            config=sim.config_path) as near,
+            hostile_process(sim.name, [1], user="gh-bob", argv=sleeper_argv("far"),
+                            config=sim.config_path) as far,
+        ):  # fmt: skip
+            (ours / "cgroup.procs").write_text(f"{near.pid}\n")
+            (theirs / "cgroup.procs").write_text(f"{far.pid}\n")
+            inside = 'echo $$ > "$1/cgroup.procs" && exec sh -c "$2"'
+            raw = subprocess.run(
+                ["sh", "-c", inside, "sh", str(ours), PROBE_COMMAND], env=sim.env({}),
+                capture_output=True, check=True, timeout=60,
+            ).stdout  # fmt: skip
+            seen = parse_probe(sim.name, raw.decode(errors="replace"), utcnow())
+        by_pid = {p.pid: p for p in seen.processes}
+        assert by_pid[near.pid].user == "gh-alice" and by_pid[near.pid].container is None
+        assert by_pid[far.pid].user == "gh-bob"
+        assert by_pid[far.pid].container == Container("docker", "c" * 64)
+    finally:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
