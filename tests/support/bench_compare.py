@@ -24,7 +24,10 @@ def export(rev: str, into: Path) -> str:
         ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            tar.extractall(into, filter="data")
+        else:  # Debian 12's 3.11.2: the archive is this repository's own commit
+            tar.extractall(into)
     return commit
 
 
