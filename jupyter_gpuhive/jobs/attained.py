@@ -10,17 +10,24 @@ A waiting job at level 0 that cannot start now may preempt running preemptible j
 higher level on one host (`victims`): each has been preempted fewer than the bound times and
 runs on that host alone. The waiting job takes their GPUs and free ones of the same host, all
 of them GPUs that no slot kept for another job (nor a booking) needs before the waiting job
-ends, after the grace: no kept slot moves. See docs/explanation/queue-order.md.
+ends, after the grace: no kept slot moves. `takeovers` picks them for the first waiting
+jobs of an admission pass: what the Scheduler acts on after each pass (through the reclaim
+path: signal, grace, requeue) and what the queue replay models. See
+docs/explanation/queue-order.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import ChainMap, Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .admission import PassResult
 from .order import LEVELS_GPU_H, PROMOTE_AFTER, level, walltime, width
-from .plan import Candidate
+from .plan import EPS, Candidate, GpuState
 from .timeline import FOREVER
+
+PREEMPT_DEPTH = 1000  # the first waiting jobs of a pass's order that may preempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,4 +97,111 @@ def victims(
     return best[1] if best else None
 
 
-__all__ = ["LEVELS_GPU_H", "PROMOTE_AFTER", "Runner", "Takeover", "level", "victims"]
+def takeovers(
+    result: PassResult,
+    pending: Mapping[int, Candidate],
+    gpus: Mapping[str, GpuState],
+    runners: Iterable[Runner],
+    now: float,
+    grace: float,
+    bound: int,
+    *,
+    taken: Collection[str] = (),
+    usable: Callable[[Candidate, str, float], bool] | None = None,
+    skip: Collection[int] = (),
+    depth: int = PREEMPT_DEPTH,
+) -> list[Takeover]:
+    """The preemptions after an admission pass (`result`, over `pending`): each of the first
+    `depth` waiting jobs of its order, in that order, may take running preemptible jobs'
+    GPUs (`victims`), except a job the wide-job rule holds back (a waiting wide job with a
+    shorter walltime is ahead of it: see `admission`) and the jobs in `skip`. `gpus`: the
+    pass's GPU states (free now: no blocker, not `taken` by a job started after the pass;
+    each GPU's next booking is its `free_until`); `usable(job, uuid, end)`: whether the job
+    may have that GPU until `end` (access rules, health). A job that names a vendor or model
+    gets only those GPUs. The slots the pass kept, the job's own aside, are never taken."""
+    left = list(runners)
+    if not left or not result.waiting:
+        return []
+    largest = max(Counter(g.host for g in gpus.values()).values(), default=0)
+    busy = set(taken)
+    free: dict[str, list[str]] = {}
+    for uuid, state in gpus.items():
+        if state.blocker is None and uuid not in busy:
+            free.setdefault(state.host, []).append(uuid)
+    kept: dict[str, list[tuple[float, int]]] = {}  # GPU -> (start, job) of the slots on it
+    for other, held_slot in result.planned.items():
+        for uuid in held_slot.gpus:
+            kept.setdefault(uuid, []).append((held_slot.start, other))
+    until = {u: s.free_until for u, s in gpus.items() if s.free_until < FOREVER}
+    for uuid, slots in kept.items():
+        slots.sort()
+        until[uuid] = min(until.get(uuid, FOREVER), slots[0][0])
+    out: list[Takeover] = []
+    wide: Candidate | None = None  # as in `admission.admit`: the shortest waiting wide job
+    for n, job_id in enumerate(result.waiting):
+        if n >= depth or not left:
+            break
+        job = pending[job_id]
+        held = wide is not None and walltime(job, now) > walltime(wide, now) + EPS
+        slot = result.planned.get(job_id)
+        ready = job.not_before <= now
+        shorter = wide is None or walltime(job, now) < walltime(wide, now)
+        if slot is not None and ready and slot.start > now and width(job) > largest and shorter:
+            wide = job
+        if held or not ready or job_id in skip or not job.count:
+            continue
+        mine = _own_until(job_id, slot.gpus if slot else (), kept, gpus)
+        bounds = ChainMap(mine, until)
+        end = now + grace + walltime(job, now)
+        if usable is not None or job.only is not None:
+            ok = _may_use(job, end, usable)
+            group = [r for r in left if all(ok(g) for g in r.gpus)]
+            spare = {h: [g for g in gs if ok(g)] for h, gs in free.items()}
+        else:
+            group, spare = left, free
+        found = victims(job, now, grace, spare, bounds, group, bound)
+        if found is None:
+            continue
+        out.append(found)
+        gone = set(found.victims)
+        left = [r for r in left if r.job_id not in gone]
+        free[found.host] = [g for g in free.get(found.host, []) if g not in found.gpus]
+    return out
+
+
+def _own_until(
+    job_id: int,
+    own: Sequence[str],
+    kept: Mapping[str, list[tuple[float, int]]],
+    gpus: Mapping[str, GpuState],
+) -> dict[str, float]:
+    """On the GPUs of a job's own slot, when the next other slot or booking needs them."""
+    out = {}
+    for uuid in own:
+        others = [at for at, holder in kept.get(uuid, ()) if holder != job_id]
+        state = gpus.get(uuid)
+        out[uuid] = min([*others, state.free_until if state else FOREVER])
+    return out
+
+
+def _may_use(
+    job: Candidate, end: float, usable: Callable[[Candidate, str, float], bool] | None
+) -> Callable[[str], bool]:
+    def ok(uuid: str) -> bool:
+        if job.only is not None and uuid not in job.only:
+            return False
+        return usable is None or usable(job, uuid, end)
+
+    return ok
+
+
+__all__ = [
+    "LEVELS_GPU_H",
+    "PREEMPT_DEPTH",
+    "PROMOTE_AFTER",
+    "Runner",
+    "Takeover",
+    "level",
+    "takeovers",
+    "victims",
+]

@@ -8,16 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jupyter_gpuhive.jobs.admission import PassResult
-from jupyter_gpuhive.jobs.attained import Runner, Takeover, victims
-from jupyter_gpuhive.jobs.plan import Candidate
+from jupyter_gpuhive.jobs.attained import Runner, Takeover, takeovers
+from jupyter_gpuhive.jobs.plan import Candidate, GpuState
 from jupyter_gpuhive.jobs.preemption import PREEMPT_PATIENCE, PreemptionSettings
 
 GRACE_S = 30.0  # the site's grace (PreemptionSettings' default)
 CHECKPOINT_S = 600.0  # a preemptible job saves a checkpoint every 10 minutes of work
 MAX_PREEMPTIONS = PreemptionSettings().max_preemptions  # the bound per job: the site's limit
-PREEMPT_DEPTH = 1000  # the first waiting jobs of the order that may preempt
 PREEMPTIBLE_SHARE = 0.5
-PER_HOST = 8  # of the trace's submissions (a sweep's copies alike)
 
 
 @dataclass
@@ -54,43 +52,24 @@ class Runs:
 def plan_preemptions(
     result: PassResult,
     pending: Mapping[int, Candidate],
-    free: Mapping[str, list[str]],
+    states: Mapping[str, GpuState],
     runs: Runs,
     preemptible: Mapping[int, bool],
     host_of: Mapping[str, str],
     now: float,
 ) -> list[Takeover]:
-    """The preemptions after a pass: each of the first waiting jobs of its order (not held
-    behind a wide job) may take running preemptible jobs' GPUs (`attained.victims`)."""
+    """The preemptions after a pass, as the Scheduler chooses them (`attained.takeovers`):
+    the running preemptible single-host jobs are the runners; the GPUs the pass started jobs
+    on are taken."""
     runners = [
         Runner(job_id, host_of[gpus[0]], gpus, runs.attained(job_id, now),
                runs.of(job_id).preemptions)
         for job_id, gpus in runs.gpus.items()
         if preemptible[job_id] and len({host_of[g] for g in gpus}) == 1
     ]  # fmt: skip
-    out: list[Takeover] = []
-    if not runners:
-        return out
-    spare = {host: list(gs) for host, gs in free.items()}
-    kept: dict[str, list[tuple[float, int]]] = {}  # GPU -> the slots kept on it
-    for other, slot in result.planned.items():
-        for uuid in slot.gpus:
-            kept.setdefault(uuid, []).append((slot.start, other))
-    for n, (job_id, why) in enumerate(result.waiting.items()):
-        if n >= PREEMPT_DEPTH or not runners:
-            break
-        job = pending[job_id]
-        if "only jobs with a walltime up to" in why or job.count > PER_HOST:
-            continue  # the wide-job rule holds it; or it needs more than one host
-        until = {g: min(at for at, o in slots if o != job_id)
-                 for g, slots in kept.items() if any(o != job_id for _, o in slots)}  # fmt: skip
-        found = victims(job, now, GRACE_S, spare, until, runners, MAX_PREEMPTIONS)
-        if found is None:
-            continue
-        out.append(found)
-        runners = [r for r in runners if r.job_id not in found.victims]
-        spare[found.host] = [g for g in spare.get(found.host, []) if g not in found.gpus]
-    return out
+    taken = [uuid for a in result.admitted for uuid in a.gpus]
+    return takeovers(result, pending, states, runners, now, GRACE_S, MAX_PREEMPTIONS,
+                     taken=taken)  # fmt: skip
 
 
 def stop(runs: Runs, job_id: int, now: float, runtime: float) -> tuple[float, float, float]:

@@ -247,12 +247,8 @@ def replay(trace: list[TraceJob], hosts: int, policy: str, depth: int | None = N
             start(job, admission.gpus, now)
         if policy != "las":
             continue
-        free: dict[str, list[str]] = {}
-        for uuid in uuids:
-            if uuid not in holder:
-                free.setdefault(host_of[uuid], []).append(uuid)
         flags = {j: by_id[j].preemptible for j in runs.gpus}
-        for way in plan_preemptions(result, candidates, free, runs, flags, host_of, now):
+        for way in plan_preemptions(result, candidates, states, runs, flags, host_of, now):
             at = now
             for victim in way.victims:
                 if runs.end[victim] <= now + GRACE_S + PREEMPT_PATIENCE:
