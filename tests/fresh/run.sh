@@ -68,9 +68,10 @@ echo "test-fresh: $commit on a new $BASE_IMAGE container; log: $LOG"
 set +e
 # --privileged is refused where Docker itself runs in a sandbox; the tests need these:
 # network namespaces and nftables (NET_ADMIN, SYS_ADMIN), ps of other users (SYS_PTRACE),
-# priorities set back by the sweep benchmark (SYS_NICE): what root has on a real machine.
+# priorities set back by the sweep benchmark (SYS_NICE): what root has on a real machine; and
+# a writable cgroup tree for the Docker the container tests and benchmark start inside it.
 docker run --rm --cap-add NET_ADMIN --cap-add SYS_ADMIN --cap-add SYS_PTRACE --cap-add NET_RAW \
-  --cap-add SYS_NICE \
+  --cap-add SYS_NICE -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
   --security-opt seccomp=unconfined --security-opt apparmor=unconfined --network host --shm-size 1g -e CI=true "${mounts[@]}" \
   "$BASE_IMAGE" bash -euo pipefail -c "
     update-ca-certificates >/dev/null 2>&1 || true
