@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import caps
 from .pytorch import PyTorchTemplate
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import COMMON_FIELDS, Node, Option, Template
@@ -19,7 +20,10 @@ class PlainTemplate(Template):
         "with per_gpu. Fields are substituted shell-quoted: write {lr}, not '{lr}'."
     )
     fields = COMMON_FIELDS
-    options = {"per_gpu": Option("one task per GPU instead of one per host", False, bool)}
+    options = {
+        "per_gpu": Option("one task per GPU instead of one per host", False, bool),
+        **caps.OPTIONS,
+    }
     example = "python train.py --lr {lr} --out results/{job}-{task}"
 
     def _render(

@@ -6,7 +6,7 @@ import shlex
 import zlib
 from typing import Any
 
-from . import resume
+from . import caps, resume
 from .tasks import TaskSpec, TemplateError
 from .template import COMMON_FIELDS, Node, Option, Template, choice_option, int_option
 
@@ -55,6 +55,7 @@ class PyTorchTemplate(Template):
             str,
         ),
         **resume.OPTIONS,
+        **caps.OPTIONS,
     }
     example = "train.py --epochs 10 --lr {lr}"
     env_names = (

@@ -48,8 +48,13 @@ OPTIONS = {
 @cache
 def packed_source() -> str:
     """The helper's source without docstrings, gzip-compressed, base64 (one line)."""
-    path = Path(__file__).with_name("checkpoint.py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return pack(Path(__file__).with_name("checkpoint.py"))
+
+
+def pack(path: str | Path) -> str:
+    """A module's source without docstrings, gzip-compressed, base64 (one line): what travels
+    in a task's environment file to be unpacked on the host."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and _is_docstring(body[0]):

@@ -24,7 +24,7 @@ from .admission import (
     template_options,
 )
 from .commands import shell_command
-from .model import pinnings_of, render_tasks
+from .model import mps_hosts, pinnings_of, render_tasks
 from .preemption import check_request
 from .selection import choice_of, matching, merged, refuse_unmatched, vendors_of, without
 from .tasks import GpuSlot, TaskSpec, TemplateError
@@ -136,7 +136,10 @@ class JobRules:
         refuse_unmatched(choice, gpus, vendors_of(self.hosts()))
         job = replace(job, options=without(options))  # named GPUs: checked now, not kept
         try:
-            specs = render_tasks(job, self._layout(gpus), pinnings=pinnings_of(self.hosts()))
+            specs = render_tasks(
+                job, self._layout(gpus), pinnings=pinnings_of(self.hosts()),
+                mps=mps_hosts(self.hosts()), gpu_memory={g.uuid: g.memory_mib for g in gpus},
+            )  # fmt: skip
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None
         if job.container is not None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import resume
+from . import caps, resume
 from .tasks import GpuSlot, TaskSpec, TemplateError
 from .template import COMMON_FIELDS, Node, Option, Template, host_port, int_option
 
@@ -98,6 +98,7 @@ class TensorFlowTemplate(Template):
         "chief": Option("make the first task the chief", False, bool),
         "ps": Option("number of parameter servers (no GPUs)", 0, int),
         **resume.OPTIONS,
+        **caps.OPTIONS,
     }
     example = "python train.py --epochs 10 --lr {lr}"
     env_names = ("TF_CONFIG", *resume.ENV_NAMES)
@@ -158,6 +159,7 @@ class ClusterSpecTemplate(Template):
         **_LAYOUT_OPTIONS,
         "ps": Option("number of parameter servers (no GPUs)", 1, int),
         "append_flags": Option("append the four flags to the command", True, bool),
+        **caps.OPTIONS,
     }
     example = "python trainer.py --train_steps 1000 --lr {lr}"
 

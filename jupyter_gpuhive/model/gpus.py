@@ -122,6 +122,11 @@ class Pinning:
     # set alongside it to the positions 0..n-1 of the n pinned devices (ROCm's
     # HIP_VISIBLE_DEVICES, which picks among what ROCR_VISIBLE_DEVICES left)
     counted: tuple[str, ...] = ()
+    # a share's memory caps (jobs/caps.py): the framework allocator's settings variable that
+    # takes `per_process_memory_fraction`, and the variable of a per-client memory limit
+    # where the host runs the vendor's multi-process service (`<uuid>=<MiB>M`), if any
+    alloc_conf: str | None = None
+    mps_limit: str | None = None
 
     @property
     def names(self) -> frozenset[str]:

@@ -61,7 +61,11 @@ class AmdVendor(Vendor):
 
     name = "amd"
     tool_name = "amd-smi"
-    pinning = RocmPinning("ROCR_VISIBLE_DEVICES", counted=("HIP_VISIBLE_DEVICES",))
+    pinning = RocmPinning(
+        "ROCR_VISIBLE_DEVICES",
+        counted=("HIP_VISIBLE_DEVICES",),
+        alloc_conf="PYTORCH_HIP_ALLOC_CONF",
+    )
     fifos = FIFOS
     children = CHILDREN
     topology_command = TOPOLOGY

@@ -30,6 +30,8 @@ class NvidiaVendor(Vendor):
         {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
         cdi_kind="nvidia.com/gpu",
         gpus_flag=True,
+        alloc_conf="PYTORCH_CUDA_ALLOC_CONF",
+        mps_limit="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
     )
     fifos = FIFOS
     children = CHILDREN
