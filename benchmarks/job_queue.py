@@ -14,25 +14,31 @@ Measured (median of the repeats):
   the first 32 waiting jobs, with the reservation spans), no access rules; the target is
   ≤ 500 ms. `admission_pass_rules_ms`: the same with weekly access rules for every owner;
 - `estimates_ms`: start estimates (the same pass, slots for the first 256 waiting jobs);
+- `least_served_ms`: the preemptions the Scheduler chooses after that pass
+  (`attained.takeovers`), with every running job preemptible and past 1 GPU-hour (the most
+  work it can have; `least_served_takeovers`: how many it chose);
 - `sqlite_snapshot_ms`: `Scheduler.snapshot` reading the same world from a real SQLite store
   (jobs with tasks, 50,000 reservations, rules, inventory) and building the inputs.
 
 Then the queue's order against the baselines, in the same run: the queue replay's synthetic
 trace (`tests/support/queue_trace.py`, seed 21; 64 hosts × 8 GPUs and 3,000 jobs, 32 and
-1,000 with --quick, 16 and 100 with --smoke) replayed in simulated time through the real pass
-(`backfill`), strict FIFO (`fifo`) and Slurm's EASY backfill (`easy`,
-`tests/support/easy_backfill.py`), with the same whole-host placement, at two loads: `busy`
-(85 % of capacity offered, near saturation) and `light` (50 %). Per load (`by_load`) and,
-at the top, the worst over both: `mean_wait_vs_easy`, `mean_jct_vs_easy` (completion =
-wait + runtime), `largest_class_max_wait_vs_easy` (jobs of 64-128 GPUs), `util_vs_easy`,
-the same four `_vs_fifo`; per load, `las_vs_easy`: the same four for the pass with
-least-attained-service preemption of preemptible jobs (`las`, `tests/support/las_replay.py`:
+1,000 with --quick, 16 and 100 with --smoke) replayed in simulated time, with the same
+whole-host placement, under the queue as the Scheduler runs it (`las`: the real pass, then
+the preemptions the Scheduler chooses, `attained.takeovers`, for least attained service;
 half the trace's sweeps preemptible, a 30 s grace, a checkpoint every 10 min, completion
-includes the work lost and the time back in the queue), `preempted_jobs`, `lost_h`;
-`max_preemptions_per_job` (the most times the `las` replay preempted one job; its bound,
-`preemption_bound`, is the site's `max_preemptions`, 3), and `starved_jobs`: jobs that started
-after the slot they held, or that a job submitted more than `wait_order_bound_h` after them
-passed by taking a slot, in `backfill` and `las` (see docs/explanation/queue-order.md).
+includes the work lost and the time back in the queue: `tests/support/las_replay.py`), the
+same pass without preemption (`backfill`: the site's least_attained_service off), strict
+FIFO (`fifo`) and Slurm's EASY backfill (`easy`, `tests/support/easy_backfill.py`), at two
+loads: `busy` (85 % of capacity offered, near saturation) and `light` (50 %). Per load
+(`by_load`) and, at the top, the worst over both, for `las` (`policy`): `mean_wait_vs_easy`,
+`mean_jct_vs_easy` (completion = end - submission), `largest_class_max_wait_vs_easy` (jobs
+of 64-128 GPUs), `util_vs_easy` (useful work: work lost to preemption left out), the same
+four `_vs_fifo`; `max_preemptions_per_job` (its bound, `preemption_bound`, is the site's
+`max_preemptions`, 3) and `starved_jobs`: jobs that started after the slot they held, or
+that a job submitted more than `wait_order_bound_h` after them passed by taking a slot, in
+`las` and `backfill`. Per load also `without_preemption` (the eight ratios of `backfill`),
+`preempted_jobs`, `lost_h`, each policy's `mean_wait_h`, `mean_jct_h` and `replay_cpu_s`
+(see docs/explanation/queue-order.md).
 The last line printed is one JSON object with the figures.
 """
 
@@ -57,6 +63,7 @@ from sqlalchemy import insert
 from jupyter_gpuhive.bookings.access import Rule, Window
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.jobs.admission import admit
+from jupyter_gpuhive.jobs.attained import Runner, takeovers
 from jupyter_gpuhive.jobs.launcher import Launcher
 from jupyter_gpuhive.jobs.queue import (
     RuleCheck,
@@ -229,6 +236,16 @@ def measure_memory(world: World, repeats: int) -> dict[str, Any]:
                       horizon=horizon),
         repeats,
     )  # fmt: skip
+    runners = [  # every running job preemptible and past its first level: the worst case
+        Runner(job.id, job.tasks[0].host, job.tasks[0].gpus, 2 * 3600.0 * len(job.gpus), 0)
+        for job in world.running
+    ]
+    pending = {c.job_id: c for c in found}
+    ways, least_served_ms = timed(
+        lambda: takeovers(result, pending, states, runners, at, 30.0, 3,
+                          taken=[u for a in result.admitted for u in a.gpus]),
+        repeats,
+    )  # fmt: skip
     guesses, estimates_ms = timed(
         lambda: admit(found, states, at, reserved=spans, horizon=horizon, depth=256).starts(at),
         1,
@@ -238,6 +255,8 @@ def measure_memory(world: World, repeats: int) -> dict[str, Any]:
         "admission_pass_ms": pass_ms,
         "admission_pass_rules_ms": rules_ms,
         "estimates_ms": estimates_ms,
+        "least_served_ms": least_served_ms,
+        "least_served_takeovers": len(ways),
         "admitted": len(result.admitted),
         "admitted_gpus": sum(len(a.gpus) for a in result.admitted),
         "admitted_with_rules": len(ruled.admitted),

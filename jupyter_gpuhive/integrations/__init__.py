@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -266,19 +267,23 @@ class Integrations:
                 await self._job_event(kind, job)
 
     def job_preempted(self, event: dict[str, Any]) -> None:
-        """A lender took its GPUs back from a preemptible job: `job.preempted` to the job's
-        owner and the holder ({job, owner, reservation, signal, grace_s, restarts})."""
+        """A lender took its GPUs back from a preemptible job, or a new queued job preempted
+        it (least attained service): `job.preempted` to the job's owner and the holder
+        ({job, owner, reservation (None for a new job), for_job (only then), signal,
+        grace_s, restarts})."""
         self._spawn(self._job_preempted(dict(event)))
 
     async def _job_preempted(self, event: dict[str, Any]) -> None:
-        try:
-            res = await self.run(self.store.reservations.get, event["reservation"])
-            holder: str | None = res.owner
-        except NotFound:
-            holder = None
-        text = (f"{event['owner']}'s preemptible job {event['job']} gives back the GPUs of "
-                f"reservation {event['reservation']}: {event['signal']}, {event['grace_s']:g} s "
-                f"to checkpoint, then back in the queue (restart {event['restarts']})")  # fmt: skip
+        holder: str | None = None
+        if event["reservation"] is None:
+            what = f"its GPUs to new queued job {event.get('for_job')}"
+        else:
+            what = f"back the GPUs of reservation {event['reservation']}"
+            with contextlib.suppress(NotFound):
+                holder = (await self.run(self.store.reservations.get, event["reservation"])).owner
+        text = (f"{event['owner']}'s preemptible job {event['job']} gives {what}: "
+                f"{event['signal']}, {event['grace_s']:g} s to checkpoint, then back in the "
+                f"queue (restart {event['restarts']})")  # fmt: skip
         users = [u for u in (event["owner"], holder) if u]
         await self.webhooks.emit("job.preempted", event, users, text + ".", event)
 

@@ -18,9 +18,11 @@ The holder's claim always wins. A loan is reclaimed when
 Reclaiming sends the job's signal (`preempt_signal`) to its process groups, waits its grace
 (the site's `grace_s`, or less when the job asked), then sends SIGTERM and, after
 `KILL_PATIENCE`, SIGKILL. The job then goes back to pending with `restarts` one higher; it
-keeps its place in the queue (the queue orders by submission), so it runs again ahead of
-jobs submitted after it. A job preempted `max_preemptions` times is told (an `exhausted`
-event) and from then on runs in unbooked time only.
+keeps its place in the queue, behind new jobs by the service it has had (`order.level`)
+while the site's `least_attained_service` is on. That setting also lets a new queued job
+preempt running preemptible jobs that have had more service, by the same path (`attained`,
+`Reclaims._least_served`). A job preempted `max_preemptions` times is told (an `exhausted`
+event) and from then on runs in unbooked time only, and is not preempted for new jobs.
 
 The job's tasks get `GPUHIVE_RESTARTS`, `GPUHIVE_PREEMPT_SIGNAL`, `GPUHIVE_GRACE_S` and
 `GPUHIVE_CHECKPOINT_DIR` (a directory per job, the same at every restart, made by the task
@@ -67,6 +69,7 @@ class PreemptionSettings:
     lending: bool = True
     grace_s: int = 30
     max_preemptions: int = 3
+    least_attained_service: bool = True  # new queued jobs preempt well-served ones (`attained`)
     reclaim_before_start_s: int = 300
     watch_interval: float = 0.5
     user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user

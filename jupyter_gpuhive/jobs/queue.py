@@ -130,6 +130,7 @@ class Scheduler(Reclaims):
         self._lock = asyncio.Lock()
         self._stopping: dict[int, asyncio.Task[None]] = {}
         self._plan: dict[int, Slot] = {}  # the slots the last pass kept, by job
+        self._takeovers = {}  # preemptions for new jobs under way (`Reclaims._least_served`)
         # Preemptible jobs (see `preemption`): the launcher reclaims lent GPUs before a
         # holder's job starts; the watch probes lent GPUs between sweeps.
         self.preemption = preemption or PreemptionSettings()
@@ -246,10 +247,12 @@ class Scheduler(Reclaims):
     def _pass(self, snap: Snapshot, lead: float, depth: int) -> tuple[list[Candidate], Any]:
         """The admission pass over every pending queued job, with the last pass's slots."""
         queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead,
-                            inventory=snap.inventory, vendors=snap.vendors)  # fmt: skip
+                            inventory=snap.inventory, vendors=snap.vendors,
+                            attained=self.preemption.least_attained_service)  # fmt: skip
         until = (snap.now + self.horizon).timestamp()
-        result = admit(queued, snap.gpus, snap.now.timestamp(), access=RuleCheck(snap, self.zone),
-                       reserved=snap.reserved, previous=self._plan, depth=depth,
+        states, previous = self._in_flight(snap, queued)
+        result = admit(queued, states, snap.now.timestamp(), access=RuleCheck(snap, self.zone),
+                       reserved=snap.reserved, previous=previous, depth=depth,
                        horizon=until)  # fmt: skip
         return queued, result
 
@@ -262,6 +265,8 @@ class Scheduler(Reclaims):
         borrowed = await in_thread(self._lending_pass, snap, queued, result)
         for admission in borrowed:
             report.waiting.pop(admission.job_id, None)
+        taken = [u for a in (*result.admitted, *borrowed) for u in a.gpus]
+        await self._least_served(snap, queued, result, taken, report.waiting)
         by_id = {job.id: job for job in snap.jobs}
         todo: list[int] = []
         lent = {a.job_id for a in borrowed}
@@ -390,8 +395,10 @@ class Scheduler(Reclaims):
         states = gpu_states(inventory.values(), reserved, jobs, sweep, now,
                             default_walltime=self.default_walltime, ended=ended,
                             left=left)  # fmt: skip
+        unbookable = set()
         for gpu_id, condition in self.store.health.unbookable().items():
             gpu = self.store.inventory.gpu_by_id(gpu_id)  # failed or drained: given to no job
+            unbookable.add(gpu.uuid)
             if gpu.uuid in states and states[gpu.uuid].blocker is None:
                 why = condition.why_not(gpu.ref).split(". ")[0]
                 states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
@@ -407,7 +414,7 @@ class Scheduler(Reclaims):
         asks = any(job.queued and any(k in job.options for k in CHOICE) for job in jobs)
         vendors = vendors_of(self.launcher.pool.hosts) if asks else {}  # for a vendor or model
         return Snapshot(now, jobs, marked, states, reserved, inventory, rules, identities,
-                        lending, vendors)  # fmt: skip
+                        lending, vendors, frozenset(unbookable))  # fmt: skip
 
 
 __all__ = [

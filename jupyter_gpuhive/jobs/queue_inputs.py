@@ -45,6 +45,7 @@ class Snapshot:
     identities: dict[str, Identity]
     lending: Lending | None = None  # bookings and loans, when a preemptible job is about
     vendors: dict[str, str] = field(default_factory=dict)  # each configured host's GPU vendor
+    unbookable: frozenset[str] = frozenset()  # GPUs failed or drained: given to no job
 
 
 def candidates(
@@ -55,10 +56,13 @@ def candidates(
     *,
     inventory: Mapping[str, Gpu] | None = None,
     vendors: Mapping[str, str] | None = None,
+    attained: bool = False,
 ) -> list[Candidate]:
     """The pending queued jobs as the pass takes them (those past their stop time left out).
     A count-only job that names a vendor or model gets only the GPUs of `inventory` (by
-    UUID) that match, each host's vendor from `vendors` (without `inventory`: any GPU)."""
+    UUID) that match, each host's vendor from `vendors` (without `inventory`: any GPU).
+    `attained`: each preempted job carries the service it has had (`served`), which the
+    order reads (least attained service); else none does."""
     out = []
     at = now.timestamp()
     for job in jobs:
@@ -88,9 +92,26 @@ def candidates(
         only = None
         if choice and inventory is not None:
             only = frozenset(g.uuid for g in matching(choice, inventory.values(), vendors or {}))
+        had, back = served(job, now) if attained else (0.0, 0.0)
         out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement,
-                             only=only))  # fmt: skip
+                             attained=had, requeued=back, only=only))  # fmt: skip
     return out
+
+
+def served(job: Job, now: datetime) -> tuple[float, float]:
+    """The GPU-seconds a job has run over its preempted runs and its current one (its
+    attained service), and when it was last preempted (0: never)."""
+    preempted = [e for e in job.history if e.kind == "preempted"]
+    if not preempted:
+        had, since, back = 0.0, None, 0.0
+    else:
+        had = sum(e.gpu_s or 0.0 for e in preempted)
+        since, back = preempted[-1].at, preempted[-1].at.timestamp()
+    for task in job.tasks:
+        if task.started_at is not None and (since is None or task.started_at > since):
+            ran = ((task.ended_at or now) - task.started_at).total_seconds()
+            had += len(task.gpus) * max(0.0, ran)
+    return had, back
 
 
 def booked(store: Store, start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:

@@ -1,8 +1,10 @@
 """The queue's part for preemptible jobs: the second admission pass on lent GPUs, the
-loans it opens, ends and reclaims, and the jobs put back in the queue after a reclaim.
+loans it opens, ends and reclaims, the preemptions for new jobs (least attained service,
+`attained`), and the jobs put back in the queue after a reclaim or a preemption.
 
-`Scheduler` (jobs/queue.py) is a `Reclaims`: the tick calls `_borrowing`, `_reclaimed` and
-`_lending_pass`; kernels and the API call `make_way`, `reclaim` and `reclaim_reservation`.
+`Scheduler` (jobs/queue.py) is a `Reclaims`: the tick calls `_borrowing`, `_reclaimed`,
+`_lending_pass`, `_in_flight` and `_least_served`; kernels and the API call `make_way`,
+`reclaim` and `reclaim_reservation`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..model import Reservation
-from ..model.jobs import ACTIVE, Job
+from ..model.jobs import ACTIVE, Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
 from ..store.preemption import EXHAUSTED, RESUMED
-from .admission import Candidate, admit
+from .admission import Candidate, GpuState, PassResult, Slot, admit
+from .attained import Runner, Takeover, takeovers
 from .launcher import Launcher
+from .order import walltime
+from .plan import when
 from .preemption import (
     PREEMPT_PATIENCE,
     PreemptionSettings,
@@ -32,7 +37,7 @@ from .preemption import (
     lending_states,
     samples_of,
 )
-from .queue_inputs import RuleCheck, Snapshot
+from .queue_inputs import RuleCheck, Snapshot, served
 
 if TYPE_CHECKING:
     from datetime import timedelta, tzinfo
@@ -55,6 +60,10 @@ class Reclaims:
     _sweep: Sweep | None
     _stopping: dict[int, asyncio.Task[None]]
     _stop_later: Callable[..., None]  # the scheduler's: stop a job in the background
+    _plan: dict[int, Slot]  # the slots the last pass kept
+    # Preemptions for new jobs under way: job -> (the jobs it preempted, the GPUs it takes,
+    # when they are free at the latest).
+    _takeovers: dict[int, tuple[tuple[int, ...], tuple[str, ...], float]]
 
     def _lending_pass(self, snap: Snapshot, queued: list[Candidate], first: Any) -> list[Any]:
         """The second pass: preemptible jobs the first left waiting, on lent GPUs too."""
@@ -242,6 +251,127 @@ class Reclaims:
             changed = True
         return changed
 
+    # --- least attained service -----------------------------------------------------------
+
+    def _in_flight(
+        self, snap: Snapshot, queued: Sequence[Candidate]
+    ) -> tuple[dict[str, GpuState], dict[int, Slot]]:
+        """The GPU states and last slots a pass starts from, with the preemptions for new
+        jobs under way: a preempted job still running lets go of its GPUs when its grace
+        and the kill are over (or a moment from now, when that is overdue), and the job that
+        preempted it keeps its slot on them from then on."""
+        if not self._takeovers:
+            return snap.gpus, self._plan
+        waiting = {c.job_id: c for c in queued}
+        running = {job.id: job for job in snap.jobs if any(t.active for t in job.tasks)}
+        states, previous = dict(snap.gpus), dict(self._plan)
+        now = snap.now.timestamp()
+        for job_id, (victims, gpus, free_at) in self._takeovers.items():
+            job = waiting.get(job_id)
+            still = [running[v] for v in victims if v in running]
+            if job is None or not still:
+                continue
+            at = max(free_at, now + 1.0)
+            held = {u for victim in still for u in victim.gpus}.intersection(gpus)
+            for uuid in held:
+                if uuid in states:
+                    states[uuid] = replace(states[uuid], release=at)
+            previous[job_id] = Slot(at, at + walltime(job, now), gpus)
+        return states, previous
+
+    async def _least_served(
+        self, snap: Snapshot, queued: Sequence[Candidate], result: PassResult,
+        taken: Sequence[str], waiting: dict[int, str],
+    ) -> list[int]:  # fmt: skip
+        """After the passes: the first waiting new jobs preempt running preemptible jobs that
+        have had more service (`attained.takeovers`), through the reclaim path (signal,
+        grace, requeue at the old place); the jobs that preempted (`waiting` says so)."""
+        settings = self.preemption
+        alive = {c.job_id for c in queued}
+        self._takeovers = {
+            j: way for j, way in self._takeovers.items()
+            if j in result.waiting and j in alive and not self._over(way[0], snap)
+        }  # fmt: skip
+        if not settings.least_attained_service or not result.waiting:
+            return []
+        runners = [r for job in snap.jobs if (r := self._runner(job, snap)) is not None]
+        if not runners:
+            return []
+        access = RuleCheck(snap, self.zone)
+
+        def usable(job: Candidate, uuid: str, end: float) -> bool:
+            if uuid in snap.unbookable:
+                return False
+            return not access.restricted(job.owner) or access.allows(job.owner, uuid, end)
+
+        pending = {c.job_id: c for c in queued}
+        ways = await in_thread(
+            takeovers, result, pending, snap.gpus, runners, snap.now.timestamp(),
+            float(settings.grace_s), settings.max_preemptions, taken=taken, usable=usable,
+            skip=set(self._takeovers),
+        )  # fmt: skip
+        by_id = {job.id: job for job in snap.jobs}
+        done = []
+        for way in ways:
+            if await self._take_over(way, pending[way.job_id], by_id, snap, waiting):
+                done.append(way.job_id)
+        return done
+
+    def _runner(self, job: Job, snap: Snapshot) -> Runner | None:
+        """A running preemptible queued job on one host, not borrowing nor being stopped."""
+        if not (job.queued and job.preemptible and job.lent_from is None and job.tasks):
+            return None
+        if job.id in snap.marked or job.id in self._stopping:
+            return None
+        if any(t.state != TaskState.RUNNING for t in job.tasks):
+            return None
+        hosts = {t.host for t in job.tasks}
+        if len(hosts) != 1:
+            return None
+        had, _ = served(job, snap.now)
+        return Runner(job.id, hosts.pop(), job.gpus, had, job.restarts)
+
+    @staticmethod
+    def _over(victims: Sequence[int], snap: Snapshot) -> bool:
+        """Whether none of the preempted jobs runs any more."""
+        running = {job.id for job in snap.jobs if any(t.active for t in job.tasks)}
+        return not running.intersection(victims)
+
+    async def _take_over(
+        self, way: Takeover, job: Candidate, by_id: dict[int, Job], snap: Snapshot,
+        waiting: dict[int, str],
+    ) -> bool:  # fmt: skip
+        """Preempt the takeover's jobs and keep the GPUs for the waiting job from when they
+        are free; whether any was preempted."""
+        now = snap.now
+        at = now.timestamp()
+        gone: list[int] = []
+        for victim_id in way.victims:
+            victim = by_id[victim_id]
+            grace = self.preemption.grace(victim)
+            had = served(victim, now)[0] / 3600
+            why = (f"queued job {way.job_id}, new, takes its GPUs: this job has had {had:.1f} "
+                   "GPU-hours (least attained service)")  # fmt: skip
+            signal = victim.preempt_signal
+            if not await in_thread(self.store.preemption.preempt, victim.id, now, why, signal,
+                                   grace):  # fmt: skip
+                continue
+            log.info("gpuhive queue: preempting job %s for job %s", victim.id, way.job_id)
+            self._stop_later(victim.id, why, requeue=True, preempt=(signal, grace))
+            self.preempted({"job": victim.id, "owner": victim.owner, "reservation": None,
+                            "for_job": way.job_id, "signal": signal, "grace_s": grace,
+                            "restarts": victim.restarts + 1})  # fmt: skip
+            at = max(at, free_by(now, grace).timestamp())
+            gone.append(victim.id)
+        if not gone:
+            return False
+        self._plan[way.job_id] = Slot(at, at + walltime(job, now.timestamp()), way.gpus)
+        self._takeovers[way.job_id] = (tuple(gone), way.gpus, at)
+        names = ", ".join(str(v) for v in gone)
+        waiting[way.job_id] = (f"job {names} is being preempted for it (least attained service); "
+                               f"it starts when the GPUs are free, by {when(at)}")  # fmt: skip
+        return True
+
     async def _requeue_preempted(self, job_id: int, why: str) -> None:
         """Back to the queue after a reclaim; told when it may no longer borrow."""
         now = self.clock()
@@ -252,8 +382,8 @@ class Reclaims:
         job = await in_thread(self.store.jobs.get, job_id)
         limit = self.preemption.max_preemptions
         if job.preemptible and job.restarts == limit:
-            detail = (f"preempted {job.restarts} times, the site's limit: it waits for GPUs "
-                      "nobody booked from now on")  # fmt: skip
+            detail = (f"preempted {job.restarts} times, the site's limit: it is not preempted "
+                      "again and waits for GPUs nobody booked from now on")  # fmt: skip
             await in_thread(self.store.preemption.event, job_id, now, EXHAUSTED, detail)
         self.launcher._changed(job_id)
 

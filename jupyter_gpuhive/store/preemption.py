@@ -199,6 +199,27 @@ class Preemption:
 
         return self.db.write(work)
 
+    def preempt(self, job_id: int, at: datetime, reason: str, signal: str, grace: float) -> bool:
+        """Preempt a running job that borrows nothing, for a waiting job (least attained
+        service): mark it to be requeued (`requeue_reason`: a restart finishes the stop),
+        count the preemption and write the `preempted` event, in one transaction; False
+        when it is marked already (being stopped): each preemption is acted on once."""
+
+        def work(conn: Connection) -> bool:
+            row = conn.execute(
+                select(jobs.c.restarts, jobs.c.requeue_reason).where(jobs.c.id == job_id)
+            ).first()
+            if row is None or row.requeue_reason is not None:
+                return False
+            conn.execute(update(jobs).where(jobs.c.id == job_id)
+                         .values(restarts=row.restarts + 1, requeue_reason=reason))  # fmt: skip
+            detail = f"{reason}; sent {signal}, {grace:g} s to checkpoint"
+            conn.execute(insert(job_events).values(job_id=job_id, at=at, kind=PREEMPTED,
+                         detail=detail, gpu_s=run_gpu_s(conn, job_id, at)))  # fmt: skip
+            return True
+
+        return self.db.write(work)
+
     def end_loans(self, job_id: int, at: datetime, reservation_id: int | None = None) -> int:
         """End the job's open loans (of one reservation when given); how many ended."""
 

@@ -3,10 +3,14 @@ replay that models the grace and the work lost since the last checkpoint."""
 
 from __future__ import annotations
 
-from jupyter_gpuhive.jobs.attained import Runner, victims
+from dataclasses import replace
+
+from jupyter_gpuhive.jobs.admission import GpuState, PassResult, Slot
+from jupyter_gpuhive.jobs.attained import Runner, takeovers, victims
 from jupyter_gpuhive.jobs.order import LEVELS_GPU_H, PROMOTE_AFTER, level, queue_order
 from jupyter_gpuhive.jobs.plan import Candidate
 from tests.support.las_replay import CHECKPOINT_S, GRACE_S, MAX_PREEMPTIONS
+from tests.support.queue_figures import RATIOS, against_baselines
 from tests.support.queue_trace import PER_HOST, make_trace, replay, scaled, summary
 
 HOUR = 3600.0
@@ -70,3 +74,60 @@ def test_the_replay_preempts_within_the_bound_and_keeps_the_queue_promises() -> 
     by_id = {j.job_id: j for j in trace}
     for job_id in out.preemptions:  # completion includes the time lost
         assert out.ends[job_id] - by_id[job_id].submit >= by_id[job_id].runtime + out.waits[job_id]
+
+
+def test_the_figures_are_the_live_policys_against_easy_and_fifo_at_both_loads() -> None:
+    """`benchmarks/job_queue.py`'s replay figures: the queue as the Scheduler runs it (las),
+    against EASY and FIFO in the same run, at the busy and the light load."""
+    found = against_baselines(make_trace(120, seed=7), 8, seed=7)
+    asked = {f"{key}_vs_{base}" for base in ("easy", "fifo") for key, _, _ in RATIOS}
+    assert found["policy"] == "las" and asked <= set(found)
+    assert set(found["by_load"]) == {"busy", "light"}
+    for figures in found["by_load"].values():
+        assert figures["policy"] == "las" and asked <= set(figures)
+        assert asked == set(figures["without_preemption"])
+        assert all(isinstance(figures[k], float) and figures[k] > 0 for k in asked)
+        assert figures["max_preemptions_per_job"] <= found["preemption_bound"]
+    assert found["preemption_bound"] == MAX_PREEMPTIONS and found["starved_jobs"] == 0
+    worst = max(f["mean_wait_vs_easy"] for f in found["by_load"].values())
+    assert found["mean_wait_vs_easy"] == worst
+
+
+def states(hosts: int = 2, busy: tuple[str, ...] = ()) -> dict[str, GpuState]:
+    """GPUs g<host><index> of hosts h0.., 4 each; `busy` ones run a job."""
+    out = {}
+    for h in range(hosts):
+        for i in range(4):
+            uuid = f"g{h}{i}"
+            why = f"h{h}:{i} runs a job" if uuid in busy else None
+            out[uuid] = GpuState(uuid, f"h{h}", i, f"h{h}:{i}", why, release=NOW + 9 * HOUR)
+    return out
+
+
+def test_takeovers_keep_the_wide_job_rule_the_access_rules_and_bookings() -> None:
+    gpus = ("g00", "g01", "g02", "g03")
+    runners = [Runner(7, "h0", gpus, SERVED * 2, 0)]
+    state = states(1, busy=gpus)
+    fresh = {1: new(1, gpus=2)}
+    result = PassResult(waiting={1: "waiting for 2 free GPUs on one host"})
+    args = (fresh, state, runners, NOW, GRACE_S, MAX_PREEMPTIONS)
+    [way] = takeovers(result, *args)
+    assert way.victims == (7,) and len(way.gpus) == 2 and set(way.gpus) <= set(gpus)
+    assert takeovers(result, *args, skip={1}) == []  # a takeover of its own under way
+    assert takeovers(result, *args, usable=lambda job, uuid, end: uuid != "g03") == []
+    only = {1: replace(fresh[1], only=frozenset({"g00"}))}  # a vendor with one GPU there
+    assert takeovers(result, only, state, runners, NOW, GRACE_S, MAX_PREEMPTIONS) == []
+    booked = {**state, "g02": replace(state["g02"], free_until=NOW + HOUR)}  # before its end
+    assert takeovers(result, fresh, booked, runners, NOW, GRACE_S, MAX_PREEMPTIONS) == []
+
+    # A waiting wide job (wider than a host) with a slot and a shorter walltime is ahead of
+    # it: it may not start before the wide job, so it preempts nothing either.
+    wide = Candidate(2, "u", NOW - 120, NOW + 0.5 * HOUR, count=8)
+    slot = Slot(NOW + 9 * HOUR, NOW + 9.5 * HOUR, tuple(states(2)))
+    behind = PassResult(waiting={2: "waiting for 8 free GPUs", 1: "behind"}, planned={2: slot})
+    pending = {**fresh, 2: wide}
+    two = states(2, busy=(*gpus, "g10", "g11", "g12", "g13"))
+    assert takeovers(behind, pending, two, runners, NOW, GRACE_S, MAX_PREEMPTIONS) == []
+    short = {**pending, 1: new(1, gpus=2, hours=0.25)}  # no longer than the wide job's
+    [way] = takeovers(behind, short, two, runners, NOW, GRACE_S, MAX_PREEMPTIONS)
+    assert way.victims == (7,)  # and it ends before the wide job's slot begins
