@@ -115,6 +115,7 @@ def test_identity_and_gpu_json() -> None:
         "model": "A100",
         "memory_mib": 40960,
         "kind": "gpu",
+        "shareable": False,
     }
     part = Gpu(9, "gpu2", 3, "MIG-y", "A100", 9728, 7, "1g.10gb", 13, 0)
     assert part.ref == "gpu2:3/mig13" and part.is_slice and part.device_id == 7

@@ -17,6 +17,7 @@ from ..store.limits import LimitReads
 from ..store.reservations import PendingWrite
 from . import access
 from .quotas import LimitService
+from .shares import requested_share
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
@@ -193,9 +194,10 @@ class ReservationService:
                 limits(reads, pending)
 
         lending = (booking.lend, booking.reclaim_before_start)
+        share = requested_share(gpus, booking.share, booking.memory_mib)
         return self.store.reservations.create(
             owner.name, title, description, start, end, [g.id for g in gpus], guard, lending,
-            errand,
+            errand, share,
         )  # fmt: skip
 
     def update(
@@ -211,6 +213,7 @@ class ReservationService:
             self.check_bookable(new_gpus)
         new_start = change.start
         rules_needed = new_gpus is not None or new_start is not None or change.moves_end
+        new_share = change.share is not None or change.memory_mib is not None
 
         def decide(old: Reservation) -> Changes:
             now = self.now()
@@ -243,6 +246,12 @@ class ReservationService:
                 self._check_span(start, end, now, new_start=True)
             if rules_needed and (end > old.end or start < old.start or new_gpus is not None):
                 self._check_access(self.identity_of(old.owner), gpus, start, end)
+            if new_share:
+                share = requested_share(gpus, change.share, change.memory_mib)
+            else:  # the share it holds, of its (new) GPU
+                share = old.share_ppm
+                if old.is_share and new_gpus is not None:
+                    requested_share(gpus, share, None)
             return Changes(
                 title=change.title,
                 description=change.description,
@@ -251,6 +260,7 @@ class ReservationService:
                 gpu_ids=tuple(g.id for g in gpus),
                 lend=change.lend,
                 reclaim_before_start=change.reclaim_before_start,
+                share=share,
             )
 
         guard = self.limits.guard(who)

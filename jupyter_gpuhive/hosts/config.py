@@ -43,6 +43,7 @@ def parse_host(spec: Any) -> HostDecl:
                 uuid=str(gpu.get("uuid") or stable_uuid(name, index)),
                 model=gpu.get("model"),
                 memory_mib=gpu.get("memory_mib"),
+                shareable=_gpu_shareable(name, index, gpu.get("shareable")),
             )
         )
     for index in range(len(gpus), int(spec.get("gpu_count", 0))):
@@ -58,8 +59,30 @@ def parse_host(spec: Any) -> HostDecl:
         user=spec.get("user"),
         transport=transport,
         gpus=tuple(gpus),
-        extra={k: spec[k] for k in known - {"gpus", "gpu_count", "gpu_model"}},
+        extra={k: spec[k] for k in known - {"gpus", "gpu_count", "gpu_model", "shareable"}},
+        shareable=_host_shareable(name, spec.get("shareable", False)),
     )
+
+
+def _host_shareable(host: str, value: Any) -> bool | frozenset[int]:
+    """A host's `shareable`: true (all its GPUs), false, or a list of GPU indexes."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        return frozenset(value)
+    raise Invalid(
+        f"Host {host}: 'shareable' must be true, false or a list of GPU indexes such as "
+        f"[0, 1], not {value!r}."
+    )
+
+
+def _gpu_shareable(host: str, index: int, value: Any) -> bool | None:
+    """A GPU entry's own `shareable` (None: as its host says)."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise Invalid(f"Host {host}, GPU {index}: 'shareable' must be true or false, not {value!r}.")
 
 
 def parse_hosts(specs: Iterable[Any]) -> list[HostDecl]:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import Invalid
+from .shares import WHOLE, fraction, memory_of_share
 
 UTC = timezone.utc
 # The largest id any table can hold (INTEGER on PostgreSQL); a larger id names nothing.
@@ -126,6 +127,8 @@ class Gpu:
     profile: str | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    # the site lets bookings hold shares of it (hosts config `shareable`; never a slice)
+    shareable: bool = field(default=False, compare=False)
     ref: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +161,7 @@ class Gpu:
             "model": self.model,
             "memory_mib": self.memory_mib,
             "kind": "slice" if self.is_slice else "gpu",
+            "shareable": self.shareable,
         }
         if self.is_slice:
             out["parent"] = self.parent_ref
@@ -236,6 +240,7 @@ class GpuDecl:
     model: str | None = None
     memory_mib: int | None = None
     slices: tuple[SliceDecl, ...] | None = None  # None: not looked at (slices stay as they are)
+    shareable: bool | None = None  # None: as its host says (HostDecl.shareable)
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,16 @@ class HostDecl:
     transport: str = "ssh"
     gpus: tuple[GpuDecl, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # which of its GPUs bookings may share: all (True), none (False), or these indexes
+    shareable: bool | frozenset[int] = False
+
+    def shares(self, gpu: GpuDecl) -> bool:
+        """Whether bookings may hold shares of this GPU of the host (its own setting first)."""
+        if gpu.shareable is not None:
+            return gpu.shareable
+        if isinstance(self.shareable, bool):
+            return self.shareable
+        return gpu.index in self.shareable
 
 
 @dataclass(frozen=True)
@@ -306,10 +321,34 @@ class Reservation:
     cancelled_at: datetime | None = None
     flagged: bool = False
     flag_reason: str | None = None
+    share_ppm: int = WHOLE  # the share of its one GPU, in millionths; WHOLE: whole GPUs
 
     @property
     def cancelled(self) -> bool:
         return self.cancelled_at is not None
+
+    @property
+    def share(self) -> float:
+        """The share of its GPU as a fraction (1.0: whole GPUs)."""
+        return fraction(self.share_ppm)
+
+    @property
+    def is_share(self) -> bool:
+        """Whether it holds a share of one GPU rather than whole GPUs."""
+        return self.share_ppm < WHOLE
+
+    def share_memory_mib(self) -> int | None:
+        """The GPU memory its share holds, in MiB (None: the GPU's memory is unknown); for
+        whole GPUs, the first GPU's memory."""
+        return memory_of_share(self.share_ppm, self.gpus[0].memory_mib) if self.gpus else None
+
+    def gpu_hours(self, start: datetime | None = None, end: datetime | None = None) -> float:
+        """GPU-hours it holds within [start, end) (default: its whole span): GPUs × share ×
+        hours, so that a quarter of a GPU for 4 h is 1 GPU-hour."""
+        low = self.start if start is None else max(start, self.start)
+        high = self.end if end is None else min(end, self.end)
+        seconds = max(0.0, (high - low).total_seconds())
+        return len(self.gpus) * seconds * self.share_ppm / WHOLE / 3600
 
     def status(self, now: datetime) -> ReservationStatus:
         """Cancelled, upcoming, active or ended at the instant `now`."""
@@ -335,4 +374,6 @@ class Reservation:
             "status": str(self.status(now or utcnow())),
             "flagged": self.flagged,
             "flag_reason": self.flag_reason,
+            "share": fraction(self.share_ppm),
+            "share_memory_mib": self.share_memory_mib() if self.is_share else None,
         }

@@ -26,6 +26,8 @@ class Booking:
     owner: str | None = None  # admins only: book for someone else
     lend: bool = True  # its GPUs may run preemptible jobs while the holder does not use them
     reclaim_before_start: bool = False  # take lent GPUs back before the start (site's time)
+    share: int | None = None  # a share of its one GPU, in millionths (model/shares.py)
+    memory_mib: int | None = None  # or: a share holding this much of its GPU's memory
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class BookingChange:
     gpus: tuple[str, ...] | None = None
     lend: bool | None = None
     reclaim_before_start: bool | None = None
+    share: int | None = None  # a new share of its one GPU, in millionths (WHOLE: all of it)
+    memory_mib: int | None = None  # or: a share holding this much of its GPU's memory
 
     @property
     def moves_end(self) -> bool:

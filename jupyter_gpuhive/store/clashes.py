@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
 from ..model import Gpu, units_conflict
+from ..model.shares import WHOLE, describe_share, fraction
 from .database import EXCLUSION_VIOLATION, sqlstate
 from .schema import reservation_gpus, reservations
 
@@ -26,10 +27,12 @@ class Clash:
     gpu: Gpu
     start: datetime
     end: datetime
+    share: int = WHOLE  # the millionths of the unit it holds
 
     def describe(self) -> str:
         span = f"{self.start:%Y-%m-%d %H:%M}–{self.end:%Y-%m-%d %H:%M} UTC"
-        return f"{self.gpu.ref} is reserved by {self.owner} ('{self.title}', {span})"
+        held = "" if self.share >= WHOLE else f" holds {describe_share(self.share)} and"
+        return f"{self.gpu.ref}{held} is reserved by {self.owner} ('{self.title}', {span})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,7 @@ class Clash:
             "gpu": self.gpu.ref,
             "start": self.start.isoformat(),
             "end": self.end.isoformat(),
+            "share": fraction(self.share),
         }
 
 
@@ -64,17 +68,22 @@ def find_clashes(
     start: datetime,
     end: datetime,
     exclude: int | None = None,
+    share: int = WHOLE,
 ) -> list[Clash]:
-    """Live reservations overlapping [start, end) on any of `gpu_ids` (`gpu`: id -> Gpu).
+    """Live reservations in the way of holding `share` of `gpu_ids` over [start, end)
+    (`gpu`: id -> Gpu).
 
-    A unit is in the way of another on the same physical GPU when either is the whole GPU or
-    both are the same slice (model.units_conflict; the database's overlap rule is the same).
+    Between whole bookings, a unit is in the way of another on the same physical GPU when
+    either is the whole GPU or both are the same slice (model.units_conflict). Where a share
+    is involved, the bookings in the way are those live at an instant where the shares of the
+    GPU would add up to more than one whole GPU (a slice counts whole). The database's rule
+    is the same (migration 0022).
     """
     units = [gpu(g) for g in gpu_ids]
     devices = {u.device_id for u in units}
     rg, r = reservation_gpus, reservations
     query = (
-        select(rg.c.gpu_id, r.c.id, r.c.owner, r.c.title, r.c.start_at, r.c.end_at)
+        select(rg.c.gpu_id, r.c.id, r.c.owner, r.c.title, r.c.start_at, r.c.end_at, rg.c.share_ppm)
         .join(r, r.c.id == rg.c.reservation_id)
         .where(
             rg.c.device_id.in_(list(devices)),
@@ -87,8 +96,26 @@ def find_clashes(
     if exclude is not None:
         query = query.where(rg.c.reservation_id != exclude)
     clashes = []
+    shared: list[Clash] = []  # the rows where a share is involved: judged by their sums
     for row in conn.execute(query):
         booked = gpu(row.gpu_id)
-        if any(units_conflict(booked, unit) for unit in units):
-            clashes.append(Clash(row.id, row.owner, row.title, booked, row.start_at, row.end_at))
-    return clashes
+        found = Clash(row.id, row.owner, row.title, booked, row.start_at, row.end_at, row.share_ppm)
+        if share < WHOLE or row.share_ppm < WHOLE:
+            shared.append(found)
+        elif any(units_conflict(booked, unit) for unit in units):
+            clashes.append(found)
+    for device in devices:
+        clashes += over_full(share, start, end, [c for c in shared if c.gpu.device_id == device])
+    return sorted(clashes, key=lambda c: (c.start, c.reservation_id))
+
+
+def over_full(share: int, start: datetime, end: datetime, others: Sequence[Clash]) -> list[Clash]:
+    """Those of `others` (live on one GPU, overlapping [start, end)) live at an instant of
+    [start, end) where they and `share` add up to more than a whole GPU."""
+    instants = {start, *(o.start for o in others if start < o.start < end)}
+    over: dict[int, Clash] = {}
+    for at in sorted(instants):
+        live = [o for o in others if o.start <= at < o.end]
+        if share + sum(o.share for o in live) > WHOLE:
+            over.update((id(o), o) for o in live)
+    return list(over.values())

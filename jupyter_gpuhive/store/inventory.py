@@ -23,6 +23,7 @@ class Inventory:
         self._by_id: dict[int, Gpu] = {}
         self._by_key: dict[str, Gpu] = {}
         self._removed: frozenset[int] = frozenset()
+        self._declared: dict[str, HostDecl] = {}  # the hosts as configured, by name
         self.version = 0  # counts reloads: what was built from the inventory is current while
         # it stays the same
 
@@ -45,7 +46,10 @@ class Inventory:
         parents = {row.id: row for row in gpu_rows if row.parent_id is None}
         for row in gpu_rows:
             if row.parent_id is None:
-                gpu = Gpu(row.id, names[row.host_id], row.idx, row.uuid, row.model, row.memory_mib)
+                gpu = Gpu(
+                    row.id, names[row.host_id], row.idx, row.uuid, row.model, row.memory_mib,
+                    shareable=row.shareable,
+                )  # fmt: skip
                 by_host.setdefault(row.host_id, []).append(gpu)
             else:
                 parent = parents[row.parent_id]
@@ -122,6 +126,7 @@ class Inventory:
     def sync(self, declared: Iterable[HostDecl]) -> None:
         """Upsert configured hosts and their declared GPUs; nothing is ever deleted."""
         decls = list(declared)
+        self._declared = {decl.name: decl for decl in decls}
 
         def work(conn: Connection) -> None:
             self.db.take_turns(conn, INVENTORY_LOCK)  # replicas started together sync at once
@@ -149,7 +154,7 @@ class Inventory:
             self.db.take_turns(conn, INVENTORY_LOCK)
             gone: list[int] = []
             for decl in decls:
-                gone += _upsert_host(conn, decl, seen=True)
+                gone += _upsert_host(conn, decl, seen=True, config=self._declared.get(decl.name))
             return gone
 
         gone = self.db.write(work)
@@ -157,8 +162,21 @@ class Inventory:
         return [self.gpu_by_id(g) for g in gone]
 
 
-def _upsert_host(conn: Connection, decl: HostDecl, seen: bool = False) -> list[int]:
-    """Write one host and its GPUs (and slices, where discovery looked); the removed slices."""
+def shareable(config: HostDecl, gpu: GpuDecl) -> bool:
+    """Whether the site lets bookings share `gpu` (as its host's configuration says: its own
+    entry there first, then the host's `shareable`)."""
+    declared = next((g for g in config.gpus if g.index == gpu.index), gpu)
+    return config.shares(declared if declared.shareable is not None else gpu)
+
+
+def _upsert_host(
+    conn: Connection, decl: HostDecl, seen: bool = False, config: HostDecl | None = None
+) -> list[int]:
+    """Write one host and its GPUs (and slices, where discovery looked); the removed slices.
+    `config`: the host as configured, which says which GPUs are shareable (None: as they are;
+    `decl` when it is the configuration itself)."""
+    if not seen:
+        config = decl
     now = utcnow()
     values = {
         "address": decl.address,
@@ -184,14 +202,21 @@ def _upsert_host(conn: Connection, decl: HostDecl, seen: bool = False) -> list[i
     gone: list[int] = []
     for gpu in decl.gpus:
         row = existing.get(gpu.index)
-        fields = {"uuid": gpu.uuid, "model": gpu.model, "memory_mib": gpu.memory_mib}
+        fields = {
+            "uuid": gpu.uuid,
+            "model": gpu.model,
+            "memory_mib": gpu.memory_mib,
+            "shareable": (
+                shareable(config, gpu) if config is not None else bool(row and row.shareable)
+            ),
+        }
         if row is None:
             gpu_id = inserted_id(
                 conn.execute(insert(gpus).values(host_id=host_id, idx=gpu.index, **fields))
             )
         else:
             gpu_id = row.id
-            if (row.uuid, row.model, row.memory_mib) != (gpu.uuid, gpu.model, gpu.memory_mib):
+            if tuple(row._mapping[k] for k in fields) != tuple(fields.values()):
                 conn.execute(update(gpus).where(gpus.c.id == row.id).values(**fields))
         if gpu.slices is not None:
             gone += sync_slices(conn, host_id, gpu.index, gpu_id, gpu.slices, now)

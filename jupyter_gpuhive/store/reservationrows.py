@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, column, insert, literal, select, true, values
 
 from ..model import Gpu, Reservation
+from ..model.shares import WHOLE
 from .schema import reservation_gpus, reservations
 
 CHUNK = 5000  # reservation ids per bound IN list
@@ -36,13 +37,16 @@ def build(conn: Connection, rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> l
     """Reservations from rows of COLUMNS, their GPUs read in chunks (`gpu`: id -> Gpu)."""
     ids = [row.id for row in rows]
     gpu_ids: dict[int, list[int]] = {}
+    shares: dict[int, int] = {}
+    rg = reservation_gpus
     for i in range(0, len(ids), CHUNK):
         chunk = ids[i : i + CHUNK]
-        query = select(reservation_gpus.c.reservation_id, reservation_gpus.c.gpu_id).where(
-            reservation_gpus.c.reservation_id.in_(chunk)
+        query = select(rg.c.reservation_id, rg.c.gpu_id, rg.c.share_ppm).where(
+            rg.c.reservation_id.in_(chunk)
         )
-        for rid, gid in conn.execute(query).all():
+        for rid, gid, share in conn.execute(query).all():
             gpu_ids.setdefault(rid, []).append(gid)
+            shares[rid] = min(share, shares.get(rid, WHOLE))
     out = []
     for row in rows:
         rid, owner, title, description, start, end, created, cancelled, flagged, reason = row
@@ -62,13 +66,14 @@ def build(conn: Connection, rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> l
                 cancelled,
                 flagged,
                 reason,
+                shares.get(rid, WHOLE),
             )
         )
     return out
 
 
 def build_joined(rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> list[Reservation]:
-    """Reservations from rows of (COLUMNS…, gpu_id), grouped in order."""
+    """Reservations from rows of (COLUMNS…, gpu_id, share_ppm), grouped in order."""
     out: list[Reservation] = []
     last_id = None
     booked: list[Gpu] = []
@@ -84,9 +89,10 @@ def build_joined(rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> list[Reserva
             _, owner, title, text, start, end, created, cancelled, flagged, why = row[:10]
             out.append(
                 Reservation(
-                    rid, owner, title, text, start, end, (), created, cancelled, flagged, why
+                    rid, owner, title, text, start, end, (), created, cancelled, flagged, why,
+                    row[11],
                 )
-            )
+            )  # fmt: skip
         booked.append(gpu(row[10]))
     if out:
         if len(booked) > 1:
@@ -95,9 +101,12 @@ def build_joined(rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> list[Reserva
     return out
 
 
-def insert_booking(conn: Connection, row: dict[str, Any], units: list[tuple[int, int]]) -> int:
-    """Insert a reservation and its units' rows; its id. PostgreSQL: one statement (the
-    reservation's INSERT in a WITH), a round trip less in every booking."""
+def insert_booking(
+    conn: Connection, row: dict[str, Any], units: list[tuple[int, int]], share: int = WHOLE
+) -> int:
+    """Insert a reservation and its units' rows (unit id, device id), each holding `share`
+    millionths of its unit; its id. PostgreSQL: one statement (the reservation's INSERT in a
+    WITH), a round trip less in every booking."""
     made = insert(reservations).values(**row)
     start, end = row["start_at"], row["end_at"]
     if conn.dialect.name != "postgresql":
@@ -112,6 +121,7 @@ def insert_booking(conn: Connection, row: dict[str, Any], units: list[tuple[int,
                     "start_at": start,
                     "end_at": end,
                     "cancelled": False,
+                    "share_ppm": share,
                 }
                 for gid, device in units
             ],
@@ -129,7 +139,10 @@ def insert_booking(conn: Connection, row: dict[str, Any], units: list[tuple[int,
         literal(start, rg.c.start_at.type),
         literal(end, rg.c.end_at.type),
         literal(False),
+        literal(share),
     ).select_from(new.join(chosen, true()))
-    columns = ["reservation_id", "gpu_id", "device_id", "start_at", "end_at", "cancelled"]
+    columns = [
+        "reservation_id", "gpu_id", "device_id", "start_at", "end_at", "cancelled", "share_ppm"
+    ]  # fmt: skip
     both = insert(rg).from_select(columns, rows).add_cte(new).returning(rg.c.reservation_id)
     return int(conn.execute(both).scalars().first())  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from ..errors import Conflict, NotFound
 from ..model import Reservation, utcnow
 from ..model.errand import Errand
+from ..model.shares import WHOLE
 from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
@@ -48,6 +49,7 @@ class Changes:
     cancelled_at: datetime | None = None
     lend: bool | None = None  # the lending choice, written in the same transaction
     reclaim_before_start: bool | None = None
+    share: int | None = None  # millionths of its one GPU (WHOLE: whole GPUs)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class PendingWrite:
     end: datetime
     gpu_ids: tuple[int, ...]
     old: Reservation | None = None  # the reservation before an edit
+    share: int = WHOLE  # millionths of each GPU it holds (a share is of one GPU)
 
 
 # Called inside the write transaction before the row is written, with that transaction's
@@ -117,7 +120,7 @@ class Reservations:
         """The chosen reservations joined with their GPUs, in one statement (a bound IN list
         of thousands of ids cost more than the query itself)."""
         joined = (
-            select(*COLUMNS, reservation_gpus.c.gpu_id)
+            select(*COLUMNS, reservation_gpus.c.gpu_id, reservation_gpus.c.share_ppm)
             .join(reservation_gpus, reservation_gpus.c.reservation_id == reservations.c.id)
             .where(reservations.c.id.in_(select(chosen.c.id)))
             .order_by(reservations.c.start_at, reservations.c.id)
@@ -159,9 +162,10 @@ class Reservations:
         start: datetime,
         end: datetime,
         exclude: int | None = None,
+        share: int = WHOLE,
     ) -> list[Clash]:
-        """Live reservations overlapping [start, end) on any of `gpu_ids`."""
-        return find_clashes(conn, self.inventory.gpu_by_id, gpu_ids, start, end, exclude)
+        """Live reservations in the way of holding `share` of `gpu_ids` over [start, end)."""
+        return find_clashes(conn, self.inventory.gpu_by_id, gpu_ids, start, end, exclude, share)
 
     # --- writing -----------------------------------------------------------------
 
@@ -176,17 +180,22 @@ class Reservations:
         guard: Guard | None = None,
         lending: tuple[bool, bool] = (True, False),
         errand: Errand | None = None,
+        share: int = WHOLE,
     ) -> Reservation:
         """Insert a reservation and its lending choice (lend, reclaim_before_start) in one
         transaction, or raise Conflict naming the reservations in the way (`errand`: the
-        API request it is part of; its Idempotency-Key is taken in this transaction)."""
+        API request it is part of; its Idempotency-Key is taken in this transaction).
+        `share`: the millionths of its one GPU it holds (WHOLE: all of each GPU)."""
         created = utcnow()
 
         def work(conn: Connection) -> int:
             self._lock_devices(conn, gpu_ids)
             if guard is not None:
-                guard(LimitReads(conn), PendingWrite(owner, start, end, tuple(gpu_ids)))
-            found = self.clashes(conn, gpu_ids, start, end)
+                guard(
+                    LimitReads(conn),
+                    PendingWrite(owner, start, end, tuple(gpu_ids), share=share),
+                )
+            found = self.clashes(conn, gpu_ids, start, end, share=share)
             if found:
                 raise clash_error(found)
             row = {
@@ -199,7 +208,7 @@ class Reservations:
                 "flagged": False,
             }
             units = [(gid, self.inventory.gpu_by_id(gid).device_id) for gid in gpu_ids]
-            rid = insert_booking(conn, row, units)
+            rid = insert_booking(conn, row, units, share)
             if lending != (True, False):  # the defaults need no row
                 choose_lending(conn, rid, *lending)
             self.longest.note(conn, start, end)
@@ -213,10 +222,13 @@ class Reservations:
             None,
             lambda rid: [Touch(rid, tuple(gpu_ids), start, end)],
             errand,
+            share,
         )
         self.longest.stored(start, end)
         gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=gpu_order))
-        return Reservation(rid, owner, title, description, start, end, gpus, created)
+        return Reservation(
+            rid, owner, title, description, start, end, gpus, created, share_ppm=share
+        )
 
     def modify(
         self,
@@ -228,6 +240,7 @@ class Reservations:
         """Apply the changes `decide` returns for the current row, atomically (`errand`: the
         API request it is part of)."""
         spans: list[Touch] = []  # what the committed attempt changed: before, after
+        shares = [WHOLE]  # the share it holds after the edit
 
         def work(conn: Connection) -> int:
             rows = conn.execute(
@@ -239,16 +252,21 @@ class Reservations:
             change = decide(old)
             start, end = change.start or old.start, change.end or old.end
             gpu_ids = change.gpu_ids or tuple(g.id for g in old.gpus)
+            share = old.share_ppm if change.share is None else change.share
             cancelled = change.cancelled_at is not None
             if not cancelled:
                 self._lock_devices(conn, [*gpu_ids, *(g.id for g in old.gpus)])
                 if guard is not None:
-                    guard(
-                        LimitReads(conn), PendingWrite(old.owner, start, end, tuple(gpu_ids), old)
-                    )
-                found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id)
+                    pending = PendingWrite(old.owner, start, end, tuple(gpu_ids), old, share)
+                    guard(LimitReads(conn), pending)
+                found = self.clashes(conn, gpu_ids, start, end, exclude=reservation_id, share=share)
                 if found:
                     raise clash_error(found)
+            spans[:] = (  # before the writes: a refusal names what is in the way of `after`
+                Touch(reservation_id, tuple(g.id for g in old.gpus), old.start, old.end),
+                Touch(reservation_id, tuple(gpu_ids), start, end),
+            )
+            shares[:] = [share]
             values: dict[str, Any] = {"start_at": start, "end_at": end}
             if change.title is not None:
                 values["title"] = change.title
@@ -271,7 +289,7 @@ class Reservations:
             conn.execute(
                 update(rg)
                 .where(rg.c.reservation_id == reservation_id)
-                .values(start_at=start, end_at=end, cancelled=cancelled)
+                .values(start_at=start, end_at=end, cancelled=cancelled, share_ppm=share)
             )
             added = [g for g in gpu_ids if g not in old_ids]
             if added:
@@ -285,6 +303,7 @@ class Reservations:
                             "start_at": start,
                             "end_at": end,
                             "cancelled": cancelled,
+                            "share_ppm": share,
                         }
                         for g in added
                     ],
@@ -292,13 +311,22 @@ class Reservations:
             if change.lend is not None or change.reclaim_before_start is not None:
                 choose_lending(conn, reservation_id, change.lend, change.reclaim_before_start)
             self.longest.note(conn, start, end)
-            spans[:] = (
-                Touch(reservation_id, tuple(g.id for g in old.gpus), old.start, old.end),
-                Touch(reservation_id, tuple(gpu_ids), start, end),
-            )
             return reservation_id
 
-        self._write(work, (), None, None, reservation_id, lambda _: spans, errand)
+        try:
+            self._write(work, (), None, None, reservation_id, lambda _: spans, errand)
+        except Conflict:
+            if not spans:
+                raise
+            # the database refused the edit's new span or share: name what is in the way
+            after = spans[1]
+            with self.db.read() as conn:
+                found = self.clashes(
+                    conn, after.gpu_ids, after.start, after.end, reservation_id, shares[0]
+                )
+            if found:
+                raise clash_error(found) from None
+            raise
         self.longest.stored(spans[1].start, spans[1].end)
         return self.get(reservation_id)
 
@@ -348,6 +376,7 @@ class Reservations:
         exclude: int | None,
         touched: Callable[[int], list[Touch]] | None = None,
         errand: Errand | None = None,
+        share: int = WHOLE,
     ) -> int:
         try:
             rid = self.db.write(work, errand=errand)
@@ -364,7 +393,7 @@ class Reservations:
         if start is None or end is None:
             raise Conflict("Another change to these GPUs won the race; reload and try again.")
         with self.db.read() as conn:
-            found = self.clashes(conn, gpu_ids, start, end, exclude)
+            found = self.clashes(conn, gpu_ids, start, end, exclude, share)
         if found:
             raise clash_error(found)
         raise Conflict("Those GPUs were just booked by someone else; reload and try again.")

@@ -273,6 +273,8 @@ export interface NewReservation {
   lend?: boolean;
   /** Take lent GPUs back the site's reclaim_before_start_s before the start */
   reclaim_before_start?: boolean;
+  share?: (number | string) | null;
+  memory?: (string | number) | null;
 }
 
 /** Tell me when `gpus` GPUs (on `host`, of `model`) are free for `duration`. */
@@ -397,6 +399,8 @@ export interface ReservationChange {
   lend?: boolean;
   /** Take lent GPUs back the site's reclaim_before_start_s before the start */
   reclaim_before_start?: boolean;
+  share?: (number | string) | null;
+  memory?: (string | number) | null;
 }
 
 export interface ReservationList {
@@ -426,6 +430,10 @@ export interface ReservationReply {
   reclaim_before_start?: boolean;
   /** Preemptible jobs that run on its GPUs now */
   lent_to?: LentTo[];
+  /** The share of its one GPU it holds (1: whole GPUs; a share is of one GPU) */
+  share?: number;
+  /** The GPU memory its share holds, in MiB (null: whole GPUs, or the GPU's memory is unknown) */
+  share_memory_mib?: number | null;
 }
 
 /** Where a reservation is at an instant: cancelled, upcoming, active or ended. */

@@ -34,6 +34,7 @@ async def test_conflict_on_any_gpu_names_owner_gpu_and_time(api: Any) -> None:
             "gpu": "gpu1:1",
             "start": iso(t),
             "end": iso(t + timedelta(hours=2)),
+            "share": 1.0,  # all of the GPU
         }
     ]
     # nothing stored for the loser, not even on the GPU that was free

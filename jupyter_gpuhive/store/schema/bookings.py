@@ -1,10 +1,11 @@
 """Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
-0010, 0013, 0014, 0018)."""
+0010, 0013, 0014, 0018, 0022)."""
 
 from __future__ import annotations
 
 from sqlalchemy import (
     Boolean,
+    CheckConstraint,
     Column,
     Date,
     Float,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     text,
 )
 
@@ -51,6 +53,8 @@ gpus = Table(
     Column("compute_instance_id", Integer),
     Column("profile", String(32)),
     Column("removed_at", UTCDateTime),
+    # bookings may hold shares of it (hosts config; migration 0022)
+    Column("shareable", Boolean, nullable=False, server_default=false()),
     Index(
         "uq_gpus_host_id_idx",
         "host_id",
@@ -123,6 +127,10 @@ reservation_gpus = Table(
     Column("start_at", UTCDateTime, nullable=False),
     Column("end_at", UTCDateTime, nullable=False),
     Column("cancelled", Boolean, nullable=False, default=False),
+    # The share of the unit it holds, in millionths (model/shares.py): 1000000 is all of it.
+    # The shares live on one GPU add up to at most 1000000 at every instant (migration 0022).
+    Column("share_ppm", Integer, nullable=False, server_default="1000000"),
+    CheckConstraint("share_ppm > 0 AND share_ppm <= 1000000", name="reservation_gpus_share_range"),
     PrimaryKeyConstraint("reservation_id", "gpu_id"),
     Index(None, "gpu_id", "start_at"),
     Index(None, "device_id", "start_at"),
@@ -135,6 +143,15 @@ reservation_gpus = Table(
         "gpu_id",
         "start_at",
         sqlite_where=text("cancelled = 0"),  # as SQLAlchemy writes NOT cancelled there
+        postgresql_where=text("NOT cancelled"),
+    ),
+    # each device's live rows by end: the share checks read those that end after a booking
+    # starts (migration 0022)
+    Index(
+        "ix_reservation_gpus_device_end",
+        "device_id",
+        "end_at",
+        sqlite_where=text("cancelled = 0"),
         postgresql_where=text("NOT cancelled"),
     ),
 )

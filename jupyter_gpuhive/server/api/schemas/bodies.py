@@ -34,6 +34,8 @@ from .fields import (
     DURATION,
     FLAG,
     INSTANT,
+    MEMORY,
+    SHARE,
     Check,
     Duration,
     Flag,
@@ -114,6 +116,8 @@ class NewReservation(Body):
     )
     lend: Flag = Field(True, description=_LEND)
     reclaim_before_start: Flag = Field(False, description=_EARLY)
+    share: Annotated[int | None, maybe(SHARE)] = None
+    memory: Annotated[int | None, maybe(MEMORY)] = None
 
     def value(self) -> Booking:
         return Booking(
@@ -126,6 +130,8 @@ class NewReservation(Body):
             owner=self.owner,
             lend=self.lend,
             reclaim_before_start=self.reclaim_before_start,
+            share=self.share,
+            memory_mib=self.memory,
         )
 
 
@@ -143,6 +149,8 @@ class ReservationChange(Closed):
     gpus: Annotated[tuple[str, ...] | None, GPU_REFS] = None
     lend: Annotated[bool | None, FLAG] = Field(None, description=_LEND)
     reclaim_before_start: Annotated[bool | None, FLAG] = Field(None, description=_EARLY)
+    share: Annotated[int | None, maybe(SHARE)] = None
+    memory: Annotated[int | None, maybe(MEMORY)] = None
 
     def value(self) -> BookingChange:
         return BookingChange(
@@ -154,6 +162,8 @@ class ReservationChange(Closed):
             gpus=self.gpus,
             lend=self.lend,
             reclaim_before_start=self.reclaim_before_start,
+            share=self.share,
+            memory_mib=self.memory,
         )
 
 

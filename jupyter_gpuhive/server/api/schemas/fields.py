@@ -21,6 +21,7 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from ....errors import HiveError
 from ....model import parse_duration, parse_instant
+from ....model.shares import parse_memory, share_of_fraction
 from ..inputs import shown
 
 _NAME = "\x00field\x00"  # stands for the field's name in the domain parsers' sentences
@@ -163,6 +164,27 @@ DURATION = Check(
     },
 )
 FLAG = Check(_flag, {"type": "boolean"})
+SHARE = Check(
+    domain(share_of_fraction),
+    {
+        "anyOf": [
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "examples": [0.25]},
+            {"type": "string", "examples": ["1/4"]},
+        ],
+        "description": "A share of one shareable GPU, as a fraction of it (1: the whole GPU)",
+    },
+)
+MEMORY = Check(
+    domain(parse_memory),
+    {
+        "anyOf": [
+            {"type": "string", "examples": ["20G", "512M"]},
+            {"type": "integer", "minimum": 1},
+        ],
+        "description": "A share of one shareable GPU holding this much of its memory: '20G' "
+        "(GiB; also '20GiB', '20GB'), '512M' (MiB) or a number of MiB",
+    },
+)
 NAMES = Check(
     _names,
     {

@@ -87,6 +87,14 @@ class ReservationReply(Reply):
     lent_to: list[LentTo] = Field(
         default_factory=list, description="Preemptible jobs that run on its GPUs now"
     )
+    share: float = Field(
+        1.0, description="The share of its one GPU it holds (1: whole GPUs; a share is of one GPU)"
+    )
+    share_memory_mib: int | None = Field(
+        None,
+        description="The GPU memory its share holds, in MiB (null: whole GPUs, or the "
+        "GPU's memory is unknown)",
+    )
 
 
 class ReservationList(Reply):
