@@ -292,6 +292,8 @@ class Reclaims:
             j: way for j, way in self._takeovers.items()
             if j in result.waiting and j in alive and not self._over(way[0], snap)
         }  # fmt: skip
+        for job_id, (victims, _, at) in self._takeovers.items():
+            waiting[job_id] = _taking_for(victims, at)
         if not settings.least_attained_service or not result.waiting:
             return []
         runners = [r for job in snap.jobs if (r := self._runner(job, snap)) is not None]
@@ -367,9 +369,7 @@ class Reclaims:
             return False
         self._plan[way.job_id] = Slot(at, at + walltime(job, now.timestamp()), way.gpus)
         self._takeovers[way.job_id] = (tuple(gone), way.gpus, at)
-        names = ", ".join(str(v) for v in gone)
-        waiting[way.job_id] = (f"job {names} is being preempted for it (least attained service); "
-                               f"it starts when the GPUs are free, by {when(at)}")  # fmt: skip
+        waiting[way.job_id] = _taking_for(gone, at)
         return True
 
     async def _requeue_preempted(self, job_id: int, why: str) -> None:
@@ -398,6 +398,13 @@ class Reclaims:
         await in_thread(
             self.store.preemption.event, job.id, snap.now, RESUMED, detail, fresh.lent_from
         )
+
+
+def _taking_for(victims: Sequence[int], at: float) -> str:
+    """Why a job that preempted others waits."""
+    names = ", ".join(str(v) for v in victims)
+    return (f"job {names} is being preempted for it (least attained service); it starts when "
+            f"the GPUs are free, by {when(at)}")  # fmt: skip
 
 
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
