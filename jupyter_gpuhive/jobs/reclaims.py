@@ -260,13 +260,14 @@ class Reclaims:
         jobs under way: a preempted job still running lets go of its GPUs when its grace
         and the kill are over (or a moment from now, when that is overdue), and the job that
         preempted it keeps its slot on them from then on."""
-        if not self._takeovers:
-            return snap.gpus, self._plan
+        taking, plan = self._takeovers, self._plan  # replaced, never changed in place
+        if not taking:
+            return snap.gpus, plan
         waiting = {c.job_id: c for c in queued}
         running = {job.id: job for job in snap.jobs if any(t.active for t in job.tasks)}
-        states, previous = dict(snap.gpus), dict(self._plan)
+        states, previous = dict(snap.gpus), dict(plan)
         now = snap.now.timestamp()
-        for job_id, (victims, gpus, free_at) in self._takeovers.items():
+        for job_id, (victims, gpus, free_at) in taking.items():
             job = waiting.get(job_id)
             still = [running[v] for v in victims if v in running]
             if job is None or not still:
@@ -367,8 +368,10 @@ class Reclaims:
             gone.append(victim.id)
         if not gone:
             return False
-        self._plan[way.job_id] = Slot(at, at + walltime(job, now.timestamp()), way.gpus)
-        self._takeovers[way.job_id] = (tuple(gone), way.gpus, at)
+        # New dicts, not changed in place: a pass in a thread (`estimates`) may be reading them.
+        slot = Slot(at, at + walltime(job, now.timestamp()), way.gpus)
+        self._plan = {**self._plan, way.job_id: slot}
+        self._takeovers = {**self._takeovers, way.job_id: (tuple(gone), way.gpus, at)}
         waiting[way.job_id] = _taking_for(gone, at)
         return True
 
