@@ -266,7 +266,7 @@ class Scheduler(Reclaims):
         for admission in borrowed:
             report.waiting.pop(admission.job_id, None)
         taken = [u for a in (*result.admitted, *borrowed) for u in a.gpus]
-        await self._least_served(snap, queued, result, taken, report.waiting)
+        await self._least_served(snap, queued, result, taken, report.waiting, report.stopping)
         by_id = {job.id: job for job in snap.jobs}
         todo: list[int] = []
         lent = {a.job_id for a in borrowed}

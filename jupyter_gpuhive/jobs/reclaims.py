@@ -282,11 +282,12 @@ class Reclaims:
 
     async def _least_served(
         self, snap: Snapshot, queued: Sequence[Candidate], result: PassResult,
-        taken: Sequence[str], waiting: dict[int, str],
+        taken: Sequence[str], waiting: dict[int, str], stopping: dict[int, str],
     ) -> list[int]:  # fmt: skip
         """After the passes: the first waiting new jobs preempt running preemptible jobs that
         have had more service (`attained.takeovers`), through the reclaim path (signal,
-        grace, requeue at the old place); the jobs that preempted (`waiting` says so)."""
+        grace, requeue at the old place); the jobs that preempted (`waiting` says so; the
+        preempted ones are in `stopping`, with why)."""
         settings = self.preemption
         alive = {c.job_id for c in queued}
         self._takeovers = {
@@ -316,7 +317,7 @@ class Reclaims:
         by_id = {job.id: job for job in snap.jobs}
         done = []
         for way in ways:
-            if await self._take_over(way, pending[way.job_id], by_id, snap, waiting):
+            if await self._take_over(way, pending[way.job_id], by_id, snap, waiting, stopping):
                 done.append(way.job_id)
         return done
 
@@ -342,7 +343,7 @@ class Reclaims:
 
     async def _take_over(
         self, way: Takeover, job: Candidate, by_id: dict[int, Job], snap: Snapshot,
-        waiting: dict[int, str],
+        waiting: dict[int, str], stopping: dict[int, str],
     ) -> bool:  # fmt: skip
         """Preempt the takeover's jobs and keep the GPUs for the waiting job from when they
         are free; whether any was preempted."""
@@ -361,6 +362,7 @@ class Reclaims:
                 continue
             log.info("gpuhive queue: preempting job %s for job %s", victim.id, way.job_id)
             self._stop_later(victim.id, why, requeue=True, preempt=(signal, grace))
+            stopping[victim.id] = why
             self.preempted({"job": victim.id, "owner": victim.owner, "reservation": None,
                             "for_job": way.job_id, "signal": signal, "grace_s": grace,
                             "restarts": victim.restarts + 1})  # fmt: skip

@@ -69,6 +69,7 @@ async def test_a_new_job_preempts_a_served_job_within_the_bound(bed: Bed) -> Non
     report = await bed.tick()
     assert report.admitted == []
     assert f"job {served_job.id} is being preempted for it" in report.waiting[new.id]
+    assert "least attained service" in report.stopping[served_job.id]
     marked = bed.job(served_job.id)
     assert marked.restarts == 1 and [e.kind for e in marked.history] == ["preempted"]
     assert "least attained service" in marked.history[0].detail
