@@ -8,8 +8,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # System packages the tests use (real PostgreSQL, real sshd, real GNU screen, Chromium for the UI tests,
 # libfaketime for make test-dates, Prometheus for tests/api/test_prometheus.py, docker.io for the
-# container tests: tests/support/containers.py starts its own dockerd; rootless podman as a test user).
-APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables faketime libfaketime prometheus haproxy docker.io podman uidmap slirp4netns
+# container tests: tests/support/containers.py starts its own dockerd; rootless podman as a test user;
+# Slurm and munge for tests/slurm/: tests/support/slurm.py starts its own cluster).
+APT_PACKAGES := postgresql postgresql-contrib openssh-server openssh-client screen procps chromium nftables faketime libfaketime prometheus haproxy docker.io podman uidmap slirp4netns slurmctld slurmd slurm-client munge
 # JupyterLab extension (labextension/): node_modules cached by a stamp, rebuilt when its sources change.
 LABEXT       := labextension
 LABEXT_STAMP := $(LABEXT)/node_modules/.installed

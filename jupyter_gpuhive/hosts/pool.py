@@ -19,8 +19,10 @@ import time
 from collections.abc import Iterable
 
 from ..model import HostDecl, utcnow
+from ..model.engines import ReservationEngine
 from .backends import HostBackend, backend_class
 from .loops import Loop
+from .probe import HostSample
 from .ssh import SshSettings as SshSettings
 from .status import CommandResult as CommandResult
 from .status import HostStatus as HostStatus
@@ -58,6 +60,11 @@ class HostPool:
         if decl is None:
             raise HostUnavailable(host, "no such host in the configuration")
         return self.backend_of(decl)
+
+    def engine_of(self, host: str) -> tuple[str, ReservationEngine] | None:
+        """(the host's name there, the engine) where an engine mirrors bookings on `host`."""
+        decl = self.hosts.get(host)
+        return self.backend_of(decl).reservations(decl) if decl is not None else None
 
     # --- state ---------------------------------------------------------------------
 
@@ -118,6 +125,23 @@ class HostPool:
         if tracked:
             self._ok(host)
         return result
+
+    async def sample(self, host: str, timeout: float) -> HostSample:
+        """The sample of a host whose backend `samples_itself`; its state follows, like `run`."""
+        decl = self.hosts.get(host)
+        if decl is None:
+            raise HostUnavailable(host, "no such host in the configuration")
+        try:
+            async with asyncio.timeout(timeout):
+                found = await self.backend_of(decl).sample(decl, timeout)
+        except TimeoutError:
+            self._fail(host, f"no answer within {timeout:.0f} s")
+            raise HostUnavailable(host, f"no answer within {timeout:.0f} s") from None
+        except HostUnavailable as error:
+            self._fail(host, error.reason)
+            raise
+        self._ok(host)
+        return found
 
     async def run_all(
         self, command: str, timeout: float | None = None

@@ -78,6 +78,10 @@ class Sampler:
         try:
             # One long-lived probe loop per host: a sweep costs each host one request line.
             decl = self.pool.hosts.get(name)
+            if decl is not None and self.pool.backend_of(decl).samples_itself:
+                own = await self.pool.sample(name, self.timeout)  # an engine's view (Slurm)
+                self.record(own)
+                return own
             vendor = vendor_of(decl.extra if decl else None)
             answer = await self.pool.ask(name, probe_loop_command(vendor=vendor), end=END,
                                          timeout=self.timeout,

@@ -8,7 +8,10 @@ channels, and says what the rest of gpuhive may ask of it (`runs_here`,
 `clean_start`, `uses_ssh_keys`...), so that no code outside `hosts/backends/` compares
 transport names.
 
-Backends are found by name: the built-in ones (`ssh`, `local`), those a site installs under
+A backend whose hosts are known through an engine rather than a probe (`slurm`) answers
+`sample` itself, and brings the engine that mirrors gpuhive's bookings (`reservations`).
+
+Backends are found by name: the built-in ones (`ssh`, `local`, `slurm`), those a site installs under
 the entry-point group `jupyter_gpuhive.host_backends` (name = "module:Class"), and those
 registered at run time with `register` (tests). The first found wins in that order.
 """
@@ -30,7 +33,9 @@ from ..runners.screen import ScreenRunner
 from ..status import CommandResult, HostUnavailable
 
 if TYPE_CHECKING:  # not at run time: reading a hosts file imports no SSH (cli --help)
+    from ...model.engines import ReservationEngine
     from ..loops import Loop
+    from ..probe import HostSample
     from ..ssh import SshSettings
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ DEFAULT_RUNNER: TaskRunner = ScreenRunner()  # a backend's task runner unless it
 BUILT_IN = {
     "ssh": "jupyter_gpuhive.hosts.backends.ssh:SshBackend",
     "local": "jupyter_gpuhive.hosts.backends.local:LocalBackend",
+    "slurm": "jupyter_gpuhive.hosts.backends.slurm:SlurmBackend",
 }
 
 
@@ -100,6 +106,8 @@ class HostBackend:
     uses_ssh_keys: ClassVar[bool] = False
     # A host of this kind needs an address (else it is this machine).
     needs_address: ClassVar[bool] = True
+    # The host's sample comes from `sample` (an engine's view), not from the probe command.
+    samples_itself: ClassVar[bool] = False
     # Errors of this backend that mean "the host could not be reached or the command was cut".
     failures: ClassVar[tuple[type[BaseException], ...]] = (OSError, TimeoutError, EOFError)
 
@@ -129,6 +137,14 @@ class HostBackend:
     async def open_channels(self, decl: HostDecl, user: str) -> KernelChannels:
         """The channels of a new reservation kernel of `user` on `decl`."""
         raise HostUnavailable(decl.name, f"the {self.name} backend has no kernel channels")
+
+    async def sample(self, decl: HostDecl, timeout: float) -> HostSample:
+        """The host's sample without the probe (`samples_itself`); HostUnavailable if none."""
+        raise HostUnavailable(decl.name, f"the {self.name} backend samples through the probe")
+
+    def reservations(self, decl: HostDecl) -> tuple[str, ReservationEngine] | None:
+        """(the host's name there, the engine) when an engine mirrors bookings on the host."""
+        return None
 
     def runner(self, decl: HostDecl) -> TaskRunner:
         """How tasks start, are followed and stop on the host (`hosts/runners/`)."""

@@ -1,0 +1,287 @@
+"""The Slurm backend: a host is one node of a Slurm cluster, known through Slurm's own clients.
+
+A host entry `{"name": "n1", "transport": "slurm", "slurm": {"node": "n1", "conf": PATH,
+"bin": DIR}}` (node: default the host's name; conf: the cluster's slurm.conf, default Slurm's
+own; bin: the folder of Slurm's clients, default found on a safe PATH). Its GPUs (by gres type)
+and its state come from `scontrol show node -o` (one call per sweep for all the cluster's
+nodes); a node Slurm keeps closed (down, drained, failing...) gives its GPUs a failed health
+with Slurm's reason, so nothing books them. gpuhive's bookings on its nodes become Slurm
+reservations (`SlurmReservations`). Commands on the nodes (jobs, kernels, protection) are not
+built yet: `run` answers that it runs none.
+
+The clients run on this machine as the server's account (root or the SlurmUser: only they may
+create reservations), with TZ=UTC and every value quoted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ...errors import Invalid
+from ...model import HostDecl, utcnow
+from ...model.engines import PREFIX, EngineRefused, Held, booking_of
+from ...model.gpus import GpuMetrics
+from ..environment import SAFE_PATH
+from ..loops import Loop, end_group, spawn
+from ..slurm import SlurmNode, SlurmParseError, parse_nodes, parse_reservations, parse_version
+from ..slurm import printable as printable
+from ..status import CommandResult, HostUnavailable
+from . import HostBackend
+
+if TYPE_CHECKING:
+    from ..probe import HostSample
+
+_PATH = re.compile(r"/[A-Za-z0-9._/@+-]*\Z")
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_ACCOUNT = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\Z")
+_RESERVATION = re.compile(rf"{re.escape(PREFIX)}\d+\Z")
+FRESH = 1.0  # seconds a node listing answers every node's sample of one sweep
+GRES_RESERVATIONS = (23, 11)  # the first Slurm whose reservations hold GPUs (TRES=gres/gpu=N)
+NOT_RUN = 126  # `run`'s status: gpuhive runs no commands on Slurm nodes yet
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a Slurm cluster's clients are and which configuration they read."""
+
+    conf: str | None
+    bin: str
+
+    def line(self, *words: str) -> str:
+        """`[SLURM_CONF=…] BIN/WORD …` as shell text, every word quoted."""
+        conf = f"SLURM_CONF={shlex.quote(self.conf)} " if self.conf else ""
+        return conf + " ".join(shlex.quote(w) for w in (f"{self.bin}/{words[0]}", *words[1:]))
+
+
+def settings_of(decl: HostDecl) -> tuple[str, Cluster]:
+    """(node, cluster) of a Slurm host's entry; Invalid names the site's mistake."""
+    spec: Any = decl.extra.get("slurm") or {}
+    if not isinstance(spec, Mapping):
+        raise Invalid(f"Host {decl.name}: slurm must be a mapping such as {{node: n1}}.")
+    node = str(spec.get("node", decl.name))
+    conf, folder = spec.get("conf"), spec.get("bin")
+    if not _NODE.match(node):
+        raise Invalid(f"Host {decl.name}: slurm: {node!r} is not a Slurm node name.")
+    for key, value in (("conf", conf), ("bin", folder)):
+        if value is not None and not (isinstance(value, str) and _PATH.match(value)):
+            raise Invalid(f"Host {decl.name}: slurm: {key} must be an absolute path.")
+    if folder is None:
+        found = shutil.which("scontrol", path=SAFE_PATH)
+        folder = found.rsplit("/", 1)[0] if found else "/usr/bin"
+    return node, Cluster(conf, folder)
+
+
+def slurm_uuid(host: str, node: str, index: int) -> str:
+    """The UUID gpuhive gives GPU `index` of a Slurm node (Slurm names GPUs by index only)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpuhive:slurm:{host}:{node}:{index}"))
+
+
+def sample_of(host: str, node: SlurmNode, taken_at: datetime) -> HostSample:
+    """A node's GPUs and health as one sample (no readings: Slurm reports none)."""
+    from ..probe import HostSample
+
+    gpus, index = [], 0
+    for kind in node.gpus:
+        for _ in range(kind.count):
+            gpus.append(GpuMetrics(index, slurm_uuid(host, node.name, index), kind.type,
+                                   None, None, None, None, None, None, None))  # fmt: skip
+            index += 1
+    health = node.health()
+    return HostSample(
+        host, taken_at, gpus=tuple(gpus),
+        health={g.uuid: health for g in gpus} if health else {},
+    )  # fmt: skip
+
+
+async def slurm_command(line: str, timeout: float = 20.0) -> CommandResult:
+    """Run a Slurm client's shell line here (`sh -c`, TZ=UTC, C locale); never hangs."""
+    env = {"PATH": SAFE_PATH, "TZ": "UTC", "LC_ALL": "C"}
+    process = await spawn(
+        ["sh", "-c", line], stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await process.communicate()
+    except (TimeoutError, asyncio.CancelledError):
+        await asyncio.shield(end_group(process))
+        raise
+    code = process.returncode if process.returncode is not None else -1
+    return CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+class SlurmReservations:
+    """The reservations of one Slurm cluster, as gpuhive's bookings need them."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.version: tuple[int, int] | None = None
+        self.label = "Slurm"
+
+    async def _scontrol(self, *words: str) -> CommandResult:
+        try:
+            return await slurm_command(self.cluster.line("scontrol", *words))
+        except (OSError, TimeoutError) as error:
+            raise EngineRefused(f"Slurm's scontrol did not answer: {error}") from None
+
+    async def _version(self) -> tuple[int, int]:
+        if self.version is None:
+            done = await self._scontrol("--version")
+            try:
+                self.version = parse_version(done.stdout)
+            except SlurmParseError as error:
+                raise EngineRefused(str(error)) from None
+            self.label = f"Slurm {printable(done.stdout.split()[-1]) if done.stdout else ''}"
+        return self.version
+
+    async def why_not(self, gpus: dict[str, tuple[int, int]]) -> str | None:
+        if await self._version() >= GRES_RESERVATIONS:
+            return None
+        partial = sorted(f"{booked} of {has} GPUs of {node}"
+                         for node, (booked, has) in gpus.items() if booked < has)  # fmt: skip
+        if not partial:
+            return None
+        return (
+            f"This cluster runs {self.label}, whose reservations hold whole nodes only "
+            f"(reservations of GPUs need Slurm 23.11 or later); this booking holds "
+            f"{', '.join(partial)}. Book every GPU of each node, or ask for fewer nodes."
+        )
+
+    def _words(self, held: Held, now: datetime, starting: bool) -> list[str]:
+        if not _RESERVATION.match(held.name):
+            raise EngineRefused(f"{held.name!r} is not a reservation name of gpuhive's.")
+        bad = [u for u in held.users if not _ACCOUNT.match(u)]
+        if bad or not held.users:
+            raise EngineRefused(f"{bad or held.users!r} cannot be a Slurm user account.")
+        words = [f"reservationname={held.name}", f"users={','.join(held.users)}",
+                 f"nodes={','.join(held.nodes)}"]  # fmt: skip
+        if starting:
+            started = held.start <= now + timedelta(seconds=1)
+            words.append("starttime=now" if started else f"starttime={_instant(held.start)}")
+        words.append(f"endtime={_instant(held.end, up=True)}")
+        return words
+
+    async def hold(self, held: Held, now: datetime) -> None:
+        words = self._words(held, now, starting=True)
+        if await self._version() >= GRES_RESERVATIONS:
+            words.append(f"TRES=gres/gpu={sum(n for _, n in held.gpus)}")
+        done = await self._scontrol("create", "reservation", *words)
+        if done.exit_status != 0:
+            raise EngineRefused(_said(done))
+
+    async def change(self, held: Held, now: datetime) -> None:
+        words = self._words(held, now, starting=held.start > now)
+        if await self._version() >= GRES_RESERVATIONS:
+            words.append(f"TRES=gres/gpu={sum(n for _, n in held.gpus)}")
+        done = await self._scontrol("update", *words)
+        if done.exit_status != 0:
+            raise EngineRefused(_said(done))
+
+    async def release(self, name: str) -> None:
+        if not _RESERVATION.match(name):
+            raise EngineRefused(f"{name!r} is not a reservation name of gpuhive's.")
+        done = await self._scontrol("delete", f"reservationname={name}")
+        said = _said(done)
+        if done.exit_status != 0 and "not found" not in said and "Invalid reservation" not in said:
+            raise EngineRefused(said)
+
+    async def listing(self) -> dict[str, Held]:
+        done = await self._scontrol("show", "reservation", "-o")
+        if done.exit_status != 0 and "No reservations" not in done.stdout:
+            raise EngineRefused(_said(done))
+        try:
+            found = parse_reservations(done.stdout)
+        except SlurmParseError as error:
+            raise EngineRefused(f"Slurm's reservations could not be read: {error}") from None
+        out = {}
+        for r in found:
+            if booking_of(r.name) is None:
+                continue
+            gpus = re.search(r"gres/gpu=(\d+)", r.tres)
+            each = int(gpus.group(1)) // max(1, len(r.nodes)) if gpus else 0
+            out[r.name] = Held(r.name, r.start, r.end,
+                               tuple((n, each) for n in sorted(r.nodes)), r.users)  # fmt: skip
+        return out
+
+
+def _instant(at: datetime, up: bool = False) -> str:
+    """A UTC instant as Slurm reads it (whole seconds; `up`: rounded up)."""
+    whole = at.replace(microsecond=0)
+    if up and whole < at:
+        whole += timedelta(seconds=1)
+    return whole.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _said(done: CommandResult) -> str:
+    """Slurm's own words for a refusal, framed."""
+    text = " ".join((done.stderr.strip() or done.stdout.strip() or "no reason given").split())
+    return printable(text.removeprefix("scontrol: error: "))
+
+
+class SlurmBackend(HostBackend):
+    """Nodes of Slurm clusters: inventory and state from Slurm; bookings as its reservations."""
+
+    name = "slurm"
+    needs_address = False
+    samples_itself = True
+
+    def __init__(self, settings: Any, me: str) -> None:
+        super().__init__(settings, me)
+        self._listed: dict[Cluster, tuple[float, dict[str, SlurmNode]]] = {}
+        self._listing: dict[Cluster, asyncio.Lock] = {}
+        self._engines: dict[Cluster, SlurmReservations] = {}
+
+    async def nodes(self, cluster: Cluster, timeout: float) -> dict[str, SlurmNode]:
+        """The cluster's nodes by name, read at most once per FRESH seconds."""
+        async with self._listing.setdefault(cluster, asyncio.Lock()):
+            kept = self._listed.get(cluster)
+            if kept is not None and time.monotonic() - kept[0] < FRESH:
+                return kept[1]
+            done = await slurm_command(cluster.line("scontrol", "show", "node", "-o"), timeout)
+            if done.exit_status != 0:
+                raise SlurmParseError(f"scontrol show node failed: {_said(done)}")
+            nodes = {n.name: n for n in parse_nodes(done.stdout)}
+            self._listed[cluster] = (time.monotonic(), nodes)
+            return nodes
+
+    async def sample(self, decl: HostDecl, timeout: float) -> HostSample:
+        """The node's GPUs and state from Slurm; HostUnavailable when Slurm cannot say."""
+        node, cluster = settings_of(decl)
+        try:
+            nodes = await self.nodes(cluster, timeout)
+        except (OSError, TimeoutError, SlurmParseError) as error:
+            raise HostUnavailable(decl.name, f"Slurm did not say: {error}") from None
+        if node not in nodes:
+            raise HostUnavailable(decl.name, f"Slurm lists no node {node}")
+        return sample_of(decl.name, nodes[node], utcnow())
+
+    def reservations(self, decl: HostDecl) -> tuple[str, SlurmReservations]:
+        node, cluster = settings_of(decl)
+        engine = self._engines.get(cluster)
+        if engine is None:
+            engine = self._engines[cluster] = SlurmReservations(cluster)
+        return node, engine
+
+    async def run(
+        self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
+    ) -> CommandResult:
+        return CommandResult(NOT_RUN, "", "gpuhive runs no commands on Slurm nodes yet")
+
+    async def start_loop(
+        self, decl: HostDecl, command: str, user: str, slot: asyncio.Semaphore
+    ) -> Loop:
+        raise HostUnavailable(decl.name, "gpuhive runs no commands on Slurm nodes yet")
+
+    @classmethod
+    def where(cls, decl: HostDecl, user: str) -> str:
+        node, cluster = settings_of(decl)
+        return f"Slurm node {node}" + (f" ({cluster.conf})" if cluster.conf else "")
