@@ -25,7 +25,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,19 +63,64 @@ async def wait_until(predicate: Any, timeout: float, step: float = 0.02) -> bool
     return True
 
 
-async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict[str, Any]:
+@dataclass
+class Watched:
+    """Simulated hosts monitored with Protection on a SQLite store, as the Hive wires them."""
+
+    sims: list[LocalSimHost]
+    store: Store
+    monitor: Monitor
+    protection: Protection
+    executor: ThreadPoolExecutor
+
+    async def close(self) -> None:
+        await self.protection.stop()
+        await self.monitor.stop()
+        self.store.close()
+        self.executor.shutdown()
+
+
+async def watched(
+    sims: list[LocalSimHost], workdir: Path, interval: float, settings: ProtectionSettings,
+    publish: Callable[[dict[str, Any]], None], entry: Callable[[LocalSimHost], HostDecl] = decl,
+) -> Watched:  # fmt: skip
+    """`sims` monitored every `interval` s, Protection on each sweep; discovery done."""
     executor = ThreadPoolExecutor(4, thread_name_prefix="bench-db")
 
     async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
-    sims = [LocalSimHost(f"vb{i}-{os.getpid()}", workdir / f"h{i}") for i in range(hosts)]
-    decls = [decl(h) for h in sims]
+    decls = [entry(h) for h in sims]
     store = Store(f"sqlite:///{workdir / 'hive.sqlite'}").open()
     store.inventory.sync(decls)
     pool = HostPool(decls)
     monitor = Monitor(store, pool, run, interval=interval, **unwired(pool))
+    protection = Protection(settings, store, pool, run, publish=publish)
+    monitor.on_sweep(protection.on_sweep)
+    await monitor.sampler.sweep()  # discovery
+    return Watched(sims, store, monitor, protection, executor)
+
+
+async def timed(
+    rig: Watched, proc: Any, since: float, fired: dict[int, float], trial: str, where: str,
+    latencies: list[float],
+) -> None:  # fmt: skip
+    """Add the seconds from `since` to a handler firing for `proc` to `latencies` (nothing
+    when none fired); then end the process and wait its violation out."""
+    interval = rig.monitor.sampler.interval
+    if await wait_until(lambda: proc.pid in fired, timeout=interval + 10):
+        latencies.append(fired[proc.pid] - since)
+        log(f"{trial}: {latencies[-1]:.3f} s on {where}")
+    else:
+        log(f"{trial}: no handler fired")
+    proc.kill()
+    proc.wait()
+    await wait_until(lambda: not rig.protection.ongoing(), timeout=interval * 3 + 10)
+
+
+async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict[str, Any]:
+    sims = [LocalSimHost(f"vb{i}-{os.getpid()}", workdir / f"h{i}") for i in range(hosts)]
     fired: dict[int, float] = {}
 
     def publish(event: dict[str, Any]) -> None:
@@ -84,9 +131,8 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
     settings = ProtectionSettings(
         level=1, ladder=[{"after": 0, "handler": "event"}], handlers={"event": {"interval": 0}}
     )
-    protection = Protection(settings, store, pool, run, publish=publish)
-    monitor.on_sweep(protection.on_sweep)
-    await monitor.sampler.sweep()  # discovery
+    rig = await watched(sims, workdir, interval, settings, publish)
+    store, monitor = rig.store, rig.monitor
     gpus = [g for h in sims for g in store.inventory.host(h.name).gpus]  # type: ignore[union-attr]
     start = utcnow() - timedelta(seconds=1)
     for gpu in gpus:
@@ -95,27 +141,17 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
     monitor.start()
     await asyncio.sleep(interval)
     latencies: list[float] = []
-    missed = 0
     try:
         for trial in range(trials):
             await asyncio.sleep(random.uniform(0, interval))
             gpu = random.choice(gpus)
             started = time.time()
             proc = start_gpu_process(gpu.host, [gpu.index], command=("sleep", "600"))
-            if await wait_until(lambda p=proc: p.pid in fired, timeout=interval + 10):
-                latencies.append(fired[proc.pid] - started)
-                log(f"trial {trial + 1}/{trials}: {latencies[-1]:.3f} s on {gpu.ref}")
-            else:
-                missed += 1
-                log(f"trial {trial + 1}/{trials}: no handler fired")
-            proc.kill()
-            proc.wait()
-            await wait_until(lambda: not protection.ongoing(), timeout=interval * 3 + 10)
+            label = f"trial {trial + 1}/{trials}"
+            await timed(rig, proc, started, fired, label, gpu.ref, latencies)
     finally:
-        await protection.stop()
-        await monitor.stop()
-        store.close()
-        executor.shutdown()
+        await rig.close()
+    missed = trials - len(latencies)
     return {
         "poll_interval_s": interval,
         "hosts": hosts,
@@ -133,8 +169,10 @@ async def bench(interval: float, hosts: int, trials: int, workdir: Path) -> dict
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli(doc: str, measure: Callable[..., Any], full_trials: int, what: str) -> None:
+    """Parse the benchmark's options, run `measure(interval, hosts, trials, workdir)` on
+    local simulated hosts in a temporary folder, print its result as the last line (JSON)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer hosts and trials")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
@@ -144,11 +182,15 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("jupyter_gpuhive").setLevel(logging.ERROR)
     hosts = 1 if args.smoke else 2 if args.quick else 4
-    trials = args.trials or (2 if args.smoke else 8 if args.quick else 40)
-    log(f"{hosts} local simulated hosts, poll interval {args.interval} s, {trials} trials")
+    trials = args.trials or (2 if args.smoke else 8 if args.quick else full_trials)
+    log(f"{hosts} {what}, poll interval {args.interval} s, {trials} trials")
     with tempfile.TemporaryDirectory(prefix="gpuhive-bench-") as tmp:
-        result = asyncio.run(bench(args.interval, hosts, trials, Path(tmp)))
+        result = asyncio.run(measure(args.interval, hosts, trials, Path(tmp)))
     print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    cli(__doc__ or "", bench, 40, "local simulated hosts")
 
 
 if __name__ == "__main__":

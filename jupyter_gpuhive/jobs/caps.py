@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from ..errors import Invalid
+from ..model import Reservation
 from ..model.gpus import Pinning
 from ..model.shares import parse_memory
 from . import capstart
@@ -152,3 +153,12 @@ def job_caps(memory: str | None, gpus: list[tuple[str, int | None]]) -> dict[str
     if total is not None and mib > total:
         raise TemplateError(f"option memory {memory} is more than the GPU's {total} MiB")
     return {uuid: Cap.of(uuid, total, mib=mib)}
+
+
+def reservation_env(res: Reservation, pinning: Pinning, *, mps: bool = False) -> dict[str, str]:
+    """The caps of a program on a share booking's GPU (a kernel on it; with the start-up
+    packed for the kernel's own start to unpack); {} for whole GPUs."""
+    if not res.is_share or len(res.gpus) != 1:
+        return {}
+    gpu = res.gpus[0]
+    return cap_env(Cap.of(gpu.uuid, gpu.memory_mib, fraction=res.share), pinning, mps=mps)

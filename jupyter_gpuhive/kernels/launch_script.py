@@ -34,6 +34,7 @@ import time
 
 MARK = "GPUHIVE-KERNEL"
 SOCKET_NAME = "k"  # sockets are DIR/k-1 … DIR/k-5 (ZMQ ipc names them IP-PORT)
+CAPS_SOURCE = "GPUHIVE_CAPS_SOURCE"  # jobs/caps.py's SOURCE_ENV
 PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 
 
@@ -105,6 +106,7 @@ def boot(given=None):
     os.replace(path + ".new", path)
     env = dict(os.environ) if config.get("inherit") else {}
     env.update(config.get("env") or {})
+    capped(folder, env)
     env["JPY_PARENT_PID"] = str(os.getppid())
     cwd = config.get("cwd") or env.get("HOME") or "/"
     os.chdir(folder)  # `-c` puts it first on the module path: only our files are there
@@ -112,6 +114,23 @@ def boot(given=None):
     limit = str(float(config.get("orphan_timeout") or 0))
     argv = [sys.executable, "-c", source, "run", path, limit, cwd]
     os.execve(sys.executable, argv, env)  # noqa: S606
+
+
+def capped(folder, env):
+    """A kernel on a share of a GPU: gpuhive's start-up (jobs/capstart.py, packed in `env`)
+    goes into the private directory as `sitecustomize.py`, first on PYTHONPATH, so that the
+    kernel's PyTorch and TensorFlow are capped to the share when the user imports them."""
+    packed = env.pop(CAPS_SOURCE, None)
+    if not packed:
+        return
+    import base64
+    import gzip
+
+    lib = os.path.join(folder, "caps")
+    os.makedirs(lib, mode=0o700, exist_ok=True)
+    with open(os.path.join(lib, "sitecustomize.py"), "wb") as out:
+        out.write(gzip.decompress(base64.b64decode(packed)))
+    env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 
 
 def watch(fd, limit):

@@ -37,7 +37,8 @@ from traitlets import Float, Integer, TraitError, Unicode
 from ..errors import HiveError, Invalid, Unavailable
 from ..hosts.engines import engine_of
 from ..hosts.vendors import vendor_of
-from ..model import ID_MAX, utcnow
+from ..jobs.caps import reservation_env
+from ..model import ID_MAX, Reservation, utcnow
 from ..model.kernel import KernelState
 from . import registry as registries
 from .images import kernel_name
@@ -123,6 +124,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     _kernel: KernelProcess | None = None
     _record: KernelRecord | None = None
+    _share: Reservation | None = None  # the share booking it runs on (None: whole GPUs)
     _running = False
     _dead_reason: str | None = None
     _ending: asyncio.Future[None] | None = None
@@ -150,6 +152,7 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 gpus=tuple(g.ref for g in place.gpus),
                 gpu_uuids=tuple(g.uuid for g in place.gpus), started_at=now, launched_at=now,
             )  # fmt: skip
+            self._share = place.reservation if place.reservation.is_share else None
             if registry.reclaim is not None:  # preemptible jobs on lent GPUs go first
                 why = f"{place.reservation.owner} starts a kernel on reservation {rid}"
                 await registry.reclaim(place.reservation.owner, self._record.gpu_uuids, why)
@@ -176,7 +179,11 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         env = {k: str(v) for k, v in (getattr(self.kernel_spec, "env", None) or {}).items()}
         env.update({k: env_in[k] for k in PASSED_ON if env_in.get(k)})
         decl = find_registry(self).pool.hosts.get(self._record.host)
-        env.update(vendor_of(decl.extra if decl else None).pinning.env(self._record.gpu_uuids))
+        pinning = vendor_of(decl.extra if decl else None).pinning
+        env.update(pinning.env(self._record.gpu_uuids))
+        if self._share is not None:  # a share of one GPU: the framework caps (jobs/caps.py)
+            mps = bool(decl and decl.extra.get("mps") is True)
+            env.update(reservation_env(self._share, pinning, mps=mps))
         env["GPUHIVE_KERNEL_RESERVATION"] = str(self._record.reservation_id)
         return env
 

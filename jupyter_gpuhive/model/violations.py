@@ -19,9 +19,11 @@ IDLE = "idle"  # a reserved GPU nobody uses (not a violation; recorded alongside
 NO_SHOW = "no-show"  # a reservation its holder never used after it began (a notice, too)
 KERNEL_END = "kernel-end"  # what a kernel's end policy did at its reservation's end (a notice)
 GPU_HEALTH = "gpu-health"  # a GPU of the reservation failed or was drained (a notice)
-KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH)
+OVER_SHARE = "over-share"  # a share holder using more of the GPU's memory than the share
+KINDS = (FOREIGN, UNRESERVED, GHOST, IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH, OVER_SHARE)
 HOLDER_KINDS = frozenset({IDLE, NO_SHOW, KERNEL_END, GPU_HEALTH})  # to the holder, not an offender
-OFFENCES = frozenset({FOREIGN, UNRESERVED, GHOST})  # what detection finds: the ladder's kinds
+# what detection finds: the ladder's kinds
+OFFENCES = frozenset({FOREIGN, UNRESERVED, GHOST, OVER_SHARE})
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class ProtectionSettings:
     allow_commands: Sequence[str] = ()
     ghost_mem_mib: int = 1024
     ghost_util: int = 10
+    over_share_mib: int = 512  # how much more than the share a share holder may use
     idle_after: float = 0.0  # seconds; 0: idle reservations are not watched
     idle_util: float = 5.0
     idle_end: bool = False
@@ -96,6 +97,7 @@ def configure(
             settings.allow_commands,
             settings.ghost_mem_mib,
             settings.ghost_util,
+            settings.over_share_mib,
         )
     except ValueError as error:
         raise HandlerConfigError(str(error)) from None

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..model.violations import FOREIGN, UNRESERVED
+from ..model.violations import FOREIGN, OVER_SHARE, UNRESERVED
 
-MARKED = (FOREIGN, UNRESERVED)  # kinds with an offending process (ghosts have none)
+MARKED = (FOREIGN, UNRESERVED, OVER_SHARE)  # kinds with an offending process (ghosts have none)
 
 
 def _mark(proc: dict[str, Any], unit: str, found: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,9 @@ holder's own gpuhive jobs never count, nor do allow-listed users and commands, n
 processes of a preemptible job the reservation lends its GPUs to (`lent`: until the job is
 stopped, the grace of a reclaim included; after it the job is killed). "Ghost"
 occupancy (memory or utilization on a GPU that lists no process) is flagged at level 1 on
-reserved GPUs and at level 2 on every GPU.
+reserved GPUs and at level 2 on every GPU. On a GPU that bookings share, every share holder's
+processes are theirs, a holder using more memory than the share is an over-share violation,
+and anyone else is an intruder (overshare.py).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from ..hosts.probe import HostSample, ProcessInfo
 from ..model import Reservation, slice_name
 from ..model.activity import IDLE_UTIL, gpu_busy
 from ..model.gpus import GpuMetrics
-from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, UNRESERVED, Violation
+from ..model.violations import FOREIGN, GHOST, IDLE, KINDS, OVER_SHARE, UNRESERVED, Violation
+from . import overshare
 
 __all__ = [
     "FOREIGN",
     "GHOST",
     "IDLE",
     "KINDS",
+    "OVER_SHARE",
     "UNRESERVED",
     "DetectionPolicy",
     "GpuView",
@@ -61,6 +65,7 @@ class DetectionPolicy:
     allow_commands: tuple[re.Pattern[str], ...] = ()
     ghost_mem_mib: int = 1024  # 0: never flag memory without a process
     ghost_util: int = 10  # 0: never flag utilization without a process
+    over_share_mib: int = 512  # a share holder may use this much more than the share
 
     @classmethod
     def build(
@@ -70,6 +75,7 @@ class DetectionPolicy:
         allow_commands: Iterable[str] = (),
         ghost_mem_mib: int = 1024,
         ghost_util: int = 10,
+        over_share_mib: int = 512,
     ) -> DetectionPolicy:
         """A policy from config values; bad values raise ValueError with a clear message."""
         if level not in (0, 1, 2):
@@ -82,7 +88,10 @@ class DetectionPolicy:
                 raise ValueError(f"allow-listed command pattern {text!r}: {error}") from None
         if ghost_mem_mib < 0 or ghost_util < 0:
             raise ValueError("ghost thresholds must not be negative")
-        return cls(level, frozenset(allow_users), tuple(patterns), ghost_mem_mib, ghost_util)
+        if over_share_mib < 0:
+            raise ValueError("the over-share tolerance must not be negative")
+        return cls(level, frozenset(allow_users), tuple(patterns), ghost_mem_mib, ghost_util,
+                   over_share_mib)  # fmt: skip
 
     def allows(self, proc: ProcessInfo) -> bool:
         """Whether the allow-list exempts this process."""
@@ -164,11 +173,15 @@ def detect(
     if policy.level == 0:
         return []
     held = holders(active, at)
+    shared = overshare.sharers(active, at)
     jobs = job_owners or {}
     found: list[Violation] = []
     views = gpu_views(samples)
     split = {view.parent for view in views.values() if view.parent is not None}
     for uuid, view in views.items():
+        if uuid in shared:
+            found += _shared(view, shared[uuid], at, policy, jobs, unix_user, lent or {})
+            continue
         # A slice is held by its own reservation or by one of its whole GPU; processes on a
         # split GPU are judged on their slice (a neighbouring slice's holder is not the GPU's).
         res = held.get(uuid) or (held.get(view.parent) if view.parent else None)
@@ -203,6 +216,44 @@ def detect(
         if ghost:
             found.append(Violation(GHOST, view.host, view.ref, uuid, None, holder, rid,
                                    policy.level, (), (), ghost, at))  # fmt: skip
+    return found
+
+
+def _shared(
+    view: GpuView,
+    shares: Sequence[Reservation],
+    at: datetime,
+    policy: DetectionPolicy,
+    jobs: JobOwners,
+    unix_user: Callable[[str], str],
+    lent: LentProcesses,
+) -> list[Violation]:
+    """The violations on a GPU that bookings share: intruders (foreign, named to the first
+    holder) and holders over their share (over-share); no ghosts (a share holder's idle
+    process may keep memory)."""
+    strangers, over = overshare.judge(
+        view.host, view.processes, shares, unix_user=unix_user, job_owner=jobs.get,
+        lent=lent.get, tolerance_mib=policy.over_share_mib,
+    )  # fmt: skip
+    first = shares[0]
+    offenders: dict[str, list[ProcessInfo]] = {}
+    for proc in strangers:
+        if not policy.allows(proc) and proc.user is not None:
+            offenders.setdefault(proc.user, []).append(proc)
+    found = []
+    for user, procs in sorted(offenders.items()):
+        procs.sort(key=lambda p: p.pid)
+        pids, commands = tuple(p.pid for p in procs), tuple(p.command for p in procs)
+        found.append(Violation(FOREIGN, view.host, view.ref, view.metrics.uuid, user,
+                               first.owner, first.id, policy.level, pids, commands,
+                               _in_containers(procs), at))  # fmt: skip
+    for use in over:
+        pids = tuple(p.pid for p in use.processes)
+        commands = tuple(p.command for p in use.processes)
+        res = use.reservation
+        found.append(Violation(OVER_SHARE, view.host, view.ref, view.metrics.uuid, use.user,
+                               res.owner, res.id, policy.level, pids, commands,
+                               use.detail(policy.over_share_mib), at))  # fmt: skip
     return found
 
 

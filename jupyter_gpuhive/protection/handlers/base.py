@@ -25,6 +25,7 @@ from ...model.violations import (
     IDLE,
     KINDS,
     NO_SHOW,
+    OVER_SHARE,
     UNRESERVED,
     Violation,
 )
@@ -148,6 +149,11 @@ def describe(incident: Incident) -> str:
         return (
             "{procs} on GPU {gpu} {run} on a GPU nobody reserved. "
             "Reserve GPUs in gpuhive before you use them: gpuhive may stop {them} for you."
+        ).format(**f)
+    if incident.kind == OVER_SHARE:
+        return (
+            "{procs} on GPU {gpu} {run} on your share of it and {detail}. Please keep to your "
+            "share (the others on this GPU need theirs): gpuhive may stop {them} for you."
         ).format(**f)
     if incident.kind == GHOST:
         return "GPU {gpu} shows {detail} (reservation holder: {holder}).".format(**f)

@@ -22,7 +22,7 @@ from ...hosts.containers import (
     remove_command,
 )
 from ...hosts.pool import HostUnavailable
-from ..violations import FOREIGN, UNRESERVED
+from ..violations import FOREIGN, OVER_SHARE, UNRESERVED
 from .base import HandlerConfigError, HandlerFailed, Incident, Options, ViolationHandler
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ done
 class KillHandler(ViolationHandler):
     """Sends a signal to the offending processes, as the offender (SSH) or via sudo."""
 
-    kinds = frozenset({FOREIGN, UNRESERVED})
+    kinds = frozenset({FOREIGN, UNRESERVED, OVER_SHARE})
     needs_target = True
     repeat = False
     default_interval = 0.0

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...hosts.pool import HostUnavailable
-from ...model.violations import FOREIGN, IDLE, NO_SHOW, UNRESERVED
+from ...model.violations import FOREIGN, IDLE, NO_SHOW, OVER_SHARE, UNRESERVED
 from .base import HandlerFailed, Incident, Options, ViolationHandler
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ done
 class TerminalHandler(ViolationHandler):
     """Writes a `write`-style message to every terminal (pty, tmux pane) of the user."""
 
-    kinds = frozenset({FOREIGN, UNRESERVED, IDLE, NO_SHOW})
+    kinds = frozenset({FOREIGN, UNRESERVED, OVER_SHARE, IDLE, NO_SHOW})
     needs_target = True
     default_timeout = 15.0
 
