@@ -82,7 +82,7 @@ def scores(
     reserved: dict[str, float] = {}
     on_slices: dict[str, float] = {}
     for b in booked:
-        hours = overlap_hours(b.start, b.end, start, end)
+        hours = overlap_hours(b.start, b.end, start, end) * b.share
         reserved[b.owner] = reserved.get(b.owner, 0.0) + hours
         if b.slice:
             on_slices[b.owner] = on_slices.get(b.owner, 0.0) + hours

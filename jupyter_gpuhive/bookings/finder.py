@@ -11,7 +11,7 @@ it, so the answers are those of a search of the whole window at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,9 +21,11 @@ from ..model import Gpu, Identity, describe_duration, utcnow
 from ..model.finder import Inputs, Slot, Span, Want, devices_needed, find
 from ..model.health import none_bookable
 from ..model.rules import Rule
+from ..model.shares import WHOLE, fraction, memory_of_share
 from ..store import Store
 from . import access
 from .limits import WEEK, LimitExceeded, LimitInvalid, Proposal, check
+from .sharesearch import check_share_want, search_shares
 
 if TYPE_CHECKING:
     from .quotas import LimitService
@@ -85,6 +87,8 @@ class SlotSearch:
                 f"'indices' names {len(set(want.indices))} GPUs but 'count' is {want.count}; "
                 "leave 'count' out or make them agree."
             )
+        if want.shared:
+            check_share_want(want)
         if want.nvlink and (want.slices or want.profile):
             raise Invalid("'nvlink' applies to whole GPUs; MIG slices have no NVLink peers.")
         length = timedelta(seconds=want.duration)
@@ -140,8 +144,10 @@ class SlotSearch:
             want = replace(want, vendor=vendors.check(want.vendor))
             of = {host: vendors.of(host) for host in {u.host for u in units}}
             units = [u for u in units if of[u.host] == want.vendor]
-        topology = self.store.topology.all()
         accept, wake = self._limits(who, want, now)
+        if want.shared:
+            return want, search_shares(self, who, want, units, now, accept, wake)
+        topology = self.store.topology.all()
         rules = self.store.rules.all()
         window = max(FIRST_WINDOW, 4 * timedelta(seconds=want.duration))
         devices = devices_needed(want, units, topology)  # read only their bookings
@@ -189,6 +195,12 @@ class SlotSearch:
                 busy.setdefault(held.id, []).append((min(since, now), until or high + 1))
         return busy, removed
 
+    def allowed_spans(
+        self, who: Identity, units: Sequence[Gpu], low: int, high: int
+    ) -> Mapping[int, list[Span]] | None:
+        """Per unit, the spans of [low, high) the access rules allow `who` (None: all)."""
+        return self._allowed(self.store.rules.all(), who, list(units), low, high)
+
     def _allowed(
         self, rules: list[Rule], who: Identity, units: list[Gpu], low: int, high: int
     ) -> Mapping[int, list[Span]] | None:
@@ -199,7 +211,7 @@ class SlotSearch:
 
     def _limits(
         self, who: Identity, want: Want, now: int
-    ) -> tuple[Callable[[int, int, int], bool] | None, list[int]]:
+    ) -> tuple[Callable[[int, int, float], bool] | None, list[int]]:
         """The fair-share check as a predicate, and the instants its answer may change."""
         service = self.limits()
         if service is None or who.is_admin:
@@ -225,7 +237,7 @@ class SlotSearch:
         except LimitExceeded:
             pass
 
-        def accept(start: int, end: int, count: int) -> bool:
+        def accept(start: int, end: int, count: float) -> bool:
             proposal = Proposal(instant(start), instant(end), count)
             try:
                 check(effective, proposal, held, moment, zone, upcoming_now=upcoming)
@@ -290,4 +302,8 @@ def slot_json(slot: Slot) -> dict[str, Any]:
         "hosts": sorted({u.host for u in slot.units}),
         "units": [u.to_json() for u in slot.units],
         "fragmentation": {"slice_neighbours_free": slot.cost[0], "host_free": slot.cost[1]},
+        "share": fraction(slot.share),  # what to book: POST reservations with this share
+        "share_memory_mib": memory_of_share(slot.share, slot.units[0].memory_mib)
+        if slot.share < WHOLE
+        else None,
     }

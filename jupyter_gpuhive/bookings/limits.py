@@ -38,7 +38,7 @@ class Proposal:
 
     start: datetime
     end: datetime
-    gpus: int
+    gpus: float  # a share of a GPU counts its part (0.25)
     editing: int | None = None
 
 
@@ -102,15 +102,16 @@ def upcoming(held: Iterable[Held], now: datetime, exclude: int | None = None) ->
     )
 
 
-def peak(held: Iterable[Held], start: datetime, end: datetime) -> tuple[int, datetime, datetime]:
-    """The most GPUs held at once within [start, end), and the first span it lasts."""
-    events: list[tuple[datetime, int]] = []
+def peak(held: Iterable[Held], start: datetime, end: datetime) -> tuple[float, datetime, datetime]:
+    """The most GPUs held at once within [start, end), and the first span it lasts (shares
+    count their part)."""
+    events: list[tuple[datetime, float]] = []
     for s in held:
         if s.start < end and s.end > start:
             events.append((max(s.start, start), s.gpus))
             events.append((min(s.end, end), -s.gpus))
     events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at one instant
-    best, when, count = 0, (start, end), 0
+    best, when, count = 0.0, (start, end), 0.0
     for i, (at, delta) in enumerate(events):
         count += delta
         nxt = events[i + 1][0] if i + 1 < len(events) else end
@@ -251,7 +252,7 @@ def check(
             )
     if lim.gpus is not None:
         most, a, b = peak(others, p.start, p.end)
-        if most + p.gpus > lim.gpus:
+        if most + p.gpus > lim.gpus + _EPS:
             span = local_span(a, b, zone) if most else local_span(p.start, p.end, zone)
             raise LimitExceeded(
                 f"You would hold {_plural(most + p.gpus, 'GPU')} at once ({span}); your limit is "
@@ -341,7 +342,7 @@ def _all_fit(effective: Effective, held: Sequence[Held], now: datetime) -> bool:
     if not held:
         return True
     first, last = min(s.start for s in held), max(s.end for s in held)
-    if lim.gpus is not None and peak(held, first, last)[0] > lim.gpus:
+    if lim.gpus is not None and peak(held, first, last)[0] > lim.gpus + _EPS:
         return False
     return lim.gpu_hours_week is None or busiest_week(held) <= lim.gpu_hours_week + _EPS
 

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import Forbidden, Invalid, NotFound
 from ..model import UTC, Identity, Reservation, utcnow
 from ..model.limits import Effective, Limits, LimitTable, Tier, apply_tiers
+from ..model.shares import fraction
 from ..store import Store
 from ..store.limits import LimitReads
 from ..store.reservations import Guard, PendingWrite
@@ -23,9 +24,13 @@ Efficiency = Callable[[str], "float | None"]  # user → efficiency (percent) ov
 
 
 def grows(booking: PendingWrite, old: Reservation) -> bool:
-    """Whether an edit makes a reservation bigger: longer, moved, or on more GPUs."""
+    """Whether an edit makes a reservation bigger: longer, moved, on more GPUs, or a larger
+    share of its GPU."""
     return (
-        booking.start != old.start or booking.end > old.end or len(booking.gpu_ids) > len(old.gpus)
+        booking.start != old.start
+        or booking.end > old.end
+        or len(booking.gpu_ids) > len(old.gpus)
+        or booking.share > old.share_ppm
     )
 
 
@@ -115,7 +120,9 @@ class LimitService:
             count = 0
             if old is None and effective.limits.upcoming is not None:
                 count = reads.upcoming(owner.name, now)
-            proposal = Proposal(booking.start, booking.end, len(booking.gpu_ids))
+            # a share counts its part: a quarter GPU for 4 h is 1 GPU-hour
+            held_gpus = len(booking.gpu_ids) * fraction(booking.share)
+            proposal = Proposal(booking.start, booking.end, held_gpus)
             check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
 
         return check_limits

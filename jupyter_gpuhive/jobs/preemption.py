@@ -162,6 +162,10 @@ class Lending:
     loans: list[Loan] = field(default_factory=list)
 
     def lends(self, res: Reservation, settings: PreemptionSettings) -> bool:
+        """Whether `res` lends its GPUs. A share of a GPU never does: its GPU is shared with
+        other holders already, and a borrower would take all of it (#44)."""
+        if res.is_share:
+            return False
         return settings.lending and self.choice.get(res.id, (True, False))[0]
 
     def early(self, res: Reservation) -> bool:

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .core import Gpu
+from .shares import WHOLE
 from .topology import Topology, groups_for
 
 Span = tuple[int, int]  # [start, end) in epoch seconds
@@ -71,6 +72,13 @@ class Want:
     indices: tuple[int, ...] = ()  # only these GPU indices (on one host)
     host: str | None = None
     limit: int = 5
+    share: int | None = None  # a share of one shareable GPU, in millionths (model/shares.py)
+    memory_mib: int | None = None  # or: a share holding this much of its GPU's memory
+
+    @property
+    def shared(self) -> bool:
+        """Whether it asks for a share of one GPU (model/sharefinder.py)."""
+        return self.share is not None or self.memory_mib is not None
 
     @property
     def together(self) -> bool:
@@ -86,6 +94,7 @@ class Slot:
     end: int
     units: tuple[Gpu, ...]
     cost: tuple[int, int]
+    share: int = WHOLE  # the share of its one GPU, in millionths (model/sharefinder.py)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..model.jobs import ACTIVE
+from ..model.shares import fraction
 from .database import Database
 from .schema import (
     charge_totals,
@@ -77,6 +78,7 @@ class Booked:
     end: datetime
     gpu_id: int
     slice: bool = False  # a MIG slice: the driver reports no utilisation of its own
+    share: float = 1.0  # the share of the GPU held (a quarter GPU for 4 h is 1 GPU-hour)
 
 
 def _add(conn: Connection, table: Table, keys: Sequence[str], rows: list[dict[str, Any]]) -> None:
@@ -192,6 +194,7 @@ class Accounting:
                     rg.c.end_at,
                     rg.c.gpu_id,
                     gpus.c.parent_id.is_not(None),
+                    rg.c.share_ppm,
                 )
                 .join(r, r.c.id == rg.c.reservation_id)
                 .join(gpus, gpus.c.id == rg.c.gpu_id)
@@ -205,7 +208,7 @@ class Accounting:
             if owners is not None:
                 query = query.where(r.c.owner.in_(list(owners)))
             rows = conn.execute(query).all()
-        return [Booked(o, a, b, g, bool(s)) for o, a, b, g, s in rows]
+        return [Booked(o, a, b, g, bool(s), fraction(p)) for o, a, b, g, s, p in rows]
 
     def incidents(
         self, start: datetime, end: datetime, kinds: Sequence[str], column: str

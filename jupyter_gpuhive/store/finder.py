@@ -81,6 +81,27 @@ class FinderReads:
                 cursor.close()
         return [(u, d, int(a), int(b)) for u, d, a, b in rows]
 
+    def share_loads(
+        self, since: datetime, until: datetime, devices: Collection[int]
+    ) -> list[tuple[int, int, int, int, int]]:
+        """(unit id, GPU id, start, end, millionths of the unit) of every live booking on
+        `devices` overlapping [since, until); instants rounded outwards to whole seconds."""
+        rg = reservation_gpus
+        with self.db.read() as conn:
+            longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
+            rows = conn.execute(
+                select(
+                    rg.c.gpu_id, rg.c.device_id, rg.c.start_at, rg.c.end_at, rg.c.share_ppm
+                ).where(
+                    rg.c.device_id.in_(sorted(devices)),
+                    rg.c.cancelled.is_(False),
+                    rg.c.start_at < until,
+                    rg.c.end_at > since,
+                    rg.c.start_at > since - timedelta(seconds=longest + 1),
+                )
+            ).all()
+        return [(u, d, int(a.timestamp()), -int(-b.timestamp() // 1), s) for u, d, a, b, s in rows]
+
     def running_claims(
         self, now: datetime, default_walltime: timedelta | None
     ) -> list[tuple[str, int, int | None, int]]:

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from ..model.jobs import ACTIVE
 from ..model.limits import Limits, LimitTable, Tier
 from ..model.rules import Rule
+from ..model.shares import fraction
 from .database import Database
 from .rules import read_rules
 from .schema import (
@@ -38,11 +39,12 @@ _LOCK_SPACE = 0x67687368  # the first key of gpuhive's per-user advisory locks (
 
 @dataclass(frozen=True)
 class Held:
-    """One thing a user holds: a reservation (its id) or a queued job (`job`), GPUs × span."""
+    """One thing a user holds: a reservation (its id) or a queued job (`job`), GPUs × span;
+    a share of a GPU counts its part of it (0.25 GPUs)."""
 
     start: datetime
     end: datetime
-    gpus: int
+    gpus: float
     reservation: int | None = None
     job: int | None = None
 
@@ -174,11 +176,13 @@ class LimitReads:
         values = {"owner": owner, "since": since, "until": until, "exclude": exclude or 0,
                   "earliest": since - timedelta(seconds=longest + 1)}  # fmt: skip
         if merged:
-            rows = conn.execute(_HELD_MERGED, values).all()
-            held = [Held(start, end, int(n)) for start, end, n in rows]
+            merged_rows = conn.execute(_HELD_MERGED, values).all()
+            held = [Held(start, end, fraction(int(n))) for start, end, n in merged_rows]
         else:
             rows = conn.execute(_HELD, values).all()
-            held = [Held(start, end, int(n), reservation=rid) for rid, start, end, n in rows]
+            held = [
+                Held(start, end, fraction(int(n)), reservation=rid) for rid, start, end, n in rows
+            ]
         held.extend(_queued(conn, owner, since, until, now))
         return held
 
@@ -206,14 +210,15 @@ _HELD_WHERE = (
     _r.c.end_at > bindparam("since"),
     _r.c.id != bindparam("exclude"),
 )
+# the GPUs held, in millionths: a share counts its part
 _HELD = (
-    select(_r.c.id, _r.c.start_at, _r.c.end_at, func.count(_rg.c.gpu_id))
+    select(_r.c.id, _r.c.start_at, _r.c.end_at, func.sum(_rg.c.share_ppm))
     .join(_rg, _rg.c.reservation_id == _r.c.id)
     .where(*_HELD_WHERE)
     .group_by(_r.c.id, _r.c.start_at, _r.c.end_at)
 )
 _HELD_MERGED = (
-    select(_r.c.start_at, _r.c.end_at, func.count(_rg.c.gpu_id))
+    select(_r.c.start_at, _r.c.end_at, func.sum(_rg.c.share_ppm))
     .join(_rg, _rg.c.reservation_id == _r.c.id)
     .where(*_HELD_WHERE)
     .group_by(_r.c.start_at, _r.c.end_at)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, or_, select, text
 
+from ..model.shares import WHOLE
 from .accounting import FIGURES, QUEUED
 from .database import Database
 from .schema import (
@@ -71,7 +72,8 @@ def booked_seconds(conn: Connection, start: datetime, end: datetime) -> Separate
     rg = reservation_gpus
     pairs: dict[tuple[str, int], float] = {}
     joined = _r.join(rg, rg.c.reservation_id == _r.c.id).join(gpus, gpus.c.id == rg.c.gpu_id)
-    seconds = _seconds(conn.dialect.name, rg.c.start_at, rg.c.end_at)
+    # a share counts its part of the GPU: a quarter GPU for 4 h is 1 GPU-hour
+    seconds = _seconds(conn.dialect.name, rg.c.start_at, rg.c.end_at) * rg.c.share_ppm / WHOLE
     longest = conn.execute(select(reservation_stats.c.longest_seconds)).scalar() or 0
     host = gpus.c.host_id
     inside = (
@@ -85,13 +87,13 @@ def booked_seconds(conn: Connection, start: datetime, end: datetime) -> Separate
     reach = timedelta(seconds=longest + 1)
     r_start, r_end = _r.c.start_at, _r.c.end_at
     across = (
-        select(_r.c.owner, host, r_start, r_end)
+        select(_r.c.owner, host, r_start, r_end, rg.c.share_ppm)
         .select_from(joined)
         .where(_r.c.cancelled_at.is_(None))
         .where(or_(*(and_(r_start >= e - reach, r_start < e, r_end > e) for e in (start, end))))
     )
-    for owner, host_id, a, b in conn.execute(across).all():
-        clipped = (min(b, end) - max(a, start)).total_seconds()
+    for owner, host_id, a, b, share in conn.execute(across).all():
+        clipped = (min(b, end) - max(a, start)).total_seconds() * share / WHOLE
         pairs[(owner, host_id)] = pairs.get((owner, host_id), 0.0) + clipped
     by_owner: dict[str, float] = {}
     by_host: dict[int, float] = {}

@@ -519,6 +519,10 @@ export interface SlotReply {
   hosts: string[];
   /** Lower is better: free slices left on the same GPUs, free units on the hosts */
   fragmentation: { [key: string]: number };
+  /** The share of its one GPU to book (1: whole GPUs); POST it with 'gpus' */
+  share?: number;
+  /** The GPU memory that share holds, in MiB (null: whole GPUs) */
+  share_memory_mib?: number | null;
 }
 
 /** A count of GPUs (or of MIG slices, or slices of a profile) for a duration, with constraints, between `not_before` (default now) and `deadline` (default: the booking horizon). Any other field is refused (400). */
@@ -549,6 +553,8 @@ export interface SlotSearchBody {
   host?: string | null;
   /** How many answers */
   limit?: number;
+  share?: (number | string) | null;
+  memory?: (string | number) | null;
 }
 
 export interface SlotSearchReply {

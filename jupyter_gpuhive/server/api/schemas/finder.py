@@ -11,7 +11,19 @@ from ....bookings.finder import MAX_ANSWERS, MAX_COUNT
 from ....errors import Invalid
 from ....model.finder import Want
 from .bodies import Closed
-from .fields import Check, Duration, Flag, MaybeInstant, integer, maybe, refuse, text, whole
+from .fields import (
+    MEMORY,
+    SHARE,
+    Check,
+    Duration,
+    Flag,
+    MaybeInstant,
+    integer,
+    maybe,
+    refuse,
+    text,
+    whole,
+)
 from .replies import Reply
 
 INDEX_MAX = 1023
@@ -75,11 +87,15 @@ class SlotSearchBody(Closed):
     )
     host: Annotated[str | None, maybe(text(253, required=True))] = None
     limit: Annotated[int, whole(1, MAX_ANSWERS)] = Field(5, description="How many answers")
+    share: Annotated[int | None, maybe(SHARE)] = None
+    memory: Annotated[int | None, maybe(MEMORY)] = None
 
     def value(self) -> Want:
         """The request as the finder takes it (epoch seconds; 0: the default)."""
         indices = self.indices or ()
         count = self.count if self.count is not None else len(indices)
+        if count == 0 and (self.share is not None or self.memory is not None):
+            count = 1  # a share is of one GPU
         if count == 0:
             raise Invalid("'count' is required (or give 'indices').")
         return Want(
@@ -98,6 +114,8 @@ class SlotSearchBody(Closed):
             indices=indices,
             host=self.host,
             limit=self.limit,
+            share=self.share,
+            memory_mib=self.memory,
         )
 
 
@@ -108,6 +126,12 @@ class SlotReply(Reply):
     hosts: list[str]
     fragmentation: dict[str, int] = Field(
         description="Lower is better: free slices left on the same GPUs, free units on the hosts"
+    )
+    share: float = Field(
+        1.0, description="The share of its one GPU to book (1: whole GPUs); POST it with 'gpus'"
+    )
+    share_memory_mib: int | None = Field(
+        None, description="The GPU memory that share holds, in MiB (null: whole GPUs)"
     )
 
 
