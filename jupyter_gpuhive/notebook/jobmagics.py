@@ -90,6 +90,11 @@ class GpuJobMagics(GpuHiveMagics):
     @argument("--vendor", help="Only this vendor's GPUs: nvidia, amd (a count picks only "
               "those; named GPUs must be)")  # fmt: skip
     @argument("--model", help="Only GPUs whose name holds this, any case: A100, MI300X")
+    @argument(
+        "--memory",
+        help="A share of one shareable GPU: this much of its memory, e.g. "
+        "20G (a share job, packed with other shares and capped to it)",
+    )
     @argument("--walltime", help="Declared run time (for the queue), e.g. 2h")
     @argument("--preemptible", action="store_true",
               help="Queue it as preemptible: it may also run on reserved GPUs their holder does "
@@ -180,6 +185,8 @@ class GpuJobMagics(GpuHiveMagics):
             "sweep": sweep,
             "queued": bool(args.queue),
         }
+        if args.memory:
+            body["options"] = {**body["options"], "memory": unquote(args.memory)}
         if args.python:
             body["workdir"] = str(Path.cwd())
         if args.walltime:

@@ -24,6 +24,7 @@ from .kernelswitch import switch_to
 from .lending import lending_body, reclaimed_text
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
+from .shares import fullest, share_body, share_lines
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -112,6 +113,12 @@ class GpuHiveMagics(Magics):
     @argument("--start", help="Start (HH:MM or ISO 8601; default now)")
     @argument("--for", dest="length", help="Length, e.g. 2h or 90m")
     @argument("--until", help="End (HH:MM or ISO 8601)")
+    @argument(
+        "--share",
+        help="A share of one shareable GPU, e.g. 0.25 (a count of 1 picks "
+        "the fullest GPU it fits on)",
+    )
+    @argument("--memory", help="A share of one shareable GPU by its memory, e.g. 20G")
     @argument("--title", default="notebook reservation", help="Title shown in the calendar")
     @argument("--wait", action="store_true", help="Wait until the GPUs can be booked")
     @argument("--timeout", default="1h", help="How long --wait waits (default 1h)")
@@ -261,12 +268,17 @@ class GpuHiveMagics(Magics):
             raise UsageError("Name GPUs (gpu1:0,1) or a count (2); see %gpureserve --help.")
         start, end = self._span(args)
         deadline = time.monotonic() + self._length(args.timeout).total_seconds()
-        lending = lending_body(args)
+        lending = {**lending_body(args), **share_body(args)}
         attempt = 0
         while True:
             attempt += 1
             try:
-                chosen = gpus or self._choose(count or 0, args, start, end)
+                if gpus:
+                    chosen = gpus
+                elif "share" in lending or "memory" in lending:
+                    chosen = fullest(self.client, count or 0, lending, start, end)
+                else:
+                    chosen = self._choose(count or 0, args, start, end)
                 body = {"title": args.title, "gpus": chosen, "start": start.isoformat(),
                         "end": end.isoformat(), **lending}  # fmt: skip
                 done = self.client.reserve(**body)
@@ -344,7 +356,11 @@ class GpuHiveMagics(Magics):
             hosts = [h for h in hosts if h["name"] == args.host]
             if not hosts:
                 raise UsageError(f"There is no host {args.host!r}; %gpustatus lists them all.")
-        return GpuStatus(hosts, self._call(self.client.me)["name"], self._queued())
+        me = self._call(self.client.me)["name"]
+        now = datetime.now(UTC)
+        active = self._call(self.client.reservations, start=now.isoformat(),
+                            end=(now + timedelta(seconds=1)).isoformat())  # fmt: skip
+        return GpuStatus(hosts, me, self._queued(), share_lines(hosts, active, me))
 
     def _queued(self) -> list[dict[str, Any]]:
         """The queued jobs that wait (GET queue); none from a server without a queue."""

@@ -232,10 +232,15 @@ class GpuStatus(Rich):
     QUEUE_HEADER = ("JOB", "PLACE", "EXPECTED START", "WAITING FOR")
 
     def __init__(
-        self, hosts: list[dict[str, Any]], me: str, queued: Sequence[dict[str, Any]] = ()
+        self,
+        hosts: list[dict[str, Any]],
+        me: str,
+        queued: Sequence[dict[str, Any]] = (),
+        shares: Sequence[str] = (),  # who holds which share of each shared GPU, and uses
     ) -> None:
         self.hosts = hosts
         self.me = me
+        self.shares = list(shares)
         mine = [job for job in queued if job.get("owner") == me]
         self.queued: list[tuple[str, ...]] = [queued_row(job) for job in mine]
         self.queue_header: tuple[str, ...] = self.QUEUE_HEADER
@@ -279,6 +284,7 @@ class GpuStatus(Rich):
         if not self.hosts:
             return steps_html(setup())
         parts = [html_table(self.HEADER, self.rows, self.kinds)]
+        parts += [f"<p>{esc(line)}</p>" for line in self.shares]
         parts += [f'<p class="gpuhive-violation">{esc(line)}</p>' for line in self.violations]
         if self.queued:
             parts += ["<p><b>My queued jobs</b></p>", html_table(self.queue_header, self.queued)]
@@ -288,7 +294,7 @@ class GpuStatus(Rich):
     def text(self) -> str:
         if not self.hosts:
             return setup_text()
-        table = "\n".join([text_table(self.HEADER, self.rows), *self.violations])
+        table = "\n".join([text_table(self.HEADER, self.rows), *self.shares, *self.violations])
         parts = [table]
         if self.queued:
             parts.append("My queued jobs:\n" + text_table(self.queue_header, self.queued))
