@@ -64,6 +64,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import packing
 from .order import queue_order, submit_order, walltime, width
 from .plan import (
     EPS,
@@ -181,6 +182,10 @@ def admit(
         deep = len(result.waiting) >= depth  # only the first `depth` waiting jobs hold slots
         if not ready:
             chosen, reason = None, f"it starts no earlier than {when(job.not_before)}"
+        elif job.memory is not None and (shared := packing.place(plan, job, check)):
+            plan.release(job.job_id)  # packed beside other share jobs (packing.py)
+            result.admitted.append(Admission(job.job_id, (shared[0].uuid,)))
+            continue
         elif job.count:
             chosen, reason = plan.count_now(job, check, None if had else failed)
         else:
@@ -211,6 +216,7 @@ def admit(
         if chosen is not None:
             plan.release(job.job_id)
             plan.claim(job, chosen)
+            packing.opened(plan, job, chosen)
             chosen.sort(key=lambda g: (g.host, g.index))
             result.admitted.append(Admission(job.job_id, tuple(g.uuid for g in chosen)))
             continue

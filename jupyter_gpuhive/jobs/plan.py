@@ -29,6 +29,9 @@ class GpuState:
     blocker: str | None = None  # why it is busy now (a running task, a foreign process …)
     free_until: float = FOREVER  # start of the next reservation (now or earlier: reserved now)
     release: float | None = None  # when the blocker is expected to go; None: unknown
+    # MiB a share job could still take on it (a shareable GPU that is free, or runs only
+    # share jobs); None: not for share jobs (see packing.py)
+    share_room: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class Candidate:
     attained: float = 0.0  # GPU-seconds it has run so far (preemptible jobs, after a preemption)
     requeued: float = 0.0  # when it went back to the queue after its last preemption (0: never)
     only: frozenset[str] | None = None  # count-only jobs naming a vendor or model: these GPUs
+    memory: int | None = None  # a share job: the MiB of one shareable GPU it asks (packing.py)
 
 
 class AccessCheck(Protocol):
@@ -89,6 +93,9 @@ class Plan:
         self.claimed: set[str] = set()
         self.slots: dict[int, Slot] = {}
         self.until = {u: g.free_until for u, g in gpus.items() if g.blocker is None}
+        # MiB left for share jobs on GPUs that run share jobs only (packing.py)
+        self.rooms = {u: g.share_room for u, g in gpus.items()
+                      if g.blocker is not None and g.share_room is not None}  # fmt: skip
         self.free: dict[str, list[GpuState]] = {}  # host -> free GPUs, latest `until` first
         sizes: dict[str, int] = {}
         for gpu in gpus.values():

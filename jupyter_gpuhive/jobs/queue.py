@@ -49,7 +49,7 @@ from .admission import (
     gpu_count,
 )
 from .launcher import KILL_PATIENCE, Launcher
-from .model import pinnings_of
+from .model import mps_hosts, pinnings_of
 from .preemption import (
     PREEMPT_PATIENCE,
     Lending,
@@ -276,7 +276,8 @@ class Scheduler(Reclaims):
                 if gpu_count(job.options) is not None:
                     chosen = [snap.inventory[u] for u in admission.gpus]
                     pins = pinnings_of(self.launcher.pool.hosts)
-                    specs = await in_thread(bind, job, chosen, self.store, pins)
+                    mps = mps_hosts(self.launcher.pool.hosts)
+                    specs = await in_thread(bind, job, chosen, self.store, pins, mps)
                     await in_thread(self.store.jobs.replace_tasks, job.id, specs)
                 if admission.job_id in lent:
                     await in_thread(self._open_loans, job.id, admission.gpus, snap, lead)

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from ..bookings import access
 from ..bookings.access import Rule
+from ..errors import Invalid
 from ..model import Gpu, Identity, Reservation
 from ..model.gpus import Pinning
 from ..model.jobs import Job, TaskState
+from ..model.shares import parse_memory
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .admission import (
@@ -93,9 +95,24 @@ def candidates(
         if choice and inventory is not None:
             only = frozenset(g.uuid for g in matching(choice, inventory.values(), vendors or {}))
         had, back = served(job, now) if attained else (0.0, 0.0)
+        memory = share_memory(job, count)
+        if memory is not None and inventory is not None:  # a share job: shareable GPUs only
+            shareable = frozenset(g.uuid for g in inventory.values() if g.shareable)
+            only = shareable if only is None else only & shareable
         out.append(Candidate(job.id, job.owner, created, end, gpus, count, start, placement,
-                             attained=had, requeued=back, only=only))  # fmt: skip
+                             attained=had, requeued=back, only=only, memory=memory))  # fmt: skip
     return out
+
+
+def share_memory(job: Job, count: int) -> int | None:
+    """The MiB of a share job (a queued job of one GPU that asks `memory`), else None."""
+    asked = job.options.get("memory")
+    if asked is None or count != 1:
+        return None
+    try:
+        return parse_memory(asked)
+    except Invalid:
+        return None  # checked when it was made
 
 
 def served(job: Job, now: datetime) -> tuple[float, float]:
@@ -166,6 +183,7 @@ def gpu_states(
     """
     at = now.timestamp()
     holder: dict[str, Job] = {}
+    holders: dict[str, list[Job]] = {}  # several when share jobs share the GPU
     group_of: dict[tuple[str, int], int] = {}  # (host, process group) -> job id
     owner_on: dict[tuple[str, str, str], int] = {}  # (host, owner, GPU) -> job id
     for job in jobs:
@@ -173,6 +191,8 @@ def gpu_states(
             if task.active:
                 for uuid in task.gpus:
                     holder[uuid] = job
+                    if job not in holders.setdefault(uuid, []):
+                        holders[uuid].append(job)
                     owner_on[(task.host, task.owner, uuid)] = job.id
                 if task.pgid is not None:
                     group_of[(task.host, task.pgid)] = job.id
@@ -199,8 +219,8 @@ def gpu_states(
                         owner = group_of.get((host, pgid))
                     else:
                         owner = owner_on.get((host, proc.user or "", on))
-                    held = holder.get(on)
-                    if held is None or owner != held.id:
+                    held = [j.id for j in holders.get(on, ())]
+                    if owner not in held:
                         who = proc.user or "an unknown user"
                         whose = f"job {owner}" if owner is not None else who
                         foreign[on] = f"process {proc.pid} of {whose}"
@@ -223,10 +243,24 @@ def gpu_states(
                 blocker = f"{gpu.host} did not answer the last sweep: {why}"
             elif probed.gpu_error:
                 blocker = f"the GPUs of {gpu.host} cannot be read: {probed.gpu_error}"
+        room = _share_room(gpu, holders.get(gpu.uuid, []), blocker, gpu.uuid in foreign)
         out[gpu.uuid] = GpuState(
-            gpu.uuid, gpu.host, gpu.index, gpu.ref, blocker, free_until, release
+            gpu.uuid, gpu.host, gpu.index, gpu.ref, blocker, free_until, release, room
         )
     return out
+
+
+def _share_room(gpu: Gpu, running: list[Job], blocker: str | None, foreign: bool) -> int | None:
+    """MiB share jobs may still take on a shareable GPU that is free or runs share jobs only
+    (None: not for share jobs: not shareable, memory unknown, or anything else on it)."""
+    if not gpu.shareable or gpu.memory_mib is None or foreign:
+        return None
+    if blocker is not None and not running:
+        return None  # down, unreadable: nothing is known of it
+    used = [share_memory(job, 1) for job in running]
+    if any(mib is None for mib in used):
+        return None  # a whole-GPU job runs there
+    return max(0, gpu.memory_mib - sum(mib or 0 for mib in used))
 
 
 def _release(job: Job, at: float, default_walltime: timedelta | None = None) -> float | None:
@@ -276,18 +310,24 @@ class RuleCheck(AccessCheck):
 
 
 def bind(
-    job: Job, chosen: Sequence[Gpu], store: Store, pinnings: Mapping[str, Pinning] | None = None
+    job: Job,
+    chosen: Sequence[Gpu],
+    store: Store,
+    pinnings: Mapping[str, Pinning] | None = None,
+    mps: Collection[str] = (),
 ) -> list[TaskSpec]:
     """Render a count-only job's tasks for the GPUs admission chose (`pinnings`: each host's
-    vendor's, by host)."""
+    vendor's, by host; `mps`: the hosts running the vendor's multi-process service)."""
     by_host: dict[str, list[GpuSlot]] = {}
     for gpu in chosen:
         found = store.inventory.host(gpu.host)
         address = found.address if found else gpu.host
         by_host.setdefault(gpu.host, []).append(GpuSlot(gpu.host, address, gpu.index, gpu.uuid))
     layout = [(host, slots[0].address, slots) for host, slots in by_host.items()]
+    memory = {gpu.uuid: gpu.memory_mib for gpu in chosen}  # a share job's caps (jobs/caps.py)
+    options = template_options(job.options)
     return render_tasks(
-        replace(job, options=template_options(job.options)), layout, pinnings=pinnings
+        replace(job, options=options), layout, pinnings=pinnings, mps=mps, gpu_memory=memory
     )
 
 
