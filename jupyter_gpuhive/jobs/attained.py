@@ -118,7 +118,8 @@ def takeovers(
     pass's GPU states (free now: no blocker, not `taken` by a job started after the pass;
     each GPU's next booking is its `free_until`); `usable(job, uuid, end)`: whether the job
     may have that GPU until `end` (access rules, health). A job that names a vendor or model
-    gets only those GPUs. The slots the pass kept, the job's own aside, are never taken."""
+    gets only those GPUs; a share job (`memory`) preempts nothing. The slots the pass kept,
+    the job's own aside, are never taken."""
     left = list(runners)
     if not left or not result.waiting:
         return []
@@ -148,8 +149,8 @@ def takeovers(
         shorter = wide is None or walltime(job, now) < walltime(wide, now)
         if slot is not None and ready and slot.start > now and width(job) > largest and shorter:
             wide = job
-        if held or not ready or job_id in skip or not job.count:
-            continue
+        if held or not ready or job_id in skip or not job.count or job.memory is not None:
+            continue  # (a share job is packed beside others, never given a whole host)
         mine = _own_until(job_id, slot.gpus if slot else (), kept, gpus)
         bounds = ChainMap(mine, until)
         end = now + grace + walltime(job, now)

@@ -298,7 +298,12 @@ class Reclaims:
             waiting[job_id] = _taking_for(victims, at)
         if not settings.least_attained_service or not result.waiting:
             return []
-        runners = [r for job in snap.jobs if (r := self._runner(job, snap)) is not None]
+        holders: dict[str, int] = {}  # GPU -> how many running jobs hold it (shares: several)
+        for job in snap.jobs:
+            for uuid in {u for t in job.tasks if t.active for u in t.gpus}:
+                holders[uuid] = holders.get(uuid, 0) + 1
+        runners = [r for job in snap.jobs if (r := self._runner(job, snap)) is not None
+                   and all(holders.get(u, 0) == 1 for u in r.gpus)]  # fmt: skip
         if not runners:
             return []
         access = RuleCheck(snap, self.zone)
@@ -322,7 +327,8 @@ class Reclaims:
         return done
 
     def _runner(self, job: Job, snap: Snapshot) -> Runner | None:
-        """A running preemptible queued job on one host, not borrowing nor being stopped."""
+        """A running preemptible queued job on one host, not borrowing nor being stopped
+        (`_least_served` also leaves out one that shares a GPU with another job)."""
         if not (job.queued and job.preemptible and job.lent_from is None and job.tasks):
             return None
         if job.id in snap.marked or job.id in self._stopping:

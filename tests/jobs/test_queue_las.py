@@ -115,6 +115,8 @@ def test_takeovers_keep_the_wide_job_rule_the_access_rules_and_bookings() -> Non
     assert way.victims == (7,) and len(way.gpus) == 2 and set(way.gpus) <= set(gpus)
     assert takeovers(result, *args, skip={1}) == []  # a takeover of its own under way
     assert takeovers(result, *args, usable=lambda job, uuid, end: uuid != "g03") == []
+    shared = {1: replace(fresh[1], count=1, memory=8192)}  # a share job: packed, never this
+    assert takeovers(result, shared, state, runners, NOW, GRACE_S, MAX_PREEMPTIONS) == []
     only = {1: replace(fresh[1], only=frozenset({"g00"}))}  # a vendor with one GPU there
     assert takeovers(result, only, state, runners, NOW, GRACE_S, MAX_PREEMPTIONS) == []
     booked = {**state, "g02": replace(state["g02"], free_until=NOW + HOUR)}  # before its end
