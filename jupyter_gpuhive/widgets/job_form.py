@@ -47,8 +47,9 @@ def parse_sweeps(text: str) -> dict[str, list[str]]:
 def convert_option(spec: dict[str, Any], name: str, value: Any) -> Any:
     """An option value of the template's type ('bool', 'int', 'str') from a widget's value."""
     kind = spec.get("type", "str")
-    if value is None or (isinstance(value, str) and not value.strip() and kind != "str"):
-        return None
+    blank = isinstance(value, str) and not value.strip()
+    if value is None or (blank and (kind != "str" or spec.get("default") is None)):
+        return None  # left empty: the default (a text option without one: not given)
     if kind == "bool":
         if isinstance(value, bool):
             return value
