@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import os
+import pprint
 import shlex
 import signal
 import subprocess
@@ -29,6 +29,7 @@ from .demoseed import SPOILER, sidebar_note
 
 SIM_ENV = ("PATH", "GPUHIVE_SIM_HOST", "GPUHIVE_SIM_CONFIG")
 HOST_NAMES = ("gpu1", "gpu2", "gpu3")
+SHARED_HOST = "gpu3"  # its GPUs may be booked in shares (docs/how-to/shares.md)
 LAYOUTS = ("nvswitch", "nvlink-pairs", "pcie-2numa")  # what each host's `topo -m` prints
 
 
@@ -45,12 +46,15 @@ def demo_hosts(root: Path) -> list[LocalSimHost]:
 
 def host_config(host: LocalSimHost) -> dict[str, Any]:
     """A simulated host as a c.GpuHiveApp.hosts entry (local transport, stand-in env, its
-    GPUs declared, so they can be booked before the first sweep)."""
+    GPUs declared, so they can be booked before the first sweep; gpu3's are shareable)."""
     env = host.env()
     gpus = [{"index": g.index, "uuid": g.uuid, "model": g.name, "memory_mib": g.memory_total_mib}
             for g in host.config.gpus]  # fmt: skip
-    return {"name": host.name, "address": "localhost", "transport": "local",
-            "env": {key: env[key] for key in SIM_ENV}, "gpus": gpus}  # fmt: skip
+    entry: dict[str, Any] = {"name": host.name, "address": "localhost", "transport": "local",
+                             "env": {key: env[key] for key in SIM_ENV}, "gpus": gpus}  # fmt: skip
+    if host.name == SHARED_HOST:  # only then: the UI tests write these entries as JSON
+        entry["shareable"] = True
+    return entry
 
 
 def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
@@ -58,12 +62,13 @@ def write_config(root: Path, hosts: list[LocalSimHost]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "jupyter_server_config.py"
     user = getpass.getuser()
+    entries = pprint.pformat([host_config(h) for h in hosts], sort_dicts=False)  # Python
     write_config_text(
         config,
         "# Written by `python -m jupyter_gpuhive.cli.demo`.\n"
         "c = get_config()  # noqa\n"
         f"c.GpuHiveApp.db_url = {('sqlite:///' + str(root / 'gpuhive.sqlite'))!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps([host_config(h) for h in hosts], indent=2)}\n"
+        f"c.GpuHiveApp.hosts = {entries}\n"
         f"c.GpuHiveApp.admin_users = {{{user!r}}}\n"
         "c.GpuHiveApp.poll_interval = 2.0\n"
         "# Violations show in the panel, the dashboard and the history; no terminal messages.\n"

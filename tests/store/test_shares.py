@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import IntegrityError
 
+from jupyter_gpuhive.cli.demo import SHARED_HOST, demo_hosts, host_config
 from jupyter_gpuhive.errors import Conflict
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.model import UTC, Gpu
@@ -232,3 +234,18 @@ def test_threaded_race_for_shares_never_overcommits(store: Store) -> None:
     rows = live_shares(store, g)
     for at in {start for start, _, _ in rows}:
         assert sum(share for start, end, share in rows if start <= at < end) <= WHOLE
+
+
+def test_the_demo_shares_gpu3(db_url: str, tmp_path: Path) -> None:
+    hosts = demo_hosts(tmp_path / "demo")
+    opened = Store(db_url).open()
+    try:
+        opened.inventory.sync(parse_hosts([host_config(h) for h in hosts]))
+        shared = {g.ref for g in opened.inventory.gpus() if g.shareable}
+        assert shared == {f"{SHARED_HOST}:{i}" for i in range(4)}
+        quarter = opened.reservations.create(
+            "alice", "nb", "", BASE, BASE + H, [gpu(opened, "gpu3:0").id], share=QUARTER
+        )
+        assert quarter.share_memory_mib() == 10240  # a quarter of a 40 GiB A100
+    finally:
+        opened.close()
