@@ -132,3 +132,7 @@ def test_bad_slurm_settings_are_the_sites_mistake() -> None:
     odd = parse_host({"name": "n1", "transport": "slurm", "slurm": {"node": "n1; rm -rf /"}})
     with pytest.raises(Invalid, match="is not a Slurm node name"):
         settings_of(odd)
+    pool = HostPool([bad])
+    with pytest.raises(HostUnavailable, match="conf must be an absolute path"):
+        asyncio.run(pool.sample("n1", 5))
+    assert pool.status("n1").state == "down"

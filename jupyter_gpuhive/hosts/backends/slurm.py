@@ -166,7 +166,9 @@ class SlurmReservations:
                  f"nodes={','.join(held.nodes)}"]  # fmt: skip
         if starting:
             started = held.start <= now + timedelta(seconds=1)
-            words.append("starttime=now" if started else f"starttime={_instant(held.start)}")
+            # both ends rounded up: back-to-back bookings stay back to back in Slurm
+            at = _instant(held.start, up=True)
+            words.append("starttime=now" if started else f"starttime={at}")
         words.append(f"endtime={_instant(held.end, up=True)}")
         return words
 
@@ -255,7 +257,10 @@ class SlurmBackend(HostBackend):
 
     async def sample(self, decl: HostDecl, timeout: float) -> HostSample:
         """The node's GPUs and state from Slurm; HostUnavailable when Slurm cannot say."""
-        node, cluster = settings_of(decl)
+        try:
+            node, cluster = settings_of(decl)
+        except Invalid as error:  # the site's mistake, shown as the host's state
+            raise HostUnavailable(decl.name, error.message) from None
         try:
             nodes = await self.nodes(cluster, timeout)
         except (OSError, TimeoutError, SlurmParseError) as error:
