@@ -60,7 +60,7 @@ def shell(
 
 
 def test_shares_are_packed_shown_with_their_use_and_capped_in_jobs(
-    shell: Any, server: tuple[JupyterServer, Any]
+    shell: Any, server: tuple[JupyterServer, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     srv, (cluster, name) = server
     bob = Client(srv.port, "tok-bob")
@@ -92,6 +92,17 @@ def test_shares_are_packed_shown_with_their_use_and_capped_in_jobs(
     assert len(lines) == 1
     assert lines[0].startswith(f"gpu1:3 shares: {OWNER} 0.5 (")  # mine first, both summed
     assert "bob 0.5 (" in lines[0] and lines[0].endswith("; free 0")
+
+    # Pinned to a share, this kernel is capped to it too (before any framework is imported).
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "PYTORCH_CUDA_ALLOC_CONF", "GPUHIVE_SHARE",
+                 "GPUHIVE_SHARE_MIB", "TF_FORCE_GPU_ALLOW_GROWTH"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    pinned = shell.run_line_magic("gpureserve", "gpu1:2 --share 0.5 --for 20m")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == pinned["gpu_uuids"][0]
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == os.environ["GPUHIVE_SHARE"] == "0.5"
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "per_process_memory_fraction:0.5"
+    assert os.environ["GPUHIVE_SHARE_MIB"] == str(pinned["share_memory_mib"])
+    assert "capped to its share: XLA_PYTHON_CLIENT_MEM_FRACTION=0.5" in _text(pinned)
 
     preview = shell.run_cell_magic("gpujob", "gpu1:0 --memory 8G --dry-run", "python train.py")
     env = preview[0]["env"]

@@ -24,7 +24,7 @@ from .kernelswitch import switch_to
 from .lending import lending_body, reclaimed_text
 from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
 from .magicviews import text_table as table
-from .shares import fullest, share_body, share_lines
+from .shares import fullest, share_body, share_caps, share_lines
 
 UTC = timezone.utc
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -333,7 +333,8 @@ class GpuHiveMagics(Magics):
         positions = ",".join(str(i) for i in range(len(local)))
         for counted in pinning.get("counted") or ():  # e.g. ROCm's HIP_VISIBLE_DEVICES
             os.environ[counted] = positions
-        return f"{variable}={os.environ[variable]} in this kernel."
+        capped = share_caps(reservation, local[0][1], pinning)
+        return f"{variable}={os.environ[variable]} in this kernel{capped}."
 
     def _list(self) -> ReservationList:
         me = self._call(self.client.me)["name"]

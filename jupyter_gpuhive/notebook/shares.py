@@ -4,12 +4,15 @@ of it each one's processes use."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from IPython.core.error import UsageError
 
+from ..model.caps import JAX_ENV, Cap, cap_env
+from ..model.gpus import Pinning
 from ..model.shares import WHOLE, describe_memory, parse_memory, share_of_fraction
 from .client import HiveClient, HiveClientError
 
@@ -102,3 +105,17 @@ def share_lines(
             free = max(0.0, 1.0 - sum(share for share, _ in owners.values()))
             lines.append(f"{gpu['id']} shares: " + "; ".join(parts) + f"; free {free:.4g}")
     return lines
+
+
+def share_caps(reservation: dict[str, Any], uuid: str, pinning: dict[str, Any]) -> str:
+    """Cap this kernel to a share booking (the frameworks' variables, set before they are
+    imported, as the pin is); what was set, as the end of the pin's sentence ('' for whole
+    GPUs)."""
+    share = float(reservation.get("share") or 1.0)
+    cap = Cap(uuid, share, reservation.get("share_memory_mib"))
+    env = cap_env(cap, Pinning(pinning.get("variable") or "", alloc_conf=pinning.get("alloc_conf")),
+                  base=os.environ)  # fmt: skip
+    if not env:
+        return ""
+    os.environ.update(env)
+    return f", capped to its share: {JAX_ENV}={env[JAX_ENV]} and {len(env) - 1} more"
