@@ -7,8 +7,10 @@ Per GPU and interval between two consecutive samples (t0, t1]:
   never the lender); else the owner
   of a gpuhive job running on it ('queued' for a queued job, 'job' otherwise); else the users
   whose processes run on it, each an equal share ('unreserved'); else nobody ('idle', payer
-  ''). Every second of every GPU is charged to exactly one payer, so per-user totals add up
-  to the site's.
+  ''). A GPU held in shares (#44) is charged to each share's holder for that share of it
+  ('reserved'), and what no share holds then to nobody ('idle'). Every second of every GPU
+  is charged to exactly one payer (or split among them), so per-user totals add up to the
+  site's.
 - used: the whole interval when a process ran on the GPU at t1 or its utilisation was at
   least `idle_util` percent; utilisation-weighted: the interval × utilisation at t1.
 - unrated: an interval whose utilisation the driver did not report (a GPU in MIG mode) adds
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
@@ -92,6 +94,7 @@ class Payers:
     tasks: Mapping[str, RunningTask]
     user_of: Callable[[str], str]  # UNIX user → gpuhive user
     lent: frozenset[int] = frozenset()  # jobs on GPUs a reservation lends: they pay
+    shares: Mapping[str, tuple[Reservation, ...]] = field(default_factory=dict)  # by GPU UUID
 
     @classmethod
     def at(
@@ -102,13 +105,15 @@ class Payers:
         user_of: Callable[[str], str],
         lent: frozenset[int] = frozenset(),
     ) -> Payers:
-        held = {
-            g.uuid: r
-            for r in active
-            if not r.cancelled and r.start <= instant < r.end
-            for g in r.gpus
-        }
-        return cls(held, {uuid: t for t in tasks for uuid in t.gpus}, user_of, lent)
+        live = [r for r in active if not r.cancelled and r.start <= instant < r.end]
+        held = {g.uuid: r for r in live if not r.is_share for g in r.gpus}
+        shares: dict[str, tuple[Reservation, ...]] = {}
+        for r in live:
+            if r.is_share:
+                for g in r.gpus:
+                    shares[g.uuid] = (*shares.get(g.uuid, ()), r)
+        tasks_by_gpu = {uuid: t for t in tasks for uuid in t.gpus}
+        return cls(held, tasks_by_gpu, user_of, lent, shares)
 
 
 def charge(
@@ -136,6 +141,9 @@ def charge(
     }
     hour = after.at.replace(minute=0, second=0, microsecond=0)
     month = month_of(after.at, zone)
+    shared = payers.shares.get(uuid)
+    if shared:
+        return _shared(gpu_id, hour, month, shared, figures)
     holder, task = payers.holders.get(uuid), payers.tasks.get(uuid)
     subjects: tuple[tuple[str, int], ...] = (("job", task.job_id),) if task else ()
     if holder is not None and task is not None and task.job_id in payers.lent:
@@ -155,6 +163,27 @@ def charge(
         Charge(gpu_id, hour, month, payer, kind,
                subjects=subjects, **{k: v * share for k, v in figures.items()})
         for payer, kind in who
+    ]  # fmt: skip
+
+
+def _shared(
+    gpu_id: int,
+    hour: datetime,
+    month: datetime,
+    shares: Sequence[Reservation],
+    figures: Mapping[str, float],
+) -> list[Charge]:
+    """A GPU held in shares: each holder pays their share of it, nobody the rest."""
+    parts: list[tuple[str, str, float, tuple[tuple[str, int], ...]]] = [
+        (r.owner, RESERVED, r.share, (("reservation", r.id),)) for r in shares
+    ]
+    rest = 1.0 - sum(part for _, _, part, _ in parts)
+    if rest > 1e-9:
+        parts.append(("", IDLE, rest, ()))
+    return [
+        Charge(gpu_id, hour, month, payer, kind,
+               subjects=subjects, **{k: v * part for k, v in figures.items()})
+        for payer, kind, part, subjects in parts
     ]  # fmt: skip
 
 

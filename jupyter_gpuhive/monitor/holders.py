@@ -38,6 +38,7 @@ class HolderCache:
         self._lock = asyncio.Lock()
         self._key: tuple[int, float, datetime] | None = None  # (version, expiry, boundary)
         self._value: dict[str, Pair] = {}
+        self.shares: dict[str, list[Reservation]] = {}  # GPU ref -> the shares held of it now
         self.generation = 0  # counts reads: an answer built from them is current while equal
 
     def _fresh(self, now: datetime) -> bool:
@@ -89,12 +90,13 @@ class HolderCache:
             if self._fresh(now):
                 return self._value
             version, expiry = self.store.reservations.version, time.monotonic() + self.ttl
-            found = await self._run(self.store.holders.at, now, now + HORIZON)
+            found, shares = await self._run(self.store.holders.at_with_shares, now, now + HORIZON)
             unit = self.store.inventory.gpu_by_id
             self._value = {unit(gpu_id).ref: pair for gpu_id, pair in found.items()}
+            self.shares = {unit(gpu_id).ref: held for gpu_id, held in shares.items()}
             edges = [
                 t for cur, nxt in found.values() for t in (cur and cur.end, nxt and nxt.start) if t
-            ]
+            ] + [part.end for held in shares.values() for part in held]
             self._key = (version, expiry, min(edges, default=now + HORIZON))
             self.generation += 1
             return self._value

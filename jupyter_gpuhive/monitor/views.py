@@ -12,6 +12,7 @@ from ..hosts.pool import HostPool, HostStatus
 from ..hosts.vendors import vendor_of
 from ..model import Reservation, isoformat
 from ..model.health import GpuCondition, condition_of, gpu_state
+from ..model.shares import memory_of_share
 from ..store import Store
 from .holders import HolderCache
 from .metrics import GPU_FIELDS, HOST_FIELDS
@@ -29,6 +30,15 @@ def _brief(res: Reservation | None) -> dict[str, Any] | None:
         "start": isoformat(res.start),
         "end": isoformat(res.end),
     }
+
+
+def _shares_json(held: list[Reservation], memory_mib: int | None) -> list[dict[str, Any]]:
+    """The shares held of a GPU now: holder, share and the memory it holds."""
+    return [
+        {**(_brief(part) or {}), "share": part.share,
+         "memory_mib": memory_of_share(part.share_ppm, memory_mib)}
+        for part in held
+    ]  # fmt: skip
 
 
 def _vendor_json(extra: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +83,7 @@ class HostViews:
             return last[-1]  # type: ignore[no-any-return]
         holder = {ref: cur for ref, (cur, _) in held.items() if cur is not None}
         following = {ref: nxt for ref, (_, nxt) in held.items() if nxt is not None}
+        shares = self.holders.shares
         inventory = self.store.inventory
 
         def unit(item: dict[str, Any], host_state: str) -> dict[str, Any]:
@@ -81,8 +92,12 @@ class HostViews:
             condition = None if found is None else condition_of(
                 conditions, found.id, found.parent_id)  # fmt: skip
             now = holder.get(item["id"])
+            extra: dict[str, Any] = {}
+            if found is not None and found.shareable:  # who holds which share now (#44)
+                extra["shares"] = _shares_json(shares.get(item["id"], []), found.memory_mib)
             return {
                 **item,
+                **extra,
                 "reservation": _brief(now),
                 "next_reservation": _brief(following.get(item["id"])),
                 "health": (condition or GpuCondition(0)).to_json(),

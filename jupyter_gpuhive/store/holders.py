@@ -1,5 +1,6 @@
 """Who holds each GPU now and who holds it next: two index probes per unit, whatever the
-number of bookings (`ix_reservation_gpus_live`, migration 0018)."""
+number of bookings (`ix_reservation_gpus_live`, migration 0018); and the shares held of each
+shared GPU now (#44), from the live rows that end after now (`ix_reservation_gpus_device_end`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 from sqlalchemy import and_, bindparam, not_, select
 
 from ..model import Reservation
+from ..model.shares import WHOLE
 from .database import Database
 from .reservationrows import COLUMNS
 from .schema import UTCDateTime, gpus, reservation_gpus, reservations
 
 Holders = dict[int, tuple[Reservation | None, Reservation | None]]
+Shares = dict[int, list[Reservation]]  # unit id -> the shares held of it now, by start
 
 
 def _pairs() -> Any:
@@ -24,8 +27,9 @@ def _pairs() -> Any:
     now, horizon = bindparam("now", type_=UTCDateTime), bindparam("horizon", type_=UTCDateTime)
 
     def probe(when: Any, order: Any) -> Any:
-        # Live bookings of one unit never overlap, so no two start together: `order` alone
-        # is total (a second sort key made SQLite sort every booking of the window).
+        # Whole bookings of one unit never overlap, so no two start together: `order` alone
+        # is total (a second sort key made SQLite sort every booking of the window). Shares
+        # of a unit overlap: `shares_now` reads them.
         return (
             select(rg.c.reservation_id)
             .where(rg.c.gpu_id == gpus.c.id, not_(rg.c.cancelled), when)
@@ -50,8 +54,17 @@ class HolderReads:
     def at(self, now: datetime, horizon: datetime) -> Holders:
         """{unit id: (reservation holding it at `now`, the first one starting after `now` and
         before `horizon`)} for the units that have either. The reservations' `gpus` are not
-        read (empty): the caller knows the unit."""
+        read (empty): the caller knows the unit. A unit held in shares: its first share."""
+        return self.at_with_shares(now, horizon)[0]
+
+    def at_with_shares(self, now: datetime, horizon: datetime) -> tuple[Holders, Shares]:
+        """`at`, and the shares held of each unit at `now` (their share_ppm set), in one read."""
         with self.db.read() as conn:
+            shares: Shares = {}
+            for row in conn.execute(_SHARES_NOW, {"now": now}):
+                part = _reservation(row[:-2])
+                part.share_ppm = row[-1]
+                shares.setdefault(row[-2], []).append(part)
             pairs = [
                 (unit, cur, nxt)
                 for unit, cur, nxt in conn.execute(self._pairs, {"now": now, "horizon": horizon})
@@ -62,15 +75,31 @@ class HolderReads:
                 row[0]: _reservation(row)
                 for row in conn.execute(select(*COLUMNS).where(reservations.c.id.in_(ids)))
             }
-        out: Holders = {}
+        out: Holders = {unit: (parts[0], None) for unit, parts in shares.items()}
         for unit, cur, nxt in pairs:
             held = found.get(cur) if cur is not None else None
             if held is not None and held.end <= now:
-                held = None  # the last one begun has ended
+                held = None  # the last one begun has ended (shares: those still held)
+            if unit in shares:
+                held = shares[unit][0]
             coming = found.get(nxt) if nxt is not None else None
             if held is not None or coming is not None:
                 out[unit] = (held, coming)
-        return out
+        return out, shares
+
+
+_rg = reservation_gpus
+_SHARES_NOW = (
+    select(*COLUMNS, _rg.c.gpu_id, _rg.c.share_ppm)
+    .join(_rg, _rg.c.reservation_id == reservations.c.id)
+    .where(
+        _rg.c.share_ppm < WHOLE,
+        not_(_rg.c.cancelled),
+        _rg.c.end_at > bindparam("now", type_=UTCDateTime),
+        _rg.c.start_at <= bindparam("now", type_=UTCDateTime),
+    )
+    .order_by(_rg.c.start_at, _rg.c.reservation_id)
+)
 
 
 def _reservation(row: Sequence[Any]) -> Reservation:

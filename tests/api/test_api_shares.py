@@ -96,3 +96,16 @@ async def test_get_hosts_says_which_gpus_are_shareable(api: Any) -> None:
         f"{host['name']}:{gpu['index']}": gpu["shareable"] for host in hosts for gpu in host["gpus"]
     }
     assert shareable["gpu1:0"] is True and shareable["gpu2:0"] is False
+    # who holds which share now
+    for who, asked in (("alice", {"share": 0.25}), ("bob", {"memory": "40G"})):
+        made = await api(who)(
+            "POST", "reservations", {"title": "nb", "gpus": ["gpu1:3"], "duration": "1h", **asked}
+        )
+        assert made.status == 201, made
+    reply = await api("carol")("GET", "hosts")
+    hosts = reply.body["hosts"] if isinstance(reply.body, dict) else reply.body
+    gpus = {f"{h['name']}:{g['index']}": g for h in hosts for g in h["gpus"]}
+    held = [(s["owner"], s["share"], s["memory_mib"]) for s in gpus["gpu1:3"]["shares"]]
+    assert held == [("alice", 0.25, 20480), ("bob", 0.5, 40960)]
+    assert gpus["gpu1:3"]["reservation"]["owner"] == "alice"
+    assert gpus["gpu1:2"]["shares"] == [] and "shares" not in gpus["gpu2:0"]

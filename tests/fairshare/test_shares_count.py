@@ -16,8 +16,10 @@ from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.jobs.preemption import Lending, PreemptionSettings
 from jupyter_gpuhive.model import UTC, utcnow
 from jupyter_gpuhive.model.shares import WHOLE
+from jupyter_gpuhive.monitor.accounting import Payers, Reading, charge
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.store import Store
+from jupyter_gpuhive.store.accounting import IDLE, RESERVED
 from jupyter_gpuhive.store.reports import booked_seconds
 from tests.api.helpers import refused
 from tests.api.test_api_shares import SHARED, share_of
@@ -129,5 +131,32 @@ def test_a_share_never_lends_its_gpu_and_whole_bookings_still_do(db_url: str) ->
         settings = PreemptionSettings(lending=True)
         assert not lending.lends(share, settings)  # other holders share its GPU
         assert lending.lends(whole, settings)
+    finally:
+        store.close()
+
+
+def test_metering_charges_each_share_holder_their_share_of_the_gpu(db_url: str) -> None:
+    store = Store(db_url).open()
+    try:
+        store.inventory.sync(parse_hosts(SHARED))
+        g0 = store.inventory.gpu("gpu1:0")
+        assert g0 is not None
+        start = utcnow() - H
+        alice = store.reservations.create("alice", "nb", "", start, start + 4 * H, [g0.id],
+                                          share=QUARTER)  # fmt: skip
+        bob = store.reservations.create("bob", "nb", "", start, start + 4 * H, [g0.id],
+                                        share=WHOLE // 2)  # fmt: skip
+        at = utcnow()
+        payers = Payers.at(at, [alice, bob], [], lambda u: u)
+        before = Reading(at - timedelta(seconds=10), 100.0, 80.0, frozenset({"alice"}))
+        after = Reading(at, 100.0, 80.0, frozenset({"alice", "bob"}))
+        charges = charge(g0.id, g0.uuid, before, after, payers, UTC)
+        split = {(c.payer, c.kind): c.seconds for c in charges}
+        assert split == {("alice", RESERVED): 2.5, ("bob", RESERVED): 5.0, ("", IDLE): 2.5}
+        assert sum(c.energy_j for c in charges) == pytest.approx(1000.0)  # all of it, once
+        assert [c.subjects for c in charges][:2] == [
+            (("reservation", alice.id),),
+            (("reservation", bob.id),),
+        ]
     finally:
         store.close()

@@ -249,3 +249,20 @@ def test_the_demo_shares_gpu3(db_url: str, tmp_path: Path) -> None:
         assert quarter.share_memory_mib() == 10240  # a quarter of a 40 GiB A100
     finally:
         opened.close()
+
+
+def test_holders_now_are_every_share_held_not_the_last_begun(store: Store) -> None:
+    g = gpu(store, "gpu1:1")
+    long = book(store, "alice", "gpu1:1", QUARTER, BASE, 4)
+    short = book(store, "bob", "gpu1:1", HALF, BASE + H, 1)
+    later = book(store, "carol", "gpu1:1", QUARTER, BASE + 5 * H, 1)
+    at = BASE + H + H / 2  # both held
+    holders, shares = store.holders.at_with_shares(at, at + 24 * H)
+    assert [(r.id, r.share_ppm) for r in shares[g.id]] == [(long, QUARTER), (short, HALF)]
+    # after bob's share ended, the one begun last, alice's is still held
+    holders, shares = store.holders.at_with_shares(BASE + 3 * H, BASE + 24 * H)
+    current, following = holders[g.id]
+    assert current is not None and current.id == long
+    assert following is not None and following.id == later
+    assert [r.owner for r in shares[g.id]] == ["alice"]
+    assert store.holders.at(BASE + 3 * H, BASE + 24 * H)[g.id][0].id == long  # type: ignore[union-attr]
