@@ -60,6 +60,30 @@ def frame_for(lane_names: Sequence[str], hours: float, width_px: int) -> Frame:
     return Frame(len(lane_names), hours, width_px, int(longest * CHAR_PX) + 16)
 
 
+def share_bands(shares: Sequence[tuple[float, float, float]]) -> list[float]:
+    """Where each share (x0, x1, its part of the GPU), in order of start, is drawn in its
+    GPU's lane: its top, in parts of the lane from the lane's top. Shares held at the same
+    time are stacked, never drawn over each other while their parts leave room (they add up
+    to at most one GPU at any instant); the lowest place that fits is taken."""
+    eps = 1e-9
+    placed: list[tuple[float, float, float, float]] = []  # x0, x1, top, bottom
+    tops = []
+    for x0, x1, part in shares:
+        near = [(t, b) for a0, a1, t, b in placed if a0 < x1 and x0 < a1]
+        top = next(
+            (
+                t
+                for t in sorted({0.0, *(b for _, b in near)})
+                if t + part <= 1 + eps and all(not (t < b - eps and u < t + part - eps)
+                                                for u, b in near)
+            ),
+            0.0,
+        )  # fmt: skip
+        placed.append((x0, x1, top, top + part))
+        tops.append(top)
+    return tops
+
+
 @dataclass(frozen=True)
 class Placed:
     """A label as drawn: its text, its anchor in data units, its box in plot pixels."""

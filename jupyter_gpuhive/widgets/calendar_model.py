@@ -50,11 +50,13 @@ class Box:
     colour: str
     status: str
     lent: str = ""  # 'lent to job 42 (preemptible) until you start', or ""
+    share: float = 1.0  # the part of the GPU it holds (#44): drawn as that part of the lane
 
     @property
     def label(self) -> str:
         lent = f" · {self.lent}" if self.lent else ""
-        return f"{self.owner}: {self.title}{lent}"
+        part = f" · {self.share:g} GPU" if self.share < 1 else ""
+        return f"{self.owner}: {self.title}{part}{lent}"
 
     def contains(self, x: float, y: float) -> bool:
         return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
@@ -128,6 +130,18 @@ def blocked_by(health: Sequence[dict[str, Any]]) -> dict[str, str]:
 def gpus_of(hosts: Sequence[dict[str, Any]]) -> list[str]:
     """GPU refs ('host:index') of the hosts endpoint, host by host in index order."""
     return [g["id"] for h in hosts for g in sorted(h.get("gpus", []), key=lambda g: g["index"])]
+
+
+def _stacked(boxes: list[Box], shared: dict[int, list[int]]) -> list[Box]:
+    """`boxes` with each share drawn as its part of its lane, stacked (lanes.share_bands)."""
+    inner = 1 - 2 * PAD
+    for lane, found in shared.items():
+        found.sort(key=lambda i: (boxes[i].x0, i))
+        tops = lanes.share_bands([(boxes[i].x0, boxes[i].x1, boxes[i].share) for i in found])
+        for i, top in zip(found, tops, strict=True):
+            y0 = lane + PAD + top * inner
+            boxes[i] = replace(boxes[i], y0=y0, y1=y0 + boxes[i].share * inner)
+    return boxes
 
 
 class CalendarModel:
@@ -237,7 +251,8 @@ class CalendarModel:
         self.reservations = {r["id"]: r for r in reservations}
         position = {g: i for i, g in enumerate(self.gpus)}
         colours: dict[str, str] = {}
-        boxes = []
+        boxes: list[Box] = []
+        shared: dict[int, list[int]] = {}  # lane -> its share boxes, by start
         for r in reservations:
             shown = [g for g in r["gpus"] if g in position]
             x = self.span_of(r["start"], r["end"])
@@ -249,13 +264,16 @@ class CalendarModel:
             )
             mine = owner == self.me
             lent = lent_text(r, mine) or ""
+            part = float(r.get("share") or 1.0)
             for gpu in shown:
                 lane = position[gpu]
+                if part < 1:
+                    shared.setdefault(lane, []).append(len(boxes))
                 boxes.append(
                     Box(r["id"], gpu, lane, x[0], x[1], lane + PAD, lane + 1 - PAD, owner,
-                        r["title"], mine, colour, r.get("status", ""), lent)
+                        r["title"], mine, colour, r.get("status", ""), lent, part)
                 )  # fmt: skip
-        self.boxes = boxes
+        self.boxes = _stacked(boxes, shared)
         self.unrestricted = bool(coverage.get("unrestricted", True))
         spans = []
         for gpu, ranges in coverage.get("gpus", {}).items():
