@@ -10,6 +10,7 @@ import { HealthRows } from './healthUi';
 import { jobsByGpu, myJobText } from './jobs';
 import { IGpu, IGpuState, IGuidance, IHost, IJob, bookableUnits, formatUsage, gpuState, vendorLabel, violationNotes } from './model';
 import { RowMenu } from './rowMenu';
+import { shareText } from './shares';
 
 /** What the rows are drawn from, besides the hosts. */
 export interface IRowContext {
@@ -105,6 +106,7 @@ export class GpuRows {
       el('span', { class: 'jp-gpuhive-badge', title: state.detail }, state.label),
       this.menu.button(gpu.id, actions) ?? '',
       el('span', { class: 'jp-gpuhive-usage' }, formatUsage(gpu)),
+      ...(shareText(gpu, ctx.me) ? [el('div', { class: 'jp-gpuhive-shares' }, shareText(gpu, ctx.me))] : []),
       el('span', { class: 'jp-gpuhive-sr' }, state.detail),
       ...violationNotes(gpu, ctx.me).map(note => el('div', { class: 'jp-gpuhive-violation' }, note)),
       ...this.health.nodes(gpu.id)
