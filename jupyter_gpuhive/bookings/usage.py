@@ -28,8 +28,8 @@ def usage_report(
     """
     reserved_by_user: dict[str, float] = {}
     reserved_by_gpu: dict[int, float] = {}
-    for res in found:
-        hours = (min(res.end, end) - max(res.start, start)).total_seconds() / 3600
+    for res in found:  # a share counts its part: a quarter GPU for 4 h is 1 GPU-hour
+        hours = (min(res.end, end) - max(res.start, start)).total_seconds() / 3600 * res.share
         reserved_by_user[res.owner] = reserved_by_user.get(res.owner, 0) + hours * len(res.gpus)
         for gpu in res.gpus:
             reserved_by_gpu[gpu.id] = reserved_by_gpu.get(gpu.id, 0) + hours
@@ -62,8 +62,7 @@ def usage_report(
         "reservations": [
             {"id": r.id, "owner": r.owner, "title": r.title,
              "gpus": [g.ref for g in r.gpus],
-             "reserved_gpu_hours": round(
-                 (r.end - r.start).total_seconds() / 3600 * len(r.gpus), 4),
+             "reserved_gpu_hours": round(r.gpu_hours(), 4),
              **per_reservation.get(r.id, {"used_gpu_hours": 0.0})}
             for r in found
         ],

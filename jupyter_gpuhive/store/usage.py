@@ -168,7 +168,8 @@ class Usage:
         util_sum = sum(r.util_sum for r in rows if r.util_sum is not None)
         return {
             "reservation": reservation.id,
-            "reserved_gpu_hours": round(reserved_h * len(reservation.gpus), 4),
+            # a share counts its part: a quarter GPU for 4 h is 1 GPU-hour
+            "reserved_gpu_hours": round(reserved_h * len(reservation.gpus) * reservation.share, 4),
             "used_gpu_hours": round(sum(r.busy_seconds for r in rows) / 3600, 4),
             "mean_util": round(util_sum / rated, 1) if rated else None,
             "max_util": max((r.util_max for r in rows if r.util_max is not None), default=None),

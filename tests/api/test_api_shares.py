@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.api.helpers import booking, refused
-from tests.conftest import HOSTS, soon
+from tests.conftest import HOSTS, iso, soon
 
 # gpu1's GPUs are shareable (80 GiB each); gpu2's and gpu3's are booked whole only
 SHARED = [
@@ -109,3 +109,23 @@ async def test_get_hosts_says_which_gpus_are_shareable(api: Any) -> None:
     assert held == [("alice", 0.25, 20480), ("bob", 0.5, 40960)]
     assert gpus["gpu1:3"]["reservation"]["owner"] == "alice"
     assert gpus["gpu1:2"]["shares"] == [] and "shares" not in gpus["gpu2:0"]
+
+
+async def test_usage_counts_a_share_as_its_part(api: Any) -> None:
+    alice, boss = api("alice"), api("boss")
+    t = soon(days=3)
+    window = {"start": iso(t), "end": iso(t + timedelta(hours=5))}
+    asked = {"title": "nb", "start": iso(t)}
+    quarter = await alice(
+        "POST", "reservations", {**asked, "gpus": ["gpu1:1"], "duration": "4h", "share": 0.25}
+    )
+    assert quarter.status == 201, quarter
+    whole = await alice("POST", "reservations", {**asked, "gpus": ["gpu2:0"], "duration": "1h"})
+    assert whole.status == 201, whole
+    seen = (await boss("GET", "usage", params=window)).body
+    assert {u["user"]: u["reserved_gpu_hours"] for u in seen["by_user"]} == {"alice": 2.0}
+    assert {g["gpu"]: g["reserved_hours"] for g in seen["by_gpu"]} == {"gpu1:1": 1.0, "gpu2:0": 1.0}
+    per = {r["id"]: r["reserved_gpu_hours"] for r in seen["reservations"]}
+    assert per == {quarter.body["id"]: 1.0, whole.body["id"]: 1.0}
+    one = (await alice("GET", f"reservations/{quarter.body['id']}/usage")).body
+    assert one["reserved_gpu_hours"] == 1.0  # a quarter GPU for 4 h is 1 GPU-hour
