@@ -212,6 +212,11 @@ class GpuHiveConfig(LoggingConfigurable):
     ghost_memory_mib = Int(
         1024, help="Flag a GPU using this much memory with no process listed (0: off)."
     ).tag(config=True)
+    over_share_mib = Int(
+        512,
+        help="On a shared GPU, how much more memory (MiB) than the share a holder's processes "
+        "may use before it is an over-share violation (CUDA contexts, allocator rounding).",
+    ).tag(config=True)
     ghost_util = Int(10, help="Flag a GPU this busy (%) with no process listed (0: off).").tag(
         config=True
     )

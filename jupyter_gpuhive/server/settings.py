@@ -113,6 +113,7 @@ class GpuHiveSettings(GpuHiveConfig):
             allow_commands=list(self.protection_allow_commands),
             ghost_mem_mib=self.ghost_memory_mib,
             ghost_util=self.ghost_util,
+            over_share_mib=self.over_share_mib,
             idle_after=seconds(self.idle_notify_after, "idle_notify_after"),
             idle_util=self.idle_util,
             idle_end=self.idle_end,

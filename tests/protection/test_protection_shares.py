@@ -19,6 +19,7 @@ from jupyter_gpuhive.model import Gpu, Reservation, utcnow
 from jupyter_gpuhive.model.shares import WHOLE
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from jupyter_gpuhive.protection.violations import FOREIGN, OVER_SHARE, DetectionPolicy, detect
+from jupyter_gpuhive.server.app import GpuHiveApp
 from jupyter_gpuhive.sim.cluster import start_gpu_process
 from tests.protection.conftest import USER_MAP, local_decl
 from tests.protection.test_protection_detect import NOW, UUIDS, kinds, sample
@@ -177,3 +178,10 @@ async def test_a_user_without_a_share_who_claims_one_is_an_intruder_for_real(
     assert [(v.kind, v.offender, v.holder, v.pids) for v in found] == [
         ("foreign", "gh-bob", "alice", (his.pid,))
     ]
+
+
+def test_the_site_sets_the_tolerance() -> None:
+    """c.GpuHiveApp.over_share_mib reaches protection's policy (512 MiB unless set)."""
+    assert GpuHiveApp(auto_local_host=False).settings_for_hive().protection.over_share_mib == 512
+    site = GpuHiveApp(auto_local_host=False, over_share_mib=128).settings_for_hive()
+    assert site.protection.over_share_mib == 128
