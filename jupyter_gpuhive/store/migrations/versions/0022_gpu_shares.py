@@ -47,12 +47,15 @@ _EXCLUDE = (
 
 # The largest sum of the other live rows' shares of NEW's device at an instant of NEW's span
 # (where a partial row is involved): a sum only grows where a row starts, so the instants to
-# try are NEW's start and the other rows' starts inside its span.
-_PEAK = f"""
+# try are NEW's start and the other rows' starts inside its span. {live} is how a dialect says
+# "not cancelled" so that its planner reads the rows by the partial index of each device's
+# live rows by end (SQLite matches `cancelled = 0` to it, not `NOT cancelled`): only the rows
+# that end after the instant, never the device's history.
+_PEAK_TEMPLATE = f"""
   SELECT coalesce(max(load), 0) FROM (
     SELECT (
       SELECT coalesce(sum(o.share_ppm), 0) FROM reservation_gpus AS o
-      WHERE o.device_id = NEW.device_id AND NOT o.cancelled
+      WHERE o.device_id = NEW.device_id AND {{live}}
         AND o.reservation_id != NEW.reservation_id
         AND (o.share_ppm < {WHOLE} OR NEW.share_ppm < {WHOLE})
         AND o.end_at > t.at AND o.start_at <= t.at
@@ -61,11 +64,14 @@ _PEAK = f"""
       SELECT NEW.start_at AS at
       UNION
       SELECT s.start_at FROM reservation_gpus AS s
-      WHERE s.device_id = NEW.device_id AND NOT s.cancelled
+      WHERE s.device_id = NEW.device_id AND {{live_s}}
         AND s.reservation_id != NEW.reservation_id
         AND s.end_at > NEW.start_at AND s.start_at > NEW.start_at AND s.start_at < NEW.end_at
     ) AS t
   ) AS loads"""
+
+_PEAK_SQLITE = _PEAK_TEMPLATE.format(live="o.cancelled = 0", live_s="s.cancelled = 0")
+_PEAK_PG = _PEAK_TEMPLATE.format(live="NOT o.cancelled", live_s="NOT s.cancelled")
 
 _SHARE_WHERE = f"""NEW.share_ppm < {WHOLE} AND (
     NEW.gpu_id != NEW.device_id
@@ -84,7 +90,7 @@ BEGIN
     WHERE other.device_id = NEW.device_id{whole_other}
       AND (other.gpu_id = NEW.gpu_id OR other.gpu_id = other.device_id
            OR NEW.gpu_id = NEW.device_id)
-      AND NOT other.cancelled
+      AND other.cancelled = 0
       AND other.reservation_id != NEW.reservation_id
       AND other.start_at < NEW.end_at
       AND other.end_at > NEW.start_at
@@ -95,7 +101,7 @@ _SHARES_SQLITE = f"""
   SELECT RAISE(ABORT, 'gpuhive: a share must be of a whole GPU that is shareable')
   WHERE {_SHARE_WHERE};
   SELECT RAISE(ABORT, 'gpuhive: overlapping reservation on one GPU: its shares exceed it')
-  WHERE NEW.share_ppm + ({_PEAK}) > {WHOLE};"""
+  WHERE NEW.share_ppm + ({_PEAK_SQLITE}) > {WHOLE};"""
 
 
 def _sqlite_trigger(event: str, what: str, shares: bool) -> str:
@@ -131,7 +137,7 @@ BEGIN
     RAISE EXCEPTION 'gpuhive: bookings are written under READ COMMITTED or SERIALIZABLE'
       USING ERRCODE = '0A000';
   END IF;
-  {_PEAK.strip()} INTO peak;
+  {_PEAK_PG.strip()} INTO peak;
   IF NEW.share_ppm + peak > {WHOLE} THEN
     RAISE EXCEPTION 'gpuhive: overlapping reservation on one GPU: its shares exceed it'
       USING ERRCODE = '23P01';
