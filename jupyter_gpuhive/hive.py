@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from .bookings.engines import PROTECTION, EngineBookings
 from .bookings.fairshare import FairShare
 from .bookings.identity import Identities
-from .bookings.service import PROTECTION, Bookings
 from .hive_settings import HiveSettings
 from .hosts.pool import HostPool, SshSettings
 from .integrations import Integrations
@@ -41,7 +41,7 @@ class Hive:
         s = self.settings = settings
         self.store = Store(s.db_url)
         self.executor = ThreadPoolExecutor(s.workers, thread_name_prefix="gpuhive-db")
-        self.identities = Identities(self.store, self.run, s.admin_users, s.admin_groups, s.groups)
+        self.identities = Identities(self.store, self.run, s.policy.authority, s.groups)
         identity_of = self.identities.identity_of
         self.pool = HostPool(s.hosts, s.ssh)
         self.integrations = Integrations(
@@ -62,16 +62,15 @@ class Hive:
             self.store, self.run, s.fairshare, s.policy.zone, identity_of, s.privacy,
             reflag=lambda *why: self.bookings.reflag(*why), unix_user=self.protection.unix_user,
         )  # fmt: skip
-        self.bookings = Bookings(
+        self.bookings = EngineBookings(
             self.store, self.run, s.policy, identity_of, s.privacy, limits=self.fairshare.limits,
             remember=self.identities.remember, changed=self.integrations.reservation_event,
             unix_user=self.protection.unix_user, violations=self.protection.of_reservation,
+            engine_of=self.pool.engine_of,  # Slurm's reservations follow the bookings
         )  # fmt: skip
-        self.meter = Meter(
-            self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
-            max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
-            user_of=self.protection.gpuhive_user,
-        )  # fmt: skip
+        self.meter = Meter(self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
+                           max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),
+                           user_of=self.protection.gpuhive_user)  # fmt: skip
         self.kernels = registry.KernelRegistry(
             self.store, self.pool, self.run, identity_of=identity_of,
             unix_user=self.protection.unix_user, zone=s.policy.zone, reclaim=self.jobs.make_way,
@@ -83,7 +82,8 @@ class Hive:
         self.monitor = Monitor(self.store, self.pool, self.run, s.poll_interval, s.history,
                                public_key=self.jobs.public_key, enabled=s.monitor,
                                reflag=self.bookings.repartitioned, containers=owners)  # fmt: skip
-        for listener in (self.jobs.on_sweep, self.protection.on_sweep, self.meter.on_sweep):
+        for listener in (self.jobs.on_sweep, self.protection.on_sweep, self.meter.on_sweep,
+                         self.bookings.on_sweep):  # fmt: skip
             self.monitor.on_sweep(listener)  # in this order, after inventory and usage
         scraped = scrape.sources(self.monitor, self.store, s.protection.idle_util)
         self.monitor.exposition.use(scraped)  # the same on every replica
