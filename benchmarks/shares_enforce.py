@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.violations import cli, timed, watched
+from benchmarks.violations import cli, timed, wait_until, watched
 from benchmarks.violations import decl as plain_decl
 from jupyter_gpuhive.model import HostDecl, utcnow
 from jupyter_gpuhive.model.shares import WHOLE
@@ -47,6 +47,7 @@ QUARTER = WHOLE // 4
 GROWS = (
     "import os, signal, sys\n"
     "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
+    "open(sys.argv[3], 'w').close()\n"
     "signal.sigwait({signal.SIGUSR1})\n"
     "os.execve('/bin/sleep', ['sleep', '600'], {**os.environ, sys.argv[1]: sys.argv[2]})\n"
 )
@@ -88,8 +89,10 @@ async def over_share_detected(
         for trial in range(trials):
             gpu = random.choice(gpus)
             quarter = (gpu.memory_mib or 0) // 4
-            command = ("python3", "-c", GROWS, MEM_ENV, str(quarter * 3 // 2))
+            ready = workdir / f"ready-{trial}"  # it waits for the signal (before: it would end)
+            command = ("python3", "-c", GROWS, MEM_ENV, str(quarter * 3 // 2), str(ready))
             proc = start_gpu_process(gpu.host, [gpu.index], command=command, mem_mib=quarter // 2)
+            await wait_until(ready.exists, timeout=30)
             await asyncio.sleep(interval + random.uniform(0, interval))  # seen within the share
             grown = time.time()
             os.kill(proc.pid, signal.SIGUSR1)
