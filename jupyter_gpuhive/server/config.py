@@ -86,6 +86,13 @@ class GpuHiveConfig(LoggingConfigurable):
         value_trait=List(Unicode()),
         help="Groups defined here (for servers without JupyterHub): {'phd': ['alice', 'bob']}.",
     ).tag(config=True)
+    host_groups = Dict(
+        help="Host groups (a lab's hosts) and their administrators: {'physics': {'admins': "
+        "['alice'], 'admin_groups': ['physics-heads']}}; a host joins one in its entry ({'name': "
+        "'gpu7', 'group': 'physics'}). On its hosts only, a group's administrators may change "
+        "access rules naming only them, drain and undrain GPUs, see every reservation and job "
+        "in full, and cancel or end reservations (docs/how-to/authorization.md).",
+    ).tag(config=True)
 
     min_reservation = Unicode("5m", help="Shortest reservation, e.g. '15m'.").tag(config=True)
     max_reservation = Unicode("7d", help="Longest reservation, e.g. '3d'.").tag(config=True)
@@ -125,6 +132,14 @@ class GpuHiveConfig(LoggingConfigurable):
         3,
         help="Preemptions after which a job no longer borrows GPUs: it is told and waits for "
         "GPUs nobody booked.",
+    ).tag(config=True)
+    least_attained_service = Bool(
+        True,
+        help="Let a new queued job that cannot start preempt running preemptible jobs that "
+        "have had at least 1 GPU-hour (on one host; never a GPU a booking or another waiting "
+        "job's kept slot needs before it ends): each gets its signal and grace, and goes back "
+        "to the queue behind new jobs by the service it has had. A job is preempted at most "
+        "max_preemptions times (the counter lending uses). False: only lending preempts.",
     ).tag(config=True)
     reclaim_before_start_s = Int(
         300,

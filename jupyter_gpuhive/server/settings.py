@@ -21,6 +21,7 @@ from ..files import append_file
 from ..hosts.config import local_gpu_host, parse_hosts
 from ..hosts.file import default_hosts_file, read_hosts
 from ..model import parse_duration
+from ..model.authority import Authority, parse_host_groups
 from .config import GpuHiveConfig
 
 if TYPE_CHECKING:
@@ -79,14 +80,20 @@ class GpuHiveSettings(GpuHiveConfig):
         def span(value: str, name: str) -> timedelta:
             return parse_duration(value, name)
 
+        hosts = parse_hosts(self.all_host_specs())
+        authority = Authority(  # who administers: the site, and each host group
+            frozenset(self.admin_users),
+            frozenset(self.admin_groups),
+            parse_host_groups(dict(self.host_groups), hosts),
+        )
         policy = Policy(
             zone=ZoneInfo(self.site_timezone),
             min_length=span(self.min_reservation, "min_reservation"),
             max_length=span(self.max_reservation, "max_reservation"),
             horizon=span(self.booking_horizon, "booking_horizon"),
             past_grace=span(self.past_grace, "past_grace"),
+            authority=authority,
         )
-        hosts = parse_hosts(self.all_host_specs())
         keys: list[str] = []
         if any(backend_of(h).uses_ssh_keys for h in hosts):
             ensure_client_key(Path(self.ssh_key).expanduser())
@@ -171,6 +178,7 @@ class GpuHiveSettings(GpuHiveConfig):
             lending=self.lending,
             grace_s=self.preempt_grace_s,
             max_preemptions=self.max_preemptions,
+            least_attained_service=self.least_attained_service,
             reclaim_before_start_s=self.reclaim_before_start_s,
             user_map=dict(protection.user_map),
         )
@@ -185,8 +193,6 @@ class GpuHiveSettings(GpuHiveConfig):
             policy=policy,
             http=TornadoTransport,
             hosts=hosts,
-            admin_users=frozenset(self.admin_users),
-            admin_groups=frozenset(self.admin_groups),
             groups=dict(self.groups),
             workers=self.db_workers,
             ssh=ssh,
