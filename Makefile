@@ -128,14 +128,16 @@ test-dates: sysdeps $(STAMP)
 test-fresh:
 	bash tests/fresh/run.sh
 
-# The kernel guard, authorization and kernel tests against the oldest jupyter_server the package
-# claims (pyproject's lower bound; no JupyterLab: the oldest the Lab extension is built for, 4.6.6,
-# itself needs jupyter_server 2.19) and the newest released with the newest JupyterLab, each in
+# The kernel guard, authorization (every route through @authorized) and kernel tests against the
+# oldest jupyter_server the package claims (pyproject's lower bound; no JupyterLab: the oldest the
+# Lab extension is built for, 4.6.6, itself needs jupyter_server 2.19) and the newest released
+# with the newest JupyterLab, each in
 # its own venv under $(VENV)/compat/. About 6½ minutes on the 2-core development machine, most of
 # it the kernel tests: not part of `make test`.
 COMPAT_OLDEST := jupyter_server==2.16.0
 COMPAT_NEWEST := jupyter_server jupyterlab
 COMPAT_TESTS  := tests/test_extension_points.py tests/test_app.py tests/api/test_api_auth.py \
+                 tests/api/test_authorization.py \
                  tests/test_kernel_env.py tests/kernels
 .PHONY: test-compat
 test-compat: sysdeps $(STAMP)

@@ -25,8 +25,6 @@ class HiveSettings:
     policy: Policy
     http: Transports  # how HTTP leaves (webhooks): the server's transport, or a test's
     hosts: list[HostDecl] = field(default_factory=list)
-    admin_users: frozenset[str] = frozenset()
-    admin_groups: frozenset[str] = frozenset()
     groups: Mapping[str, Iterable[str]] = field(default_factory=dict)
     workers: int = 8
     ssh: SshSettings = field(default_factory=SshSettings)
@@ -40,3 +38,7 @@ class HiveSettings:
     kernel_end: EndSettings = field(default_factory=EndSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     metrics_token: str = ""  # the Prometheus scrape's bearer token ("": admins only)
+
+    def __post_init__(self) -> None:
+        if self.policy is not None:  # who administers which hosts: the hosts used now
+            self.policy.authority.hosts = lambda: self.hosts

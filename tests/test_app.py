@@ -71,7 +71,7 @@ def test_settings_for_hive(tmp_path: Path) -> None:
     assert settings.policy.past_grace == timedelta(seconds=90)
     assert [h.name for h in settings.hosts] == ["gpu1", "gpu9"]
     assert [len(h.gpus) for h in settings.hosts] == [4, 2]
-    assert settings.admin_users == frozenset({"boss"})
+    assert settings.policy.authority.admin_users == frozenset({"boss"})
     assert settings.groups == {"phd": ["alice", "bob"]}
     app.hosts_file = str(toml)
     assert [h.name for h in app.settings_for_hive().hosts] == ["gpu1", "gpu8"]

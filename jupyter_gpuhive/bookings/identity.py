@@ -1,5 +1,6 @@
-"""Who is asking: a user's groups (from the login and from configuration), admin rights, and
-the Idempotency-Keys of their requests (`keys`)."""
+"""Who is asking: a user's groups (from the login and from configuration), admin rights (of the
+site, or of host groups: model/authority.py), and the Idempotency-Keys of their requests
+(`keys`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from ..model import Identity
+from ..model.authority import Authority
 from ..model.errand import Errand
 from ..store import Store
 from .keys import RequestKeys
@@ -19,15 +21,13 @@ class Identities:
         self,
         store: Store,
         run: Callable[..., Awaitable[Any]],
-        admin_users: frozenset[str] = frozenset(),
-        admin_groups: frozenset[str] = frozenset(),
+        authority: Authority | None = None,
         groups: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self.store = store
+        self.authority = authority or Authority()  # who administers the site, which hosts
         self.run = run
         self.keys = RequestKeys(store, run)  # each requester's Idempotency-Keys
-        self.admin_users = admin_users
-        self.admin_groups = admin_groups
         self._member_of: dict[str, set[str]] = {}
         for group, members in (groups or {}).items():
             for member in members:
@@ -41,8 +41,9 @@ class Identities:
         """
         known = self.store.users.groups_of(name) if groups is None else frozenset(groups)
         all_groups = known | frozenset(self._member_of.get(name, ()))
-        admin = name in self.admin_users or bool(all_groups & self.admin_groups)
-        return Identity(name, all_groups, admin)
+        authority = self.authority
+        admin = authority.site_admin(name, all_groups)
+        return Identity(name, all_groups, admin, authority.admin_hosts(name, all_groups))
 
     def identity_of(self, name: str) -> Identity:
         """The Identity of a stored user name (groups as last seen)."""

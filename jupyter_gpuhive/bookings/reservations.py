@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
 from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration, describe_instant
 from ..model import utcnow as _utcnow
+from ..model.authority import RESERVATIONS, Authority
 from ..model.errand import Errand
 from ..model.requests import Booking, BookingChange
 from ..model.rules import Rule
@@ -43,13 +44,14 @@ def unknown_unit(name: str) -> str:
 
 @dataclass(frozen=True)
 class Policy:
-    """Site limits on bookings (all configurable)."""
+    """Site limits on bookings (all configurable), and who administers (model/authority.py)."""
 
     zone: tzinfo
     min_length: timedelta = timedelta(minutes=5)
     max_length: timedelta = timedelta(days=7)
     horizon: timedelta = timedelta(days=90)
     past_grace: timedelta = timedelta(minutes=5)
+    authority: Authority = field(default_factory=Authority, compare=False)
 
 
 class ReservationService:
@@ -74,6 +76,7 @@ class ReservationService:
         self.identity_of = identity_of
         self.now = clock
         self.limits = limits  # fair-share limits, checked in each booking's transaction
+        self.authority = policy.authority  # who may (model/authority.py)
 
     # --- helpers -------------------------------------------------------------------
 
@@ -159,13 +162,14 @@ class ReservationService:
             raise Invalid("'end' (or 'duration') is required.")
         return end
 
-    @staticmethod
-    def _may_edit(who: Identity, reservation: Reservation, verb: str) -> None:
-        if reservation.owner != who.name and not who.is_admin:
-            raise Forbidden(
-                f"Reservation {reservation.id} belongs to {reservation.owner}; "
-                f"only they or an admin may {verb} it."
-            )
+    def _may_edit(self, who: Identity, reservation: Reservation, verb: str) -> None:
+        """Its owner and admins may change it; the administrators of its hosts may also
+        cancel or end it (model/authority.py)."""
+        self.authority.require(
+            who, RESERVATIONS, "cancel" if verb == "cancel" else "change",
+            owner=reservation.owner, hosts={g.host for g in reservation.gpus},
+            thing=f"reservation {reservation.id} belongs to {reservation.owner}",
+        )  # fmt: skip
 
     # --- commands ------------------------------------------------------------------
 
@@ -180,8 +184,7 @@ class ReservationService:
         end = self._span(booking.end, booking.duration, start)
         owner = who
         if booking.owner not in (None, who.name):
-            if not who.is_admin:
-                raise Forbidden("Only admins may book for someone else.")
+            self.authority.require(who, RESERVATIONS, "for another")
             owner = self.identity_of(booking.owner)
         self._check_span(start, end, now, new_start=True)
         limits = self.limits.guard(who)

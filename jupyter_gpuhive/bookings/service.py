@@ -12,12 +12,13 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import Forbidden, Invalid
+from ..errors import Invalid
 from ..model import Gpu, Identity, Reservation, units_conflict
+from ..model.authority import RESERVATIONS, RULES, WRITE
 from ..model.errand import Errand
 from ..model.finder import Slot, Want
 from ..model.requests import Booking, BookingChange
-from ..privacy import Privacy, sees_all_of
+from ..privacy import Privacy
 from ..store import Store
 from ..store.preemption import LendingShown
 from . import access
@@ -61,6 +62,7 @@ class Bookings:
         self.run = run
         self.policy = policy
         self.privacy = privacy
+        self.authority = policy.authority  # who may (model/authority.py)
         self.reservations = ReservationService(store, policy, identity_of, limits=limits)
         self._remember = remember
         self._changed = changed
@@ -240,15 +242,34 @@ class Bookings:
     # --- access rules ------------------------------------------------------------------
 
     async def rules_for(self, who: Identity) -> list[access.Rule]:
-        """All rules for admins; the rules that apply to `who` for everyone else."""
+        """All rules for admins; for everyone else the rules that apply to them, and those
+        on hosts they administer (model/authority.py)."""
         rules: list[access.Rule] = await self.run(self.store.rules.all)
-        return rules if who.is_admin else [r for r in rules if r.applies_to(who)]
+        if who.is_admin:
+            return rules
+        mine = who.admin_hosts
+        return [r for r in rules if r.applies_to(who) or (mine and self.rule_hosts(r) <= mine)]
 
-    @staticmethod
-    def require_admin(who: Identity, what: str = "change access rules") -> None:
-        """Refuse (403) anyone but admins to do `what` ("drain GPUs": the sentence's verb)."""
-        if not who.is_admin:
-            raise Forbidden(f"Only gpuhive admins may {what}; {who.name} is not one.")
+    def hosts_of(self, refs: list[str]) -> frozenset[str]:
+        """The hosts of these GPUs or slices (a name nothing has: none)."""
+        found = (self.store.inventory.gpu(ref.strip()) for ref in refs)
+        return frozenset(g.host for g in found if g is not None)
+
+    def rule_hosts(self, rule: access.Rule) -> frozenset[str]:
+        """The hosts a rule's resources are on (a rule naming none: every host)."""
+        inventory = self.store.inventory
+        if not rule.hosts and not rule.gpus:
+            return frozenset(h.name for h in inventory.hosts())
+        found = (inventory.gpu(g) for g in rule.gpus)
+        return frozenset(rule.hosts) | {g.host for g in found if g is not None}
+
+    def may_change_rules(self, who: Identity, *rules: access.Rule) -> None:
+        """Refuse (403) a change of these rules to all but admins and the administrators of
+        every host they name (who may instead, in the refusal)."""
+        hosts = frozenset().union(*(self.rule_hosts(r) for r in rules))
+        every = not all(r.hosts or r.gpus for r in rules)
+        thing = "a rule for every host" if every else "a rule for " + ", ".join(sorted(hosts))
+        self.authority.require(who, RULES, WRITE, hosts=hosts, thing=thing)
 
     def _known_resources(self, rule: access.Rule) -> None:
         for host in rule.hosts:
@@ -263,8 +284,8 @@ class Bookings:
     ) -> tuple[access.Rule, dict[int, Any]]:
         """Add an access rule; with the reservations whose flags changed (`errand`: the API
         request it is part of, handed to the rule's transaction)."""
-        self.require_admin(who)
         self._known_resources(rule)
+        self.may_change_rules(who, rule)
         saved = await self.run(self.store.rules.add, rule, who.name, errand)
         return saved, await self.reflag(who.name, RULES_CHANGED)
 
@@ -272,17 +293,22 @@ class Bookings:
         self, who: Identity, rule_id: int, rule: access.Rule
     ) -> tuple[access.Rule, dict[int, Any]]:
         """Replace an access rule; with the reservations whose flags changed."""
-        self.require_admin(who)
         self._known_resources(rule)
+        self.may_change_rules(who, rule, *await self._stored_rule(rule_id))
         saved = await self.run(self.store.rules.replace, rule_id, rule)
         return saved, await self.reflag(who.name, RULES_CHANGED)
 
     async def delete_rule(self, who: Identity, rule_id: int) -> dict[int, Any]:
         """Delete an access rule; the reservations whose flags changed."""
-        self.require_admin(who)
+        self.may_change_rules(who, *await self._stored_rule(rule_id))
         await self.run(self.store.rules.remove, rule_id)
         flags: dict[int, Any] = await self.reflag(who.name, RULES_CHANGED)
         return flags
+
+    async def _stored_rule(self, rule_id: int) -> list[access.Rule]:
+        """The stored rule of this id, if there is one (the store says 404 otherwise)."""
+        rules: list[access.Rule] = await self.run(self.store.rules.all)
+        return [r for r in rules if r.id == rule_id]
 
     async def coverage(
         self, who: Identity, start: datetime, end: datetime, host: str | None, gpu: str | None
@@ -312,11 +338,12 @@ class Bookings:
     async def reservation_usage(self, who: Identity, reservation_id: int) -> dict[str, Any]:
         """A reservation's usage and violations; for its owner and admins (or all, if public)."""
         res = await self.get(reservation_id)
-        if not (self.privacy.public_usage or sees_all_of(who, res.owner)):
-            raise Forbidden(
-                f"The usage of reservation {reservation_id} is shown to its owner "
-                f"({res.owner}) and to admins only."
-            )
+        if not self.privacy.public_usage:  # its owner, its hosts' administrators, admins
+            self.authority.require(
+                who, RESERVATIONS, "see usage", owner=res.owner,
+                hosts={g.host for g in res.gpus},
+                thing=f"reservation {reservation_id} belongs to {res.owner}",
+            )  # fmt: skip
         usage: dict[str, Any] = await self.run(self.store.usage.for_reservation, res)
         usage["violations"] = (
             await self._violations(reservation_id, who) if self._violations else []

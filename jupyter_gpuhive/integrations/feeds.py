@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import Forbidden, Invalid, NotFound
+from ..errors import Invalid, NotFound
 from ..model import Identity
+from ..model.authority import SITE_FEEDS, WRITE, require
 from ..privacy import ANYONE, Privacy, shows_description
 from ..store import Store
 from ..store.feeds import FeedToken
@@ -87,8 +88,7 @@ class Feeds:
 
     def add_site(self, who: Identity, host: str | None) -> tuple[FeedToken, str]:
         """An admin publishes a site feed of all reservations, or of one host's."""
-        if not who.is_admin:
-            raise Forbidden(f"Only gpuhive admins may publish a site feed; {who.name} is not one.")
+        require(who, SITE_FEEDS, WRITE)
         if host is not None and self.store.inventory.host(host) is None:
             raise Invalid(f"Unknown host '{host}'.")
         token = new_token()
@@ -96,8 +96,7 @@ class Feeds:
         return self._get(feed_id, "site"), token
 
     def remove_site(self, who: Identity, feed_id: int) -> None:
-        if not who.is_admin:
-            raise Forbidden(f"Only gpuhive admins may remove a site feed; {who.name} is not one.")
+        require(who, SITE_FEEDS, WRITE)
         if not self.rows.delete_feed("site", feed_id=feed_id):
             raise NotFound(f"There is no site feed {feed_id}.")
 

@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import Forbidden, Invalid, NotFound
+from ..errors import Invalid, NotFound
 from ..model import Identity
+from ..model.authority import require
 from ..model.requests import WebhookRequest
 from ..store.integrations import Integrations
 from ..store.webhooks import Delivery, Webhook
@@ -132,8 +133,8 @@ class Webhooks:
             raise Invalid(
                 f"Unknown event(s) {', '.join(bad) or '(none)'}; known: {', '.join(EVENTS)}."
             )
-        if site and not who.is_admin:
-            raise Forbidden("Only gpuhive admins may add site webhooks (everyone's events).")
+        if site:
+            require(who, "gpuhive:webhooks", "site")
         return url, fmt, wanted, site
 
     async def add(self, who: Identity, request: WebhookRequest) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class Identity:
     name: str
     groups: frozenset[str] = frozenset()
     is_admin: bool = False
+    admin_hosts: frozenset[str] = frozenset()  # hosts they administer as a host group's admin
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "groups": sorted(self.groups), "admin": self.is_admin}

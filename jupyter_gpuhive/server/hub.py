@@ -43,14 +43,15 @@ from .hub_answers import SETTING as HUB_ANSWERS
 from .hub_answers import Answer, HubAnswers
 from .hub_kernel_tokens import SETTING as KERNEL_TOKENS
 from .hub_kernel_tokens import Held, ServiceKernelTokens
+from .hub_scopes import ADMIN_SCOPE, HubScopes, groups_administered
 from .kernel_tokens import PREFIX as KERNEL_TOKEN_PREFIX
 
 log = logging.getLogger(__name__)
-ADMIN_SCOPE = "custom:gpuhive:admin"
 # Reads may use the Hub's answer about a token for a few seconds (token_cache_seconds);
 # every other request changes something and asks the Hub afresh (writes that change only
 # the database, `confirms_identity_late`, meanwhile run on that answer: `_confirm`).
 _READS = {"GET", "HEAD", "OPTIONS"}
+USE_SCOPE_SETTING = "gpuhive_use_scope"
 
 
 class HubHandler(HubAuthenticated, HiveLogic):
@@ -190,8 +191,16 @@ class HubHandler(HubAuthenticated, HiveLogic):
         groups = model.get("groups")
         known = None if groups is None else list(groups)
         base = self.hive.identities.identify(model["name"], known)
-        admin = base.is_admin or ADMIN_SCOPE in (model.get("scopes") or [])
-        return Identity(base.name, base.groups, admin)
+        scopes = model.get("scopes") or []
+        admin = base.is_admin or ADMIN_SCOPE in scopes
+        who = Identity(base.name, base.groups, admin, base.admin_hosts)
+        return self.hive.bookings.authority.with_groups_administered(
+            who, groups_administered(scopes)
+        )
+
+    def site_authorizer(self) -> HubScopes:
+        """The Hub's scopes (`c.GpuHiveService.use_scope`): server/hub_scopes.py."""
+        return HubScopes(self.settings.get(USE_SCOPE_SETTING, ""))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
@@ -273,6 +282,13 @@ class GpuHiveService(Application):
         "health_max_lag seconds behind. For a load balancer (haproxy: `check port N`). 0: "
         "none; PREFIX/health on the service's own port answers in any case, from the loop.",
     ).tag(config=True)
+    use_scope = Unicode(
+        "",
+        help="A Hub scope every user of gpuhive must hold, e.g. 'custom:gpuhive:use' (define it "
+        "in c.JupyterHub.custom_scopes and grant it through a role): without it a request is "
+        "refused (403). An admin scope (custom:gpuhive:admin, filtered or not) includes it. "
+        "Empty: every Hub user the service admits may use gpuhive.",
+    ).tag(config=True)
     health_max_lag = Float(
         10.0,
         help="Seconds the event loop may fall behind before the health port answers 503.",
@@ -309,6 +325,7 @@ class GpuHiveService(Application):
         app.settings[ADMISSION] = configured.intake()  # requests in flight, their deadline
         app.settings[KERNEL_TOKENS] = ServiceKernelTokens(hive.kernels)
         app.settings[HUB_ANSWERS] = HubAnswers(self.token_cache_seconds)
+        app.settings[USE_SCOPE_SETTING] = self.use_scope
         for _, handler in api:
             handler.hub_auth = auth
         url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")

@@ -4,7 +4,7 @@ The pages (docs/reference/*.md but index.md, and openapi.json) are generated, ne
 and not committed (docs/.gitignore): the configuration from the traitlets metadata, the
 REST API from the served OpenAPI document, the magics from their `magic_arguments` help,
 the CLI from `--help`, the job templates from their catalog, the widgets from docstrings,
-the Prometheus metrics from their collector.
+the Prometheus metrics from their collector, the authorization policy from its table.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from .cli import cli_page
 from .config import config_page
 from .magics import magics_page
+from .policy import policy_page
 from .prometheus import prometheus_page
 from .restapi import api_page, document, document_json
 from .templates import templates_page
@@ -31,6 +32,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "templates.md": templates_page,
     "widgets.md": widgets_page,
     "prometheus.md": prometheus_page,
+    "authorization.md": policy_page,
 }
 
 

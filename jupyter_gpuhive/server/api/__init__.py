@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
 
 from . import brokered as b
 from . import fairshare as f
@@ -18,6 +21,7 @@ from . import prometheus as pr
 from . import reservations as rs
 from . import rules as ru
 from . import violations as v
+from .authorization import authorized_action
 from .base import HiveHandler, HiveLogic
 from .openapi import generate
 from .operations import PATH_PARAMETERS, implemented, operation_of
@@ -101,6 +105,17 @@ def _pattern(prefix: str, path: str) -> str:
     for name, (pattern, _) in PATH_PARAMETERS.items():
         path = path.replace("{" + name + "}", pattern)
     return prefix + path + "/?"
+
+
+def declared(path: str, method: str) -> tuple[str, str]:
+    """The resource and action the route table declares for `path` (below api/) and an HTTP
+    method (lower case); a path no route has: ('gpuhive:api', the method's own action)."""
+    for route, handler in ENDPOINTS:
+        if re.fullmatch(_pattern("", route), "/" + path) and hasattr(handler, "auth_resource"):
+            action = authorized_action(getattr(handler, method, None))
+            if action is not None:
+                return handler.auth_resource, action
+    return "gpuhive:api", HTTP_METHOD_TO_AUTH_ACTION.get(method.upper(), "read")
 
 
 def routes(base: type[HiveLogic], prefix: str = PREFIX) -> list[tuple[str, Any]]:

@@ -47,6 +47,7 @@ from ..kernel_tokens import KernelTokens, KernelUser
 from . import idempotency
 from .admission import SETTING as ADMISSION
 from .admission import Intake, client_deadline
+from .authorization import RouteAuthorizer
 from .inputs import (
     DIGITS,
     MAX_BODY_BYTES,
@@ -165,6 +166,15 @@ class HiveLogic(RequestHandler):
     @property
     def hive(self) -> Hive:
         return self.settings["gpuhive"]  # type: ignore[no-any-return]
+
+    @property
+    def authorizer(self) -> RouteAuthorizer:
+        """What `@authorized` asks: gpuhive's policy, then the site's authorizer."""
+        return RouteAuthorizer(self.site_authorizer(), self.hive.bookings.authority)
+
+    def site_authorizer(self) -> Any:
+        """The deployment's own authorizer (None: none beyond gpuhive's policy)."""
+        return None
 
     def requester(self) -> Identity:
         """The authenticated requester; each deployment base says how it knows."""
@@ -360,6 +370,10 @@ class HiveHandler(HiveLogic, APIHandler):  # type: ignore[misc]  # prepare(): as
         media = self._headers.get("Content-Type", "application/json")
         kwargs.setdefault("set_content_type", media)
         return super().finish(*args, **kwargs)
+
+    def site_authorizer(self) -> Any:
+        """The Jupyter server's Authorizer (ServerApp.authorizer_class)."""
+        return APIHandler.authorizer.fget(self)  # type: ignore[attr-defined]
 
     def requester(self) -> Identity:
         user = self.current_user

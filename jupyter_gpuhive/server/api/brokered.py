@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...errors import Forbidden, NotFound
 from ...kernels.broker import KernelBroker
+from ...model.authority import EXECUTE, READ
 from ..hub_kernel_tokens import SETTING as KERNEL_TOKENS
 from ..hub_kernel_tokens import ServiceKernelTokens
 from .base import HiveLogic
@@ -54,7 +56,10 @@ class _Brokered(HiveLogic):
 
 
 class LaunchHandler(_Brokered):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(EXECUTE)
     @operation(
         "Team mode: start (or restart) my kernel on my reservation; the answer holds its "
         "private socket paths and HMAC key for my server's kernel manager (owner only)",
@@ -76,7 +81,10 @@ class LaunchHandler(_Brokered):
 
 
 class ProcessHandler(_Brokered):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Team mode: whether my kernel's process runs, and why it ended (owner or admin)",
         reply=bs.ProcessReply,
@@ -87,7 +95,10 @@ class ProcessHandler(_Brokered):
 
 
 class SignalHandler(_Brokered):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(EXECUTE)
     @operation(
         "Team mode: send a signal (SIGINT interrupts) to my kernel's process group (owner or "
         "admin)",
@@ -102,7 +113,10 @@ class SignalHandler(_Brokered):
 
 
 class CleanupHandler(_Brokered):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(EXECUTE)
     @operation(
         "Team mode: my kernel's process ended or is to end now: stop it and drop its sockets "
         "(owner or admin)",

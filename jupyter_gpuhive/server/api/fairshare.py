@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...bookings.accounting import to_csv
 from ...model import utcnow
+from ...model.authority import READ, WRITE
 from .base import HiveLogic
 from .operations import operation
 from .schemas import fairshare as fs
@@ -16,7 +18,10 @@ from .schemas import queries
 
 
 class UsageHandler(HiveLogic):
+    auth_resource = "gpuhive:usage"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Reserved and used GPU-hours per GPU and for the site in a window; per user and per "
         "reservation: one's own rows (admins: all; see docs/privacy.md)",
@@ -30,7 +35,10 @@ class UsageHandler(HiveLogic):
 
 
 class LimitsHandler(HiveLogic):
+    auth_resource = "gpuhive:limits"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "My limits, where each comes from and my current figures (admins: every limit)",
         reply=fs.LimitsReply,
@@ -39,6 +47,7 @@ class LimitsHandler(HiveLogic):
         self.reply(await self.hive.fairshare.view(self.who))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Set the limits of the site default, a group or a user (admin); reservations now over "
         "them are flagged, never deleted",
@@ -50,6 +59,7 @@ class LimitsHandler(HiveLogic):
         self.reply(await self.hive.fairshare.set(self.who, scope, name, limits))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Forget the stored limits of a scope (admin); configured ones apply again",
         query=fs.LimitScopeQuery,
@@ -62,7 +72,10 @@ class LimitsHandler(HiveLogic):
 
 
 class TiersHandler(HiveLogic):
+    auth_resource = "gpuhive:limits"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Replace the efficiency tiers that scale limits (admin)",
         body=fs.TiersBody,
@@ -74,7 +87,10 @@ class TiersHandler(HiveLogic):
 
 
 class ScoresHandler(HiveLogic):
+    auth_resource = "gpuhive:usage"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Usage scores over a window: reserved, used (utilisation-weighted), reserved-but-idle "
         "GPU-hours, no-shows, violations caused, efficiency (one's own; admins: everyone's)",
@@ -93,7 +109,10 @@ def _months(handler: HiveLogic) -> tuple[date, date | None]:
 
 
 class ReportHandler(HiveLogic):
+    auth_resource = "gpuhive:usage"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Accounting per month, user, group and host: GPU-hours reserved, used, used by "
         "queued jobs outside reservations, energy (kWh), with the cross-check that users and "
@@ -107,7 +126,10 @@ class ReportHandler(HiveLogic):
 
 
 class ReportCsvHandler(HiveLogic):
+    auth_resource = "gpuhive:usage"
+
     @web.authenticated
+    @authorized(READ)
     @operation("The accounting report as CSV", query=fs.ReportQuery, media="text/csv")
     async def get(self) -> None:
         first, last = _months(self)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...bookings.finder import instant, slot_json
+from ...model.authority import READ
 from .base import HiveLogic
 from .operations import operation
 from .schemas import finder as fs
 
 
 class SlotSearchHandler(HiveLogic):
+    auth_resource = "gpuhive:reservations"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "The earliest slots that fit a request (a count of GPUs or MIG slices, a duration, "
         "same host / NVLink / NUMA node / model / memory / indices), between not_before and "

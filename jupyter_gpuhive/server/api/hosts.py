@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ...model.authority import READ
 from ...protection.marks import mark_violations
 from .base import HiveLogic, dumps
 from .operations import operation
@@ -14,7 +16,10 @@ from .schemas import queries
 
 
 class HostsHandler(HiveLogic):
+    auth_resource = "gpuhive:hosts"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Live state of every host and GPU: metrics, processes with owners, who holds each GPU "
         "now and next, and its 'state' (down, failed, drained, reserved, busy, unknown or free: "
@@ -62,7 +67,10 @@ class HostsBody:
 
 
 class MetricsHandler(HiveLogic):
+    auth_resource = "gpuhive:hosts"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Time series per host and GPU (points newer than 'since')", query=queries.MetricsQuery
     )

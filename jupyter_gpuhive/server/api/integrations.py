@@ -5,12 +5,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import replace
 
-from jupyter_server.auth.decorator import allow_unauthenticated
+from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from tornado import web
 
 from ...errors import NotFound
 from ...integrations.subscriptions import subscription_json
 from ...integrations.webhooks import describe
+from ...model.authority import READ, WRITE
 from .base import HiveLogic
 from .operations import operation
 from .schemas import bodies, queries, replies
@@ -52,7 +53,10 @@ class CalendarHandler(HiveLogic):
 
 
 class FeedsHandler(HiveLogic):
+    auth_resource = "gpuhive:feeds"
+
     @web.authenticated
+    @authorized(READ)
     @operation("My calendar feed (without its token) and, for admins, the site feeds")
     async def get(self) -> None:
         feeds = self.hive.integrations.feeds
@@ -60,7 +64,10 @@ class FeedsHandler(HiveLogic):
 
 
 class PersonalFeedHandler(HiveLogic):
+    auth_resource = "gpuhive:feeds"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Make or rotate my calendar feed; the answer's 'url' (shown only now) is the feed, and "
         "the old URL stops working (404)",
@@ -74,6 +81,7 @@ class PersonalFeedHandler(HiveLogic):
         self.reply({**feed.to_json(), "url": feed_url(self, token)}, status=201)
 
     @web.authenticated
+    @authorized(WRITE)
     @operation("Turn my calendar feed off", errors=(404,))
     async def delete(self) -> None:
         feeds = self.hive.integrations.feeds
@@ -83,7 +91,10 @@ class PersonalFeedHandler(HiveLogic):
 
 
 class SiteFeedsHandler(HiveLogic):
+    auth_resource = "gpuhive:site-feeds"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Publish a site feed (admin): every reservation, or one host's; the answer's 'url' is "
         "shown only now",
@@ -99,7 +110,10 @@ class SiteFeedsHandler(HiveLogic):
 
 
 class SiteFeedHandler(HiveLogic):
+    auth_resource = "gpuhive:site-feeds"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation("Stop a site feed (admin); its URL then answers 404")
     async def delete(self, feed_id: str) -> None:
         fid = self.id_arg(feed_id, "site feed")
@@ -108,13 +122,17 @@ class SiteFeedHandler(HiveLogic):
 
 
 class WebhooksHandler(HiveLogic):
+    auth_resource = "gpuhive:webhooks"
+
     @web.authenticated
+    @authorized(READ)
     @operation("My webhook endpoints (admins: all); URLs masked, secrets never shown")
     async def get(self) -> None:
         hooks = self.hive.integrations.webhooks
         self.reply({"webhooks": await hooks.listed(self.who)})
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Add a webhook endpoint; the answer holds its full URL and signing secret, shown only "
         "now ('site': true, admins only, gets everyone's events)",
@@ -130,7 +148,10 @@ class WebhooksHandler(HiveLogic):
 
 
 class WebhookHandler(HiveLogic):
+    auth_resource = "gpuhive:webhooks"
+
     @web.authenticated
+    @authorized(READ)
     @operation("One of my webhook endpoints (URL masked)")
     async def get(self, webhook_id: str) -> None:
         hooks = self.hive.integrations.webhooks
@@ -138,6 +159,7 @@ class WebhookHandler(HiveLogic):
         self.reply(describe(found))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation("Remove one of my webhook endpoints", reply=replies.Deleted)
     async def delete(self, webhook_id: str) -> None:
         hooks = self.hive.integrations.webhooks
@@ -146,7 +168,10 @@ class WebhookHandler(HiveLogic):
 
 
 class DeliveriesHandler(HiveLogic):
+    auth_resource = "gpuhive:webhooks"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "The delivery log of an endpoint: per event its state (pending, delivered, dead) and "
         "every attempt's outcome",
@@ -160,7 +185,10 @@ class DeliveriesHandler(HiveLogic):
 
 
 class SubscriptionsHandler(HiveLogic):
+    auth_resource = "gpuhive:subscriptions"
+
     @web.authenticated
+    @authorized(READ)
     @operation("My availability subscriptions (admins: all)")
     async def get(self) -> None:
         availability = self.hive.integrations.availability
@@ -168,6 +196,7 @@ class SubscriptionsHandler(HiveLogic):
         self.reply({"subscriptions": [subscription_json(s) for s in found]})
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Tell me when N GPUs (on a host, or of a model) are free for a duration before a "
         "deadline; fires through the chosen channels (lab, email, webhook) once, or on every "
@@ -190,7 +219,10 @@ class SubscriptionsHandler(HiveLogic):
 
 
 class SubscriptionHandler(HiveLogic):
+    auth_resource = "gpuhive:subscriptions"
+
     @web.authenticated
+    @authorized(READ)
     @operation("One of my subscriptions, with its last offer")
     async def get(self, sub_id: str) -> None:
         availability = self.hive.integrations.availability
@@ -198,6 +230,7 @@ class SubscriptionHandler(HiveLogic):
         self.reply(subscription_json(await self.hive.run(availability.owned, self.who, sid)))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation("End one of my subscriptions", reply=replies.Deleted)
     async def delete(self, sub_id: str) -> None:
         availability = self.hive.integrations.availability
@@ -207,7 +240,10 @@ class SubscriptionHandler(HiveLogic):
 
 
 class SubscriptionBookHandler(Shown):
+    auth_resource = "gpuhive:subscriptions"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Book exactly the slot the subscription last offered, if it is still free",
         201,
@@ -224,13 +260,17 @@ class SubscriptionBookHandler(Shown):
 
 
 class DigestHandler(HiveLogic):
+    auth_resource = "gpuhive:digest"
+
     @web.authenticated
+    @authorized(READ)
     @operation("My daily digest e-mail setting")
     async def get(self) -> None:
         digests = self.hive.integrations.digests
         self.reply(await self.hive.run(digests.setting, self.who))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Turn my daily digest e-mail on or off (today's and tomorrow's reservations, GPUs left "
         "idle yesterday, violations on my GPUs)",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...model import isoformat
+from ...model.authority import EXECUTE, READ, WRITE
 from ...model.jobs import RECENT_JOBS, TaskState
 from .base import HiveLogic
 from .operations import operation
@@ -13,16 +15,21 @@ from .shown import Shown
 
 
 class TemplatesHandler(HiveLogic):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(READ)
     @operation("Job templates with their fields, options and an example")
     async def get(self) -> None:
         self.reply({"templates": self.hive.jobs.templates()})
 
 
 class JobsHandler(Shown):
+    auth_resource = "gpuhive:jobs"
     runs_to_the_end = True  # a launch or stop on a host must be recorded
 
     @web.authenticated
+    @authorized(READ)
     @operation(
         f"Jobs, optionally of one user or in one status: the newest 'limit' (default "
         f"{RECENT_JOBS}; 'more' says older ones exist) and every job running now; others' "
@@ -47,6 +54,7 @@ class JobsHandler(Shown):
         self.reply({"jobs": shown, "more": more})
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Create a job from a template ('start': true runs it now)",
         201,
@@ -62,7 +70,10 @@ class JobsHandler(Shown):
 
 
 class JobPreviewHandler(HiveLogic):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "The exact per-task commands and environments, without creating anything",
         body=bodies.NewJob,
@@ -75,7 +86,10 @@ class JobPreviewHandler(HiveLogic):
 
 
 class JobHandler(Shown):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "One job with its tasks (its definition for the owner and admins)", reply=replies.JobReply
     )
@@ -84,6 +98,7 @@ class JobHandler(Shown):
         self.reply(self.job(job))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Delete a job that is not running (owner/admin)", reply=replies.Deleted, errors=(409,)
     )
@@ -94,9 +109,11 @@ class JobHandler(Shown):
 
 
 class JobStartHandler(Shown):
+    auth_resource = "gpuhive:jobs"
     runs_to_the_end = True  # a launch or stop on a host must be recorded
 
     @web.authenticated
+    @authorized(EXECUTE)
     @operation("Start (or restart) a job now (owner/admin)", reply=replies.JobReply, errors=(409,))
     async def post(self, job_id: str) -> None:
         job = await self.hive.jobs.start(self.who, self.id_arg(job_id, "job"))
@@ -104,9 +121,11 @@ class JobStartHandler(Shown):
 
 
 class JobStopHandler(Shown):
+    auth_resource = "gpuhive:jobs"
     runs_to_the_end = True  # a launch or stop on a host must be recorded
 
     @web.authenticated
+    @authorized(EXECUTE)
     @operation(
         "Stop gracefully: SIGINT, then SIGKILL after a grace", reply=replies.JobReply, errors=(409,)
     )
@@ -116,7 +135,10 @@ class JobStopHandler(Shown):
 
 
 class JobEnqueueHandler(Shown):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(EXECUTE)
     @operation(
         "Put the job in the queue (runs in non-reserved time)",
         reply=replies.JobReply,
@@ -128,7 +150,10 @@ class JobEnqueueHandler(Shown):
 
 
 class JobDequeueHandler(Shown):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(EXECUTE)
     @operation("Take the job out of the queue", reply=replies.JobReply, errors=(409,))
     async def post(self, job_id: str) -> None:
         job = await self.hive.jobs.set_queued(self.who, self.id_arg(job_id, "job"), queued=False)
@@ -136,7 +161,10 @@ class JobDequeueHandler(Shown):
 
 
 class JobLogHandler(HiveLogic):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "A task's log from 'offset' (or its last 'tail' bytes), and how to attach",
         query=queries.LogQuery,
@@ -149,7 +177,10 @@ class JobLogHandler(HiveLogic):
 
 
 class QueueHandler(HiveLogic):
+    auth_resource = "gpuhive:jobs"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Queued jobs not yet running, with their projected start (from the queue's own plan: "
         "for the first 32 waiting jobs a start they will not miss unless a booking, a foreign "

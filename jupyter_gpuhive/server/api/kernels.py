@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ...model.authority import READ, WRITE
 from .base import HiveLogic
 from .operations import operation
 from .schemas import kernels as ks
 
 
 class KernelsHandler(HiveLogic):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "My kernels on reservations (admins: everyone's): host, GPUs, the reservation's end, "
         "the end policy, and the policies the site allows",
@@ -21,7 +26,10 @@ class KernelsHandler(HiveLogic):
 
 
 class KernelHandler(HiveLogic):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(READ)
     @operation("One kernel on a reservation (its owner and admins)", reply=ks.KernelReply,
                errors=(404,))  # fmt: skip
     async def get(self, kernel_id: str) -> None:
@@ -29,7 +37,10 @@ class KernelHandler(HiveLogic):
 
 
 class KernelPolicyHandler(HiveLogic):
+    auth_resource = "gpuhive:kernels"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Choose what happens to a kernel when its reservation ends: warn, interrupt, shutdown "
         "or extend (with a fallback), within what the site allows",

@@ -14,12 +14,14 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from tornado import web
 
 from ..._version import __version__
 from ...model import ID_MAX
+from ...model.authority import READ
 from .base import HiveLogic
 from .inputs import INT_MAX, MAX_BODY_BYTES
 from .operations import PATH_PARAMETERS, Operation, implemented, operation, operation_of
@@ -213,7 +215,10 @@ def generate(endpoints: tuple[tuple[str, type], ...], base_url: str = "/") -> di
 
 
 class OpenAPIHandler(HiveLogic):
+    auth_resource = "gpuhive:api"
+
     @web.authenticated
+    @authorized(READ)
     @operation("This document (OpenAPI 3.1, generated from the routes and their models)")
     async def get(self) -> None:
         self.reply(generate(self.endpoints, self.settings.get("base_url", "/")))

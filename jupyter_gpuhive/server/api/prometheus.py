@@ -15,9 +15,11 @@ from jupyter_server.auth.decorator import allow_unauthenticated
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...errors import Forbidden, Unauthorized
+from ...model.authority import READ
 from .base import HiveLogic
 from .operations import operation
 
+METRICS = "gpuhive:metrics"  # without the scrape token: through the authorizer (admins)
 _BEARER = re.compile(r"bearer\s+(\S+)", re.IGNORECASE)
 NOT_CONFIGURED = (
     "Scraping needs a token: set c.GpuHiveApp.metrics_token = '<a long random string>' and send "
@@ -32,6 +34,8 @@ BEARER_HOWTO = (
 
 class PrometheusHandler(HiveLogic):
     """The metrics of docs/reference/prometheus.md, built from the monitor's live state."""
+
+    auth_resource = METRICS
 
     _scrape_token_ok = False
     admitted = False  # a scrape is answered beyond max_requests_in_flight: overload shows
@@ -70,11 +74,13 @@ class PrometheusHandler(HiveLogic):
                 if not self._configured():
                     raise Forbidden(NOT_CONFIGURED)
                 raise Unauthorized(BEARER_HOWTO)
-            if not self.who.is_admin:
+            try:  # the route's credential is the scrape token, or the authorizer's yes
+                await self.authorizer.is_authorized(self, self.current_user, READ, METRICS)
+            except Forbidden as refused:
                 raise Forbidden(
-                    f"{self.who.name} is not a gpuhive admin; "
+                    f"{self.who.name} is not a gpuhive admin ({refused.message}) "
                     + (BEARER_HOWTO if self._configured() else NOT_CONFIGURED)
-                )
+                ) from None
         body = await self.hive.run(self.hive.monitor.exposition.render)
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.set_header("Cache-Control", "no-store")

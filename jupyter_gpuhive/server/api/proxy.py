@@ -1,7 +1,9 @@
 """Client mode: a user's server forwards gpuhive API calls to the team's gpuhive service.
 
 The call carries the user's own Hub token (the server's JUPYTERHUB_API_TOKEN), so the
-service sees that user and nobody else, whatever this server's configuration says.
+service sees that user and nobody else, whatever this server's configuration says. Before
+it goes, this server's own Authorizer is asked about the route's resource and action (as
+the service's routes declare them): a site may refuse gpuhive on its users' servers too.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from jupyter_core.utils import ensure_async
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from ..public_url import FORWARDED
+from . import declared
 
 # What passes through besides the body: a retry's key one way, how to retry the other.
 REQUEST_HEADERS = ("Idempotency-Key",)
@@ -29,6 +33,7 @@ class ProxyHandler(APIHandler):
         return f"{base}?{query}" if query else base
 
     async def _forward(self, path: str) -> None:
+        await self._authorize(path)
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
         headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
@@ -59,6 +64,18 @@ class ProxyHandler(APIHandler):
             if response.headers.get(name):
                 self.set_header(name, response.headers[name])
         self.finish(response.body or b"")
+
+    async def _authorize(self, path: str) -> None:
+        """This server's Authorizer on the route's resource and action (the service then
+        decides by gpuhive's policy and the Hub's scopes); a refusal is a 403 with a message."""
+        method = (self.request.method or "GET").lower()
+        resource, action = declared(path, method)
+        user = self.current_user
+        if not await ensure_async(self.authorizer.is_authorized(self, user, action, resource)):
+            raise web.HTTPError(
+                403, f"This server's authorizer does not allow {user.username} to {action} "
+                f"{resource}; ask the site's administrators.",
+            )  # fmt: skip
 
     @web.authenticated
     async def get(self, path: str) -> None:

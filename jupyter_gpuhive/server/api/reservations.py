@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...model import utcnow
+from ...model.authority import READ, WRITE
 from .base import HiveLogic
 from .operations import operation
 from .schemas import bodies, queries, replies
@@ -15,9 +17,11 @@ from .shown import Lending, Shown
 
 
 class ReservationsHandler(Shown):
+    auth_resource = "gpuhive:reservations"
     confirms_identity_late = True  # a booking changes the database only
 
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Reservations overlapping a window",
         query=queries.ReservationsQuery,
@@ -41,6 +45,7 @@ class ReservationsHandler(Shown):
         self.reply({"reservations": [self.reservation(r, now, lending) for r in found]})
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Book GPUs", 201, body=bodies.NewReservation, reply=replies.ReservationReply, errors=(409,)
     )
@@ -58,15 +63,18 @@ class ReservationsHandler(Shown):
 
 
 class ReservationHandler(Shown):
+    auth_resource = "gpuhive:reservations"
     confirms_identity_late = True  # an edit or a cancel changes the database only
 
     @web.authenticated
+    @authorized(READ)
     @operation("One reservation", reply=replies.ReservationReply)
     async def get(self, reservation_id: str) -> None:
         found = await self.hive.bookings.get(self.id_arg(reservation_id, "reservation"))
         self.reply(await self.shown(found))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Edit (owner or admin)",
         body=bodies.ReservationChange,
@@ -80,6 +88,7 @@ class ReservationHandler(Shown):
         self.reply(await self.shown(changed))
 
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Cancel an upcoming reservation or end a running one now",
         reply=replies.ReservationReply,
@@ -92,7 +101,10 @@ class ReservationHandler(Shown):
 
 
 class ReservationUsageHandler(HiveLogic):
+    auth_resource = "gpuhive:reservations"
+
     @web.authenticated
+    @authorized(READ)
     @operation("Usage of one reservation (live while it runs; owner and admins)")
     async def get(self, reservation_id: str) -> None:
         rid = self.id_arg(reservation_id, "reservation")
@@ -100,7 +112,10 @@ class ReservationUsageHandler(HiveLogic):
 
 
 class ReclaimHandler(HiveLogic):
+    auth_resource = "gpuhive:reservations"
+
     @web.authenticated
+    @authorized(WRITE)
     @operation(
         "Take the reservation's lent GPUs back now (holder or admin): every preemptible job on "
         "them gets its signal, then its grace, then is stopped and requeued",
@@ -113,7 +128,10 @@ class ReclaimHandler(HiveLogic):
 
 
 class OverviewHandler(HiveLogic):
+    auth_resource = "gpuhive:reservations"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "GPU × time-slot occupancy: 'f' free, 'm' mine, 'o' others", query=queries.OverviewQuery
     )

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...errors import NotFound
 from ...model import utcnow
+from ...model.authority import READ, WRITE
 from .base import HiveLogic
 from .operations import operation
 from .schemas import bodies, queries, replies
 
 
 class RulesHandler(HiveLogic):
+    auth_resource = "gpuhive:rules"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Access rules (admins: all; others: those that apply to them)", reply=replies.RuleList
     )
@@ -23,9 +28,14 @@ class RulesHandler(HiveLogic):
         self.reply({"rules": [r.to_json() for r in rules]})
 
     @web.authenticated
-    @operation("Add an access rule (admin)", 201, body=bodies.RuleBody, reply=replies.RuleChanged)
+    @authorized(WRITE)
+    @operation(
+        "Add an access rule (admins; a host group's administrators, on its hosts)",
+        201,
+        body=bodies.RuleBody,
+        reply=replies.RuleChanged,
+    )
     async def post(self) -> None:
-        self.hive.bookings.require_admin(self.who)
         new = self.body(bodies.RuleBody).value()
         rule, flags = await self.hive.bookings.add_rule(self.who, new, self.errand)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{rule.id}")
@@ -33,7 +43,10 @@ class RulesHandler(HiveLogic):
 
 
 class RuleHandler(HiveLogic):
+    auth_resource = "gpuhive:rules"
+
     @web.authenticated
+    @authorized(READ)
     @operation("One access rule", reply=replies.RuleReply)
     async def get(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
@@ -43,16 +56,24 @@ class RuleHandler(HiveLogic):
         self.reply(rules[rid].to_json())
 
     @web.authenticated
-    @operation("Replace an access rule (admin)", body=bodies.RuleBody, reply=replies.RuleChanged)
+    @authorized(WRITE)
+    @operation(
+        "Replace an access rule (admins; a host group's administrators, on its hosts)",
+        body=bodies.RuleBody,
+        reply=replies.RuleChanged,
+    )
     async def put(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
-        self.hive.bookings.require_admin(self.who)
         new = self.body(bodies.RuleBody).value(rid)
         rule, flags = await self.hive.bookings.replace_rule(self.who, rid, new)
         self.reply({**rule.to_json(), "flag_changes": flags})
 
     @web.authenticated
-    @operation("Delete an access rule (admin)", reply=replies.RuleDeleted)
+    @authorized(WRITE)
+    @operation(
+        "Delete an access rule (admins; a host group's administrators, on its hosts)",
+        reply=replies.RuleDeleted,
+    )
     async def delete(self, rule_id: str) -> None:
         rid = self.id_arg(rule_id, "access rule")
         flags = await self.hive.bookings.delete_rule(self.who, rid)
@@ -60,7 +81,10 @@ class RuleHandler(HiveLogic):
 
 
 class CoverageHandler(HiveLogic):
+    auth_resource = "gpuhive:rules"
+
     @web.authenticated
+    @authorized(READ)
     @operation("When the requester may book each GPU", query=queries.GpuWindow)
     async def get(self) -> None:
         q = self.query(queries.GpuWindow)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...model import utcnow
+from ...model.authority import READ
 from .base import HiveLogic
 from .operations import operation
 from .schemas import queries
 
 
 class ViolationsHandler(HiveLogic):
+    auth_resource = "gpuhive:violations"
+
     @web.authenticated
+    @authorized(READ)
     @operation(
         "Violation history (foreign, unreserved, ghost, idle) with the actions taken, and those "
         "ongoing now: those the requester holds or caused (admins: all)",
