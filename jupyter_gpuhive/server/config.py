@@ -87,11 +87,8 @@ class GpuHiveConfig(LoggingConfigurable):
         help="Groups defined here (for servers without JupyterHub): {'phd': ['alice', 'bob']}.",
     ).tag(config=True)
     host_groups = Dict(
-        help="Host groups (a lab's hosts) and their administrators: {'physics': {'admins': "
-        "['alice'], 'admin_groups': ['physics-heads']}}; a host joins one in its entry ({'name': "
-        "'gpu7', 'group': 'physics'}). On its hosts only, a group's administrators may change "
-        "access rules naming only them, drain and undrain GPUs, see every reservation and job "
-        "in full, and cancel or end reservations (docs/how-to/authorization.md).",
+        help="Host groups, {'physics': {'admins': [users], 'admin_groups': [groups]}}; a host "
+        "joins one by its 'group' key; its admins run its hosts (docs/how-to/authorization.md).",
     ).tag(config=True)
 
     min_reservation = Unicode("5m", help="Shortest reservation, e.g. '15m'.").tag(config=True)
