@@ -3,25 +3,14 @@ a gpuhive call to the service, about the resource and action the route declares.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_gpuhive.sim.ports import free_port
 from tests.api.test_authorization import ASKED, SITE_USERS
 
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'hive.sqlite'}"
-
-
-@pytest.fixture
-def hive_config(hive_config: dict[str, Any]) -> dict[str, Any]:
-    """A server of the team whose service is down (nothing listens on its port)."""
-    return {**hive_config, "service_url": f"http://127.0.0.1:{free_port()}/services/gpuhive/",
-            "kernel_specs": False}  # fmt: skip
+# A server of the team whose service is down (nothing listens on its port).
+from tests.kernels.test_client_mode_refusals import db_url, hive_config  # noqa: F401
 
 
 @pytest.fixture
