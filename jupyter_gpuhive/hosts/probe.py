@@ -61,6 +61,10 @@ class HostSample:
     mem_available_mib: int | None = None
     health: dict[str, Health] = field(default_factory=dict)  # GPU UUID -> its health
     lost: tuple[tuple[str, str], ...] = ()  # (PCI bus id, message) of GPUs the tool lost
+    # An engine under the host (Slurm) drains GPUs as `drainer`: GPU UUID -> why it drained it
+    # (None: no engine speaks for the host's drains)
+    drainer: str | None = None
+    drained: dict[str, str] = field(default_factory=dict)
 
 
 def split_sections(text: str) -> dict[str, tuple[int, str]]:

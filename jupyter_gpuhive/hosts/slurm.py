@@ -10,6 +10,7 @@ no control character or line break of it is ever shown as structure.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -20,14 +21,15 @@ _REASON = re.compile(r"(?:^| )Reason=(.*?) \[([^\]@ ]+)@([0-9T:-]+)\](?= [A-Z]|$
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?\Z")
 SHOWN = 300  # characters of a Slurm text shown to people at most
+DRAINER = "Slurm"  # who gpuhive says drained a GPU whose node Slurm drained
 # Node states (base or flag) in which a node takes no new work: its GPUs are not bookable.
+# A drain is the administrators' (the GPUs are drained); every other state fails them.
+DRAINS = {"DRAIN": "is drained", "DRAINED": "is drained", "DRAINING": "is draining"}
 CLOSED = {
+    **DRAINS,
     "DOWN": "is down",
     "FAIL": "has failed",
     "FAILING": "is failing",
-    "DRAIN": "is drained",
-    "DRAINED": "is drained",
-    "DRAINING": "is draining",
     "NOT_RESPONDING": "does not respond",
     "NO_RESPOND": "does not respond",
     "FUTURE": "is not in service yet",
@@ -136,19 +138,31 @@ class SlurmNode:
     def gpu_count(self) -> int:
         return sum(kind.count for kind in self.gpus)
 
-    def closed(self) -> str | None:
-        """Why the node takes no new work ('is drained: fan broken (by root)'), or None."""
-        said = [CLOSED[s] for s in self.states if s in CLOSED]
+    def _said(self, states: Collection[str]) -> str | None:
+        """'is down: why (by root)' for those of `states` the node is in, or None."""
+        said = [CLOSED[s] for s in self.states if s in states]
         if not said:
             return None
         why = f": {self.reason}" if self.reason else ""
         by = f" (by {self.reason_by})" if self.reason_by else ""
         return f"{' and '.join(dict.fromkeys(said))}{why}{by}"
 
+    def closed(self) -> str | None:
+        """Why the node takes no new work ('is drained: fan broken (by root)'), or None."""
+        return self._said(CLOSED)
+
     def health(self) -> Health | None:
-        """The health gpuhive gives the node's GPUs: failed while Slurm keeps the node closed."""
-        closed = self.closed()
-        return Health(FAILED, (f"Slurm: node {self.name} {closed}",)) if closed else None
+        """The health gpuhive gives the node's GPUs: failed while Slurm keeps the node down,
+        failing, not responding... (a drain alone: see `drain`)."""
+        words = self._said(CLOSED.keys() - DRAINS.keys())
+        return Health(FAILED, (f"Slurm: node {self.name} {words}",)) if words else None
+
+    def drain(self) -> str | None:
+        """Why the node's GPUs are drained ('swapping fans (node n2, by root)'), or None."""
+        if not any(s in DRAINS for s in self.states):
+            return None
+        by = f", by {self.reason_by}" if self.reason_by else ""
+        return f"{self.reason or 'no reason given'} (node {self.name}{by})"
 
 
 def node_states(text: str) -> tuple[str, ...]:

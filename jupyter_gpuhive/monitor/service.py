@@ -298,9 +298,10 @@ class Monitor:
                     found = (FAILED, lost or (f"{tool} no longer lists this GPU",))
                 for unit in (gpu, *inventory.slices_of(gpu)):
                     judged[unit.id] = found
+        changed = await self._engine_drains(sweep) if judged else {}
         if not judged:
             return
-        changed = await self.run_blocking(self.store.health.record, judged)
+        changed |= await self.run_blocking(self.store.health.record, judged)
         if changed:
             log.warning(
                 "gpuhive: GPU health changed: %s",
@@ -308,6 +309,34 @@ class Monitor:
             )
             if self.health_changed is not None:
                 await self.health_changed(changed)
+
+    async def _engine_drains(self, sweep: Sweep) -> dict[int, GpuCondition]:
+        """Drain the GPUs an engine under their host drained (Slurm), and end the drains it
+        ended; an admin's own drain is never touched."""
+        if all(sample.drainer is None for sample in sweep.samples.values()):
+            return {}  # no engine speaks for any host's drains
+        inventory, known = self.store.inventory, await self.run_blocking(self.store.health.all)
+        changed: dict[int, GpuCondition] = {}
+        for name, sample in sweep.samples.items():
+            host = inventory.host(name)
+            if host is None or sample.drainer is None:
+                continue
+            for gpu in host.gpus:
+                want = sample.drained.get(gpu.uuid)
+                for unit in (gpu, *inventory.slices_of(gpu)):
+                    now = known.get(unit.id)
+                    ours = now is not None and now.drained and now.drained_by == sample.drainer
+                    fresh = now is None or not now.drained  # (an admin's drain stays theirs)
+                    moved = ours and now is not None and now.drain_reason != want
+                    if want is not None and (fresh or moved):
+                        changed[unit.id] = await self.run_blocking(
+                            self.store.health.drain, unit.id, True, sample.drainer, want
+                        )
+                    elif want is None and ours:
+                        changed[unit.id] = await self.run_blocking(
+                            self.store.health.drain, unit.id, False, sample.drainer, None
+                        )
+        return changed
 
     async def drain(self, gpu: str, drained: bool, by: str, reason: str | None) -> dict[str, Any]:
         """An admin drains a GPU (and its slices) for maintenance, or ends the drain."""

@@ -52,17 +52,19 @@ async def test_nodes_gpus_and_drains_come_from_slurm(api, running_hive, slurm) -
 
     slurm.scontrol("update", "nodename=n2", "state=drain", "reason=swapping fans")
 
-    async def closed() -> list[dict[str, Any]] | None:
-        gpus = {h["name"]: h for h in (await alice("GET", "hosts")).body["hosts"]}["n2"]["gpus"]
-        return gpus if {g["state"] for g in gpus} == {"failed"} else None
+    async def states(node: str, state: str) -> list[dict[str, Any]] | None:
+        hosts = {h["name"]: h for h in (await alice("GET", "hosts")).body["hosts"]}
+        gpus: list[dict[str, Any]] = hosts[node]["gpus"]
+        return gpus if {g["state"] for g in gpus} == {state} else None
 
-    gpus = await until(closed, 30, "n2's GPUs closed once Slurm drained it")
-    assert "Slurm: node n2 is drained: swapping fans (by root)" in str(gpus[0]["health"])
+    gpus = await until(lambda: states("n2", "drained"), 30, "n2's GPUs drained with the node")
+    assert gpus[0]["health"]["drained_by"] == "Slurm"
+    assert gpus[0]["health"]["drain_reason"] == "swapping fans (node n2, by root)"
     start = soon()
     refused = await alice("POST", "reservations", {"title": "t", "gpus": ["n2:0"],
                                                    "start": iso(start), "duration": "1h"})  # fmt: skip
     assert refused.status == 409, refused
-    assert "swapping fans" in refused.message
+    assert "drained for maintenance by Slurm: swapping fans (node n2, by root)" in refused.message
     assert held(slurm) == {}
     # a booking by count finds only n1's GPUs while n2 is drained
     found = await alice("POST", "reservations/search", {"count": 4, "duration": "1h",
@@ -79,6 +81,19 @@ async def test_nodes_gpus_and_drains_come_from_slurm(api, running_hive, slurm) -
         return {g["state"] for g in hosts["n2"]["gpus"]} == {"free"}
 
     await until(reopened, 30, "n2's GPUs free again after Slurm resumed it")
+    # an admin's own drain of a GPU on an open node is theirs: Slurm's sweeps leave it
+    drained = await api("boss")("POST", "health/drain", {"gpu": "n1:0", "reason": "testing"})
+    assert drained.status == 200, drained
+    sampler = running_hive.monitor.sampler
+    seen = sampler.sweeps
+    await until(lambda: sampler.sweeps >= seen + 2, 30, "two more sweeps")
+    n1 = {h["name"]: h for h in (await alice("GET", "hosts")).body["hosts"]}["n1"]["gpus"]
+    assert n1[0]["state"] == "drained" and n1[0]["health"]["drained_by"] == "boss"
+    assert {g["state"] for g in n1[1:]} == {"free"}
+    # a node Slurm sets down fails its GPUs, with Slurm's reason
+    slurm.scontrol("update", "nodename=n1", "state=down", "reason=PSU")
+    gpus = await until(lambda: states("n1", "failed"), 30, "n1's GPUs failed with the node")
+    assert gpus[0]["health"]["reasons"] == ["Slurm: node n1 is down: PSU (by root)"]
 
 
 async def test_a_booking_becomes_a_slurm_reservation_and_follows_edits(

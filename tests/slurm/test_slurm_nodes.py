@@ -42,9 +42,12 @@ def test_nodes_gpus_and_states_from_real_output(slurm: SlurmCluster) -> None:
     assert n2.states == ("IDLE", "DRAIN")
     assert n2.reason == printable(tricky) == "fan broken Weight=9 State=IDLE [x@y] next"
     assert n2.closed() == "is drained: fan broken Weight=9 State=IDLE [x@y] next (by root)"
-    health = n2.health()
-    assert health is not None and health.state == FAILED
-    assert health.reasons == (f"Slurm: node n2 {n2.closed()}",)
+    # a drain drains the node's GPUs (they stay healthy); down fails them
+    assert n2.health() is None
+    assert n2.drain() == "fan broken Weight=9 State=IDLE [x@y] next (node n2, by root)"
+    health = n1.health()
+    assert health is not None and health.state == FAILED and n1.drain() is None
+    assert health.reasons == ("Slurm: node n1 is down: PSU replaced (by root)",)
     # back in service: open again, no reason left
     slurm.scontrol("update", "nodename=n2", "state=resume")
     slurm.scontrol("update", "nodename=n1", "state=resume")
@@ -84,8 +87,9 @@ def test_the_backend_samples_each_node_from_slurm(slurm: SlurmCluster) -> None:
     assert [(g.index, g.name) for g in n1.gpus] == [(i, "a100") for i in range(GPUS_PER_NODE)]
     assert [g.uuid for g in n1.gpus] == [slurm_uuid("n1", "n1", i) for i in range(4)]
     assert n1.health == {} and n1.processes == ()
-    assert {h.state for h in n2.health.values()} == {FAILED}
-    assert all("n2 is drained: new fans (by root)" in h.reasons[0] for h in n2.health.values())
+    assert n2.health == {} and n2.drainer == "Slurm"
+    assert n2.drained == {g.uuid: "new fans (node n2, by root)" for g in n2.gpus}
+    assert n1.drained == {} and n1.drainer == "Slurm"
     assert pool.status("n1").state == "up"
     assert isinstance(pool.backend("n1"), SlurmBackend)
     # gpuhive runs no command on a Slurm node (yet): it says so, and the node stays up

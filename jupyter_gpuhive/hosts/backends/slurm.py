@@ -32,7 +32,14 @@ from ...model.engines import PREFIX, EngineRefused, Held, booking_of
 from ...model.gpus import GpuMetrics
 from ..environment import SAFE_PATH
 from ..loops import Loop, end_group, spawn
-from ..slurm import SlurmNode, SlurmParseError, parse_nodes, parse_reservations, parse_version
+from ..slurm import (
+    DRAINER,
+    SlurmNode,
+    SlurmParseError,
+    parse_nodes,
+    parse_reservations,
+    parse_version,
+)
 from ..slurm import printable as printable
 from ..status import CommandResult, HostUnavailable
 from . import HostBackend
@@ -95,10 +102,11 @@ def sample_of(host: str, node: SlurmNode, taken_at: datetime) -> HostSample:
             gpus.append(GpuMetrics(index, slurm_uuid(host, node.name, index), kind.type,
                                    None, None, None, None, None, None, None))  # fmt: skip
             index += 1
-    health = node.health()
+    health, drain = node.health(), node.drain()
     return HostSample(
         host, taken_at, gpus=tuple(gpus),
         health={g.uuid: health for g in gpus} if health else {},
+        drainer=DRAINER, drained={g.uuid: drain for g in gpus} if drain else {},
     )  # fmt: skip
 
 
