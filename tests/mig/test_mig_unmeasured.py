@@ -63,7 +63,7 @@ def test_unrated_time_is_neither_idle_nor_busy_for_efficiency() -> None:
     class Booked:  # one hour on a whole GPU in MIG mode, one hour on a slice
         def __init__(self, gpu_id: int, slice_: bool) -> None:
             self.owner, self.start, self.end = "alice", BASE, BASE + timedelta(hours=1)
-            self.gpu_id, self.slice = gpu_id, slice_
+            self.gpu_id, self.slice, self.share = gpu_id, slice_, 1.0
 
     booked = [Booked(1, False), Booked(2, True)]
     charged = {("alice", RESERVED): {"seconds": 3600.0, "used_seconds": 3600.0,

@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import IntegrityError
 
 from jupyter_gpuhive.cli.demo import SHARED_HOST, demo_hosts, host_config
-from jupyter_gpuhive.errors import Conflict
+from jupyter_gpuhive.errors import Conflict, Invalid
 from jupyter_gpuhive.hosts.config import parse_hosts
 from jupyter_gpuhive.model import UTC, Gpu
 from jupyter_gpuhive.model.shares import WHOLE
@@ -266,3 +266,18 @@ def test_holders_now_are_every_share_held_not_the_last_begun(store: Store) -> No
     assert following is not None and following.id == later
     assert [r.owner for r in shares[g.id]] == ["alice"]
     assert store.holders.at(BASE + 3 * H, BASE + 24 * H)[g.id][0].id == long  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"name": "h", "shareable": "yes"}, "true, false or a list of GPU indexes"),
+        ({"name": "h", "shareable": [0, -1]}, "true, false or a list of GPU indexes"),
+        ({"name": "h", "shareable": [True]}, "true, false or a list of GPU indexes"),
+        ({"name": "h", "gpus": [{"shareable": 1}]}, "GPU 0: 'shareable' must be true or false"),
+    ],
+)
+def test_a_bad_shareable_setting_is_refused_when_config_is_read(entry: dict, words: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        parse_hosts([entry])
+    assert words in refused.value.message and refused.value.message.startswith("Host h")
