@@ -1,4 +1,4 @@
-"""Occupancy of GPUs × time slots: free, mine, or someone else's."""
+"""Occupancy of GPUs × time slots: free, mine, someone else's, or shared with room left."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from ..errors import Invalid
 from ..model import Gpu, Identity, Reservation, isoformat, units_conflict
 
 MAX_SLOTS = 20_000
-FREE, MINE, OTHERS = "f", "m", "o"
+FREE, MINE, OTHERS, SHARED = "f", "m", "o", "s"
+_FULL = 1 - 1e-9  # the shares of a slot add up to a whole GPU from here on
 
 
 def occupancy(
@@ -39,6 +40,7 @@ def occupancy(
     cells: list[list[int | None]] = [[None] * count for _ in gpus]
     states: list[list[str]] = [[FREE] * count for _ in gpus]
     shown: dict[int, dict[str, Any]] = {}
+    loads: dict[int, list[float]] = {}  # row -> the shares held in each slot (#44)
     for res in reservations:
         first = max(0, math.floor((res.start - start) / slot))
         last = min(count, math.ceil((res.end - start) / slot))
@@ -52,6 +54,15 @@ def occupancy(
                 continue
             for row in rows:
                 line, state = cells[row], states[row]
+                if res.is_share:  # shares: 's' while they leave room, 'm' when one is mine
+                    load = loads.setdefault(row, [0.0] * count)
+                    for i in range(first, last):
+                        load[i] += res.share
+                        line[i] = line[i] if line[i] is not None else res.id
+                        if state[i] != MINE:
+                            state[i] = MINE if mark == MINE else (
+                                OTHERS if load[i] >= _FULL else SHARED)  # fmt: skip
+                    continue
                 for i in range(first, last):
                     if line[i] is None:
                         line[i] = res.id
@@ -71,7 +82,7 @@ def occupancy(
         "end": isoformat(end),
         "slot_seconds": slot.total_seconds(),
         "slots": count,
-        "legend": {FREE: "free", MINE: "mine", OTHERS: "others"},
+        "legend": {FREE: "free", MINE: "mine", OTHERS: "others", SHARED: "shared, room left"},
         "gpus": [
             {**gpu.to_json(), "states": "".join(states[i]), "cells": cells[i]}
             for i, gpu in enumerate(gpus)

@@ -1,6 +1,7 @@
 """OverviewModel: GPUs (grouped by host) × time slots, from the overview endpoint.
 
-Cells are free, reserved by others, by me, or held by a running queued job (from GET jobs).
+Cells are free, reserved by others, by me, held by a running queued job (from GET jobs), or
+held in shares that leave room (#44).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from ..notebook.client import HiveClientError
 from ..notebook.clock import UTC, as_zone, iso, midnight, parse
 from .messages import setup_notice
 
-FREE, OTHERS, MINE, QUEUED = 0, 1, 2, 3  # cell codes; the colour scale maps them in order
+FREE, OTHERS, MINE, QUEUED, SHARED = 0, 1, 2, 3, 4  # cell codes; the colour scale maps
+# them in order
 _CODES = np.zeros(256, dtype=np.uint8)
 _CODES[ord("o")], _CODES[ord("m")], _CODES[ord("q")] = OTHERS, MINE, QUEUED
+_CODES[ord("s")] = SHARED
 
 
 class OverviewModel:

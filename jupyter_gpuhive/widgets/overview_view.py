@@ -13,6 +13,7 @@ from .display import Shown
 from .overview_model import OverviewModel
 
 QUEUED_COLOUR = "#756bb1"  # purple: GPUs a running queued job holds in unreserved time
+SHARED_COLOUR = "#fdd49e"  # light orange: shares hold part of the GPU, room is left (#44)
 SVG_CELL_LIMIT = 5000  # GridHeatMap (SVG, selectable) up to here; HeatMap (canvas) beyond
 
 
@@ -24,7 +25,9 @@ class OverviewView(Shown):
         self.x = bq.LinearScale()
         self.y = bq.LinearScale(reverse=True)
         self.colour = bq.ColorScale(
-            colors=[palette.FREE, palette.OTHERS, palette.MINE, QUEUED_COLOUR], min=0, max=3
+            colors=[palette.FREE, palette.OTHERS, palette.MINE, QUEUED_COLOUR, SHARED_COLOUR],
+            min=0,
+            max=4,
         )
         self.x_axis = bq.Axis(scale=self.x, label="time", grid_lines="none")
         self.y_axis = bq.Axis(scale=self.y, orientation="vertical", grid_lines="none")
@@ -42,7 +45,8 @@ class OverviewView(Shown):
         legend = " ".join(
             f"<span style='background:{c};padding:0 8px;border:1px solid #999'>{n}</span>"
             for n, c in (("free", palette.FREE), ("others", palette.OTHERS),
-                         ("mine", palette.MINE), ("queued job", QUEUED_COLOUR))
+                         ("mine", palette.MINE), ("queued job", QUEUED_COLOUR),
+                         ("shared, room left", SHARED_COLOUR))
         )  # fmt: skip
         self.notice = w.HTML()
         self.widget = w.VBox(

@@ -24,7 +24,7 @@ async def test_overview_states_slots_and_limits(api: Any) -> None:
     grid = mine.body
     assert grid["slots"] == 4
     assert grid["slot_seconds"] == 3600
-    assert grid["legend"] == {"f": "free", "m": "mine", "o": "others"}
+    assert grid["legend"] == {"f": "free", "m": "mine", "o": "others", "s": "shared, room left"}
     rows = {row["id"]: row for row in grid["gpus"]}
     assert list(rows) == ["gpu1:0", "gpu1:1", "gpu1:2", "gpu1:3"]
     assert rows["gpu1:0"]["states"] == "mmof"

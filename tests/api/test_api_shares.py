@@ -129,3 +129,20 @@ async def test_usage_counts_a_share_as_its_part(api: Any) -> None:
     assert per == {quarter.body["id"]: 1.0, whole.body["id"]: 1.0}
     one = (await alice("GET", f"reservations/{quarter.body['id']}/usage")).body
     assert one["reserved_gpu_hours"] == 1.0  # a quarter GPU for 4 h is 1 GPU-hour
+
+
+async def test_the_overview_shows_shares_that_leave_room(api: Any) -> None:
+    alice, bob = api("alice"), api("bob")
+    t = soon(days=4)
+    asked = {"title": "nb", "gpus": ["gpu1:2"], "start": iso(t)}
+    for who, hours, share in ((bob, "3h", 0.5), (bob, "2h", 0.25), (alice, "1h", 0.25)):
+        made = await who("POST", "reservations", {**asked, "duration": hours, "share": share})
+        assert made.status == 201, made
+    window = {"start": iso(t), "end": iso(t + timedelta(hours=4)), "host": "gpu1", "slot": "1h"}
+    grid = (await api("carol")("GET", "overview", params=window)).body
+    rows = {row["id"]: row for row in grid["gpus"]}
+    # hour 1: a whole GPU of shares (one of them alice's); hour 2: 0.75; hour 3: 0.5; then free
+    assert rows["gpu1:2"]["states"] == "ossf"
+    assert (await bob("GET", "overview", params=window)).body["gpus"][2]["states"] == "mmmf"
+    assert (await alice("GET", "overview", params=window)).body["gpus"][2]["states"] == "mssf"
+    assert grid["legend"]["s"] == "shared, room left"

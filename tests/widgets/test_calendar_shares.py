@@ -1,5 +1,6 @@
 """The calendar shows a shared GPU's lane with its shares (#44): each share is its part of the
-lane, shares held at once are stacked, not drawn over each other, and say their part."""
+lane, shares held at once are stacked, not drawn over each other, and say their part; the
+overview grid colours slots whose shares leave room apart."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from jupyter_gpuhive.widgets import calendar_lanes as lanes
 from jupyter_gpuhive.widgets.calendar_model import PAD, CalendarModel
+from jupyter_gpuhive.widgets.overview_model import FREE, OTHERS, SHARED, OverviewModel
 
 UTC = timezone.utc
 
@@ -56,3 +58,11 @@ def test_share_bands_reuse_the_room_a_share_left() -> None:
     tops = lanes.share_bands([(0, 4, 0.5), (0, 2, 0.25), (2, 4, 0.5)])
     assert tops == [0.0, 0.5, 0.5]
     assert lanes.share_bands([(0, 1, 0.25), (1, 2, 0.25)]) == [0.0, 0.0]  # back to back
+
+
+def test_the_overview_grid_colours_shares_that_leave_room() -> None:
+    model = OverviewModel(None, start=date(2027, 3, 1), days=1, slot="1h", zone="UTC")
+    model.apply({"start": "2027-03-01T00:00:00+00:00", "slot_seconds": 3600, "slots": 4,
+                 "gpus": [{"id": "big:0", "host": "big", "index": 0, "states": "ossf",
+                           "cells": [1, 1, 2, None]}]})  # fmt: skip
+    assert model.matrix.tolist() == [[OTHERS, SHARED, SHARED, FREE]]
