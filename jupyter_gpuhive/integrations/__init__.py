@@ -44,7 +44,7 @@ class IntegrationSettings:
 
 def _gpus(res: Reservation) -> str:
     hosts = sorted({g.host for g in res.gpus})
-    count = f"{len(res.gpus)} GPU" + ("s" if len(res.gpus) != 1 else "")
+    count = res.held_text()  # '2 GPUs', or a share: '0.25 of a GPU (20 GiB)'
     return f"{count} on {', '.join(hosts)} ({', '.join(g.ref for g in res.gpus)})"
 
 

@@ -62,7 +62,7 @@ def event_lines(
     """The properties of one reservation's VEVENT, as (name, already-escaped value)."""
     hosts = sorted({g.host for g in res.gpus})
     gpus = ", ".join(g.ref for g in res.gpus)
-    count = f"{len(res.gpus)} GPU" + ("s" if len(res.gpus) != 1 else "")
+    count = res.held_text()  # '2 GPUs', or a share: '0.25 of a GPU (20 GiB)'
     text = [f"Owner: {res.owner}", f"GPUs: {gpus}", f"Host: {', '.join(hosts)}"]
     text.append(f"Reservation: {res.id}")
     if with_description and res.description:

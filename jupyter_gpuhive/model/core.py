@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import Invalid
-from .shares import WHOLE, fraction, memory_of_share
+from .shares import WHOLE, describe_share, fraction, memory_of_share
 
 UTC = timezone.utc
 # The largest id any table can hold (INTEGER on PostgreSQL); a larger id names nothing.
@@ -342,6 +342,12 @@ class Reservation:
         """The GPU memory its share holds, in MiB (None: the GPU's memory is unknown); for
         whole GPUs, the first GPU's memory."""
         return memory_of_share(self.share_ppm, self.gpus[0].memory_mib) if self.gpus else None
+
+    def held_text(self) -> str:
+        """What it holds, in words: '2 GPUs', '1 GPU', or '0.25 of a GPU (20 GiB)'."""
+        if self.is_share:
+            return describe_share(self.share_ppm, self.gpus[0].memory_mib if self.gpus else None)
+        return f"{len(self.gpus)} GPU" + ("s" if len(self.gpus) != 1 else "")
 
     def gpu_hours(self, start: datetime | None = None, end: datetime | None = None) -> float:
         """GPU-hours it holds within [start, end) (default: its whole span): GPUs × share ×

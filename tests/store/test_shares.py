@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from jupyter_gpuhive.cli.demo import SHARED_HOST, demo_hosts, host_config
 from jupyter_gpuhive.errors import Conflict, Invalid
 from jupyter_gpuhive.hosts.config import parse_hosts
+from jupyter_gpuhive.integrations import _gpus as integrations_gpus
 from jupyter_gpuhive.model import UTC, Gpu
 from jupyter_gpuhive.model.shares import WHOLE
 from jupyter_gpuhive.store import Changes, Store
@@ -77,6 +78,8 @@ def test_four_quarters_fit_and_a_fifth_is_refused_naming_the_holders(store: Stor
     assert got.share_memory_mib() == 20480
     assert got.to_json()["share"] == 0.25 and got.to_json()["share_memory_mib"] == 20480
     assert got.gpu_hours() == pytest.approx(1.0)  # a quarter GPU for 4 h is 1 GPU-hour
+    assert got.held_text() == "0.25 of a GPU (20 GiB)"  # feeds, notices and webhooks say so
+    assert "0.25 of a GPU (20 GiB) on gpu1 (gpu1:0)" in integrations_gpus(got)
     with pytest.raises(Conflict) as refused:
         book(store, "late", "gpu1:0", QUARTER, BASE + 2 * H, 1)
     assert {c["owner"] for c in refused.value.details["conflicts"]} == {"s0", "s1", "s2", "s3"}
