@@ -146,7 +146,15 @@ class SlotSearch:
             units = [u for u in units if of[u.host] == want.vendor]
         accept, wake = self._limits(who, want, now)
         if want.shared:
-            return want, search_shares(self, who, want, units, now, accept, wake)
+
+            def rules_allow(
+                units: Sequence[Gpu], low: int, high: int
+            ) -> Mapping[int, list[Span]] | None:
+                return self.allowed_spans(who, units, low, high)
+
+            found = search_shares(self.store, self.default_walltime, rules_allow, want, units, now,
+                                  accept, wake)  # fmt: skip
+            return want, found
         topology = self.store.topology.all()
         rules = self.store.rules.all()
         window = max(FIRST_WINDOW, 4 * timedelta(seconds=want.duration))

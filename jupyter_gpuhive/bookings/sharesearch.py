@@ -3,17 +3,22 @@ the candidate GPUs and their booked shares, handed to the pure `model.sharefinde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from ..errors import Conflict, Invalid
-from ..model import Gpu, Identity
-from ..model.finder import Slot, Want
+from ..model import Gpu
+from ..model.finder import Slot, Span, Want
 from ..model.sharefinder import AcceptShare, Load, earliest_shares
 from ..model.shares import WHOLE, describe_memory, share_of_memory
+from ..store import Store
 
-if TYPE_CHECKING:
-    from .finder import SlotSearch
+# the spans of [low, high) the access rules allow the requester on each unit (None: all)
+Allowed = Callable[[Sequence[Gpu], int, int], Mapping[int, list[Span]] | None]
+
+
+def _instant(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def check_share_want(want: Want) -> None:
@@ -43,8 +48,9 @@ def _matches(unit: Gpu, want: Want) -> bool:
 
 
 def search_shares(
-    search: SlotSearch,
-    who: Identity,
+    store: Store,
+    walltime: timedelta,
+    allowed_spans: Allowed,
     want: Want,
     units: Sequence[Gpu],
     now: int,
@@ -74,8 +80,8 @@ def search_shares(
         assert want.share is not None
         return want.share
 
-    loads = _loads(search, candidates, want.not_before, want.deadline, now)
-    allowed = search.allowed_spans(who, candidates, want.not_before, want.deadline)
+    loads = _loads(store, walltime, candidates, want.not_before, want.deadline, now)
+    allowed = allowed_spans(candidates, want.not_before, want.deadline)
     return earliest_shares(
         candidates, loads, share_of, want.duration, want.not_before, want.deadline,
         allowed, accept, wake, want.limit,
@@ -83,23 +89,19 @@ def search_shares(
 
 
 def _loads(
-    search: SlotSearch, units: Sequence[Gpu], low: int, high: int, now: int
+    store: Store, walltime: timedelta, units: Sequence[Gpu], low: int, high: int, now: int
 ) -> dict[int, list[Load]]:
     """Per candidate GPU, what is booked on it: shares as they are; a whole GPU, one of its
-    MIG slices (removed ones too) or a running queued job's claim, whole."""
-    from .finder import instant
-
+    MIG slices (removed ones too) or a running queued job's claim (`walltime` when it
+    declares none), whole."""
     by_id = {u.id: u for u in units}
     loads: dict[int, list[Load]] = {}
-    store = search.store
     for unit, device, start, end, share in store.finder.share_loads(
-        instant(low), instant(high), by_id
+        _instant(low), _instant(high), by_id
     ):
         loads.setdefault(device, []).append((start, end, share if unit == device else WHOLE))
     inventory = store.inventory
-    for uuid, _job, until, since in store.finder.running_claims(
-        instant(now), search.default_walltime
-    ):
+    for uuid, _job, until, since in store.finder.running_claims(_instant(now), walltime):
         held = inventory.gpu(uuid) if uuid else None
         if held is not None and held.device_id in by_id:
             span = (min(since, now), until or high + 1, WHOLE)
