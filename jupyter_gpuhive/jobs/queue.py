@@ -383,6 +383,14 @@ class Scheduler(Reclaims):
 
     # --- reading the world -----------------------------------------------------------
 
+    def queued_elsewhere(self, host: str) -> str | None:
+        """Why gpuhive's queue starts no job on `host` (its engine queues them), or None."""
+        decl = self.launcher.pool.hosts.get(host)
+        backend = None if decl is None else self.launcher.pool.backend_of(decl)
+        if backend is None or backend.queues_here:
+            return None
+        return f"{host} is a {backend.name} node: its own queue runs jobs there, not gpuhive's"
+
     def snapshot(self, now: datetime, sweep: Sweep | None) -> Snapshot:
         """Jobs, GPU states and reservations as plain data (blocking: runs in a thread)."""
         jobs, marked = self.store.jobs.schedulable()
@@ -403,6 +411,12 @@ class Scheduler(Reclaims):
             if gpu.uuid in states and states[gpu.uuid].blocker is None:
                 why = condition.why_not(gpu.ref).split(". ")[0]
                 states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
+        for gpu in inventory.values():  # hosts whose engine runs its own queue (Slurm)
+            why = self.queued_elsewhere(gpu.host)
+            if why is not None:
+                unbookable.add(gpu.uuid)
+                if gpu.uuid in states and states[gpu.uuid].blocker is None:
+                    states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}

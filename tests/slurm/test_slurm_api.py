@@ -208,3 +208,31 @@ async def test_drift_in_slurm_is_restored_or_released_and_told(api, running_hive
     why = [w for kind, r, w in told if r == rid and kind == "cancelled"]
     assert why and "could not be restored" in why[0] and "released" in why[0]
     assert set(held(slurm)) == {"urgent"}
+
+
+async def test_gpuhives_queue_starts_nothing_on_slurm_nodes(api, running_hive, slurm) -> None:
+    """Slurm's own queue runs the cluster's jobs: a count-only job queued in gpuhive waits,
+    and says why, instead of starting on a node where gpuhive runs no commands."""
+    alice = api("alice")
+    await inventory(alice)
+    body = {"name": "c", "command": "sleep 30", "options": {"gpu_count": 1}, "queued": True,
+            "walltime": "10m"}  # fmt: skip
+    job = await alice("POST", "jobs", body)
+    assert job.status == 201, job
+    sampler = running_hive.monitor.sampler
+    seen = sampler.sweeps
+
+    async def explained() -> dict[str, Any] | None:
+        queue = {j["id"]: j for j in (await alice("GET", "queue")).body["jobs"]}
+        shown = queue.get(job.body["id"])
+        ready = shown and shown.get("waiting_for") and sampler.sweeps >= seen + 2
+        return shown if ready else None
+
+    shown = await until(explained, 30, "the queued job's reason, two sweeps on")
+    assert shown["status"] == "pending", shown
+    assert shown["tasks"] == []
+    assert shown["waiting_for"].startswith("waiting for 1 free GPU"), shown
+    assert running_hive.jobs.scheduler.queued_elsewhere("n1") == (
+        "n1 is a slurm node: its own queue runs jobs there, not gpuhive's"
+    )
+    assert (await alice("POST", f"jobs/{job.body['id']}/stop")).status == 200

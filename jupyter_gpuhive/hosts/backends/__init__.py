@@ -108,6 +108,8 @@ class HostBackend:
     needs_address: ClassVar[bool] = True
     # The host's sample comes from `sample` (an engine's view), not from the probe command.
     samples_itself: ClassVar[bool] = False
+    # gpuhive's own queue may start jobs here (else the host's engine runs its own queue).
+    queues_here: ClassVar[bool] = True
     # Errors of this backend that mean "the host could not be reached or the command was cut".
     failures: ClassVar[tuple[type[BaseException], ...]] = (OSError, TimeoutError, EOFError)
 

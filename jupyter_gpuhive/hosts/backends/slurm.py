@@ -243,6 +243,7 @@ class SlurmBackend(HostBackend):
     name = "slurm"
     needs_address = False
     samples_itself = True
+    queues_here = False  # Slurm's queue runs the cluster's jobs, not gpuhive's
 
     def __init__(self, settings: Any, me: str) -> None:
         super().__init__(settings, me)
