@@ -48,9 +48,9 @@ class GpuHiveConfig(LoggingConfigurable):
 
     hosts = List(
         Dict(),
-        help="GPU hosts: [{'name': 'gpu1', 'address': 'gpu1.lab', 'port': 22, 'user': 'hive', "
-        "'transport': 'ssh' | 'local', 'gpus': [{'index': 0, 'uuid': 'GPU-…', 'model': 'A100', "
-        "'memory_mib': 40960}] or 'gpu_count': 4}]. GPUs may also be discovered later.",
+        help="GPU hosts: [{'name': 'gpu1', 'address': 'gpu1.lab', 'user': 'hive', 'transport': "
+        "'ssh'|'local'|'slurm', 'gpus': [{'index': 0, 'uuid': 'GPU-…', 'memory_mib': 40960}] "
+        "or 'gpu_count': 4}]; more keys in the how-to guides. GPUs may also be discovered later.",
     ).tag(config=True)
 
     hosts_file = Unicode(
