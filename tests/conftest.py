@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ os.environ.pop("JUPYTER_CONFIG_PATH", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # The magics' tests start an IPython shell whose history lives in the run's IPYTHONDIR:
+    # close it before that folder goes (else its exit hook writes to a deleted database).
+    shell_module = sys.modules.get("IPython.core.interactiveshell")
+    if shell_module is not None and shell_module.InteractiveShell.initialized():
+        shell = shell_module.InteractiveShell.instance()
+        if shell.history_manager is not None:
+            shell.history_manager.end_session()
+            shell.history_manager.close()
+            shell.history_manager = None
     shutil.rmtree(_run_home, ignore_errors=True)
 
 
