@@ -115,6 +115,7 @@ async def over_share_detected(
 
 
 def main() -> None:
+    # the violations benchmark's options: "--smoke" (make bench-smoke's size), "--quick"
     cli(__doc__ or "", over_share_detected, 30, "shareable simulated hosts")
 
 
