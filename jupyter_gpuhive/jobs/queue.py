@@ -412,11 +412,11 @@ class Scheduler(Reclaims):
                 why = condition.why_not(gpu.ref).split(". ")[0]
                 states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
         for gpu in inventory.values():  # hosts whose engine runs its own queue (Slurm)
-            why = self.queued_elsewhere(gpu.host)
-            if why is not None:
+            elsewhere = self.queued_elsewhere(gpu.host)
+            if elsewhere is not None:
                 unbookable.add(gpu.uuid)
                 if gpu.uuid in states and states[gpu.uuid].blocker is None:
-                    states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
+                    states[gpu.uuid] = replace(states[gpu.uuid], blocker=elsewhere)
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}
