@@ -23,6 +23,7 @@ from .admission import (
     same_host,
     template_options,
 )
+from .caps import Cap, job_caps
 from .commands import shell_command
 from .model import mps_hosts, pinnings_of, render_tasks
 from .preemption import check_request
@@ -91,6 +92,28 @@ class JobRules:
             gpus[gpu.id] = gpu
         return list(gpus.values())
 
+    def _share_caps(
+        self, job: Job, request: JobRequest, memory: dict[str, int | None]
+    ) -> dict[str, Cap] | None:
+        """A job on a share booking is capped to the share (or to its own `memory` option,
+        which must fit in the share); None: the job's own option decides (`render_tasks`)."""
+        if request.reservation is None:
+            return None
+        res = self.store.reservations.get(request.reservation)
+        if not res.is_share:
+            return None
+        uuid = res.gpus[0].uuid
+        held = Cap.of(uuid, memory.get(uuid), fraction=res.share)
+        asked = job_caps(job.options.get("memory"), [(uuid, memory.get(uuid))])
+        if not asked:
+            return {uuid: held}
+        if held.mib is not None and (asked[uuid].mib or 0) > held.mib:
+            raise TemplateError(
+                f"option memory {job.options['memory']} is more than reservation "
+                f"{res.id}'s share ({res.held_text()}); leave it out to use the whole share."
+            )
+        return asked
+
     def _layout(self, gpus: Sequence[Gpu]) -> list[tuple[str, str, list[GpuSlot]]]:
         by_host: dict[str, list[GpuSlot]] = {}
         for gpu in gpus:
@@ -136,9 +159,11 @@ class JobRules:
         refuse_unmatched(choice, gpus, vendors_of(self.hosts()))
         job = replace(job, options=without(options))  # named GPUs: checked now, not kept
         try:
+            memory = {g.uuid: g.memory_mib for g in gpus}
+            caps = self._share_caps(job, request, memory)
             specs = render_tasks(
                 job, self._layout(gpus), pinnings=pinnings_of(self.hosts()),
-                mps=mps_hosts(self.hosts()), gpu_memory={g.uuid: g.memory_mib for g in gpus},
+                mps=mps_hosts(self.hosts()), gpu_memory=memory, caps=caps,
             )  # fmt: skip
         except (TemplateError, ValueError) as error:
             raise Invalid(str(error)) from None

@@ -146,3 +146,33 @@ async def test_the_overview_shows_shares_that_leave_room(api: Any) -> None:
     assert (await bob("GET", "overview", params=window)).body["gpus"][2]["states"] == "mmmf"
     assert (await alice("GET", "overview", params=window)).body["gpus"][2]["states"] == "mssf"
     assert grid["legend"]["s"] == "shared, room left"
+
+
+async def test_a_job_on_a_share_booking_is_capped_to_the_share(api: Any) -> None:
+    """%%gpujob --reservation ID on a share: the job's task gets the share's caps (values are
+    write-only in the job's JSON: the names show), and asking more memory than the share
+    holds is refused."""
+    alice = api("alice")
+    res = await alice("POST", "reservations", share_of(["gpu1:2"], share=0.25))
+    assert res.status == 201, res
+    rid = res.body["id"]
+    job = {"name": "j", "command": "sleep 30", "template": "pytorch",
+           "options": {"mode": "env"}, "reservation": rid}  # fmt: skip
+    made = await alice("POST", "jobs", {**job, "start_at": iso(soon() + timedelta(hours=1))})
+    assert made.status == 201, made
+    [task] = made.body["tasks"]
+    assert {"XLA_PYTHON_CLIENT_MEM_FRACTION", "GPUHIVE_SHARE", "GPUHIVE_SHARE_MIB",
+            "PYTORCH_CUDA_ALLOC_CONF", "GPUHIVE_CAPS_SOURCE"} <= task["env"].keys()  # fmt: skip
+    assert "gpuhive-caps-" in task["command"]
+    # a smaller cap of its own fits in the share; a larger one is refused
+    inside = {**job, "options": {"mode": "env", "memory": "10G"}}
+    smaller = await alice("POST", "jobs", {**inside, "start_at": iso(soon() + timedelta(hours=1))})
+    assert smaller.status == 201, smaller
+    over = {**job, "options": {"mode": "env", "memory": "30G"}}
+    refused(await alice("POST", "jobs", over), 422, "more than reservation", "0.25 of a GPU")
+    # a whole-GPU booking's job is not capped
+    whole = await alice("POST", "reservations", share_of(["gpu2:0"]))
+    plain = await alice("POST", "jobs", {**job, "reservation": whole.body["id"],
+                                         "start_at": iso(soon() + timedelta(hours=1))})  # fmt: skip
+    assert plain.status == 201, plain
+    assert "GPUHIVE_SHARE" not in plain.body["tasks"][0]["env"]
