@@ -52,7 +52,7 @@ ADMIN_TOKEN = os.environ.get("GPUHIVE_UI_ADMIN_TOKEN", "gpuhive-ui-test-ada")  #
 
 def sim_hosts(root: Path) -> list[dict[str, object]]:
     """gpu1 (4 GPUs) and gpu2 (2 GPUs): simulated hosts on the local transport whose
-    nvidia-smi stand-in reports metrics, as `make demo`'s do."""
+    nvidia-smi stand-in reports metrics, as `make demo`'s do; gpu2:1 is shareable."""
     from jupyter_gpuhive.cli.demo import host_config
     from jupyter_gpuhive.sim.cluster import LocalSimHost
     from jupyter_gpuhive.sim.inventory import SimGpu, SimHostConfig, make_uuid
@@ -63,7 +63,10 @@ def sim_hosts(root: Path) -> list[dict[str, object]]:
                 for i in range(count)]  # fmt: skip
         # 590: a driver whose --query-gpu knows remapped_rows.*, which health.spec.ts sets failing
         config = SimHostConfig(name, gpus, "590.48.01", "13.1")
-        hosts.append(host_config(LocalSimHost(name, root / "sim" / name, config)))
+        entry = host_config(LocalSimHost(name, root / "sim" / name, config))
+        if name == "gpu2":  # gpu2:1 may be booked in shares (#44); booked whole, it is any GPU
+            entry["gpus"][1]["shareable"] = True
+        hosts.append(entry)
     return hosts
 
 
@@ -111,7 +114,7 @@ def gpuhive_config(root: Path) -> str:
         return ""
     return (
         f"c.GpuHiveApp.db_url = {'sqlite:///' + str(root / 'gpuhive.sqlite')!r}\n"
-        f"c.GpuHiveApp.hosts = {json.dumps(sim_hosts(root))}\n"
+        f"c.GpuHiveApp.hosts = {sim_hosts(root)!r}\n"  # Python: its `shareable` is True
         f"c.GpuHiveApp.sidebar_note = {SIM_NOTE!r}\n"
         # Violations reach the Lab only (no terminal messages on this machine), and their event
         # repeats every 2 s instead of every minute, so a spec sees several within seconds.
