@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 
 LANE_PX = 24  # the least height of a GPU's lane
@@ -19,6 +19,9 @@ FONT_PX = 10  # the labels' font size
 CHAR_PX = 6.5  # the most a character of that font takes on average (DejaVu/Liberation Sans)
 INSET_PX = 4  # a label starts this far inside its box, and ends this far before its end
 MIN_CHARS = 3  # fewer than this: no label (the tooltip has it)
+# A box thinner than this has no label (the tooltip has it): a half share of a GPU, 0.4 of
+# LANE_PX high, has one; a quarter share has none.
+MIN_BAND_PX = 9
 TOP_PX, BOTTOM_PX, RIGHT_PX = 40, 36, 12
 CHROME_PX = 12  # the figure's widget keeps this much of its height for itself (measured)
 VISIBLE_PX = 720  # a taller figure scrolls in a box this high
@@ -119,30 +122,39 @@ def chars_in(x0: float, x1: float, frame: Frame) -> int:
     return max(0, math.floor(room / CHAR_PX))
 
 
-def place(boxes: Sequence[tuple[float, float, int, str]], frame: Frame) -> list[Placed]:
-    """Labels for (x0, x1, lane, text) boxes: each cut to its box, none over another.
+def place(
+    boxes: Sequence[tuple[float, float, int, str] | tuple[float, float, int, str, float, float]],
+    frame: Frame,
+) -> list[Placed]:
+    """Labels for (x0, x1, lane, text) boxes, or (x0, x1, lane, text, y0, y1) for a box that is
+    a band of its lane (a share, #44): each cut to its box, none over another.
 
-    Boxes too narrow for MIN_CHARS get none; a label that would still touch an earlier one in
-    its lane (boxes that overlap in time) is left out.
+    A label is drawn in the middle of its box: a share's in its band, not the lane's middle,
+    where it would lie over another share. Boxes too narrow for MIN_CHARS, or too thin for a
+    label (MIN_BAND_PX), get none; a label that would still touch an earlier one in its lane
+    (boxes that overlap in time) is left out.
     """
     placed: list[Placed] = []
-    last_right: dict[int, float] = {}
-    for x0, x1, lane, text in sorted(boxes, key=lambda b: (b[2], b[0])):
+    in_lane: dict[int, list[Placed]] = {}
+    for box in sorted(boxes, key=lambda b: (b[2], b[0])):
+        x0, x1, lane, text = box[:4]
+        y0, y1 = (box[4], box[5]) if len(box) == 6 else (lane, lane + 1)
         chars = chars_in(x0, x1, frame)
-        if chars < min(MIN_CHARS, len(text)) or not text:
+        if chars < min(MIN_CHARS, len(text)) or not text or (y1 - y0) * LANE_PX < MIN_BAND_PX:
             continue
         shown = fit(text, chars)
         left = x0 * frame.px_per_hour + INSET_PX
-        right = left + len(shown) * CHAR_PX
-        if left < last_right.get(lane, -math.inf) + INSET_PX:
+        middle = (y0 + y1) / 2
+        # The baseline a third of the font below the box's middle centres lowercase text.
+        y = middle + (FONT_PX * 0.35) / LANE_PX
+        label = Placed(shown, text, x0 + INSET_PX / frame.px_per_hour, y, left,
+                       left + len(shown) * CHAR_PX, middle * LANE_PX - FONT_PX / 2,
+                       middle * LANE_PX + FONT_PX / 2)  # fmt: skip
+        apart = replace(label, left=label.left - INSET_PX)  # a gap after the one before
+        if any(apart.overlaps(other) for other in in_lane.get(lane, ())):
             continue
-        last_right[lane] = right
-        middle = (lane + 0.5) * LANE_PX
-        top, bottom = middle - FONT_PX / 2, middle + FONT_PX / 2
-        # The baseline a third of the font below the lane's middle centres lowercase text.
-        y = lane + 0.5 + (FONT_PX * 0.35) / LANE_PX
-        placed.append(Placed(shown, text, x0 + INSET_PX / frame.px_per_hour, y, left, right,
-                             top, bottom))  # fmt: skip
+        in_lane.setdefault(lane, []).append(label)
+        placed.append(label)
     return placed
 
 

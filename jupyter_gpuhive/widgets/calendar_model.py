@@ -216,7 +216,7 @@ class CalendarModel:
 
     def labels(self, frame: lanes.Frame) -> list[lanes.Placed]:
         """The boxes' labels as drawn in `frame`: cut to their boxes, none over another."""
-        return lanes.place([(b.x0, b.x1, b.lane, b.label) for b in self.boxes], frame)
+        return lanes.place([(b.x0, b.x1, b.lane, b.label, b.y0, b.y1) for b in self.boxes], frame)
 
     def now_line(self) -> tuple[list[float], list[float]] | None:
         """x and y of the now-line, across every lane (None if today is not shown)."""

@@ -66,3 +66,33 @@ def test_the_overview_grid_colours_shares_that_leave_room() -> None:
                  "gpus": [{"id": "big:0", "host": "big", "index": 0, "states": "ossf",
                            "cells": [1, 1, 2, None]}]})  # fmt: skip
     assert model.matrix.tolist() == [[OTHERS, SHARED, SHARED, FREE]]
+
+
+def test_a_share_is_labelled_in_its_own_band_never_over_another_share() -> None:
+    # Before, every label sat in the middle of its lane: the first share's ('ann', a quarter at
+    # the lane's top) was drawn over the half share below it, and the half had none.
+    model = CalendarModel(None, start=date(2027, 3, 1), gpus=["big:0", "big:1"], zone="UTC")
+    t = datetime.combine(model.start, time(9), tzinfo=UTC)
+    model.apply(
+        [
+            booking(1, "ann", "big:0", t, 30, 0.25),
+            booking(2, "bob", "big:0", t, 30, 0.5),
+            booking(3, "dee", "big:1", t, 30),  # a whole GPU: labelled mid-lane, as before
+        ],
+        {},
+    )
+    frame = model.frame(840)
+    placed = {p.full: p for p in model.labels(frame)}
+    boxes = {b.reservation_id: b for b in model.boxes}
+    half, quarter, whole = boxes[2], boxes[1], boxes[3]
+    # The half share's label lies in the half's band; the quarter (4.8 px high) has none:
+    # its tooltip says whose it is.
+    assert set(placed) == {half.label, whole.label}
+    label = placed[half.label]
+    # (the 10 px font in a 9.6 px band: within half a pixel of it)
+    assert (
+        half.y0 * lanes.LANE_PX - 0.5 <= label.top and label.bottom <= half.y1 * lanes.LANE_PX + 0.5
+    )
+    assert label.top >= quarter.y1 * lanes.LANE_PX - 0.5  # below the quarter's band
+    assert half.y0 < label.y < half.y1
+    assert placed[whole.label].y == 1.5 + lanes.FONT_PX * 0.35 / lanes.LANE_PX

@@ -4,7 +4,7 @@
  * process of mine uses 6 GiB there. The sidebar's row of gpu2:1 lists both holders (me as 'you',
  * first), each share's memory and use, and what is left; the calendar, opened from the sidebar's
  * "Calendar" shortcut and run in a kernel, draws both shares as their parts of gpu2:1's lane,
- * stacked, each box's tooltip naming its share. Everything it books or starts is undone afterwards.
+ * stacked, each box's tooltip naming its share, the half's label in its own band. Everything it books or starts is undone afterwards.
  * Screenshots → ui-tests/artifacts/screenshots/50-shares-sidebar.png, 51-shares-calendar.png.
  */
 import { ChildProcess, spawn } from 'child_process';
@@ -38,10 +38,10 @@ test.beforeAll(async ({ browser, request, playwright, baseURL }) => {
   me = (await api(request, 'GET', 'me')).body.name;
   // bob's own request context: the server's login cookie would make later calls on `request` his.
   asBob = await playwright.request.newContext({ baseURL });
-  const bobs = await api(asBob, 'POST', 'reservations', BOB, { title: 'bob share', gpus: [GPU], share: 0.25, duration: '6h' });
+  const bobs = await api(asBob, 'POST', 'reservations', BOB, { title: 'bob share', gpus: [GPU], share: 0.25, duration: '24h' });
   expect(bobs.status, JSON.stringify(bobs.body)).toBe(201);
   booked.push({ id: bobs.body.id, bob: true });
-  const mine = await api(request, 'POST', 'reservations', TOKEN, { title: 'my share', gpus: [GPU], share: 0.5, duration: '6h' });
+  const mine = await api(request, 'POST', 'reservations', TOKEN, { title: 'my share', gpus: [GPU], share: 0.5, duration: '24h' });
   expect(mine.status, JSON.stringify(mine.body)).toBe(201);
   booked.push({ id: mine.body.id, bob: false });
   // A process of mine on gpu2:1 of this run's simulated cluster, using 6 GiB (6144 MiB).
@@ -156,12 +156,19 @@ test("the calendar opened from the sidebar draws both shares as parts of the GPU
         return { left: r.left, right: r.right, top: r.top, bottom: r.bottom };
       });
       const mid = ticks[i].y;
+      const labels = Array.from(marks[3].querySelectorAll('text'))
+        .filter(t => (t.textContent ?? '') !== '')
+        .map(t => {
+          const r = t.getBoundingClientRect();
+          return { text: t.textContent ?? '', middle: (r.top + r.bottom) / 2 };
+        })
+        .filter(l => Math.abs(l.middle - mid) < lane / 2);
       // Share boxes only: whole bookings other specs ended on this GPU fill the lane's height.
       const inLane = boxes.filter(b => b.bottom > mid - lane / 2 && b.top < mid + lane / 2 && b.bottom - b.top < 0.9 * lane);
-      return { lane, top: mid - lane / 2, bottom: mid + lane / 2, parts: inLane.sort((a, b) => a.bottom - a.top - (b.bottom - b.top)) };
+      return { lane, top: mid - lane / 2, bottom: mid + lane / 2, labels, parts: inLane.sort((a, b) => a.bottom - a.top - (b.bottom - b.top)) };
     }, GPU);
   await expect.poll(async () => (await drawn()).parts.length, { timeout: 30_000 }).toBe(2);
-  const { lane, top, bottom, parts } = await drawn();
+  const { lane, top, bottom, labels, parts } = await drawn();
   const [quarter, half] = parts;
   // Each is its part of the lane: 0.5 twice the height of 0.25; stacked, not drawn over each other, inside the lane.
   expect((half.bottom - half.top) / (quarter.bottom - quarter.top)).toBeGreaterThan(1.7);
@@ -175,6 +182,11 @@ test("the calendar opened from the sidebar draws both shares as parts of the GPU
   // Same start and end: the same span of time.
   expect(Math.abs(quarter.left - half.left)).toBeLessThan(1);
   expect(Math.abs(quarter.right - half.right)).toBeLessThan(1);
+  // The half's label lies in the half's band (the quarter is too thin for one: its tooltip has
+  // it). Before, the first share's label ('bob: …') was drawn in the lane's middle: over my half.
+  expect(labels.map(l => l.text)).toEqual([expect.stringMatching(new RegExp(`^${me}: my share`))]);
+  expect(labels[0].middle).toBeGreaterThan(half.top);
+  expect(labels[0].middle).toBeLessThan(half.bottom);
 
   // Hovering each box shows whose share it is, and how much ("Pick a box": the brush takes the mouse otherwise).
   await out.getByRole('button', { name: 'Pick a box' }).click();
