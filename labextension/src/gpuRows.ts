@@ -10,7 +10,7 @@ import { HealthRows } from './healthUi';
 import { jobsByGpu, myJobText } from './jobs';
 import { IGpu, IGpuState, IGuidance, IHost, IJob, bookableUnits, formatUsage, gpuState, vendorLabel, violationNotes } from './model';
 import { RowMenu } from './rowMenu';
-import { shareText } from './shares';
+import { shareState, shareText } from './shares';
 
 /** What the rows are drawn from, besides the hosts. */
 export interface IRowContext {
@@ -34,7 +34,8 @@ export class GpuRows {
     const mine = jobsByGpu(ctx.jobs);
     return (gpu, host) => {
       const job = mine.get(gpu.id);
-      return healthyState(gpuState(gpu, host.state, ctx.me, ctx.now, job ? myJobText(job) : ''), this.health.get(gpu.id));
+      const state = shareState(gpuState(gpu, host.state, ctx.me, ctx.now, job ? myJobText(job) : ''), gpu, ctx.me, ctx.now);
+      return healthyState(state, this.health.get(gpu.id));
     };
   }
 

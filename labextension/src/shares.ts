@@ -5,13 +5,15 @@
  * names unless the site maps them).
  */
 
-import { IGpu, formatMemory } from './model';
+import { IGpu, IGpuState, formatMemory, formatTime } from './model';
 
 /** One share held now of a GPU (GET hosts' `shares`). */
 export interface IShare {
   owner: string;
   share: number;
   memory_mib?: number | null;
+  title?: string;
+  end?: string;
 }
 
 /** The GPU's shares held now, when the server lists them. */
@@ -47,4 +49,24 @@ export function shareText(gpu: IGpu, me: string): string {
   });
   const free = Math.max(0, 1 - [...owners.values()].reduce((sum, o) => sum + o.share, 0));
   return `Shares: ${parts.join(' · ')} · free ${+free.toFixed(4)}`;
+}
+
+/**
+ * A shared GPU's state for me: when I hold a share of it now, it is mine ("my share until
+ * 18:00"), whichever holder's booking the server names as the GPU's `reservation` (before, a GPU
+ * whose half I held read "bob until …" when bob's quarter was the one named).
+ */
+export function shareState(state: IGpuState, gpu: IGpu, me: string, now: Date = new Date()): IGpuState {
+  const mine = sharesOf(gpu).filter(s => s.owner === me);
+  if (state.kind !== 'reserved' || !mine.length) {
+    return state;
+  }
+  const ends = mine.map(s => s.end ?? '').filter(e => e).sort();
+  const until = ends.length ? formatTime(ends[ends.length - 1], now) : '';
+  const part = +mine.reduce((sum, s) => sum + s.share, 0).toFixed(4);
+  const others = [...new Set(sharesOf(gpu).filter(s => s.owner !== me).map(s => s.owner))];
+  const label = until ? `my share until ${until}` : 'my share';
+  const too = others.length ? `; ${others.join(', ')} hold${others.length === 1 ? 's' : ''} a share too` : '';
+  const detail = `${gpu.id}: shared: you hold ${part} of it${until ? ` until ${until}` : ''}${too}`;
+  return { kind: 'mine', label, detail };
 }

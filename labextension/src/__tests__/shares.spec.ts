@@ -1,5 +1,5 @@
-import { IGpu } from '../model';
-import { shareText, sharesOf } from '../shares';
+import { IGpu, formatTime, gpuState } from '../model';
+import { shareState, shareText, sharesOf } from '../shares';
 
 function gpu(extra: Record<string, unknown> = {}): IGpu {
   return { id: 'gpu1:3', host: 'gpu1', index: 3, processes: [], reservation: null, next_reservation: null, ...extra } as IGpu;
@@ -32,5 +32,34 @@ describe('shareText', () => {
     expect(shareText(gpu({ shares: [{ owner: 'bob', share: 0.5, memory_mib: null }] }), 'ann')).toBe(
       'Shares: bob 0.5 uses 0 MiB · free 0.5'
     );
+  });
+});
+
+describe('shareState', () => {
+  const now = new Date('2027-03-01T09:00:00Z');
+  const bobs = { id: 1, owner: 'bob', title: 'nb', start: '2027-03-01T08:00:00Z', end: '2027-03-01T20:00:00Z' };
+  const shares = [
+    { ...bobs, share: 0.25, memory_mib: 10240 },
+    { id: 2, owner: 'ann', title: 'mine', start: '2027-03-01T08:30:00Z', end: '2027-03-01T18:00:00Z', share: 0.5, memory_mib: 20480 }
+  ];
+
+  it("is mine when I hold a share, though the GPU's named reservation is another holder's", () => {
+    const shared = gpu({ shares, reservation: bobs });
+    expect(gpuState(shared, 'up', 'ann', now).label).toMatch(/^bob until/); // what the row said before
+    const state = shareState(gpuState(shared, 'up', 'ann', now), shared, 'ann', now);
+    const until = formatTime('2027-03-01T18:00:00Z', now);
+    expect(state).toEqual({ kind: 'mine', label: `my share until ${until}`, detail: `gpu1:3: shared: you hold 0.5 of it until ${until}; bob holds a share too` });
+  });
+
+  it("leaves other states alone: another's share, my own named booking, a GPU without shares", () => {
+    const shared = gpu({ shares, reservation: bobs });
+    const bobState = gpuState(shared, 'up', 'carol', now);
+    expect(shareState(bobState, shared, 'carol', now)).toBe(bobState);
+    const mineNamed = gpu({ shares, reservation: { ...bobs, owner: 'ann' } });
+    const mine = gpuState(mineNamed, 'up', 'ann', now);
+    expect(shareState(mine, mineNamed, 'ann', now)).toBe(mine);
+    const whole = gpu({ reservation: bobs });
+    const reserved = gpuState(whole, 'up', 'ann', now);
+    expect(shareState(reserved, whole, 'ann', now)).toBe(reserved);
   });
 });

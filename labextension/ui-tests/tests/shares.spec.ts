@@ -1,11 +1,12 @@
 /**
  * Shares of a GPU in a real browser (issue #44): on gpu2:1, the UI-test server's shareable GPU
  * (start_server.py), bob holds 0.25 and I hold 0.5, booked through the REST API, and a stand-in
- * process of mine uses 6 GiB there. The sidebar's row of gpu2:1 lists both holders (me as 'you',
- * first), each share's memory and use, and what is left; the calendar, opened from the sidebar's
- * "Calendar" shortcut and run in a kernel, draws both shares as their parts of gpu2:1's lane,
- * stacked, each box's tooltip naming its share, the half's label in its own band. Everything it books or starts is undone afterwards.
- * Screenshots → ui-tests/artifacts/screenshots/50-shares-sidebar.png, 51-shares-calendar.png.
+ * process of mine uses 6 GiB there. The sidebar's row of gpu2:1 is mine ("my share until …") and
+ * lists both holders (me as 'you', first), each share's memory and use, and what is left; the
+ * calendar, opened from the sidebar's "Calendar" shortcut and run in a kernel, draws both shares
+ * as their parts of gpu2:1's lane, stacked, each box's tooltip naming its share, the half's label
+ * in its own band. Everything it books or starts is undone afterwards. Screenshots →
+ * ui-tests/artifacts/screenshots/50-shares-sidebar.png, 51-shares-calendar.png.
  */
 import { ChildProcess, spawn } from 'child_process';
 import * as fs from 'fs';
@@ -98,6 +99,13 @@ test("the sidebar's row of the shared GPU lists its holders, their memory and us
     await panel().getByRole('button', { name: 'Refresh now' }).click();
     await expect(shares).toHaveText('Shares: you 0.5 (20.0 GiB) uses 6.0 GiB · bob 0.25 (10.0 GiB) uses 0 MiB · free 0.25', { timeout: 2000 });
   }).toPass({ timeout: 60_000 });
+  // The GPU is mine while I hold a share of it, though the server names bob's booking as its
+  // reservation (before, the badge said "bob until …").
+  await expect(row()).toHaveAttribute('data-state', 'mine');
+  const badge = row().locator('.jp-gpuhive-badge');
+  await expect(badge).toHaveText(/^my share until (\w{3} )?\d\d:\d\d$/);
+  expect(await badge.evaluate(b => b.scrollWidth <= b.clientWidth), 'the badge is cut').toBe(true);
+  await expect(row()).toHaveAttribute('title', /^gpu2:1: shared: you hold 0\.5 of it until .+; bob holds a share too$/);
   // Only the shareable GPU's row has a shares line.
   await expect(panel().locator('.jp-gpuhive-shares')).toHaveCount(1);
   // No label of the row overlaps another: the shares line has a line of its own.
