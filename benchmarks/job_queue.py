@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import insert
 
 from jupyter_gpuhive.bookings.access import Rule, Window
+from jupyter_gpuhive.hosts.pool import HostPool
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.jobs.admission import admit
 from jupyter_gpuhive.jobs.attained import Runner, takeovers
@@ -323,7 +324,7 @@ def measure_sqlite(world: World, repeats: int) -> dict[str, Any]:
         store = seed_sqlite(f"sqlite:///{Path(tmp) / 'queue.sqlite'}", world)
         seed_ms = (time.perf_counter() - start) * 1000
         try:
-            launcher = Launcher(None, store.jobs)  # type: ignore[arg-type]  # never started
+            launcher = Launcher(HostPool(()), store.jobs)  # never started
             scheduler = Scheduler(store, launcher, identity_of=Identity, zone=UTC)
             snap, snap_ms = timed(lambda: scheduler.snapshot(NOW, world.sweep), repeats)
             found = candidates(snap.jobs, NOW, DEFAULT_WALLTIME, min_length=LEAD, attained=True)

@@ -411,8 +411,9 @@ class Scheduler(Reclaims):
             if gpu.uuid in states and states[gpu.uuid].blocker is None:
                 why = condition.why_not(gpu.ref).split(". ")[0]
                 states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
+        elsewhere_of = {host: self.queued_elsewhere(host) for host in self.launcher.pool.hosts}
         for gpu in inventory.values():  # hosts whose engine runs its own queue (Slurm)
-            elsewhere = self.queued_elsewhere(gpu.host)
+            elsewhere = elsewhere_of.get(gpu.host)
             if elsewhere is not None:
                 unbookable.add(gpu.uuid)
                 if gpu.uuid in states and states[gpu.uuid].blocker is None:
