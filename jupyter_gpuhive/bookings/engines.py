@@ -22,7 +22,7 @@ from ..errors import Conflict, HiveError, NotFound
 from ..model import Identity, Reservation, utcnow
 from ..model.engines import EngineRefused, Held, ReservationEngine, booking_of, engine_name
 from ..model.errand import Errand
-from ..model.requests import Booking, BookingChange
+from ..model.requests import BookingChange
 from .service import PROTECTION as PROTECTION
 from .service import Bookings
 
@@ -107,21 +107,13 @@ class EngineBookings(Bookings):
 
     # --- the booking's life ----------------------------------------------------------------
 
-    async def create(
-        self, who: Identity, booking: Booking, errand: Errand | None = None
-    ) -> Reservation:
-        """Bookings.create, with the engines' hold before the 'created' event (a refusal
-        cancels the booking, which never had an event, and is a 409)."""
-        await self._remember(who, errand)
-        async with self._serial():
-            made: Reservation = await self.run(self.reservations.create, who, booking, errand)
-            try:
-                await self._hold(made)
-            except EngineRefused as error:
-                await self.run(self.reservations.cancel, who, made.id)  # rolled back, no event
-                raise Conflict(f"The booking was not made: {error}") from None
-        self._changed("created", made, who.name, None)
-        return made
+    async def _mirror(self, who: Identity, made: Reservation) -> None:
+        """Hold the new booking in its engines; a refusal cancels it (no event) and says why."""
+        try:
+            await self._hold(made)
+        except EngineRefused as error:
+            await self.run(self.reservations.cancel, who, made.id)  # rolled back, no event
+            raise Conflict(f"The booking was not made: {error}") from None
 
     async def update(
         self,

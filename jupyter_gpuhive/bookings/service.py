@@ -8,7 +8,8 @@ by limit, access-rule or MIG changes (`reflag`) all come through here, so the ev
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -161,9 +162,19 @@ class Bookings:
         """Book GPUs for `who` (or, for admins, for the owner the booking names); `errand`:
         the API request it is part of (its key is taken in the booking's transaction)."""
         await self._remember(who, errand)
-        made: Reservation = await self.run(self.reservations.create, who, booking, errand)
+        async with self._serial():
+            made: Reservation = await self.run(self.reservations.create, who, booking, errand)
+            await self._mirror(who, made)
         self._changed("created", made, who.name, None)
         return made
+
+    @asynccontextmanager
+    async def _serial(self) -> AsyncIterator[None]:
+        """One booking change at a time where a subclass needs it (here: nothing to wait for)."""
+        yield
+
+    async def _mirror(self, who: Identity, made: Reservation) -> None:
+        """Hold a new booking elsewhere too, where a subclass does (here: nowhere)."""
 
     async def update(
         self,
