@@ -189,8 +189,13 @@ async def test_drift_in_slurm_is_restored_or_released_and_told(api, running_hive
         return bool(now and now.users == ("gh-alice",) and now.end == start + timedelta(hours=2))
 
     await until(restored, 30, "the changed reservation put back")
-    said = [w for _, r, w in told if r == rid and "was changed" in (w or "")]
-    assert said and "gh-bob instead of gh-alice" in said[0] and "restored" in said[0]
+
+    def changed() -> list[str]:
+        return [w for _, r, w in told if r == rid and w is not None and "was changed" in w]
+
+    # Slurm shows it put back as soon as scontrol has run, a moment before gpuhive tells
+    said = await until(changed, 10, "the owner told of the change")
+    assert "gh-bob instead of gh-alice" in said[0] and "restored" in said[0]
 
     # deleted, and the nodes taken meanwhile: it cannot come back, so the booking is released
     async with bookings._one_at_a_time:  # both before the next reconciliation
@@ -205,8 +210,12 @@ async def test_drift_in_slurm_is_restored_or_released_and_told(api, running_hive
         return one.body.get("cancelled_at") is not None
 
     await until(released, 30, "the booking released")
-    why = [w for kind, r, w in told if r == rid and kind == "cancelled"]
-    assert why and "could not be restored" in why[0] and "released" in why[0]
+
+    def cancelled() -> list[str]:
+        return [w for kind, r, w in told if r == rid and kind == "cancelled" and w is not None]
+
+    why = await until(cancelled, 10, "the owner told of the release")
+    assert "could not be restored" in why[0] and "released" in why[0]
     assert set(held(slurm)) == {"urgent"}
 
 
