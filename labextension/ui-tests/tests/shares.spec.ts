@@ -172,8 +172,12 @@ test("the calendar opened from the sidebar draws both shares as parts of the GPU
         })
         .filter(l => Math.abs(l.middle - mid) < lane / 2);
       // Share boxes only: whole bookings other specs ended on this GPU fill the lane's height.
+      // Other specs' short bookings of this GPU, earlier today (an hour or two), are slivers
+      // of the week: the two 24-hour shares are the widest boxes of the lane.
       const inLane = boxes.filter(b => b.bottom > mid - lane / 2 && b.top < mid + lane / 2 && b.bottom - b.top < 0.9 * lane);
-      return { lane, top: mid - lane / 2, bottom: mid + lane / 2, labels, parts: inLane.sort((a, b) => a.bottom - a.top - (b.bottom - b.top)) };
+      const widest = Math.max(0, ...inLane.map(b => b.right - b.left));
+      const shares = inLane.filter(b => b.right - b.left > 0.5 * widest);
+      return { lane, top: mid - lane / 2, bottom: mid + lane / 2, labels, parts: shares.sort((a, b) => a.bottom - a.top - (b.bottom - b.top)) };
     }, GPU);
   await expect.poll(async () => (await drawn()).parts.length, { timeout: 30_000 }).toBe(2);
   const { lane, top, bottom, labels, parts } = await drawn();
