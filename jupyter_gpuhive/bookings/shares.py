@@ -42,8 +42,8 @@ def check_shareable(gpu: Gpu) -> None:
         )
     if not gpu.shareable:
         raise Conflict(
-            f"{gpu.ref} is not shareable: its site books it whole only. %gpustatus and GET "
-            "hosts show which GPUs are shareable ('shareable': true).",
+            f"{gpu.ref} is not shareable: its site books it whole only. %gpustatus and the "
+            "sidebar show which GPUs are shareable.",
             gpus=[gpu.ref],
         )
 
