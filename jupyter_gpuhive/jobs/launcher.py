@@ -80,8 +80,13 @@ class Launcher:
 
     # --- starting -------------------------------------------------------------------
 
-    async def start(self, job: Job | int, *, partial_ok: bool = False) -> StartReport:
-        """Start every task; if one fails, stop the others (unless `partial_ok`) and say why."""
+    async def start(
+        self, job: Job | int, *, partial_ok: bool = False, only_pending: bool = False
+    ) -> StartReport:
+        """Start every task; if one fails, stop the others (unless `partial_ok`) and say why.
+
+        `only_pending` (the queue's admissions): start only tasks still pending, so that a job
+        its owner stopped after the queue chose it stays stopped."""
         job_id = job if isinstance(job, int) else job.id
         async with self._lock(job_id):
             current = await _db(self.jobs.get, job_id)
@@ -96,7 +101,8 @@ class Launcher:
                            pgid=None, started_at=None, ended_at=None, last_error=None)
                 for t in current.tasks
             ]  # fmt: skip
-            claimed = await _db(self.jobs.change_tasks, claims, {TaskState.PENDING, *FINAL})
+            claimable = {TaskState.PENDING} if only_pending else {TaskState.PENDING, *FINAL}
+            claimed = await _db(self.jobs.change_tasks, claims, claimable)
             if len(claimed) != len(claims):
                 back = [TaskChange(i, TaskState.PENDING) for i in claimed]
                 await _db(self.jobs.change_tasks, back, {TaskState.STARTING})

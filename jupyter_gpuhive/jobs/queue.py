@@ -302,7 +302,7 @@ class Scheduler(Reclaims):
         async def one(job_id: int) -> str | None:
             async with gate:
                 try:
-                    started = await self.launcher.start(job_id)
+                    started = await self.launcher.start(job_id, only_pending=True)
                 except (Conflict, NotFound) as error:
                     return str(error)
                 return None if started.ok else started.message

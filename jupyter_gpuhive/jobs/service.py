@@ -252,6 +252,8 @@ class Jobs:
         job = await self._owned(who, job_id, "stop")
         if job.status not in LIVE:
             raise Conflict(f"Job {job_id} is {job.status}; there is nothing to stop.")
+        if not job.tasks and await self.run(self.store.jobs.withdraw, job_id):
+            return await self.get(job_id)  # never placed: it leaves the queue, stopped
         return (await self.launcher.stop(job)).job
 
     async def delete(self, who: Identity, job_id: int) -> None:

@@ -270,7 +270,12 @@ class Job:
 
     @property
     def status(self) -> TaskState:
-        """pending, starting, running, stopping, succeeded, failed, stopped or lost."""
+        """pending, starting, running, stopping, succeeded, failed, stopped or lost.
+
+        A job that names only a GPU count has no tasks until the queue places it; taken out
+        of the queue before that (stopped), it is stopped."""
+        if not self.tasks and not self.queued and "gpu_count" in self.options:
+            return TaskState.STOPPED
         return job_status(task.state for task in self.tasks)
 
     @property

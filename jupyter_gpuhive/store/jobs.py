@@ -158,10 +158,26 @@ class Jobs:
         return rows
 
     def replace_tasks(self, job_id: int, specs: Sequence[TaskSpec]) -> Job:
-        """Swap a job's tasks for new pending ones (GPUs bound at admission); not while active."""
+        """Swap a job's tasks for new pending ones (GPUs bound at admission): only while every
+        task is still pending, so that a stop made after the queue chose the job holds."""
 
         def work(conn: Connection) -> None:
             self._refuse_active(conn, job_id, "re-plan")
+            locked = conn.execute(
+                select(jobs.c.queued).where(jobs.c.id == job_id).with_for_update()
+            ).one()
+            if not locked.queued:
+                raise Conflict(f"Job {job_id} left the queue before it could be placed.")
+            moved = conn.execute(
+                select(job_tasks.c.idx, job_tasks.c.state).where(
+                    job_tasks.c.job_id == job_id, job_tasks.c.state != str(TaskState.PENDING)
+                )
+            ).first()
+            if moved is not None:
+                raise Conflict(
+                    f"Job {job_id} changed before it could be placed "
+                    f"(task {moved.idx} is {moved.state})."
+                )
             row = conn.execute(select(jobs.c.name, jobs.c.owner).where(jobs.c.id == job_id)).one()
             conn.execute(delete(job_tasks).where(job_tasks.c.job_id == job_id))
             rows = self._task_rows(job_id, row.name, row.owner, specs)
@@ -171,6 +187,29 @@ class Jobs:
 
         self.db.write(work)
         return self.get(job_id)
+
+    def withdraw(self, job_id: int) -> bool:
+        """Take a job the queue has not placed yet (no tasks) out of the queue, in one
+        transaction with its row locked against a concurrent placement; False if it has
+        tasks by now (stop those instead)."""
+
+        def work(conn: Connection) -> bool:
+            found = conn.execute(
+                select(jobs.c.id).where(jobs.c.id == job_id).with_for_update()
+            ).first()
+            if found is None:
+                raise NotFound(f"There is no job {job_id}.")
+            placed = conn.execute(
+                select(job_tasks.c.id).where(job_tasks.c.job_id == job_id).limit(1)
+            ).first()
+            if placed is not None:
+                return False
+            conn.execute(
+                update(jobs).where(jobs.c.id == job_id).values(queued=False, updated_at=utcnow())
+            )
+            return True
+
+        return bool(self.db.write(work))
 
     def mark_requeue(self, job_id: int, reason: str | None) -> None:
         """Note (or clear, with None) that the scheduler stops this job to queue it again."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpuhive.errors import Conflict
 from jupyter_gpuhive.hosts.pool import HostPool, SshSettings
 from jupyter_gpuhive.jobs import GpuSlot
 from jupyter_gpuhive.jobs.launcher import Launcher
@@ -394,6 +395,10 @@ async def test_stop_escalates_when_sigint_is_ignored_and_pending_jobs_just_stop(
     report = await hive.launcher.stop(waiting.id)
     assert report.job.status == "stopped"
     assert report.job.tasks[0].last_error == "stopped before it started"
+    # the queue chose it before the stop: its start afterwards finds nothing pending to start
+    with pytest.raises(Conflict, match="changed while it was being started"):
+        await hive.launcher.start(waiting.id, only_pending=True)
+    assert (await asyncio.to_thread(hive.jobs.get, waiting.id)).status == "stopped"
 
 
 async def test_sync_costs_one_command_per_host_and_owner(hive: Hive) -> None:

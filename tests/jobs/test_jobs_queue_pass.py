@@ -422,3 +422,38 @@ def test_store_requeue_once_replace_tasks_and_schedulable(db_url: str) -> None:
         assert bound.tasks[0].session.startswith(f"gpuhive-{counted.id}-c-")
     finally:
         store.close()
+
+
+def test_a_stop_made_after_the_queue_chose_a_job_holds(db_url: str) -> None:
+    """The queue reads a snapshot, then places and starts; an owner's stop in between wins:
+    a count job not yet placed leaves the queue (stopped) and cannot be placed any more, and a
+    job whose pending tasks were stopped is not re-planned."""
+    store = Store(db_url).open()
+    try:
+        store.inventory.sync([HostDecl("h", "10.0.0.1", gpus=(GpuDecl(0, "U0"),))])
+        slots = [("h", "10.0.0.1", [GpuSlot("h", "10.0.0.1", 0, "U0")])]
+        counted = store.jobs.create(Job(name="c", owner="ann", command="x", queued=True,
+                                           options={"gpu_count": 1}), [])  # fmt: skip
+        assert counted.status == "pending"
+        assert store.jobs.withdraw(counted.id)
+        stopped = store.jobs.get(counted.id)
+        assert stopped.status == "stopped" and not stopped.queued
+        assert counted.id not in [j.id for j in store.jobs.schedulable()[0]]
+        specs = render_tasks(replace(counted, options={}), slots)
+        with pytest.raises(Conflict, match="left the queue"):
+            store.jobs.replace_tasks(counted.id, specs)
+        assert store.jobs.get(counted.id).tasks == ()
+
+        placed = store.jobs.create(Job(name="p", owner="ann", command="x", queued=True,
+                                          options={"gpu_count": 1}), [])  # fmt: skip
+        store.jobs.replace_tasks(placed.id, specs)
+        assert not store.jobs.withdraw(placed.id)  # it has tasks now: those are stopped instead
+        task = store.jobs.get(placed.id).tasks[0]
+        store.jobs.change_tasks([TaskChange(task.id, TaskState.STOPPED)], {TaskState.PENDING})
+        with pytest.raises(Conflict, match="changed before it could be placed"):
+            store.jobs.replace_tasks(placed.id, specs)
+        assert store.jobs.get(placed.id).status == "stopped"
+        with pytest.raises(Exception, match="no job"):
+            store.jobs.withdraw(10_000)
+    finally:
+        store.close()
