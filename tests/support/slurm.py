@@ -89,7 +89,9 @@ class SlurmCluster:
     def _munge(self) -> None:
         """A munged of this cluster's own: its key, socket and files in `root/munge`."""
         folder = self.root / "munge"
-        os.chmod(folder, 0o700)
+        # 0711: the cluster's users reach the socket (their salloc, srun and sbatch sign
+        # with it); the key stays root's (0400) and the folder cannot be listed
+        os.chmod(folder, 0o711)
         key = folder / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
