@@ -31,6 +31,9 @@ from .status import HostUnavailable as HostUnavailable
 log = logging.getLogger(__name__)
 
 
+CLOSED = "gpuhive closed its host connections"
+
+
 class HostPool:
     """Runs commands on hosts over persistent connections, one state per host."""
 
@@ -42,6 +45,8 @@ class HostPool:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._loops: dict[tuple[str, str], Loop] = {}
         self._loop_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._answers: set[asyncio.Future[str]] = set()  # answers awaited now (close ends them)
+        self._closed = False  # after close nothing starts anew (a leak past the server's end)
         self._me = getpass.getuser()
 
     # --- backends --------------------------------------------------------------------
@@ -106,9 +111,7 @@ class HostPool:
         stdin: str | None = None,
     ) -> CommandResult:
         """Run `command` on `host` (as `user`, default the host's account); never hangs."""
-        decl = self.hosts.get(host)
-        if decl is None:
-            raise HostUnavailable(host, "no such host in the configuration")
+        decl = self._decl(host)
         timeout = timeout or self.settings.command_timeout
         as_user = user or decl.user or self._me
         tracked = user is None or user == (decl.user or self._me)
@@ -128,9 +131,7 @@ class HostPool:
 
     async def sample(self, host: str, timeout: float) -> HostSample:
         """The sample of a host whose backend `samples_itself`; its state follows, like `run`."""
-        decl = self.hosts.get(host)
-        if decl is None:
-            raise HostUnavailable(host, "no such host in the configuration")
+        decl = self._decl(host)
         try:
             async with asyncio.timeout(timeout):
                 found = await self.backend_of(decl).sample(decl, timeout)
@@ -169,9 +170,7 @@ class HostPool:
         failed or overran `timeout` is ended and the next call starts a fresh one. Failures
         mark the host down exactly like `run`.
         """
-        decl = self.hosts.get(host)
-        if decl is None:
-            raise HostUnavailable(host, "no such host in the configuration")
+        decl = self._decl(host)
         timeout = timeout or self.settings.command_timeout
         st = self._status[host]
         if st.state == "down" and time.monotonic() < st.retry_at:
@@ -181,7 +180,8 @@ class HostPool:
             try:
                 answer = await self._ask(decl, key, end, timeout, say)
             except HostUnavailable as error:
-                self._fail(host, error.reason)
+                if not self._closed:  # the host did nothing wrong when the pool closed
+                    self._fail(host, error.reason)
                 raise
         self._ok(host)
         return answer
@@ -208,9 +208,12 @@ class HostPool:
                 async with asyncio.timeout(limit):
                     await loop.send(f"{token} {say}" if say else token)
                     sent = True
-                    return await loop.answer(token, end)
+                    return await self._answer(loop, token, end)
             except asyncio.CancelledError:
                 await self._end_loop(key)  # an answer may still be on its way: never reuse it
+                current = asyncio.current_task()
+                if current is not None and not current.cancelling():  # close() ended the wait
+                    raise HostUnavailable(decl.name, CLOSED) from None
                 raise
             except HostUnavailable:
                 raise
@@ -222,6 +225,24 @@ class HostPool:
                     # the request never left: a fresh one is tried at once
                 raise HostUnavailable(decl.name, reason) from None
         raise AssertionError("unreachable")
+
+    async def _answer(self, loop: Loop, token: str, end: str) -> str:
+        """Wait for a loop's answer where `close` can end the wait at once (a hung tool must
+        not hold a closing server for the ask's whole timeout)."""
+        waiting = asyncio.ensure_future(loop.answer(token, end))
+        self._answers.add(waiting)
+        try:
+            return await waiting
+        finally:
+            self._answers.discard(waiting)
+
+    def _decl(self, host: str) -> HostDecl:
+        if self._closed:
+            raise HostUnavailable(host, CLOSED)
+        decl = self.hosts.get(host)
+        if decl is None:
+            raise HostUnavailable(host, "no such host in the configuration")
+        return decl
 
     def _slot(self, decl: HostDecl) -> asyncio.Semaphore:
         return self._slots.setdefault(decl.name, asyncio.Semaphore(self.settings.max_sessions))
@@ -250,7 +271,11 @@ class HostPool:
                 await backend.forget(name)
 
     async def close(self) -> None:
-        """End every loop and close every connection."""
+        """End every loop and close every connection; asks waiting for an answer fail at once
+        (HostUnavailable), and later calls are refused."""
+        self._closed = True
+        for waiting in list(self._answers):
+            waiting.cancel()
         for key in list(self._loops):
             await self._end_loop(key)
         for backend in self._backends.values():
