@@ -77,6 +77,9 @@ class Launcher:
         # Scheduler reclaims GPUs lent to others there: the holder's claim wins).
         self.preemption = PreemptionSettings()
         self.before_start: Callable[[Job], Awaitable[None]] = _nothing
+        # For a host whose backend `submits_tasks` (Slurm): the engine reservation that holds
+        # a task's GPUs now (its name) and when it ends, or None (set by the Jobs service).
+        self.hold_of: Callable[[Task], Awaitable[tuple[str, datetime] | None]] = _no_hold
 
     # --- starting -------------------------------------------------------------------
 
@@ -166,6 +169,10 @@ class Launcher:
                 env_text = commands.env_file(spec, host_env(decl) if decl else None) + extra_env
             launch = TaskStart(task.session, body, log_dir, log_path, exit_path, env_path,
                                env_text, task.host, account)  # fmt: skip
+            if decl is not None and self.pool.backend_of(decl).submits_tasks:
+                hold = await self.hold_of(task)
+                name, until = hold if hold is not None else (None, None)
+                launch = replace(launch, gpu_count=len(task.gpus), hold=name, until=until)
             done = await runner.start(self._shell(task.host, task.owner), launch)
         except (TemplateError, RunnerError) as error:
             return str(error)
@@ -241,7 +248,10 @@ class Launcher:
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
             seen = task.session in census.alive
-            change = observe(task, seen, census.exits.get(task.session), runner.what)
+            change = observe(
+                task, seen, census.exits.get(task.session), runner.what,
+                waiting=task.session in census.waiting, why=census.why.get(task.session),
+            )  # fmt: skip
             if change is not None:
                 if change.state == TaskState.RUNNING and task.handle is None:
                     change = replace(change, handle=census.alive.get(task.session))
@@ -411,8 +421,13 @@ class Launcher:
     async def _run(
         self, host: str, owner: str, script: str, command: str, timeout: float | None = None
     ) -> CommandResult:
-        """Run `script` on `host` as the UNIX account of gpuhive user `owner`."""
+        """Run `script` on `host` as the UNIX account of gpuhive user `owner` (on a batch
+        system's submit host for a backend that `submits_tasks`)."""
         user = self.unix_user(owner)
+        decl = self.pool.hosts.get(host)
+        if decl is not None and self.pool.backend_of(decl).submits_tasks:
+            backend = self.pool.backend_of(decl)
+            return await backend.task_run(decl, command, user, timeout or self.timeout, script)
         return await self.pool.run(
             host, command, user=user, timeout=timeout or self.timeout, stdin=script
         )
@@ -424,4 +439,8 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def _nothing(_job: Job) -> None:
+    return None
+
+
+async def _no_hold(_task: Task) -> tuple[str, datetime] | None:
     return None

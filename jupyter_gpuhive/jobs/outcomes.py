@@ -17,9 +17,19 @@ from ..store.jobs import TaskChange
 __all__ = ["apply_change", "observe", "tail", "to_int"]
 
 
-def observe(task: Task, alive: bool, code: str | None, what: str = "run") -> TaskChange | None:
+def observe(
+    task: Task,
+    alive: bool,
+    code: str | None,
+    what: str = "run",
+    *,
+    waiting: bool = False,
+    why: str | None = None,
+) -> TaskChange | None:
     """The change that what `sync` saw on the host implies for one task (None: none): its
-    run (`what`, in words: "screen session") still there or not, its exit file's text."""
+    run (`what`, in words: "screen session") still there or not, its exit file's text; a
+    batch system's runner also says whether the run still waits in its queue (`waiting`:
+    the task is starting) and why it ended the run itself (`why`, the task's last error)."""
     now = utcnow()
     if code is not None:
         status = to_int(code)
@@ -29,13 +39,21 @@ def observe(task: Task, alive: bool, code: str | None, what: str = "run") -> Tas
         if task.state == TaskState.STOPPING:
             return TaskChange(task.id, TaskState.STOPPED, exit_status=status, ended_at=now)
         state = TaskState.SUCCEEDED if status == 0 else TaskState.FAILED
-        return TaskChange(task.id, state, exit_status=status, ended_at=now)
+        change = TaskChange(task.id, state, exit_status=status, ended_at=now)
+        # "Slurm ended it (TIMEOUT): …": the batch system's words for an unsuccessful end
+        return replace(change, last_error=why) if why and status != 0 else change
+    if alive and waiting:
+        if task.state == TaskState.RUNNING:
+            return TaskChange(task.id, TaskState.STARTING)
+        return None
     if alive:
         if task.state == TaskState.STARTING:
             return TaskChange(task.id, TaskState.RUNNING, started_at=task.started_at or now)
         return None
     if task.state == TaskState.STOPPING:
         return TaskChange(task.id, TaskState.STOPPED, ended_at=now)
+    if why:
+        return TaskChange(task.id, TaskState.LOST, ended_at=now, last_error=why)
     return TaskChange(
         task.id,
         TaskState.LOST,

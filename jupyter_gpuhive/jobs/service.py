@@ -15,7 +15,7 @@ from ..model.jobs import ACTIVE, LIVE, RECENT_JOBS, Job, TaskState
 from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
 from ..store import Store
-from . import containers
+from . import containers, slurm
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
@@ -61,6 +61,7 @@ class Jobs:
         unix_user = self.preemption.unix_user  # the site's unix_users: what each user runs as
         self.logins = Logins(pool, ssh, unix_user)
         self.launcher = Launcher(pool, store.jobs, changed=changed, unix_user=unix_user)
+        self.launcher.hold_of = functools.partial(slurm.hold_of, store, run)
         self.rules.preempt_grace_s = self.preemption.grace_s
         self.scheduler = Scheduler(
             store, self.launcher, identity_of=identity_of, zone=zone, interval=interval,

@@ -110,6 +110,9 @@ class HostBackend:
     samples_itself: ClassVar[bool] = False
     # gpuhive's own queue may start jobs here (else the host's engine runs its own queue).
     queues_here: ClassVar[bool] = True
+    # The host's task runner's scripts run through `task_run` (a batch system's clients on
+    # the submit host), not `run` on the host itself.
+    submits_tasks: ClassVar[bool] = False
     # Errors of this backend that mean "the host could not be reached or the command was cut".
     failures: ClassVar[tuple[type[BaseException], ...]] = (OSError, TimeoutError, EOFError)
 
@@ -121,6 +124,13 @@ class HostBackend:
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
     ) -> CommandResult:
         """Run the shell command line `command` as `user`; HostUnavailable when it cannot."""
+        raise NotImplementedError
+
+    async def task_run(
+        self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
+    ) -> CommandResult:
+        """Run a task runner's script as `user` where the backend's tasks are submitted from
+        (only for a backend that `submits_tasks`)."""
         raise NotImplementedError
 
     async def start_loop(

@@ -6,8 +6,9 @@ own; bin: the folder of Slurm's clients, default found on a safe PATH). Its GPUs
 and its state come from `scontrol show node -o` (one call per sweep for all the cluster's
 nodes); a node Slurm keeps closed (down, drained, failing...) gives its GPUs a failed health
 with Slurm's reason, so nothing books them. gpuhive's bookings on its nodes become Slurm
-reservations (`SlurmReservations`). Commands on the nodes (jobs, kernels, protection) are not
-built yet: `run` answers that it runs none.
+reservations (`SlurmReservations`). Jobs' tasks are batch jobs of their owners, submitted from
+this machine (`task_run`, `runners/slurm.py`). Other commands on the nodes (kernels,
+protection) are not built yet: `run` answers that it runs none.
 
 The clients run on this machine as the server's account (root or the SlurmUser: only they may
 create reservations), with TZ=UTC and every value quoted.
@@ -22,7 +23,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +31,10 @@ from ...errors import Invalid
 from ...model import HostDecl, utcnow
 from ...model.engines import PREFIX, EngineRefused, Held, booking_of
 from ...model.gpus import GpuMetrics
-from ..environment import SAFE_PATH
+from ..environment import SAFE_PATH, host_env
 from ..loops import Loop, end_group, spawn
+from ..runners import TaskRunner
+from ..runners.slurm import SlurmRunner
 from ..slurm import (
     DRAINER,
     SlurmNode,
@@ -43,6 +46,7 @@ from ..slurm import (
 from ..slurm import printable as printable
 from ..status import CommandResult, HostUnavailable
 from . import HostBackend
+from .local import LocalBackend
 
 if TYPE_CHECKING:
     from ..probe import HostSample
@@ -244,12 +248,14 @@ class SlurmBackend(HostBackend):
     needs_address = False
     samples_itself = True
     queues_here = False  # Slurm's queue runs the cluster's jobs, not gpuhive's
+    submits_tasks = True  # jobs' tasks are submitted from here (`task_run`, `runners/slurm.py`)
 
     def __init__(self, settings: Any, me: str) -> None:
         super().__init__(settings, me)
         self._listed: dict[Cluster, tuple[float, dict[str, SlurmNode]]] = {}
         self._listing: dict[Cluster, asyncio.Lock] = {}
         self._engines: dict[Cluster, SlurmReservations] = {}
+        self._submit = LocalBackend(settings, me)  # runs the owners' sbatch, squeue, scancel
 
     async def nodes(self, cluster: Cluster, timeout: float) -> dict[str, SlurmNode]:
         """The cluster's nodes by name, read at most once per FRESH seconds."""
@@ -294,6 +300,27 @@ class SlurmBackend(HostBackend):
         self, decl: HostDecl, command: str, user: str, slot: asyncio.Semaphore
     ) -> Loop:
         raise HostUnavailable(decl.name, "gpuhive runs no commands on Slurm nodes yet")
+
+    def runner(self, decl: HostDecl) -> TaskRunner:
+        """Jobs' tasks are Slurm batch jobs of their owners on the node (`runners/slurm.py`)."""
+        node, _cluster = settings_of(decl)
+        return SlurmRunner(node)
+
+    async def task_run(
+        self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
+    ) -> CommandResult:
+        """A task runner's script on this machine (the submit host), as `user` through
+        runuser, with an explicit environment: the cluster's clients and conf, UTC. Never as
+        root or the server's own account: Slurm must see the owner submit and cancel."""
+        if user in ("root", self.me):
+            return CommandResult(NOT_RUN, "", f"gpuhive submits Slurm jobs only as their "
+                                 f"owner's account, not as {user}")  # fmt: skip
+        _node, cluster = settings_of(decl)
+        env = {**host_env(decl), "PATH": f"{cluster.bin}:{SAFE_PATH}", "TZ": "UTC"}
+        if cluster.conf:
+            env["SLURM_CONF"] = cluster.conf
+        here = replace(decl, extra={**decl.extra, "env": env})
+        return await self._submit.run(here, command, user, timeout, stdin)
 
     @classmethod
     def where(cls, decl: HostDecl, user: str) -> str:

@@ -28,7 +28,8 @@ import re
 import secrets
 import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import ClassVar
 
 from ..status import CommandResult
@@ -102,6 +103,11 @@ class TaskStart:
     env_text: str  # the env file's text (`export NAME=value` lines)
     host: str
     account: str  # the owner's UNIX account, for reasons
+    # For a batch system's runner (Slurm): the task's GPU count, the engine reservation that
+    # holds them (None: none), and the last instant the run may last to (None: no limit).
+    gpu_count: int = 0
+    hold: str | None = None
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -139,10 +145,14 @@ class Stopping:
 
 @dataclass(frozen=True)
 class Census:
-    """What `sync` saw: runs still there (name -> handle) and exit files (name -> text)."""
+    """What `sync` saw: runs still there (name -> handle) and exit files (name -> text);
+    a batch system's runner also says which runs still wait in its queue (`waiting`) and why
+    it ended runs itself (`why`: name -> words, e.g. "Slurm ended it: TIMEOUT")."""
 
     alive: Mapping[str, int | None]
     exits: Mapping[str, str]
+    waiting: frozenset[str] = frozenset()
+    why: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

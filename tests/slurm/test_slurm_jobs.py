@@ -1,0 +1,147 @@
+"""Jobs on a real Slurm cluster through the REST API (issue #47, item 3): a job on a Slurm
+booking is a batch job of its owner's UNIX account in the booking's reservation, with the
+booked GPUs as its gres; its state, log and stop come from Slurm; a job Slurm ends says why;
+other users cannot stop it, and a job cannot reach GPUs its owner does not hold."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from jupyter_gpuhive.model.engines import engine_name
+from tests.conftest import iso
+from tests.slurm.conftest import ACCOUNTS, slurm_hosts
+from tests.slurm.test_slurm_api import WHOLE_N1, inventory
+from tests.support.slurm import SlurmCluster
+from tests.support.waiting import until
+
+
+@pytest.fixture
+def hive_config(hive_config: dict[str, Any], slurm: SlurmCluster) -> dict[str, Any]:
+    return {**hive_config, "hosts": slurm_hosts(slurm), "unix_users": ACCOUNTS,
+            "poll_interval": 0.5}  # fmt: skip
+
+
+def slurm_jobs(slurm: SlurmCluster) -> dict[str, dict[str, str]]:
+    """Every job Slurm knows (ended ones too), by job id: name, user, state, reservation."""
+    done = subprocess.run(
+        [f"{slurm.bin}/squeue", "-h", "-t", "all", "-o", "%i|%j|%u|%T|%v"], env=slurm.env,
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    out = {}
+    for line in done.stdout.splitlines():
+        job_id, name, user, state, reservation = line.split("|")
+        out[job_id] = {"name": name, "user": user, "state": state, "reservation": reservation}
+    return out
+
+
+def newest(slurm: SlurmCluster, name: str) -> tuple[str, dict[str, str]]:
+    """The newest Slurm job of that name (job ids of gpuhive start again in each test)."""
+    found = [(int(k), k, j) for k, j in slurm_jobs(slurm).items() if j["name"] == name]
+    assert found, f"Slurm lists no job {name}"
+    _, job_id, job = max(found)
+    return job_id, job
+
+
+@pytest.fixture(autouse=True)
+def no_jobs_left(slurm: SlurmCluster) -> Iterator[None]:
+    """Every job of the test's accounts cancelled after the test."""
+    yield
+    for account in ACCOUNTS.values():
+        subprocess.run([f"{slurm.bin}/scancel", "-u", account], env=slurm.env, check=False,
+                       timeout=30)  # fmt: skip
+
+
+async def booked_now(call: Any, gpus: list[str]) -> int:
+    made = await call("POST", "reservations", {"title": "now", "gpus": gpus,
+                                               "start": iso(datetime.now(UTC)),
+                                               "duration": "1h"})  # fmt: skip
+    assert made.status == 201, made
+    rid: int = made.body["id"]
+    return rid
+
+
+async def job_state(call: Any, job_id: int, *states: str) -> dict[str, Any] | None:
+    job = await call("GET", f"jobs/{job_id}")
+    task = job.body["tasks"][0]
+    return job.body if task["state"] in states else None
+
+
+async def test_a_job_on_a_slurm_booking_is_its_owners_batch_job(api, running_hive, slurm) -> None:
+    alice = api("alice")
+    await inventory(alice)
+    rid = await booked_now(alice, WHOLE_N1)
+    command = ('echo "job $SLURM_JOB_ID as $(id -un) in $SLURM_JOB_RESERVATION"; '
+               'echo "gpus=$CUDA_VISIBLE_DEVICES"')  # fmt: skip
+    made = await alice("POST", "jobs", {"name": "hello", "command": command,
+                                        "reservation": rid, "start": True})  # fmt: skip
+    assert made.status == 201, made
+    job_id = made.body["id"]
+    done = await until(lambda: job_state(alice, job_id, "succeeded", "failed", "lost"), 60,
+                       "the Slurm job ended")  # fmt: skip
+    task = done["tasks"][0]
+    assert task["state"] == "succeeded", task
+    slurm_id, seen = newest(slurm, task["session"])
+    assert seen["user"] == ACCOUNTS["alice"]  # submitted as the owner's account
+    assert seen["reservation"] == engine_name(rid)
+    log = await alice("GET", f"jobs/{job_id}/log", params={"task": 0})
+    assert log.status == 200, log
+    said = log.body["text"]
+    assert f"job {slurm_id} as {ACCOUNTS['alice']} in {engine_name(rid)}" in said
+    # Slurm pinned the four booked GPUs (its own indexes, not gpuhive's UUIDs)
+    assert "gpus=0,1,2,3" in said, said
+
+
+async def test_stop_comes_from_slurm_and_only_the_owner_stops(api, running_hive, slurm) -> None:
+    alice, bob = api("alice"), api("bob")
+    await inventory(alice)
+    rid = await booked_now(alice, WHOLE_N1)
+    made = await alice("POST", "jobs", {"name": "long", "command": "sleep 300",
+                                        "reservation": rid, "start": True})  # fmt: skip
+    assert made.status == 201, made
+    job_id = made.body["id"]
+    await until(lambda: job_state(alice, job_id, "running"), 60, "the Slurm job running")
+    refused = await bob("POST", f"jobs/{job_id}/stop")
+    assert refused.status == 403, refused
+    stopped = await alice("POST", f"jobs/{job_id}/stop")
+    assert stopped.status == 200, stopped
+    assert stopped.body["tasks"][0]["state"] == "stopped", stopped.body
+    session = stopped.body["tasks"][0]["session"]
+    _, left = newest(slurm, session)
+    assert left["state"] in ("CANCELLED", "COMPLETED", "FAILED"), left
+
+
+async def test_a_job_slurm_ends_says_why(api, running_hive, slurm) -> None:
+    alice = api("alice")
+    await inventory(alice)
+    rid = await booked_now(alice, WHOLE_N1)
+    made = await alice("POST", "jobs", {"name": "victim", "command": "sleep 300",
+                                        "reservation": rid, "start": True})  # fmt: skip
+    job_id = made.body["id"]
+    running = await until(lambda: job_state(alice, job_id, "running"), 60, "the job running")
+    session = running["tasks"][0]["session"]
+    slurm_id, _ = newest(slurm, session)
+    subprocess.run([f"{slurm.bin}/scancel", slurm_id], env=slurm.env, check=True, timeout=30)
+    ended = await until(lambda: job_state(alice, job_id, "failed", "lost"), 60, "the job ended")
+    assert "Slurm ended it (CANCELLED)" in ended["tasks"][0]["last_error"], ended
+
+
+async def test_a_job_reaches_no_gpus_its_owner_does_not_hold(api, running_hive, slurm) -> None:
+    alice, bob = api("alice"), api("bob")
+    await inventory(alice)
+    rid = await booked_now(alice, WHOLE_N1)
+    await booked_now(bob, [f"n2:{i}" for i in range(4)])
+    more = await alice("POST", "jobs", {"name": "greedy", "command": "true", "start": True,
+                                        "gpus": [*WHOLE_N1, "n2:0"]})  # fmt: skip
+    assert more.status == 409, more
+    assert "n2:0" in more.message, more
+    counted = await alice("POST", "jobs", {"name": "count", "command": "true", "start": True,
+                                           "reservation": rid,
+                                           "options": {"gpu_count": 5}})  # fmt: skip
+    assert counted.status in (400, 422), counted
+    assert not [j for j in slurm_jobs(slurm).values() if j["user"] == ACCOUNTS["alice"]
+                and j["state"] in ("PENDING", "RUNNING")]  # fmt: skip
