@@ -145,3 +145,28 @@ async def test_a_job_reaches_no_gpus_its_owner_does_not_hold(api, running_hive, 
     assert counted.status in (400, 422), counted
     assert not [j for j in slurm_jobs(slurm).values() if j["user"] == ACCOUNTS["alice"]
                 and j["state"] in ("PENDING", "RUNNING")]  # fmt: skip
+
+
+async def test_a_booking_over_a_running_slurm_job_is_refused(api, running_hive, slurm) -> None:
+    """A job Slurm runs on a node (submitted outside gpuhive) keeps gpuhive's bookings off
+    that node while it runs: Slurm refuses the reservation, and gpuhive the booking (409)."""
+    alice = api("alice")
+    await inventory(alice)
+    sbatch = ["runuser", "-u", ACCOUNTS["bob"], "--", f"{slurm.bin}/sbatch", "--parsable",
+              "--nodelist=n1", "--gres=gpu:1", "--time=10", "--output=/dev/null",
+              "--wrap=sleep 300"]  # fmt: skip
+    submitted = subprocess.run(sbatch, env=slurm.env, capture_output=True, text=True,
+                               check=True, timeout=30)  # fmt: skip
+    job_id = submitted.stdout.strip().split(";")[0]
+
+    def running() -> bool:
+        return slurm_jobs(slurm).get(job_id, {}).get("state") == "RUNNING"
+
+    await until(running, 60, "bob's Slurm job running")
+    made = await alice("POST", "reservations", {"title": "over", "gpus": WHOLE_N1,
+                                                "start": iso(datetime.now(UTC)),
+                                                "duration": "1h"})  # fmt: skip
+    assert made.status == 409, made
+    assert "The booking was not made" in made.message and "busy" in made.message, made
+    # n2 is free of Slurm jobs: booked as usual
+    assert await booked_now(alice, [f"n2:{i}" for i in range(4)])
