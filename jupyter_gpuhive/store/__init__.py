@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .accounting import Accounting
+from .budgets import BudgetStore
 from .clashes import Clash
 from .database import Database
 from .finder import FinderReads
@@ -40,6 +41,7 @@ class Store:
         self.usage = Usage(self.db)
         self.violations = Violations(self.db)
         self.limits = LimitStore(self.db)
+        self.budgets = BudgetStore(self.db)  # budgets per period, their warnings
         self.accounting = Accounting(self.db)
         self.reports = ReportReads(self.db)
         self.finder = FinderReads(self.db)  # the earliest-slot search's bulk reads

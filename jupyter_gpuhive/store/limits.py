@@ -22,6 +22,7 @@ from ..model.jobs import ACTIVE
 from ..model.limits import Limits, LimitTable, Tier
 from ..model.rules import Rule
 from ..model.shares import fraction
+from .budgets import BudgetReads
 from .database import Database
 from .rules import read_rules
 from .schema import (
@@ -146,6 +147,10 @@ class LimitReads:
             elif scope == "user":
                 by_user[name] = Limits.parse(data)
         return LimitTable(default, by_group, by_user, tiers), tiers_set
+
+    def budgets(self) -> BudgetReads:
+        """The budget reads of this transaction (a booking's budget check)."""
+        return BudgetReads(self._conn)
 
     def lock_owner(self, owner: str) -> None:
         """Serialize the bookings of `owner` until this transaction ends."""

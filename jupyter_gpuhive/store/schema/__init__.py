@@ -15,6 +15,7 @@ from .bookings import (
     user_groups,
     users,
 )
+from .budgets import budget_warnings, budgets
 from .fairshare import booking_limits, charge_totals, gpu_charges_hourly, gpu_charges_monthly
 from .health import gpu_health
 from .idempotency import idempotency_keys
@@ -40,6 +41,8 @@ __all__ = [
     "UTCDateTime",
     "availability_subscriptions",
     "booking_limits",
+    "budget_warnings",
+    "budgets",
     "calendar_events",
     "charge_totals",
     "digest_settings",
