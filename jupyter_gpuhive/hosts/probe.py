@@ -41,6 +41,9 @@ class ProcessInfo:
     pgid: int | None = None  # process group: tells a gpuhive job's processes apart
     mig_uuid: str | None = None  # the MIG slice it runs on, where MIG is on
     container: Container | None = None  # the container it runs in (hosts/containers.py)
+    # The engine job that confines it ('Slurm job 12', from the node's slurmstepd: never from
+    # what the user controls); None: it runs outside any (hosts/slurmpids.py)
+    confined_by: str | None = None
 
 
 @dataclass(frozen=True)

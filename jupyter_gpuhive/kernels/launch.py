@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HiveError
+from ..hosts.backends import KernelBooking
 from ..model import HostDecl
 from . import launch_script
 
@@ -48,6 +49,7 @@ class Launch:
     orphan_timeout: float = 20.0  # the kernel exits after this long without a word from us
     image: str | None = None  # run the kernel in this container image (kernels/images.py)
     container: str = ""  # the container's name (images.kernel_name of the kernel id)
+    booking: KernelBooking | None = None  # for a host whose engine holds bookings (Slurm)
 
 
 def python_command(python: str) -> str:

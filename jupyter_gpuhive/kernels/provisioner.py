@@ -35,6 +35,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Float, Integer, TraitError, Unicode
 
 from ..errors import HiveError, Invalid, Unavailable
+from ..hosts.backends import KernelBooking
 from ..hosts.engines import engine_of
 from ..hosts.vendors import vendor_of
 from ..jobs.caps import reservation_env
@@ -180,7 +181,9 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         env.update({k: env_in[k] for k in PASSED_ON if env_in.get(k)})
         decl = find_registry(self).pool.hosts.get(self._record.host)
         pinning = vendor_of(decl.extra if decl else None).pinning
-        env.update(pinning.env(self._record.gpu_uuids))
+        backend = find_registry(self).pool.backend_of(decl) if decl else None
+        if backend is None or not backend.pins_devices:  # else the engine pins (Slurm)
+            env.update(pinning.env(self._record.gpu_uuids))
         if self._share is not None:  # a share of one GPU: the framework caps (jobs/caps.py)
             mps = bool(decl and decl.extra.get("mps") is True)
             env.update(reservation_env(self._share, pinning, mps=mps))
@@ -207,9 +210,13 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             raise Invalid(f"Image {self.image!r} is not allowed for kernels on {decl.name} "
                           f"(allowed: {allowed or 'none'}).")  # fmt: skip
         image = self.image or (engine.kernel_image if engine is not None else None)
+        booking = None
+        if registry.pool.backend_of(decl).reservations(decl) is not None:  # an engine holds it
+            held = await registry.reservation(record.reservation_id)
+            booking = KernelBooking(record.reservation_id, len(record.gpu_uuids), held.end)
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
-                        image, kernel_name(record.kernel_id))  # fmt: skip
+                        image, kernel_name(record.kernel_id), booking)  # fmt: skip
         if self._kernel is None or self._kernel.lost:
             here = registry.pool.backend_of(decl).runs_here  # else through its channels
             self._kernel = LocalKernel(launch) if here else HostKernel(launch, registry.pool)

@@ -156,7 +156,8 @@ class HostKernel(KernelProcess):
             await self.channels.close()  # lost: it lets go of its connection
         decl, user = self.launch.host, self.launch.user
         try:
-            channels = await self.pool.backend_of(decl).open_channels(decl, user)
+            backend = self.pool.backend_of(decl)
+            channels = await backend.open_channels(decl, user, self.launch.booking)
         except HostUnavailable as error:
             raise Unavailable(f"Cannot start a kernel on {decl.name}: {error.reason}") from None
         channels.on_lost = self._lost

@@ -258,9 +258,16 @@ def _shared(
 
 
 def _in_containers(procs: Iterable[ProcessInfo]) -> str | None:
-    """'in container NAME (ID12, image …; how its owner is known)' for those in containers."""
+    """'in container NAME (ID12, image …; how its owner is known)' for those in containers,
+    'inside Slurm job 12 (confined by it: reported, not stopped)' for those an engine's job
+    holds."""
+    procs = list(procs)
     seen = sorted({p.container.describe() for p in procs if p.container is not None})
-    return "in " + "; ".join(seen) if seen else None
+    jobs = sorted({p.confined_by for p in procs if p.confined_by is not None})
+    parts = ["in " + "; ".join(seen)] if seen else []
+    if jobs:
+        parts.append(f"inside {', '.join(jobs)} (confined by it: reported, not stopped)")
+    return "; ".join(parts) or None
 
 
 def _ghost(view: GpuView, policy: DetectionPolicy) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import pwd
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from jupyter_gpuhive.sim.ports import free_port
 from jupyter_gpuhive.sim.users import ensure_user, is_root
 from jupyter_gpuhive.store import Store
 from jupyter_gpuhive.store.jobs import Jobs
+from tests.support.pids import alive
 from tests.support.waiting import until
 
 pytestmark = [
@@ -93,14 +93,6 @@ def first_json(text: str) -> dict[str, Any]:
 def user_of(pid: int) -> str:
     return subprocess.run(["ps", "-o", "user=", "-p", str(pid)], capture_output=True,
                           text=True).stdout.strip()  # fmt: skip
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

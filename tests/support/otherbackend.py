@@ -8,9 +8,9 @@ import asyncio
 import contextlib
 import os
 import pwd
-from collections.abc import AsyncIterator
 
-from jupyter_gpuhive.hosts.backends import HostBackend, KernelChannels, Session
+from jupyter_gpuhive.hosts.backends import HostBackend, KernelBooking, KernelChannels, Session
+from jupyter_gpuhive.hosts.backends.sessions import ProcessSession
 from jupyter_gpuhive.hosts.environment import command_env
 from jupyter_gpuhive.hosts.loops import LocalLoop, Loop, end_group, spawn
 from jupyter_gpuhive.hosts.status import CommandResult, HostUnavailable
@@ -62,32 +62,10 @@ class SetprivBackend(HostBackend):
     ) -> str:
         return f"the setpriv loop failed: {type(error).__name__}"
 
-    async def open_channels(self, decl: HostDecl, user: str) -> KernelChannels:
+    async def open_channels(
+        self, decl: HostDecl, user: str, booking: KernelBooking | None = None
+    ) -> KernelChannels:
         return ChildChannels(self, decl, user)
-
-
-class ChildSession:
-    """A kernel as our child process, stdout and stderr together."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    def write(self, data: str) -> None:
-        if self.process.stdin is not None and not self.process.stdin.is_closing():
-            self.process.stdin.write(data.encode())
-
-    async def lines(self) -> AsyncIterator[str]:
-        assert self.process.stdout is not None
-        async for line in self.process.stdout:
-            yield line.decode(errors="replace").rstrip("\n")
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.returncode
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
 
 
 class ChildChannels(KernelChannels):
@@ -105,7 +83,7 @@ class ChildChannels(KernelChannels):
                               stderr=asyncio.subprocess.STDOUT,
                               env=command_env(self.decl, self.user))  # fmt: skip
         self.children.append(process)
-        return ChildSession(process)
+        return ProcessSession(process)
 
     async def forward(self, local: str, remote: str) -> None:
         os.symlink(remote, local)

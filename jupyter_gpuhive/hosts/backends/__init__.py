@@ -22,6 +22,8 @@ import asyncio
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -61,6 +63,15 @@ class Session(Protocol):
     def returncode(self) -> int | None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class KernelBooking:
+    """The booking a reservation kernel runs on, for a backend whose engine holds it (Slurm)."""
+
+    reservation_id: int
+    gpus: int  # the booking's GPUs on the kernel's host
+    end: datetime
 
 
 class KernelChannels:
@@ -110,6 +121,9 @@ class HostBackend:
     samples_itself: ClassVar[bool] = False
     # gpuhive's own queue may start jobs here (else the host's engine runs its own queue).
     queues_here: ClassVar[bool] = True
+    # The engine gives a kernel its GPUs itself (Slurm sets the vendor's variable in the step):
+    # gpuhive adds no pinning variable of its own.
+    pins_devices: ClassVar[bool] = False
     # The host's task runner's scripts run through `task_run` (a batch system's clients on
     # the submit host), not `run` on the host itself.
     submits_tasks: ClassVar[bool] = False
@@ -146,13 +160,20 @@ class HostBackend:
         """Drop what `error` broke and say, for people, why a loop failed."""
         return f"the command on {decl.name} failed: {error}"
 
-    async def open_channels(self, decl: HostDecl, user: str) -> KernelChannels:
-        """The channels of a new reservation kernel of `user` on `decl`."""
+    async def open_channels(
+        self, decl: HostDecl, user: str, booking: KernelBooking | None = None
+    ) -> KernelChannels:
+        """The channels of a new reservation kernel of `user` on `decl` (on `booking`)."""
         raise HostUnavailable(decl.name, f"the {self.name} backend has no kernel channels")
 
     async def sample(self, decl: HostDecl, timeout: float) -> HostSample:
         """The host's sample without the probe (`samples_itself`); HostUnavailable if none."""
         raise HostUnavailable(decl.name, f"the {self.name} backend samples through the probe")
+
+    async def confined(self, decl: HostDecl, pids: list[int]) -> dict[int, str]:
+        """Those of `pids` that an engine's job confines to its own devices, each with its job
+        in words ('Slurm job 12'): protection reports them rather than signals them."""
+        return {}
 
     def reservations(self, decl: HostDecl) -> tuple[str, ReservationEngine] | None:
         """(the host's name there, the engine) when an engine mirrors bookings on the host."""

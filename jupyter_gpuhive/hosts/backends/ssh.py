@@ -17,7 +17,7 @@ from ..keycheck import key_problem
 from ..loops import Loop, SshLoop
 from ..ssh import SshSettings, address, as_text, connect, explain, run_session
 from ..status import CommandResult, HostUnavailable
-from . import HostBackend, KernelChannels, last_words
+from . import HostBackend, KernelBooking, KernelChannels, last_words
 from .sshchannels import KernelConnections, SshChannels
 
 Key = tuple[str, str]
@@ -151,7 +151,9 @@ class SshBackend(HostBackend):
                 decl.name, explain(decl, user, error, settings.connect_timeout)
             ) from None
 
-    async def open_channels(self, decl: HostDecl, user: str) -> KernelChannels:
+    async def open_channels(
+        self, decl: HostDecl, user: str, booking: KernelBooking | None = None
+    ) -> KernelChannels:
         conn = await self.kernel_conns.take(decl, user)
         return SshChannels(decl, conn, lambda: self.kernel_conns.give_back(decl, user, conn))
 

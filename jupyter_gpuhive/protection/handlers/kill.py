@@ -11,6 +11,7 @@ import asyncio
 import logging
 import shlex
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...hosts.containers import (
@@ -146,6 +147,32 @@ class KillHandler(ViolationHandler):
         return f"container(s) {', '.join(removed)} stopped and removed"
 
     async def handle(self, incident: Incident, step: Mapping[str, Any]) -> str:
+        confined = await self._confined(incident)
+        if confined:  # an engine's job confines them (Slurm's cgroups): reported, not signalled
+            left = "; ".join(f"pid {p} runs inside {job}" for p, job in sorted(confined.items()))
+            note = f"left alone, reported only ({left}, which confines it to its own GPUs)"
+            rest = [p for p in incident.pids if p not in confined]
+            if not rest:
+                return note
+            incident = replace(incident, pids=tuple(rest))
+            return f"{note}; " + await self._act_on(incident, step)
+        return await self._act_on(incident, step)
+
+    async def _confined(self, incident: Incident) -> dict[int, str]:
+        """The offending pids an engine's job holds now, asked again at this moment."""
+        pool = self._pool()
+        decl = pool.hosts.get(incident.host)
+        if decl is None:
+            return {}
+        try:
+            return await pool.backend_of(decl).confined(decl, list(incident.pids))
+        except HostUnavailable as error:
+            raise HandlerFailed(
+                f"cannot tell which processes on {incident.host} run inside its engine's jobs "
+                f"({error.reason}): nothing signalled"
+            ) from None
+
+    async def _act_on(self, incident: Incident, step: Mapping[str, Any]) -> str:
         signal = self._signal(step.get("signal", self.signal))
         grace = float(step.get("grace", self.grace))
         boxed = await self._containers(incident)
