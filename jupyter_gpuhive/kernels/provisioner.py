@@ -213,7 +213,10 @@ class GpuHiveProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         booking = None
         if registry.pool.backend_of(decl).reservations(decl) is not None:  # an engine holds it
             held = await registry.reservation(record.reservation_id)
-            booking = KernelBooking(record.reservation_id, len(record.gpu_uuids), held.end)
+            indexes = tuple(sorted(int(i) for r in record.gpus
+                                   if (i := r.rpartition(":")[2]).isdigit()))  # fmt: skip
+            booking = KernelBooking(record.reservation_id, len(record.gpu_uuids), held.end,
+                                    indexes)  # fmt: skip
         launch = Launch(decl, record.unix_user, python, dict(kwargs.get("env") or {}),
                         key.decode(), scheme, self.launch_timeout, self.orphan_timeout,
                         image, kernel_name(record.kernel_id), booking)  # fmt: skip

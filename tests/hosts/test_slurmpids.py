@@ -10,6 +10,7 @@ import pytest
 from jupyter_gpuhive.errors import Invalid
 from jupyter_gpuhive.hosts.backends.slurm import slurm_uuid
 from jupyter_gpuhive.hosts.backends.slurmnode import merge, reach_of
+from jupyter_gpuhive.hosts.backends.slurmsteps import job_gpus
 from jupyter_gpuhive.hosts.probe import HostSample, ProcessInfo
 from jupyter_gpuhive.hosts.slurmpids import parse_listpids
 from jupyter_gpuhive.model import HostDecl
@@ -61,3 +62,15 @@ def test_a_node_is_reached_only_as_the_site_says() -> None:
     assert reach_of(local) == "local"
     with pytest.raises(Invalid, match="probe must be one of local, not 'rsh'"):
         reach_of(HostDecl("n1", transport="slurm", extra={"slurm": {"probe": "rsh"}}))
+
+
+def test_a_jobs_gpus_are_its_idx_on_the_node() -> None:
+    shown = (
+        "   JOB_GRES=gpu:a100:4\n"
+        "     Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:a100:4(IDX:0-3)\n"
+        "     Nodes=n[2-3] CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:0,2),gpu:h100:1(IDX:5)\n"
+    )
+    assert job_gpus(shown, "n1") == (0, 1, 2, 3)
+    assert job_gpus(shown, "n3") == (0, 2, 5)
+    assert job_gpus(shown, "n9") == ()
+    assert job_gpus("", "n1") == ()

@@ -72,6 +72,7 @@ class KernelBooking:
     reservation_id: int
     gpus: int  # the booking's GPUs on the kernel's host
     end: datetime
+    indexes: tuple[int, ...] = ()  # their indexes there (the engine's own, e.g. Slurm's IDX)
 
 
 class KernelChannels:

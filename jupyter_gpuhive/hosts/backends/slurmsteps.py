@@ -35,11 +35,14 @@ from ...model import HostDecl, utcnow
 from ...model.engines import engine_name
 from ..environment import SAFE_PATH
 from ..loops import end_group, spawn
+from ..slurm import expand_hostlist
 from ..status import HostUnavailable
 from . import KernelBooking, KernelChannels, Session
 from .sessions import ProcessSession
 
 GRANTED = re.compile(r"Granted job allocation (\d+)")
+_JOB_NODE = re.compile(r"^\s*Nodes=(\S+) .*?GRES=(\S*)", re.MULTILINE)
+_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([0-9,-]+)\)")
 WAIT = 20  # seconds salloc waits for the reservation's GPUs before it gives up
 CHUNK = 65536
 # The relay on the node: stdin to the socket, the socket to stdout, until either side ends.
@@ -78,6 +81,21 @@ def owner_env(account: str) -> dict[str, str]:
     with contextlib.suppress(KeyError):
         env["HOME"] = pwd.getpwnam(account).pw_dir
     return env
+
+
+def job_gpus(text: str, node: str) -> tuple[int, ...]:
+    """The GPU indexes (Slurm's IDX) a job holds on `node`, from `scontrol show job -d`
+    (`Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:a100:4(IDX:0-3)`); () when it names none."""
+    found: set[int] = set()
+    for match in _JOB_NODE.finditer(text):
+        if node not in expand_hostlist(match.group(1)):
+            continue
+        for ranges in _IDX.findall(match.group(2)):
+            for part in ranges.split(","):
+                low, _, high = part.partition("-")
+                if low.isdigit() and (high.isdigit() or not high):
+                    found.update(range(int(low), int(high or low) + 1))
+    return tuple(sorted(found))
 
 
 def minutes_until(end: datetime, now: datetime) -> int:
@@ -157,6 +175,25 @@ class SlurmChannels(KernelChannels):
                 self.decl.name, f"Slurm granted no allocation for the kernel: {words_said}"
             )
         self.job = int(granted.group(1))
+        await self._check_gpus(booking)
+
+    async def _check_gpus(self, booking: KernelBooking) -> None:
+        """The allocation's GPUs are the booked ones, by Slurm's IDX (`scontrol show job -d`),
+        else it is cancelled and the start refused (a reservation of a GPU count, Slurm
+        >= 23.11, lets Slurm pick which GPUs of the node)."""
+        line = self.step.line("scontrol", "show", "job", "-d", str(self.job))
+        said = await self._output(line, 20)
+        got = job_gpus(said or "", self.step.node)
+        if booking.indexes and got == booking.indexes:
+            return
+        await self._output(self.step.line("scancel", str(self.job)), 20)
+        self.job = None
+        shown = ",".join(map(str, got)) if got else "none that it says"
+        raise HostUnavailable(
+            self.decl.name,
+            f"Slurm gave the kernel's allocation GPUs IDX {shown} of {self.step.node}, not the "
+            f"booked {','.join(map(str, booking.indexes))}; it was cancelled",
+        )
 
     async def _running(self) -> bool:
         """Whether the allocation still runs (squeue as the owner)."""
