@@ -12,10 +12,11 @@ Run: `.venv/bin/python benchmarks/tenancy.py [--smoke]` (`--smoke`: 2 host group
   process, SQLite) with G host groups of H hosts, one administrator per group, a booking
   (with a description) on every host and a site admin's access rule on every host. Each
   group's administrator tries, on every host of every other group: drain a GPU, end a drain,
-  add a rule for that host, replace and delete the site admin's rule there, cancel the
-  booking there, read its usage and read its description; and once, set a group's limits
-  (limits are the site's). Refused: a 403 whose JSON message says who may instead (for the
-  description: not shown). All must be refused.
+  add a rule for that host, replace and delete the site admin's rule there, approve one
+  tentative booking there and decline another (every booking waits for approval: each
+  group's threshold is 0 GPUs), cancel the booking there, read its usage and read its
+  description; and once, set a group's limits (limits are the site's). Refused: a 403 whose
+  JSON message says who may instead (for the description: not shown). All must be refused.
 - `in_group_admin_actions`: `{"tried": N, "allowed": N}`, the same actions on the
   administrator's own group's first host (but limits): all must be allowed, so that the
   refusals above are the groups' boundary and not a blanket no.
@@ -88,6 +89,7 @@ def site(groups: int, per_group: int) -> tuple[dict[str, Any], dict[str, dict[st
         "admin_groups": ["admins"],
         "site_timezone": "UTC",
         "host_groups": {f"lab{g}": {"admin_groups": [f"lab{g}-heads"]} for g in range(groups)},
+        "approvals": {f"lab{g}": {"gpus": 0} for g in range(groups)},  # every booking waits
     }
     return config, users
 
@@ -113,15 +115,19 @@ def main() -> None:
 def run(port: int, groups: int, per_group: int) -> dict[str, Any]:
     user, boss = Client(port, "tok-user"), Client(port, "tok-boss")
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
-    bookings: dict[str, int] = {}
+    bookings: dict[str, tuple[int, int, int]] = {}  # one to end, one to approve, one to decline
     rules: dict[str, int] = {}
     hosts = [f"g{g}h{h}" for g in range(groups) for h in range(per_group)]
     for host in hosts:  # the bookings first: once a rule exists, rules decide who may book
-        status, body, _ = user.call("POST", "reservations", {
-            "title": "run", "description": "private", "gpus": [f"{host}:0"],
-            "start": start.isoformat(), "duration": "2h"})  # fmt: skip
-        assert status == 201, (status, body)
-        bookings[host] = body["id"]
+        made = []
+        for hours in (0, 3, 6):
+            status, body, _ = user.call("POST", "reservations", {
+                "title": "run", "description": "private", "gpus": [f"{host}:0"],
+                "start": (start + timedelta(hours=hours)).isoformat(), "duration": "2h"})  # fmt: skip
+            assert status == 201, (status, body)
+            assert body["tentative"], body
+            made.append(body["id"])
+        bookings[host] = (made[0], made[1], made[2])
     for host in hosts:
         status, body, _ = boss.call("POST", "rules", {
             "name": f"{host} for all", "users": ["*"], "hosts": [host]})  # fmt: skip
@@ -151,23 +157,28 @@ def run(port: int, groups: int, per_group: int) -> dict[str, Any]:
     }
 
 
-def attempts(head: Client, host: str, booking: int, rule: int) -> list[tuple[str, int, Any]]:
+def attempts(
+    head: Client, host: str, booking: tuple[int, int, int], rule: int
+) -> list[tuple[str, int, Any]]:
     """Every administrator's action on one host, as (what, status, body)."""
     out: list[tuple[str, int, Any]] = []
+    booked, to_approve, to_decline = booking
 
     def call(what: str, method: str, path: str, body: Any = None) -> None:
         status, reply, _ = head.call(method, path, body)
         out.append((what, status, reply))
 
-    call("describe", "GET", f"reservations/{booking}")
-    call("usage", "GET", f"reservations/{booking}/usage")
+    call("describe", "GET", f"reservations/{booked}")
+    call("usage", "GET", f"reservations/{booked}/usage")
     call("drain", "POST", "health/drain", {"gpu": f"{host}:1", "reason": "maintenance"})
     call("undrain", "POST", "health/drain", {"gpu": f"{host}:1", "drain": False})
     call("add rule", "POST", "rules", {"name": "lab", "users": ["*"], "hosts": [host]})
     changed = {"name": "weekdays", "users": ["*"], "hosts": [host], "windows": [OFFICE]}
     call("replace rule", "PUT", f"rules/{rule}", changed)
     call("delete rule", "DELETE", f"rules/{rule}")
-    call("cancel", "DELETE", f"reservations/{booking}")
+    call("approve", "POST", f"reservations/{to_approve}/approve")
+    call("decline", "POST", f"reservations/{to_decline}/decline", {"reason": "not now"})
+    call("cancel", "DELETE", f"reservations/{booked}")
     return out
 
 

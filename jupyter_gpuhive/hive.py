@@ -66,7 +66,7 @@ class Hive:
             self.store, self.run, s.policy, identity_of, s.privacy, limits=self.fairshare.limits,
             remember=self.identities.remember, changed=self.integrations.reservation_event,
             unix_user=self.protection.unix_user, violations=self.protection.of_reservation,
-            engine_of=self.pool.engine_of,  # Slurm's reservations follow the bookings
+            engine_of=self.pool.engine_of, told=self.integrations,  # Slurm follows bookings
         )  # fmt: skip
         self.meter = Meter(self.store, self.run, s.policy.zone, idle_util=s.protection.idle_util,
                            max_gap=s.fairshare.max_gap or max(60.0, 3 * s.poll_interval),

@@ -75,6 +75,7 @@ def occupancy(
                     "start": isoformat(res.start),
                     "end": isoformat(res.end),
                     "mine": mark == MINE,
+                    "tentative": res.tentative,
                 },
             )
     return {

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 
 from ..errors import Conflict, Forbidden, Invalid
 from ..model import Gpu, Identity, Reservation, describe_duration, describe_instant
 from ..model import utcnow as _utcnow
-from ..model.authority import RESERVATIONS, Authority
+from ..model.approvals import ApprovalRules
+from ..model.authority import RESERVATIONS, Authority, sees_hosts
 from ..model.errand import Errand
 from ..model.requests import Booking, BookingChange
 from ..model.rules import Rule
@@ -52,6 +53,7 @@ class Policy:
     horizon: timedelta = timedelta(days=90)
     past_grace: timedelta = timedelta(minutes=5)
     authority: Authority = field(default_factory=Authority, compare=False)
+    approvals: ApprovalRules = field(default_factory=ApprovalRules, compare=False)
 
 
 class ReservationService:
@@ -198,10 +200,27 @@ class ReservationService:
 
         lending = (booking.lend, booking.reclaim_before_start)
         share = requested_share(gpus, booking.share, booking.memory_mib)
+        trial = Reservation(0, owner.name, title, description, start, end, tuple(gpus), now,
+                            share_ppm=share)  # fmt: skip
         return self.store.reservations.create(
             owner.name, title, description, start, end, [g.id for g in gpus], guard, lending,
-            errand, share,
+            errand, share, self.tentative(who, trial, now),
         )  # fmt: skip
+
+    def tentative(
+        self, who: Identity, res: Reservation, now: datetime
+    ) -> tuple[datetime, str] | None:
+        """Until when and why `res` (as `who` would book it) waits for approval; None: it
+        needs none (under every threshold, or `who` administers all of its hosts)."""
+        rules = self.policy.approvals
+        if not rules.thresholds or sees_hosts(who, {g.host for g in res.gpus}):
+            return None
+        needed = rules.needed(res, self._group_name)
+        return None if needed is None else (now + rules.hold, needed[0])
+
+    def _group_name(self, host: str) -> str | None:
+        group = self.authority.host_group(host)
+        return None if group is None else group.name
 
     def update(
         self,
@@ -255,6 +274,11 @@ class ReservationService:
                 share = old.share_ppm
                 if old.is_share and new_gpus is not None:
                     requested_share(gpus, share, None)
+            grows = start < old.start or end > old.end or len(gpus) > len(old.gpus)
+            trial = replace(old, start=start, end=end, gpus=tuple(gpus), share_ppm=share)
+            again = None  # a confirmed booking grown past a threshold waits for approval again
+            if not old.tentative and (grows or share > old.share_ppm):
+                again = self.tentative(who, trial, now)
             return Changes(
                 title=change.title,
                 description=change.description,
@@ -264,6 +288,7 @@ class ReservationService:
                 lend=change.lend,
                 reclaim_before_start=change.reclaim_before_start,
                 share=share,
+                tentative=again,
             )
 
         guard = self.limits.guard(who)

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import Invalid
 from ..model import Gpu, Identity, Reservation, units_conflict
+from ..model.approvals import APPROVED, EXPIRED
 from ..model.authority import RESERVATIONS, RULES, WRITE
 from ..model.errand import Errand
 from ..model.finder import Slot, Want
@@ -23,6 +24,8 @@ from ..privacy import Privacy
 from ..store import Store
 from ..store.preemption import LendingShown
 from . import access
+from .approvals import SYSTEM as RELEASER
+from .approvals import ApprovalDecisions
 from .finder import SlotSearch, Vendors
 from .overview import occupancy
 from .quotas import LimitService
@@ -35,6 +38,21 @@ Run = Callable[..., Awaitable[Any]]
 Violations = Callable[[int, Identity], Awaitable[list[dict[str, Any]]]]
 # (kind, reservation, by whom, why): kind 'created', 'changed' or 'cancelled'
 Changed = Callable[[str, Reservation, str, "str | None"], Any]
+# (kind, reservation, by whom, note, approvers): kind 'tentative', 'approved', 'declined',
+# 'expired' (integrations/approvals.py tells the people concerned)
+Told = Callable[[str, Reservation, str, "str | None", list[str]], Any]
+
+
+class Tellers(Protocol):
+    """Who tells about approvals (integrations.Integrations), and its leader's ticker."""
+
+    ticks: list[Callable[[datetime], Awaitable[Any]]]
+
+    def approval_event(
+        self, kind: str, res: Reservation, by: str, note: str | None, approvers: list[str]
+    ) -> None: ...
+
+
 PROTECTION = "protection"  # who protection's ends are by
 SYSTEM = "gpuhive"  # who changes nobody asked for are by (a MIG re-partition)
 RULES_CHANGED = "access rules changed"
@@ -58,6 +76,7 @@ class Bookings:
         changed: Changed = lambda _kind, _res, _by, _why: None,
         unix_user: Callable[[str], str] = lambda name: name,
         violations: Violations | None = None,
+        told: Tellers | None = None,
     ) -> None:
         self.store = store
         self.run = run
@@ -70,6 +89,11 @@ class Bookings:
         self._unix_user = unix_user
         self._violations = violations
         self.slots = SlotSearch(store, policy, lambda: self.reservations.limits)
+        self.approvals = ApprovalDecisions(store, self.authority, self.reservations.now)
+        self.told: Told = lambda _kind, _res, _by, _note, _approvers: None
+        if told is not None:  # the approvers and holders are told; holds end on its ticks
+            self.told = told.approval_event
+            told.ticks.append(self.release_unanswered)
 
     # --- reservations ------------------------------------------------------------------
 
@@ -166,6 +190,7 @@ class Bookings:
             made: Reservation = await self.run(self.reservations.create, who, booking, errand)
             await self._mirror(who, made)
         self._changed("created", made, who.name, None)
+        await self._ask(made, who.name)
         return made
 
     @asynccontextmanager
@@ -190,6 +215,7 @@ class Bookings:
             self.reservations.update, who, reservation_id, change, errand
         )
         self._changed("changed", changed, who.name, reason)
+        await self._ask(changed, who.name)
         return changed
 
     async def stop_lending(self, reservation_id: int, by: str, reason: str) -> Reservation:
@@ -215,6 +241,39 @@ class Bookings:
         if ended is not None:
             self._changed("changed", ended, by, reason)
         return ended
+
+    # --- approvals (bookings/approvals.py) ------------------------------------------------
+
+    async def answer(
+        self, who: Identity, reservation_id: int, outcome: str, note: str | None = None
+    ) -> Reservation:
+        """Approve a tentative booking (confirmed) or decline it (cancelled); its holder is
+        told. Only its hosts' group administrators and site admins may (403 says who)."""
+        done: Reservation = await self.run(
+            self.approvals.answer, who, reservation_id, outcome, note
+        )
+        said = outcome + (f": {note}" if note else "")
+        self._changed("changed" if outcome == APPROVED else "cancelled", done, who.name, said)
+        self.told(outcome, done, who.name, note, [])
+        return done
+
+    async def release_unanswered(self, now: datetime) -> list[Reservation]:
+        """Release the tentative bookings whose hold ended by `now` unanswered; their
+        holders are told (the leader's ticker calls it)."""
+        released = []
+        for rid in await self.run(self.approvals.due, now):
+            done: Reservation | None = await self.run(self.approvals.release, rid, now)
+            if done is not None:
+                released.append(done)
+                self._changed("cancelled", done, RELEASER, "released: not approved in time")
+                self.told(EXPIRED, done, RELEASER, None, [])
+        return released
+
+    async def _ask(self, res: Reservation, by: str) -> None:
+        """A booking that waits for approval: its approvers are told."""
+        if res.tentative:
+            known: dict[str, list[str]] = await self.run(self.store.users.all)
+            self.told("tentative", res, by, None, self.approvals.approvers(res, known))
 
     async def repartitioned(self) -> dict[int, str | None]:
         """MIG slices were re-partitioned: re-check every live reservation's flag."""

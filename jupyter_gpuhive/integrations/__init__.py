@@ -17,7 +17,7 @@ from ..model.jobs import ACTIVE, Job, TaskState
 from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
 from ..store.subscriptions import Subscription
-from . import health, mail
+from . import approvals, health, mail
 from .digests import DigestService
 from .feeds import Feeds, FeedSettings
 from .mail import MailSettings
@@ -80,6 +80,8 @@ class Integrations:
         self._writing: set[asyncio.Future[None]] = set()  # batches of edits being written
         self._jobs: dict[int, str] = {}  # running jobs seen → their last status
         self._job_lock = asyncio.Lock()
+        # what else the leader's ticker does, given the tick's instant (approvals' holds)
+        self.ticks: list[Callable[[datetime], Awaitable[Any]]] = []
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run in the background: the request that caused an event never waits for it."""
@@ -171,6 +173,16 @@ class Integrations:
         if kind == "ending":
             data["minutes_left"] = max(0, round((res.end - now).total_seconds() / 60))
         return data
+
+    def approval_event(
+        self, kind: str, res: Reservation, by: str, note: str | None, approvers: list[str]
+    ) -> None:
+        """A booking waits for approval (`tentative`: the approvers are told), or was
+        approved, declined or released unanswered (its holder is told): approvals.tell."""
+        self._spawn(approvals.tell(
+            kind, res, by, note, approvers, settings=self.settings.mail, webhooks=self.webhooks,
+            publish_lab=self.publish_lab, privacy=self.privacy, zone=self.settings.zone,
+        ))  # fmt: skip
 
     # --- availability subscriptions ------------------------------------------------------
 
@@ -336,6 +348,8 @@ class Integrations:
                 await self.remind(last, now)
                 await self.check_subscriptions(released=False)
                 await self.run(self.digests.send_due)
+                for tick in self.ticks:
+                    await tick(now)
             except Exception:
                 log.exception("gpuhive: reservation reminders failed")
             last = now

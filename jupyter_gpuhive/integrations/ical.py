@@ -53,7 +53,16 @@ def fingerprint(res: Reservation, with_description: bool = True) -> str:
     parts = [res.title, res.description if with_description else "", res.owner]
     parts += [utc(res.start), utc(res.end), ",".join(g.ref for g in res.gpus)]
     parts.append("cancelled" if res.cancelled else "")
+    if res.tentative:  # only then: a confirmed booking's fingerprint is as before 0024
+        parts.append("tentative")
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def status(res: Reservation) -> str:
+    """RFC 5545's STATUS of a booking: CANCELLED, TENTATIVE (waiting for approval), CONFIRMED."""
+    if res.cancelled:
+        return "CANCELLED"
+    return "TENTATIVE" if res.tentative else "CONFIRMED"
 
 
 def event_lines(
@@ -79,7 +88,7 @@ def event_lines(
         ("LOCATION", escape(", ".join(hosts))),
         ("DESCRIPTION", escape("\n".join(text))),
         ("CATEGORIES", "GPU reservation"),
-        ("STATUS", "CANCELLED" if res.cancelled else "CONFIRMED"),
+        ("STATUS", status(res)),
         ("TRANSP", "OPAQUE"),
         ("X-GPUHIVE-OWNER", escape(res.owner)),
         ("X-GPUHIVE-GPUS", escape(gpus)),

@@ -11,6 +11,7 @@ from typing import Any
 from ..bookings import access
 from ..errors import Conflict, Forbidden, Invalid, NotFound
 from ..model import ID_MAX, Gpu, HostDecl, Identity, units_conflict, utcnow
+from ..model.approvals import tentative_refusal
 from ..model.containers import ContainerSpec
 from ..model.jobs import Job
 from ..model.requests import JobRequest
@@ -79,6 +80,8 @@ class JobRules:
                 raise Forbidden(f"Reservation {rid} belongs to {res.owner}, not to you.")
             if res.cancelled or res.end <= self.now():
                 raise Conflict(f"Reservation {rid} is over; pick GPUs or a current reservation.")
+            if res.tentative:
+                raise Conflict(tentative_refusal(res, "run"))
             return list(res.gpus)
         refs = request.gpus
         if not refs:

@@ -45,6 +45,7 @@ from zoneinfo import ZoneInfo
 from ..errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from ..hosts.pool import HostPool
 from ..model import Gpu, HostDecl, Identity, Reservation, describe_instant, utcnow
+from ..model.approvals import tentative_refusal
 from ..model.kernel import KernelState
 from ..store import Store
 
@@ -202,6 +203,8 @@ class KernelRegistry:
         res = await self.run(self.store.reservations.get, reservation_id)
         if res.cancelled:
             raise Conflict(f"Reservation {res.id} was cancelled: no kernel can start on it.")
+        if res.tentative:
+            raise Conflict(tentative_refusal(res, "start"))
         if who is not None and who.name != res.owner:
             raise Forbidden(
                 f"Reservation {res.id} is {res.owner}'s: only {res.owner} can start a kernel "

@@ -323,10 +323,16 @@ class Reservation:
     flagged: bool = False
     flag_reason: str | None = None
     share_ppm: int = WHOLE  # the share of its one GPU, in millionths; WHOLE: whole GPUs
+    tentative_until: datetime | None = None  # awaiting approval: its hold ends then
 
     @property
     def cancelled(self) -> bool:
         return self.cancelled_at is not None
+
+    @property
+    def tentative(self) -> bool:
+        """Whether it waits for approval (its slot held, nothing may run on it yet)."""
+        return self.tentative_until is not None and self.cancelled_at is None
 
     @property
     def share(self) -> float:
@@ -366,7 +372,7 @@ class Reservation:
         return ReservationStatus.ACTIVE if now < self.end else ReservationStatus.ENDED
 
     def to_json(self, now: datetime | None = None) -> dict[str, Any]:
-        gpus, cancelled = self.gpus, self.cancelled_at
+        gpus, cancelled, until = self.gpus, self.cancelled_at, self.tentative_until
         return {
             "id": self.id,
             "owner": self.owner,
@@ -383,4 +389,6 @@ class Reservation:
             "flag_reason": self.flag_reason,
             "share": fraction(self.share_ppm),
             "share_memory_mib": self.share_memory_mib() if self.is_share else None,
+            "tentative": self.tentative,
+            "tentative_until": until.isoformat() if until and self.tentative else None,
         }

@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
-from traitlets.config import LoggingConfigurable
 
 from ..errors import Invalid
 from ..model import parse_duration
+from .tenancy import TenancyConfig
 
 
 def system_timezone() -> str:
@@ -31,7 +31,7 @@ def system_timezone() -> str:
     return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else "UTC"
 
 
-class GpuHiveConfig(LoggingConfigurable):
+class GpuHiveConfig(TenancyConfig):
     """gpuhive's configuration traits (`c.GpuHiveApp.…`), without a server."""
 
     @classmethod

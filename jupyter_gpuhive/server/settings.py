@@ -21,6 +21,7 @@ from ..files import append_file
 from ..hosts.config import local_gpu_host, parse_hosts
 from ..hosts.file import default_hosts_file, read_hosts
 from ..model import parse_duration
+from ..model.approvals import parse_approvals
 from ..model.authority import Authority, parse_host_groups
 from .config import GpuHiveConfig
 
@@ -93,7 +94,11 @@ class GpuHiveSettings(GpuHiveConfig):
             horizon=span(self.booking_horizon, "booking_horizon"),
             past_grace=span(self.past_grace, "past_grace"),
             authority=authority,
-        )
+            approvals=parse_approvals(
+                dict(self.approvals), span(self.approval_hold, "approval_hold"),
+                (h.name for h in hosts), authority.groups,
+            ),
+        )  # fmt: skip
         keys: list[str] = []
         if any(backend_of(h).uses_ssh_keys for h in hosts):
             ensure_client_key(Path(self.ssh_key).expanduser())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .accounting import Accounting
+from .approvals import Approvals
 from .budgets import BudgetStore
 from .clashes import Clash
 from .database import Database
@@ -55,6 +56,7 @@ class Store:
         self.db.take_key = self.idempotency.take  # first in a keyed request's first write
         self.live_sweeps = LiveSweeps(self.db)  # the leader's sweeps, for every replica
         self.preemption = Preemption(self.db)  # loans of reserved GPUs to preemptible jobs
+        self.approvals = Approvals(self.db)  # why bookings wait for approval, the answers
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

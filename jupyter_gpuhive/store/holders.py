@@ -104,7 +104,8 @@ _SHARES_NOW = (
 
 def _reservation(row: Sequence[Any]) -> Reservation:
     """A Reservation from COLUMNS' values, its GPUs not read."""
-    rid, owner, title, description, start, end, created, cancelled, flagged, reason = row
+    rid, owner, title, description, start, end, created, cancelled, flagged, reason, until = row
     return Reservation(
-        rid, owner, title, description, start, end, (), created, cancelled, flagged, reason
-    )
+        rid, owner, title, description, start, end, (), created, cancelled, flagged, reason,
+        tentative_until=until,
+    )  # fmt: skip

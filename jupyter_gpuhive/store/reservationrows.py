@@ -25,6 +25,7 @@ COLUMNS = (
     reservations.c.cancelled_at,
     reservations.c.flagged,
     reservations.c.flag_reason,
+    reservations.c.tentative_until,
 )
 
 
@@ -49,7 +50,7 @@ def build(conn: Connection, rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> l
             shares[rid] = min(share, shares.get(rid, WHOLE))
     out = []
     for row in rows:
-        rid, owner, title, description, start, end, created, cancelled, flagged, reason = row
+        rid, owner, title, description, start, end, created, cancelled, flagged, reason, until = row
         booked = [gpu(g) for g in gpu_ids.get(rid, ())]
         if len(booked) > 1:
             booked.sort(key=gpu_order)
@@ -67,6 +68,7 @@ def build(conn: Connection, rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> l
                 flagged,
                 reason,
                 shares.get(rid, WHOLE),
+                until,
             )
         )
     return out
@@ -86,14 +88,14 @@ def build_joined(rows: Sequence[Any], gpu: Callable[[int], Gpu]) -> list[Reserva
                 out[-1].gpus = tuple(booked)
             booked = []
             last_id = rid
-            _, owner, title, text, start, end, created, cancelled, flagged, why = row[:10]
+            _, owner, title, text, start, end, created, cancelled, flagged, why, until = row[:11]
             out.append(
                 Reservation(
                     rid, owner, title, text, start, end, (), created, cancelled, flagged, why,
-                    row[11],
+                    row[12], until,
                 )
             )  # fmt: skip
-        booked.append(gpu(row[10]))
+        booked.append(gpu(row[11]))
     if out:
         if len(booked) > 1:
             booked.sort(key=gpu_order)

@@ -24,6 +24,7 @@ from ..errors import Conflict, NotFound
 from ..model import Reservation, utcnow
 from ..model.errand import Errand
 from ..model.shares import WHOLE
+from .approvals import Decision, answer, ask
 from .clashes import Clash, clash_error, find_clashes, is_overlap
 from .database import Database
 from .inventory import Inventory
@@ -50,6 +51,9 @@ class Changes:
     lend: bool | None = None  # the lending choice, written in the same transaction
     reclaim_before_start: bool | None = None
     share: int | None = None  # millionths of its one GPU (WHOLE: whole GPUs)
+    # approvals (migration 0024): wait for one until then, with why; or the answer given
+    tentative: tuple[datetime, str] | None = None
+    answer: Decision | None = None
 
 
 @dataclass(frozen=True)
@@ -181,11 +185,13 @@ class Reservations:
         lending: tuple[bool, bool] = (True, False),
         errand: Errand | None = None,
         share: int = WHOLE,
+        tentative: tuple[datetime, str] | None = None,
     ) -> Reservation:
         """Insert a reservation and its lending choice (lend, reclaim_before_start) in one
         transaction, or raise Conflict naming the reservations in the way (`errand`: the
         API request it is part of; its Idempotency-Key is taken in this transaction).
-        `share`: the millionths of its one GPU it holds (WHOLE: all of each GPU)."""
+        `share`: the millionths of its one GPU it holds (WHOLE: all of each GPU);
+        `tentative`: it waits for approval until then, for that reason."""
         created = utcnow()
 
         def work(conn: Connection) -> int:
@@ -206,9 +212,12 @@ class Reservations:
                 "end_at": end,
                 "created_at": created,
                 "flagged": False,
+                "tentative_until": tentative[0] if tentative else None,
             }
             units = [(gid, self.inventory.gpu_by_id(gid).device_id) for gid in gpu_ids]
             rid = insert_booking(conn, row, units, share)
+            if tentative is not None:
+                ask(conn, rid, tentative[1], created)
             if lending != (True, False):  # the defaults need no row
                 choose_lending(conn, rid, *lending)
             self.longest.note(conn, start, end)
@@ -227,8 +236,9 @@ class Reservations:
         self.longest.stored(start, end)
         gpus = tuple(sorted((self.inventory.gpu_by_id(g) for g in gpu_ids), key=gpu_order))
         return Reservation(
-            rid, owner, title, description, start, end, gpus, created, share_ppm=share
-        )
+            rid, owner, title, description, start, end, gpus, created, share_ppm=share,
+            tentative_until=tentative[0] if tentative else None,
+        )  # fmt: skip
 
     def modify(
         self,
@@ -274,6 +284,12 @@ class Reservations:
                 values["description"] = change.description
             if cancelled:
                 values["cancelled_at"] = change.cancelled_at
+            if change.tentative is not None:
+                values["tentative_until"] = change.tentative[0]
+                ask(conn, reservation_id, change.tentative[1], utcnow())
+            if change.answer is not None:
+                values["tentative_until"] = None
+                answer(conn, reservation_id, change.answer)
             conn.execute(
                 update(reservations).where(reservations.c.id == reservation_id).values(**values)
             )

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
+from typing import Any
 
 LANE_PX = 24  # the least height of a GPU's lane
 FONT_PX = 10  # the labels' font size
@@ -172,3 +173,8 @@ def hour_ticks(days: int, frame: Frame) -> dict[float, str]:
     """The bottom axis' labels: hours of the day, as many as fit without touching."""
     step = next((s for s in (3, 6, 12, 24) if s * frame.px_per_hour >= 5 * CHAR_PX), 24)
     return {float(h): f"{h % 24:02d}" for h in range(0, days * 24 + 1, step)}
+
+
+def status_of(reservation: dict[str, Any]) -> str:
+    """A box's status: the reservation's, or 'tentative' while it waits for approval (#46)."""
+    return "tentative" if reservation.get("tentative") else str(reservation.get("status", ""))

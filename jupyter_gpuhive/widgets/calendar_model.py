@@ -48,7 +48,7 @@ class Box:
     title: str
     mine: bool
     colour: str
-    status: str
+    status: str  # the reservation's, or 'tentative' while it waits for approval (#46)
     lent: str = ""  # 'lent to job 42 (preemptible) until you start', or ""
     share: float = 1.0  # the part of the GPU it holds (#44): drawn as that part of the lane
 
@@ -56,7 +56,8 @@ class Box:
     def label(self) -> str:
         lent = f" · {self.lent}" if self.lent else ""
         part = f" · {self.share:g} GPU" if self.share < 1 else ""
-        return f"{self.owner}: {self.title}{part}{lent}"
+        waits = " (tentative: waits for approval)" if self.status == "tentative" else ""
+        return f"{self.owner}: {self.title}{waits}{part}{lent}"
 
     def contains(self, x: float, y: float) -> bool:
         return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
@@ -271,7 +272,7 @@ class CalendarModel:
                     shared.setdefault(lane, []).append(len(boxes))
                 boxes.append(
                     Box(r["id"], gpu, lane, x[0], x[1], lane + PAD, lane + 1 - PAD, owner,
-                        r["title"], mine, colour, r.get("status", ""), lent, part)
+                        r["title"], mine, colour, lanes.status_of(r), lent, part)
                 )  # fmt: skip
         self.boxes = _stacked(boxes, shared)
         self.unrestricted = bool(coverage.get("unrestricted", True))

@@ -4,6 +4,12 @@
  * that this file is what the generator writes.
  */
 
+/** An administrator's answer to a tentative booking, with an optional reason (the holder reads it). The body may be left out. */
+export interface ApprovalAnswer {
+  /** Why (told to the holder with the answer) */
+  reason?: string | null;
+}
+
 /** The kernel's process ended (or is to end now): drop what it used. */
 export interface CleanupBody {
   /** true: it starts again at once (keep its sockets) */
@@ -297,7 +303,7 @@ export interface NewSubscription {
 export interface NewWebhook {
   url: string;
   format?: 'json' | 'slack';
-  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | '*')[];
+  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'reservation.tentative' | 'reservation.approved' | 'reservation.declined' | 'reservation.expired' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | '*')[];
   /** Admins only: everyone's events */
   site?: boolean;
 }
@@ -434,6 +440,12 @@ export interface ReservationReply {
   share?: number;
   /** The GPU memory its share holds, in MiB (null: whole GPUs, or the GPU's memory is unknown) */
   share_memory_mib?: number | null;
+  /** It waits for an administrator's approval: its slot is held, but no job or kernel may run on it until it is approved (docs/how-to/approvals.md) */
+  tentative?: boolean;
+  /** While tentative: when its hold ends if nobody answers (released) */
+  tentative_until?: string | null;
+  /** While tentative: whether the requester may approve or decline it */
+  may_approve?: boolean;
 }
 
 /** Where a reservation is at an instant: cancelled, upcoming, active or ended. */

@@ -38,6 +38,7 @@ async def test_overview_states_slots_and_limits(api: Any) -> None:
         "start": iso(t + 2 * hour),
         "end": iso(t + 3 * hour),
         "mine": False,
+        "tentative": False,  # no approvals configured: nothing waits (docs/how-to/approvals.md)
     }
 
     theirs = await bob("GET", "overview", params={**window, "slot": "30m"})

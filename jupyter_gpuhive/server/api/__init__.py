@@ -7,6 +7,7 @@ from typing import Any
 
 from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
 
+from . import approvals as ap
 from . import brokered as b
 from . import fairshare as f
 from . import finder as fi
@@ -50,6 +51,8 @@ ENDPOINTS: list[tuple[str, type[HiveLogic]]] = [
     ("/reservations/{id}", rs.ReservationHandler),
     ("/reservations/{id}/usage", rs.ReservationUsageHandler),
     ("/reservations/{id}/reclaim", rs.ReclaimHandler),
+    ("/reservations/{id}/approve", ap.ApproveHandler),
+    ("/reservations/{id}/decline", ap.DeclineHandler),
     ("/overview", rs.OverviewHandler),
     ("/rules", ru.RulesHandler),
     ("/rules/coverage", ru.CoverageHandler),

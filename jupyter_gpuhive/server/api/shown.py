@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from ...model import Reservation
+from ...model.authority import sees_hosts
 from ...model.jobs import Job
 from ...privacy import job_json, reservation_json
 from .base import HiveLogic
@@ -27,6 +28,7 @@ class Shown(HiveLogic):
         data = reservation_json(res, self.who, self.hive.settings.privacy, now)
         configured = {host.name for host in self.hive.settings.hosts}
         data["hosts_gone"] = sorted({gpu.host for gpu in res.gpus} - configured)
+        data["may_approve"] = res.tentative and sees_hosts(self.who, {g.host for g in res.gpus})
         if lending is not None:
             choice, lent = lending
             data["lend"], data["reclaim_before_start"] = choice.get(res.id, (True, False))

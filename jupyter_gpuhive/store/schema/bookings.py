@@ -1,5 +1,5 @@
 """Tables of the inventory, users, reservations, access rules and usage (migrations 0001, 0002,
-0010, 0013, 0014, 0018, 0022)."""
+0010, 0013, 0014, 0018, 0022, 0024)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,8 @@ reservations = Table(
     Column("cancelled_at", UTCDateTime),
     Column("flagged", Boolean, nullable=False, default=False),
     Column("flag_reason", Text),
+    # set while it waits for approval: when its hold runs out (migration 0024)
+    Column("tentative_until", UTCDateTime),
     Index(None, "start_at"),
     Index(None, "owner", "start_at"),
     # a user's live reservations by end: the fair-share check counts those not ended
@@ -106,7 +108,36 @@ reservations = Table(
         sqlite_where=text("cancelled_at IS NULL"),
         postgresql_where=text("cancelled_at IS NULL"),
     ),
+    # the tentative ones by the end of their hold (migration 0024)
+    Index(
+        "ix_reservations_tentative",
+        "tentative_until",
+        sqlite_where=text("tentative_until IS NOT NULL"),
+        postgresql_where=text("tentative_until IS NOT NULL"),
+    ),
     sqlite_autoincrement=True,  # ids are never reused (migration 0006)
+)
+
+# A booking that needed approval: why, when asked, and the answer (migration 0024).
+reservation_approvals = Table(
+    "reservation_approvals",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("why", Text, nullable=False),
+    Column("asked_at", UTCDateTime, nullable=False),
+    Column("outcome", String(16)),  # approved, declined, expired; NULL: not answered yet
+    Column("decided_by", String(128)),
+    Column("decided_at", UTCDateTime),
+    Column("note", Text),
+    CheckConstraint(
+        "outcome IS NULL OR outcome IN ('approved', 'declined', 'expired')",
+        name="reservation_approvals_outcome",
+    ),
 )
 
 # One row per booked GPU; start/end/cancelled are copies of the reservation's so that the

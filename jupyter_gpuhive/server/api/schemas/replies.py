@@ -95,6 +95,17 @@ class ReservationReply(Reply):
         description="The GPU memory its share holds, in MiB (null: whole GPUs, or the "
         "GPU's memory is unknown)",
     )
+    tentative: bool = Field(
+        False,
+        description="It waits for an administrator's approval: its slot is held, but no job "
+        "or kernel may run on it until it is approved (docs/how-to/approvals.md)",
+    )
+    tentative_until: datetime | None = Field(
+        None, description="While tentative: when its hold ends if nobody answers (released)"
+    )
+    may_approve: bool = Field(
+        False, description="While tentative: whether the requester may approve or decline it"
+    )
 
 
 class ReservationList(Reply):
