@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import Conflict, HiveError, NotFound
-from ..model import Identity, Reservation, utcnow
+from ..model import Identity, Reservation, isoformat, utcnow
 from ..model.engines import EngineRefused, Held, ReservationEngine, booking_of, engine_name
 from ..model.errand import Errand
 from ..model.requests import BookingChange
+from .overview import FREE, OTHERS
 from .service import PROTECTION as PROTECTION
 from .service import Bookings
 
@@ -58,6 +60,47 @@ class EngineBookings(Bookings):
             return
         async with self._one_at_a_time:
             yield
+
+    # --- what the engines run: occupied time ---------------------------------------------
+
+    async def overview(
+        self,
+        who: Identity,
+        start: datetime,
+        end: datetime,
+        slot: timedelta,
+        host: str | None = None,
+        gpu: str | None = None,
+    ) -> dict[str, Any]:
+        """The overview, with the time that jobs the engines run now (anyone's, submitted
+        outside gpuhive too) hold on their GPUs marked as others' ('o'), from each job's
+        start to its end, and listed under `engine_jobs` (an override: same parameters)."""
+        shown = await super().overview(who, start, end, slot, host=host, gpu=gpu)
+        engines = self._all_engines()
+        if not engines:
+            return shown
+        hosts: dict[tuple[int, str], str] = {}  # (engine, node) -> host
+        for found in self.store.inventory.hosts():
+            under = self.engine_of(found.name)
+            if under is not None:
+                hosts[(id(under[1]), under[0])] = found.name
+        jobs: list[dict[str, Any]] = []
+        for key, engine in engines.items():
+            try:
+                running = await engine.running()
+            except EngineRefused as error:  # shown without them; said in the log
+                log.warning("gpuhive: %s did not list its jobs: %s", engine.label, error)
+                continue
+            for job in running:
+                refs = [f"{hosts[(key, node)]}:{index}" for node, index in job.gpus
+                        if (key, node) in hosts]  # fmt: skip
+                if refs:
+                    jobs.append({"engine": engine.label, "job": job.job_id, "user": job.user,
+                                 "gpus": refs, "start": isoformat(job.start),
+                                 "end": isoformat(job.end)})  # fmt: skip
+                    occupy(shown, refs, max(job.start, start), job.end, start, slot)
+        shown["engine_jobs"] = jobs
+        return shown
 
     # --- what a booking asks of each engine ----------------------------------------------
 
@@ -260,3 +303,20 @@ def _drift(have: Held | None, want: Held, now: datetime) -> str | None:
     if abs(have.end - want.end) > SLACK:
         said.append(f"end {have.end:%Y-%m-%d %H:%M:%S} instead of {want.end:%Y-%m-%d %H:%M:%S}")
     return f"was changed ({'; '.join(said)} UTC)" if said else None
+
+
+def occupy(
+    shown: dict[str, Any], refs: list[str], since: datetime, until: datetime,
+    start: datetime, slot: timedelta,
+) -> None:  # fmt: skip
+    """Mark the free slots of GPUs `refs` in [since, until) of an overview as others'."""
+    first = max(0, math.floor((since - start) / slot))
+    for row in shown["gpus"]:
+        if row["id"] not in refs:
+            continue
+        states = list(row["states"])
+        last = min(len(states), math.ceil((until - start) / slot))
+        for i in range(first, last):
+            if states[i] == FREE:
+                states[i] = OTHERS
+        row["states"] = "".join(states)

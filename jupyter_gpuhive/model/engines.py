@@ -41,6 +41,18 @@ class Held:
         return tuple(node for node, _ in self.gpus)
 
 
+@dataclass(frozen=True)
+class EngineJob:
+    """A job the engine runs now (anyone's, submitted outside gpuhive too) and the GPUs of its
+    nodes it holds until `end` (its time limit)."""
+
+    job_id: int
+    user: str  # the engine's account name
+    start: datetime
+    end: datetime
+    gpus: tuple[tuple[str, int], ...]  # (node, GPU index there)
+
+
 class EngineRefused(Exception):
     """The engine refused a reservation or a change; the message is a sentence for people."""
 
@@ -68,4 +80,8 @@ class ReservationEngine(Protocol):
 
     async def listing(self) -> dict[str, Held]:
         """Every reservation of gpuhive's (by name) as the engine holds it now."""
+        ...
+
+    async def running(self) -> list[EngineJob]:
+        """The jobs that hold GPUs of the engine's nodes now; EngineRefused when unknown."""
         ...

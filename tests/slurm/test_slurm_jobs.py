@@ -5,13 +5,16 @@ other users cannot stop it, and a job cannot reach GPUs its owner does not hold.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from jupyter_gpuhive.hosts.slurm import SlurmParseError
+from jupyter_gpuhive.hosts.slurmjobs import parse_jobs
 from jupyter_gpuhive.model.engines import engine_name
 from tests.conftest import iso
 from tests.slurm.conftest import ACCOUNTS, slurm_hosts
@@ -147,9 +150,10 @@ async def test_a_job_reaches_no_gpus_its_owner_does_not_hold(api, running_hive, 
                 and j["state"] in ("PENDING", "RUNNING")]  # fmt: skip
 
 
-async def test_a_booking_over_a_running_slurm_job_is_refused(api, running_hive, slurm) -> None:
-    """A job Slurm runs on a node (submitted outside gpuhive) keeps gpuhive's bookings off
-    that node while it runs: Slurm refuses the reservation, and gpuhive the booking (409)."""
+async def test_a_running_slurm_job_is_occupied_time(api, running_hive, slurm) -> None:
+    """A job Slurm runs on a node (submitted outside gpuhive) shows in the calendar as others'
+    time on its GPUs (GRES IDX), and keeps gpuhive's bookings off that node while it runs:
+    Slurm refuses the reservation, and gpuhive the booking (409)."""
     alice = api("alice")
     await inventory(alice)
     sbatch = ["runuser", "-u", ACCOUNTS["bob"], "--", f"{slurm.bin}/sbatch", "--parsable",
@@ -163,6 +167,15 @@ async def test_a_booking_over_a_running_slurm_job_is_refused(api, running_hive, 
         return slurm_jobs(slurm).get(job_id, {}).get("state") == "RUNNING"
 
     await until(running, 60, "bob's Slurm job running")
+    # the calendar shows the job's GPU as others' time, from now to the job's end
+    shown = await alice("GET", "overview", params={"host": "n1"})
+    assert shown.status == 200, shown
+    rows = {row["id"]: row["states"] for row in shown.body["gpus"]}
+    assert rows["n1:0"][0] == "o" and rows["n1:1"][0] == "f", rows
+    listed = shown.body["engine_jobs"]
+    assert [(j["job"], j["user"], j["gpus"]) for j in listed] == [
+        (int(job_id), ACCOUNTS["bob"], ["n1:0"])
+    ], listed
     made = await alice("POST", "reservations", {"title": "over", "gpus": WHOLE_N1,
                                                 "start": iso(datetime.now(UTC)),
                                                 "duration": "1h"})  # fmt: skip
@@ -170,3 +183,25 @@ async def test_a_booking_over_a_running_slurm_job_is_refused(api, running_hive, 
     assert "The booking was not made" in made.message and "busy" in made.message, made
     # n2 is free of Slurm jobs: booked as usual
     assert await booked_now(alice, [f"n2:{i}" for i in range(4)])
+
+
+def test_slurm_jobs_read_only_numbers_nodes_and_accounts() -> None:
+    """`squeue --json`: a job's GPUs per node from its gres_detail; a name that looks like
+    fields counts for nothing; jobs that hold no GPU now are left out."""
+    forged = "x Nodes=n2 GRES=gpu:h100:4(IDX:0-3)"
+    jobs = [
+        {"job_id": 7, "user_name": "gh-bob", "job_state": "RUNNING", "name": forged,
+         "nodes": "n[1-2]", "gres_detail": ["gpu:a100:1(IDX:2)", "gpu:h100:2(IDX:0,3)"],
+         "start_time": 1_800_000_000, "end_time": 1_800_000_600},
+        {"job_id": 8, "user_name": "gh-bob", "job_state": "PENDING", "nodes": "n1",
+         "gres_detail": ["gpu:a100:1(IDX:0)"], "start_time": 0, "end_time": 0},
+        {"job_id": 9, "user_name": "gh-bob", "job_state": "RUNNING", "nodes": "n1",
+         "gres_detail": [], "start_time": 0, "end_time": 0},
+    ]  # fmt: skip
+    found = parse_jobs(json.dumps({"jobs": jobs}))
+    assert [(j.job_id, j.user, j.gpus) for j in found] == [
+        (7, "gh-bob", (("n1", 2), ("n2", 0), ("n2", 3)))
+    ]
+    assert found[0].end - found[0].start == timedelta(minutes=10)
+    with pytest.raises(SlurmParseError):
+        parse_jobs("not json")
