@@ -7,8 +7,10 @@ and its state come from `scontrol show node -o` (one call per sweep for all the 
 nodes); a node Slurm keeps closed (down, drained, failing...) gives its GPUs a failed health
 with Slurm's reason, so nothing books them. gpuhive's bookings on its nodes become Slurm
 reservations (`SlurmReservations`). Jobs' tasks are batch jobs of their owners, submitted from
-this machine (`task_run`, `runners/slurm.py`). Other commands on the nodes (kernels,
-protection) are not built yet: `run` answers that it runs none.
+this machine (`task_run`, `runners/slurm.py`); a reservation kernel is a step of its owner's
+allocation in the booking's reservation (`slurmsteps`). On a node gpuhive may reach itself
+(`slurm.probe`, `slurmnode`) the vendor probe runs there, and `run` runs protection's commands;
+elsewhere `run` answers that it runs none.
 
 The clients run on this machine as the server's account (root or the SlurmUser: only they may
 create reservations), with TZ=UTC and every value quoted.
@@ -20,6 +22,7 @@ import asyncio
 import re
 import shlex
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -45,9 +48,12 @@ from ..slurm import (
 )
 from ..slurm import printable as printable
 from ..slurmjobs import parse_jobs
+from ..slurmpids import confinement, parse_listpids
 from ..status import CommandResult, HostUnavailable
-from . import HostBackend
+from . import HostBackend, KernelBooking, KernelChannels
 from .local import LocalBackend
+from .slurmnode import ReachedNode, merge, reach_of
+from .slurmsteps import SlurmChannels, SlurmPlace
 
 if TYPE_CHECKING:
     from ..probe import HostSample
@@ -263,6 +269,7 @@ class SlurmBackend(HostBackend):
     needs_address = False
     samples_itself = True
     queues_here = False  # Slurm's queue runs the cluster's jobs, not gpuhive's
+    pins_devices = True  # a kernel's step gets its GPUs from Slurm
     submits_tasks = True  # jobs' tasks are submitted from here (`task_run`, `runners/slurm.py`)
 
     def __init__(self, settings: Any, me: str) -> None:
@@ -270,6 +277,7 @@ class SlurmBackend(HostBackend):
         self._listed: dict[Cluster, tuple[float, dict[str, SlurmNode]]] = {}
         self._listing: dict[Cluster, asyncio.Lock] = {}
         self._engines: dict[Cluster, SlurmReservations] = {}
+        self._node = ReachedNode(settings, me)  # nodes gpuhive reaches itself (`slurm.probe`)
         self._submit = LocalBackend(settings, me)  # runs the owners' sbatch, squeue, scancel
 
     async def nodes(self, cluster: Cluster, timeout: float) -> dict[str, SlurmNode]:
@@ -297,7 +305,36 @@ class SlurmBackend(HostBackend):
             raise HostUnavailable(decl.name, f"Slurm did not say: {error}") from None
         if node not in nodes:
             raise HostUnavailable(decl.name, f"Slurm lists no node {node}")
-        return sample_of(decl.name, nodes[node], utcnow())
+        sample = sample_of(decl.name, nodes[node], utcnow())
+        if not self._reaches(decl):
+            return sample
+        found = await self._node.probe(decl, timeout)
+        try:  # after the probe: a job's process the probe saw is listed by now
+            jobs = await self.in_jobs(cluster, node, timeout)
+        except HostUnavailable:
+            jobs = {}  # the report says less; the kill step asks again, and refuses
+        return merge(sample, found, jobs)
+
+    def _reaches(self, decl: HostDecl) -> bool:
+        try:
+            return reach_of(decl) is not None
+        except Invalid as error:
+            raise HostUnavailable(decl.name, error.message) from None
+
+    async def in_jobs(self, cluster: Cluster, node: str, timeout: float) -> dict[int, int]:
+        """{pid: Slurm job} of the node's processes inside jobs (`slurmpids`; root's view)."""
+        try:
+            done = await slurm_command(cluster.line("scontrol", "listpids", "*", node), timeout)
+        except (OSError, TimeoutError) as error:
+            raise HostUnavailable(node, f"scontrol listpids did not answer: {error}") from None
+        if done.exit_status != 0 and "No job steps" not in done.stdout + done.stderr:
+            raise HostUnavailable(node, f"scontrol listpids failed: {_said(done)}")
+        return parse_listpids(done.stdout)
+
+    async def confined(self, decl: HostDecl, pids: list[int]) -> dict[int, str]:
+        node, cluster = settings_of(decl)
+        jobs = await self.in_jobs(cluster, node, 20.0)
+        return {pid: confinement(jobs[pid]) for pid in pids if pid in jobs}
 
     def reservations(self, decl: HostDecl) -> tuple[str, SlurmReservations]:
         node, cluster = settings_of(decl)
@@ -309,12 +346,23 @@ class SlurmBackend(HostBackend):
     async def run(
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None
     ) -> CommandResult:
+        if self._reaches(decl):  # a node gpuhive may reach itself (`slurmnode`)
+            return await self._node.run(decl, command, user, timeout, stdin)
         return CommandResult(NOT_RUN, "", "gpuhive runs no commands on Slurm nodes yet")
 
     async def start_loop(
         self, decl: HostDecl, command: str, user: str, slot: asyncio.Semaphore
     ) -> Loop:
         raise HostUnavailable(decl.name, "gpuhive runs no commands on Slurm nodes yet")
+
+    async def open_channels(
+        self, decl: HostDecl, user: str, booking: KernelBooking | None = None
+    ) -> KernelChannels:
+        """A kernel as a step of `user`'s allocation in the booking's reservation
+        (`slurmsteps`)."""
+        node, cluster = settings_of(decl)
+        python = str(decl.extra.get("kernel_python") or sys.executable)
+        return SlurmChannels(decl, SlurmPlace(cluster.line, node, user), booking, python)
 
     def runner(self, decl: HostDecl) -> TaskRunner:
         """Jobs' tasks are Slurm batch jobs of their owners on the node (`runners/slurm.py`)."""
