@@ -9,6 +9,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Notification } from '@jupyterlab/apputils';
 
 import { Fetcher, HiveApi } from './api';
+import { ApprovalSection, tentativeBadge } from './approvalsUi';
 import { IHiveEvent, ToastBoard, VIOLATION_SCHEMA, eventToast, openViolations } from './events';
 import { IKernelEvent, KERNEL_SCHEMA } from './kernels';
 import { KernelSection, KernelStatus, KernelStore, installSwitch, openNotebookButton, showKernelEvent } from './kernelsUi';
@@ -78,11 +79,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const api = new HiveApi(settings.baseUrl, fetcher);
     // Kernels on reservations: the sidebar's section, the status bar's countdown, the switch.
     const kernels = new KernelStore(api);
+    // Approvals (#46): bookings that wait for my answer; my own tentative one says so.
+    const approvals: ApprovalSection = new ApprovalSection(api, (): Promise<void> => panel.refresh());
     const panel = new GpuHivePanel({
       api,
       insertCell: code => insertCell(app, tracker, code),
-      reservationExtras: (r, now) => openNotebookButton(app, r, now),
-      sections: [new KernelSection(kernels, tracker)]
+      reservationExtras: (r, now) => tentativeBadge(r, now) ?? openNotebookButton(app, r, now),
+      sections: [new KernelSection(kernels, tracker), approvals]
     });
     if (statusBar) {
       const status = new KernelStatus(kernels, tracker);

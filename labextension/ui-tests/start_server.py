@@ -66,6 +66,8 @@ def sim_hosts(root: Path) -> list[dict[str, object]]:
         entry = host_config(LocalSimHost(name, root / "sim" / name, config))
         if name == "gpu2":  # gpu2:1 may be booked in shares (#44); booked whole, it is any GPU
             entry["gpus"][1]["shareable"] = True
+        if name == "gpu1":  # host group 'lab', administered by the token's user (approvals.spec)
+            entry["group"] = "lab"
         hosts.append(entry)
     return hosts
 
@@ -121,6 +123,10 @@ def gpuhive_config(root: Path) -> str:
         "c.GpuHiveApp.violation_ladder = [{'after': 0, 'handler': 'event'}]\n"
         "c.GpuHiveApp.violation_handlers = {'event': {'interval': 2}}\n"
         "c.GpuHiveApp.admin_users = {'ada'}\n"
+        # Approvals (#46): bookings of more than 3 GPUs on gpu1 wait for its group's
+        # administrator, the token's user (approvals.spec.ts); its own bookings never wait.
+        f"c.GpuHiveApp.host_groups = {{'lab': {{'admins': [{getpass.getuser()!r}]}}}}\n"
+        "c.GpuHiveApp.approvals = {'gpu1': {'gpus': 3}}\n"
     )
 
 
