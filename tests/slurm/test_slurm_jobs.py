@@ -6,6 +6,7 @@ other users cannot stop it, and a job cannot reach GPUs its owner does not hold.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -97,6 +98,48 @@ async def test_a_job_on_a_slurm_booking_is_its_owners_batch_job(api, running_hiv
     assert f"job {slurm_id} as {ACCOUNTS['alice']} in {engine_name(rid)}" in said
     # Slurm pinned the four booked GPUs (its own indexes, not gpuhive's UUIDs)
     assert "gpus=0,1,2,3" in said, said
+
+
+async def test_templates_run_as_slurm_jobs(api, running_hive, slurm) -> None:
+    """PyTorch (one env:// process per GPU: four batch jobs of one GPU each in the booking's
+    reservation) and TensorFlow (TF_CONFIG) run on a Slurm booking."""
+    alice = api("alice")
+    await inventory(alice)
+    rid = await booked_now(alice, WHOLE_N1)
+    shown = 'echo "rank=$RANK of $WORLD_SIZE master=$MASTER_ADDR gpus=$CUDA_VISIBLE_DEVICES"'
+    torch = await alice("POST", "jobs", {"name": "ddp", "template": "pytorch", "command": shown,
+                                         "options": {"mode": "env"}, "reservation": rid,
+                                         "start": True})  # fmt: skip
+    assert torch.status == 201, torch
+    tf = await alice("POST", "jobs", {"name": "tf", "template": "tensorflow",
+                                      "command": 'echo "tf=$TF_CONFIG"', "reservation": rid,
+                                      "start": True})  # fmt: skip
+    assert tf.status == 201, tf
+
+    async def ended(job_id: int) -> dict[str, Any] | None:
+        job = (await alice("GET", f"jobs/{job_id}")).body
+        states = {t["state"] for t in job["tasks"]}
+        return job if states <= {"succeeded", "failed", "lost"} else None
+
+    done = await until(lambda: ended(torch.body["id"]), 90, "the PyTorch tasks ended")
+    assert [t["state"] for t in done["tasks"]] == ["succeeded"] * 4, done["tasks"]
+    said = []
+    for task in done["tasks"]:
+        log = await alice("GET", f"jobs/{torch.body['id']}/log", params={"task": task["index"]})
+        said.append(log.body["text"].strip())
+    ranks = sorted(int(line.split()[0].removeprefix("rank=")) for line in said)
+    assert ranks == [0, 1, 2, 3], said
+    assert all(" of 4 master=" in line for line in said), said
+    # each task is a Slurm job with one GPU of the reservation, pinned by Slurm
+    assert all(re.search(r"gpus=[0-3]$", line) for line in said), said
+    for task in done["tasks"]:
+        _, seen = newest(slurm, task["session"])
+        assert seen["reservation"] == engine_name(rid), seen
+    finished = await until(lambda: ended(tf.body["id"]), 90, "the TensorFlow task ended")
+    assert [t["state"] for t in finished["tasks"]] == ["succeeded"], finished["tasks"]
+    log = await alice("GET", f"jobs/{tf.body['id']}/log", params={"task": 0})
+    config = json.loads(log.body["text"].strip().removeprefix("tf="))
+    assert config["task"] == {"type": "worker", "index": 0}, config
 
 
 async def test_stop_comes_from_slurm_and_only_the_owner_stops(api, running_hive, slurm) -> None:
