@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .bookings.fairshare import FairShareSettings
 from .bookings.reservations import Policy
@@ -42,3 +42,4 @@ class HiveSettings:
     def __post_init__(self) -> None:
         if self.policy is not None:  # who administers which hosts: the hosts used now
             self.policy.authority.hosts = lambda: self.hosts
+            self.fairshare = replace(self.fairshare, authority=self.policy.authority)  # budgets

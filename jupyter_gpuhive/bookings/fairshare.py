@@ -10,11 +10,13 @@ from typing import Any
 
 from ..errors import Forbidden
 from ..model import Identity, describe_duration, utcnow
+from ..model.authority import Authority
 from ..model.limits import Limits, LimitTable, Tier
 from ..model.violations import FOREIGN, NO_SHOW, UNRESERVED
 from ..privacy import Privacy
 from ..store import Store
 from . import accounting
+from .budgets import BudgetService
 from .quotas import LimitService
 
 Run = Callable[..., Awaitable[Any]]
@@ -35,6 +37,8 @@ class FairShareSettings:
     limits: LimitTable = field(default_factory=LimitTable)
     score_window: timedelta = timedelta(days=30)
     max_gap: float = 0.0  # seconds between two samples charged at most; 0: 3 sweeps, ≥ 60 s
+    # who administers which host groups (a group's statement): the policy's (HiveSettings)
+    authority: Authority = field(default_factory=Authority, compare=False)
 
 
 class FairShare:
@@ -67,6 +71,8 @@ class FairShare:
             store, zone, settings.limits, identity_of,
             efficiency=self.efficiency, window=self.window_text, clock=clock,
         )  # fmt: skip
+        self.budgets = BudgetService(store, zone, identity_of, settings.authority, clock=clock)
+        self.limits.budgets = self.budgets  # checked in each booking's transaction too
 
     # --- limits ----------------------------------------------------------------------------
 

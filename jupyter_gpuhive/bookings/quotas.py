@@ -16,22 +16,12 @@ from ..model.shares import fraction
 from ..store import Store
 from ..store.limits import LimitReads
 from ..store.reservations import Guard, PendingWrite
+from .budgets import BudgetService, grows
 from .limits import WEEK, Proposal, check, over_limits, peak, worst_week
 
 SECOND = timedelta(seconds=1)
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 Efficiency = Callable[[str], "float | None"]  # user → efficiency (percent) over the window
-
-
-def grows(booking: PendingWrite, old: Reservation) -> bool:
-    """Whether an edit makes a reservation bigger: longer, moved, on more GPUs, or a larger
-    share of its GPU."""
-    return (
-        booking.start != old.start
-        or booking.end > old.end
-        or len(booking.gpu_ids) > len(old.gpus)
-        or booking.share > old.share_ppm
-    )
 
 
 class LimitService:
@@ -58,6 +48,7 @@ class LimitService:
         self.now = clock
         self.cache_seconds = cache_seconds
         self._scores: dict[str, tuple[float, float | None]] = {}
+        self.budgets: BudgetService | None = None  # checked with the limits (FairShare sets it)
         self._lock = threading.Lock()
 
     # --- what applies ------------------------------------------------------------------
@@ -96,13 +87,26 @@ class LimitService:
     # --- the guard ------------------------------------------------------------------------
 
     def guard(self, who: Identity) -> Guard | None:
-        """The check a booking by `who` passes in its transaction (None: admins are exempt)."""
-        if who.is_admin:
-            return None
+        """The check a booking by `who` passes in its transaction: the limits (admins are
+        exempt) and the budgets of its owner (bookings/budgets.py; None: nothing to check)."""
+        limits = None if who.is_admin else self._limits_guard(who)
+        budgets = self.budgets
+        if budgets is None:
+            return limits
+
+        def check(reads: LimitReads, booking: PendingWrite) -> None:
+            if limits is not None:
+                limits(reads, booking)
+            owner = who if booking.owner == who.name else self.identity_of(booking.owner)
+            budgets.check(reads, booking, owner)
+
+        return check
+
+    def _limits_guard(self, who: Identity) -> Guard:
 
         def check_limits(reads: LimitReads, booking: PendingWrite) -> None:
             old = booking.old
-            if old is not None and not grows(booking, old):
+            if not grows(booking):
                 return  # shorter, renamed, or on other GPUs of the same number
             owner = who if booking.owner == who.name else self.identity_of(booking.owner)
             table = self.table(owner, reads)

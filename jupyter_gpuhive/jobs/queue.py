@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from ..bookings.budgets import BudgetService
 from ..errors import Conflict, NotFound
 from ..model import Identity, utcnow
 from ..model.jobs import Job, TaskState
@@ -125,6 +126,7 @@ class Scheduler(Reclaims):
         self.horizon = horizon
         self.sync_tasks = sync_tasks
         self.clock = clock
+        self.budgets = BudgetService(store, zone, identity_of, clock=clock)  # whose is spent
         self.last_report: TickReport | None = None
         self._sweep: Sweep | None = None
         self._lock = asyncio.Lock()
@@ -246,22 +248,23 @@ class Scheduler(Reclaims):
 
     def _pass(self, snap: Snapshot, lead: float, depth: int) -> tuple[list[Candidate], Any]:
         """The admission pass over every pending queued job, with the last pass's slots."""
-        queued = candidates(snap.jobs, snap.now, self.default_walltime, min_length=lead,
-                            inventory=snap.inventory, vendors=snap.vendors,
-                            attained=self.preemption.least_attained_service)  # fmt: skip
+        queued, held = self.budgets.hold(candidates(  # a spent budget's jobs wait
+            snap.jobs, snap.now, self.default_walltime, min_length=lead, inventory=snap.inventory,
+            vendors=snap.vendors, attained=self.preemption.least_attained_service))  # fmt: skip
         until = (snap.now + self.horizon).timestamp()
         states, previous = self._in_flight(snap, queued)
         result = admit(queued, states, snap.now.timestamp(), access=RuleCheck(snap, self.zone),
                        reserved=snap.reserved, previous=previous, depth=depth,
                        horizon=until)  # fmt: skip
+        result.waiting.update(held)
         return queued, result
 
     async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
         queued, result = await in_thread(self._pass, snap, lead, self.depth)
         self._plan = dict(result.planned)
+        report.waiting = result.waiting
         if not queued:
             return
-        report.waiting = result.waiting
         borrowed = await in_thread(self._lending_pass, snap, queued, result)
         for admission in borrowed:
             report.waiting.pop(admission.job_id, None)

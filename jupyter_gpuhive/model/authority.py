@@ -41,6 +41,7 @@ READ, WRITE, EXECUTE = "read", "write", "execute"  # jupyter_server's actions
 # The resources services name (routes name theirs in `auth_resource`)
 RESERVATIONS, RULES, HEALTH = "gpuhive:reservations", "gpuhive:rules", "gpuhive:health"
 SITE_FEEDS = "gpuhive:site-feeds"
+BUDGETS = "gpuhive:budgets"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ POLICY: dict[tuple[str, str], Entry] = {
     ("gpuhive:kernels", WRITE): Entry(USER, "choose a kernel's end policy"),
     ("gpuhive:kernels", EXECUTE): Entry(USER, "launch, signal or clean up kernels"),
     ("gpuhive:api", READ): Entry(USER, "read the API document"),
+    ("gpuhive:budgets", READ): Entry(USER, "see budgets (their own, their groups')"),
+    ("gpuhive:budgets", WRITE): Entry(ADMIN, "set, change or remove budgets"),
+    ("gpuhive:budgets", "statement"): Entry(OWNER, "read a budget's statement"),
 }
 
 

@@ -10,6 +10,49 @@ export interface ApprovalAnswer {
   reason?: string | null;
 }
 
+/** A budget of a group or a user per period (site admins). */
+export interface BudgetBody {
+  /** group or user */
+  scope: 'group' | 'user';
+  /** The group or user */
+  name: string;
+  /** month, quarter, dates */
+  period?: 'month' | 'quarter' | 'dates';
+  /** First day (dates) */
+  starts?: string | null;
+  /** Last day, included */
+  ends?: string | null;
+  /** GPU-hours per period */
+  gpu_hours?: number | null;
+  /** kWh per period */
+  kwh?: number | null;
+  /** What is left moves on */
+  carry_over?: boolean;
+  /** How far over the allowance bookings may go, in percent (site admins) */
+  overdraft_percent?: number;
+  /** Percentages at which the holders are warned, once each */
+  warn_at?: number[];
+  /** The energy a booked GPU-hour counts until it is measured */
+  kwh_per_gpu_hour?: number;
+}
+
+export interface BudgetDeleted {
+  deleted: number;
+}
+
+export interface BudgetList {
+  budgets: BudgetReply[];
+}
+
+export interface BudgetReply {
+  id: number;
+  scope: string;
+  name: string;
+  period: string;
+  /** used, committed, carried, left per unit; renews_at (null: outside dates) */
+  standing: { [key: string]: unknown } | null;
+}
+
 /** The kernel's process ended (or is to end now): drop what it used. */
 export interface CleanupBody {
   /** true: it starts again at once (keep its sockets) */
@@ -574,6 +617,13 @@ export interface SlotSearchReply {
   slots: SlotReply[];
   not_before: string;
   deadline: string;
+}
+
+export interface StatementReply {
+  budget: { [key: string]: unknown };
+  standing: { [key: string]: unknown };
+  /** user, host, kind, gpu_hours, kwh */
+  rows: { [key: string]: unknown }[];
 }
 
 export interface TaskReply {

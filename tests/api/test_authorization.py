@@ -139,7 +139,8 @@ def test_the_administrators_routes_are_the_ones_a_site_expects() -> None:
     found = {f"{m.upper()} {p}" for p, m, _, _ in ADMIN_ONLY}
     expected = {"POST /rules", "PUT /rules/{id}", "DELETE /rules/{id}", "PUT /limits",
                 "DELETE /limits", "PUT /limits/tiers", "POST /health/drain", "POST /feeds/site",
-                "DELETE /feeds/site/{id}"}  # fmt: skip
+                "DELETE /feeds/site/{id}", "POST /budgets", "PUT /budgets/{id}",
+                "DELETE /budgets/{id}"}  # fmt: skip
     assert found == expected
 
 

@@ -9,6 +9,7 @@ from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
 
 from . import approvals as ap
 from . import brokered as b
+from . import budgets as bu
 from . import fairshare as f
 from . import finder as fi
 from . import health as he
@@ -45,6 +46,10 @@ ENDPOINTS: list[tuple[str, type[HiveLogic]]] = [
     ("/limits/tiers", f.TiersHandler),
     ("/reports/accounting", f.ReportHandler),
     ("/reports/accounting.csv", f.ReportCsvHandler),
+    ("/budgets", bu.BudgetsHandler),
+    ("/budgets/{id}", bu.BudgetHandler),
+    ("/budgets/{id}/statement", bu.StatementHandler),
+    ("/budgets/{id}/statement.csv", bu.StatementCsvHandler),
     ("/violations", v.ViolationsHandler),
     ("/reservations", rs.ReservationsHandler),
     ("/reservations/search", fi.SlotSearchHandler),
