@@ -204,15 +204,20 @@ async def main(quick: bool, smoke: bool = False) -> tuple[dict[str, float], floa
     }, round(pct(found["rtt"]["local"], 0.99), 2)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> argparse.Namespace:
+    """The kernel benchmarks' options (--quick, --smoke), their logging and environment."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer starts and executes")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: that it runs (make bench-smoke)"
     )
-    args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.pop("JUPYTER_TOKEN", None)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = arguments(__doc__)
     result, local_p99 = asyncio.run(main(args.quick, args.smoke))
     log(f"local start p50 {result['local_start_p50_s']} s, remote {result['remote_start_p50_s']}"
         f" s (x{result['start_ratio']}); rtt p50 {result['local_rtt_p50_ms']} ms local, "
