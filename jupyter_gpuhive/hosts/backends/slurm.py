@@ -50,6 +50,7 @@ from ..slurm import printable as printable
 from ..slurmjobs import parse_jobs
 from ..slurmpids import confinement, parse_listpids
 from ..status import CommandResult, HostUnavailable
+from ..vendors import vendor_of
 from . import HostBackend, KernelBooking, KernelChannels
 from .local import LocalBackend
 from .slurmnode import ReachedNode, merge, reach_of
@@ -367,7 +368,7 @@ class SlurmBackend(HostBackend):
     def runner(self, decl: HostDecl) -> TaskRunner:
         """Jobs' tasks are Slurm batch jobs of their owners on the node (`runners/slurm.py`)."""
         node, _cluster = settings_of(decl)
-        return SlurmRunner(node)
+        return SlurmRunner(node, vendor_of(decl.extra).pinning)
 
     async def task_run(
         self, decl: HostDecl, command: str, user: str, timeout: float, stdin: str | None

@@ -25,6 +25,7 @@ from datetime import datetime
 
 from ...model import utcnow
 from ...model.engines import PREFIX
+from ...model.gpus import Pinning
 from . import (
     BAD_LISTING,
     EXISTS,
@@ -72,9 +73,6 @@ ENDED_BY_SLURM = {
     "CANCELLED": "it was cancelled in Slurm",
     "FAILED": "it failed to start",
 }
-# Variables with gpuhive's GPU UUIDs (which Slurm's nodes do not know): Slurm pins the GPUs
-PINNING = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-           "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")  # fmt: skip
 _SQUEUE = "squeue -h -u \"$(id -un)\" -t all -o '%j %i %T %r'"
 
 _PRELUDE = f"""
@@ -167,10 +165,11 @@ def sbatch_line(launch: TaskStart, node: str, now: datetime) -> str:
     return " ".join(shlex.quote(w) for w in words) + f" <<'{delimiter}'\n{script}{delimiter}\n"
 
 
-def unpinned(env_text: str) -> str:
-    """The env file's text without gpuhive's pinning variables (Slurm pins the GPUs)."""
+def unpinned(env_text: str, names: Sequence[str]) -> str:
+    """The env file's text without the vendor's pinning variables `names` (gpuhive's GPU
+    UUIDs of a Slurm node mean nothing there: Slurm pins the job's GPUs itself)."""
     kept = [line for line in env_text.splitlines(keepends=True)
-            if not any(line.startswith(f"export {name}=") for name in PINNING)]  # fmt: skip
+            if not any(line.startswith(f"export {name}=") for name in names)]  # fmt: skip
     return "".join(kept)
 
 
@@ -205,14 +204,16 @@ class SlurmRunner(TaskRunner):
     name = "slurm"
     what = "Slurm job"
     kept_names = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_GPUS",
-                  "CUDA_VISIBLE_DEVICES", "SLURM_CONF")  # fmt: skip
+                  "SLURM_CONF")  # fmt: skip
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, pinning: Pinning) -> None:
         self.node = node
+        # the vendor's pinning variables, left out of a task's env file
+        self.pinning = (pinning.visible, *pinning.fixed, *pinning.counted)
 
     async def start(self, shell: Shell, launch: TaskStart) -> Started:
         line = sbatch_line(launch, self.node, utcnow())
-        script = start_script(_START, line, unpinned(launch.env_text))
+        script = start_script(_START, line, unpinned(launch.env_text, self.pinning))
         result = await shell(script, launch_args(launch), None)
         if result.exit_status == NOT_INSTALLED:
             raise RunnerError(f"Slurm's sbatch is not installed for {launch.account}")
