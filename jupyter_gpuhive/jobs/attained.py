@@ -6,21 +6,24 @@ run, work lost to preemption included) has passed: new jobs are at level 0. The 
 takes lower levels first (`order.queue_order`). A job back in the queue for `PROMOTE_AFTER`
 seconds returns to level 0, so no job waits unboundedly behind new ones.
 
-A waiting job at level 0 that cannot start now may preempt running preemptible jobs of a
-higher level on one host (`victims`): each has been preempted fewer than the bound times and
-runs on that host alone. The waiting job takes their GPUs and free ones of the same host, all
-of them GPUs that no slot kept for another job (nor a booking) needs before the waiting job
-ends, after the grace: no kept slot moves. `takeovers` picks them for the first waiting
-jobs of an admission pass: what the Scheduler acts on after each pass (through the reclaim
-path: signal, grace, requeue) and what the queue replay models. See
-docs/explanation/queue-order.md.
+A waiting job at level 0 that cannot start now may preempt running preemptible jobs of a higher
+level on one host (`victims`): each has been preempted fewer than the bound times, runs on that
+host alone, and would hold its GPUs, by its walltime, more than `PAYS` times as long as the
+waiting job needs them (its walltime, then the grace): a swap that pays, shortest remaining
+first, as SRPT has it, with room for walltimes that overstate runtimes; a job near its end is
+left to end. The most remaining work (GPUs × walltime left) goes first. The waiting job takes
+their GPUs and free ones of the same host, all of them GPUs that no slot kept for another job
+(nor a booking) needs before the waiting job ends, after the grace: no kept slot moves.
+`takeovers` picks them for the first waiting jobs of an admission pass: what the Scheduler acts
+on after each pass (through the reclaim path: signal, grace, requeue) and what the queue replay
+models. See docs/explanation/queue-order.md.
 """
 
 from __future__ import annotations
 
 from collections import ChainMap, Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .admission import PassResult
 from .order import LEVELS_GPU_H, PROMOTE_AFTER, level, walltime, width
@@ -28,6 +31,7 @@ from .plan import EPS, Candidate, GpuState
 from .timeline import FOREVER
 
 PREEMPT_DEPTH = 1000  # the first waiting jobs of a pass's order that may preempt
+PAYS = 2.0  # a job is preempted only if its walltime left is over PAYS x the new job's
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,7 @@ class Runner:
     gpus: tuple[str, ...]
     attained: float  # GPU-seconds run so far, the current run included
     preemptions: int  # times it was preempted already
+    release: float | None = None  # when its walltime ends (None: unknown, never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,33 +73,47 @@ def victims(
         return None
     need = width(job)
     end = now + grace + walltime(job, now)
+    pays = PAYS * walltime(job, now) + grace
     hosts: dict[str, list[Runner]] = {}
     for r in runners:
         if (
             r.preemptions < bound
             and level(r.attained, 0.0, now) > 0
+            and _left(r, now) > pays
             and all(until.get(g, FOREVER) >= end for g in r.gpus)
         ):
             hosts.setdefault(r.host, []).append(r)
-    best: tuple[tuple[int, float, str], Takeover] | None = None
+    best: tuple[tuple[int, float, float, str], Takeover] | None = None
     for host, group in hosts.items():
         idle = [g for g in free.get(host, ()) if until.get(g, FOREVER) >= end]
         have = list(idle)
         taken: list[Runner] = []
-        for r in sorted(group, key=lambda r: (-r.attained, r.job_id)):  # most served first
+        for r in sorted(
+            group, key=lambda r: (-_left(r, now) * len(r.gpus), -r.attained, r.job_id)
+        ):  # most work left first
             if len(have) >= need:
                 break
             taken.append(r)
             have = [*have, *r.gpus]
         if len(have) < need or not taken:
             continue
-        cost = (sum(len(r.gpus) for r in taken), -sum(r.attained for r in taken), host)
+        cost = (
+            sum(len(r.gpus) for r in taken),
+            -sum(_left(r, now) for r in taken),
+            -sum(r.attained for r in taken),
+            host,
+        )
         if best is None or cost < best[0]:
             own = [g for r in taken for g in r.gpus]
             spare = [g for g in idle if g not in own]
             chosen = tuple([*own, *spare][:need])
             best = (cost, Takeover(job.job_id, host, tuple(r.job_id for r in taken), chosen))
     return best[1] if best else None
+
+
+def _left(runner: Runner, now: float) -> float:
+    """Seconds a runner holds its GPUs still, by its walltime (unknown: for ever)."""
+    return FOREVER if runner.release is None else runner.release - now
 
 
 def takeovers(
@@ -120,7 +139,8 @@ def takeovers(
     may have that GPU until `end` (access rules, health). A job that names a vendor or model
     gets only those GPUs; a share job (`memory`) preempts nothing. The slots the pass kept,
     the job's own aside, are never taken."""
-    left = list(runners)
+    left = [r if r.release is not None else replace(r, release=_release(r, gpus))
+            for r in runners]  # fmt: skip
     if not left or not result.waiting:
         return []
     largest = max(Counter(g.host for g in gpus.values()).values(), default=0)
@@ -170,6 +190,18 @@ def takeovers(
     return out
 
 
+def _release(runner: Runner, gpus: Mapping[str, GpuState]) -> float | None:
+    """When a runner's GPUs are expected back (its walltime's end, as the pass's states
+    have it), or None."""
+    found: list[float] = []
+    for uuid in runner.gpus:
+        state = gpus.get(uuid)
+        if state is None or state.release is None:
+            return None
+        found.append(state.release)
+    return max(found, default=None)
+
+
 def _own_until(
     job_id: int,
     own: Sequence[str],
@@ -198,6 +230,7 @@ def _may_use(
 
 __all__ = [
     "LEVELS_GPU_H",
+    "PAYS",
     "PREEMPT_DEPTH",
     "PROMOTE_AFTER",
     "Runner",

@@ -5,7 +5,9 @@ test user on all four GPUs of a simulated host, the other host is full; once it 
 than a GPU-hour (the scheduler's clock runs 20 minutes ahead of its start: 4 GPUs x 20 min),
 a new queued job that asks for two GPUs preempts it through the reclaim path (its signal,
 grace, checkpoint, requeue) and starts on its GPUs. Never a GPU another waiting job's kept
-slot needs before the new job ends, and at most `max_preemptions` times per job.
+slot needs before the new job ends, at most `max_preemptions` times per job, and only when
+the swap pays (the served job would hold its GPUs more than `PAYS` times as long as the new
+job needs them).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from jupyter_gpuhive.jobs.order import LEVELS_GPU_H, level
 from jupyter_gpuhive.jobs.queue_inputs import candidates, served
+from jupyter_gpuhive.model.jobs import Job
 from tests.jobs import test_jobs_queue
 from tests.jobs.test_jobs_queue import OWNER, Bed, probe_job
 from tests.jobs.test_preemption import _settings, log_text, preemptible, until
@@ -44,17 +47,24 @@ async def stepping(bed: Bed, job_id: int, step: str = "step 2\n") -> None:
     await until(seen)
 
 
-async def test_a_new_job_preempts_a_served_job_within_the_bound(bed: Bed) -> None:
-    _settings(bed, grace_s=3, max_preemptions=1, least_attained_service=False)
-    events: list[dict[str, Any]] = []
-    bed.scheduler.preempted = events.append
+async def served_on_jq1(bed: Bed, walltime: timedelta) -> tuple[int, Job]:
+    """jq2 full of a plain job, a preemptible job of `walltime` on all of jq1, both running;
+    then the scheduler's clock runs `AHEAD` (the served job has had 80 GPU-minutes)."""
     other = await full_host(bed, "jq2")
-    served_job = await bed.create(preemptible(walltime=timedelta(hours=4), env=FOREVER),
+    served_job = await bed.create(preemptible(walltime=walltime, env=FOREVER),
                                   bed.slots("jq1", 0, 1, 2, 3))  # fmt: skip
     report = await bed.tick()
     assert sorted(report.admitted) == sorted([other, served_job.id]), report.waiting
     await stepping(bed, served_job.id)
     run_ahead(bed)
+    return other, served_job
+
+
+async def test_a_new_job_preempts_a_served_job_within_the_bound(bed: Bed) -> None:
+    _settings(bed, grace_s=3, max_preemptions=1, least_attained_service=False)
+    events: list[dict[str, Any]] = []
+    bed.scheduler.preempted = events.append
+    other, served_job = await served_on_jq1(bed, timedelta(hours=4))
     had, _ = served(bed.job(served_job.id), bed.scheduler.clock())
     assert had >= 4 * AHEAD.total_seconds() and level(had, 0.0, 0.0) == 1
     new = await bed.create(probe_job(walltime=timedelta(minutes=30), options={"gpu_count": 2}))
@@ -134,23 +144,29 @@ async def test_a_new_job_preempts_a_served_job_within_the_bound(bed: Bed) -> Non
 
 
 async def test_a_kept_slot_is_never_taken_by_a_preemption(bed: Bed) -> None:
-    """A waiting job holds a slot on the served job's GPUs from its walltime's end, before
-    the new job would end: the served job runs on, and the slot stays where it was."""
+    """A waiting job holds a slot on the free GPUs of the served job's host from before the
+    new job would end; the new job needs a whole host: the served job runs on, and the slot
+    stays where it was. Once the slot's job is gone, the new job preempts the served one."""
     _settings(bed, grace_s=3)
-    other = await full_host(bed, "jq2")
-    short = timedelta(minutes=40)  # ends 20 minutes after the scheduler's "now"
-    served_job = await bed.create(preemptible(walltime=short, env=FOREVER),
-                                  bed.slots("jq1", 0, 1, 2, 3))  # fmt: skip
+    ahead = timedelta(minutes=40)
+    other = (await bed.create(probe_job(walltime=timedelta(hours=1)),
+                              bed.slots("jq2", 0, 1, 2, 3))).id  # fmt: skip
+    served_job = await bed.create(preemptible(walltime=timedelta(hours=4), env=FOREVER),
+                                  bed.slots("jq1", 0, 1))  # fmt: skip
     report = await bed.tick()
-    assert served_job.id in report.admitted, report.waiting
+    assert sorted(report.admitted) == sorted([other, served_job.id]), report.waiting
     await stepping(bed, served_job.id)
-    run_ahead(bed)
-    kept = await bed.create(probe_job(walltime=timedelta(hours=1)), bed.slots("jq1", 0, 1))
+    # 40 minutes ahead: the served job has had 80 GPU-minutes (level 1), `other` on jq2 ends
+    # 20 minutes after the scheduler's "now".
+    bed.scheduler.clock = lambda: datetime.now(UTC) + ahead
+    kept = await bed.create(probe_job(walltime=timedelta(hours=1)), bed.slots("jq1", 2, 3),
+                            bed.slots("jq2", 0, 1))  # fmt: skip
     report = await bed.tick()
     slot = bed.scheduler._plan[kept.id]
-    assert kept.id in report.waiting and slot.start < bed.scheduler.clock().timestamp() + 3600
+    assert kept.id in report.waiting and slot.start < bed.scheduler.clock().timestamp() + 1800
+    assert set(slot.gpus) >= {bed.uuid("jq1", 2), bed.uuid("jq1", 3)}
 
-    new = await bed.create(probe_job(walltime=timedelta(minutes=30), options={"gpu_count": 2}))
+    new = await bed.create(probe_job(walltime=timedelta(minutes=30), options={"gpu_count": 4}))
     for _ in range(2):
         report = await bed.tick()
         assert new.id in report.waiting and "preempted" not in report.waiting[new.id]
@@ -158,5 +174,39 @@ async def test_a_kept_slot_is_never_taken_by_a_preemption(bed: Bed) -> None:
     await asyncio.sleep(0.5)
     job = bed.job(served_job.id)
     assert job.status == "running" and job.restarts == 0 and job.history == ()
-    await bed.launcher.stop(served_job.id)
-    await bed.launcher.stop(other)
+
+    # The slot's job leaves the queue: jq1's free GPUs are nobody's, the served job is
+    # preempted for the new one (it would hold its GPUs 3 h 20 min more, the new one 30 min).
+    await bed.launcher.stop(kept.id)
+    report = await bed.tick()
+    assert f"job {served_job.id} is being preempted for it" in report.waiting[new.id]
+    await bed.scheduler.settle()
+    assert bed.job(served_job.id).restarts == 1
+    for job_id in (served_job.id, new.id, other):
+        await bed.launcher.stop(job_id)
+
+
+async def test_a_job_near_the_end_of_its_walltime_is_left_to_end(bed: Bed) -> None:
+    """A served job is preempted only when the swap pays: it would hold its GPUs more than
+    `PAYS` times as long as the new job needs them. 40 minutes of its walltime left: a new
+    30-minute job waits for it, a new 10-minute job preempts it."""
+    _settings(bed, grace_s=3)
+    # 80 GPU-minutes had (level 1), 40 minutes of its walltime left
+    other, served_job = await served_on_jq1(bed, timedelta(hours=1))
+    longer = await bed.create(probe_job(walltime=timedelta(minutes=30),
+                                        options={"gpu_count": 2}))  # fmt: skip
+    for _ in range(2):
+        report = await bed.tick()
+        assert longer.id in report.waiting and "preempted" not in report.waiting[longer.id]
+    assert bed.job(served_job.id).restarts == 0 and report.stopping == {}
+
+    shorter = await bed.create(probe_job(walltime=timedelta(minutes=10),
+                                         options={"gpu_count": 2}))  # fmt: skip
+    report = await bed.tick()
+    assert f"job {served_job.id} is being preempted for it" in report.waiting[shorter.id]
+    assert "preempted" not in report.waiting[longer.id]
+    await bed.scheduler.settle()
+    assert bed.job(served_job.id).restarts == 1
+    assert [e.kind for e in bed.job(served_job.id).history] == ["preempted"]
+    for job_id in (served_job.id, longer.id, shorter.id, other):
+        await bed.launcher.stop(job_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jupyter_gpuhive.jobs.admission import GpuState, PassResult, Slot
-from jupyter_gpuhive.jobs.attained import Runner, takeovers, victims
+from jupyter_gpuhive.jobs.attained import PAYS, Runner, takeovers, victims
 from jupyter_gpuhive.jobs.order import LEVELS_GPU_H, PROMOTE_AFTER, level, queue_order
 from jupyter_gpuhive.jobs.plan import Candidate
 from tests.support.las_replay import CHECKPOINT_S, GRACE_S, MAX_PREEMPTIONS
@@ -33,6 +33,33 @@ def test_a_new_short_job_preempts_the_most_served_job_it_needs() -> None:
     # one more GPU free: the least preempted GPUs (one, of job 7) are enough
     found = victims(new(gpus=2), NOW, GRACE_S, {"h": ["g3"]}, {}, runners[:1], MAX_PREEMPTIONS)
     assert found is not None and found.victims == (7,) and found.gpus == ("g0", "g3")
+
+
+def test_a_job_is_preempted_only_when_the_swap_pays() -> None:
+    """A served job near the end of its walltime is left to end: preempted only when it would
+    hold its GPUs more than PAYS times as long as the new job needs them (and the grace);
+    the one with the most work left (GPUs x walltime left) goes first, not the most served."""
+    job = new(gpus=1, hours=1.0)  # needs its GPU 1 h
+    pays = NOW + PAYS * HOUR + GRACE_S
+    near = Runner(7, "h", ("g0",), 10 * SERVED, 0, release=pays - 60)
+    assert victims(job, NOW, GRACE_S, {}, {}, [near], MAX_PREEMPTIONS) is None
+    far = Runner(8, "h", ("g1",), SERVED, 0, release=pays + 60)
+    found = victims(job, NOW, GRACE_S, {}, {}, [near, far], MAX_PREEMPTIONS)
+    assert found is not None and found.victims == (8,) and found.gpus == ("g1",)
+    longer = Runner(9, "h", ("g2",), SERVED, 0, release=NOW + 9 * HOUR)
+    found = victims(job, NOW, GRACE_S, {}, {}, [far, longer], MAX_PREEMPTIONS)
+    assert found is not None and found.victims == (9,)
+    # What the pass knows of running work: takeovers read each runner's walltime end from
+    # the GPU states (the Scheduler's and the replay's alike).
+    gpus = ("g00", "g01", "g02", "g03")
+    result = PassResult(waiting={1: "waiting for 2 free GPUs on one host"})
+    runners = [Runner(7, "h0", gpus, SERVED * 2, 0)]
+    soon = {u: replace(s, release=NOW + 0.5 * HOUR) for u, s in states(1, busy=gpus).items()}
+    assert takeovers(result, {1: new(1, gpus=2)}, soon, runners, NOW, GRACE_S,
+                     MAX_PREEMPTIONS) == []  # fmt: skip
+    [way] = takeovers(result, {1: new(1, gpus=2, hours=0.2)}, soon, runners, NOW, GRACE_S,
+                      MAX_PREEMPTIONS)  # fmt: skip
+    assert way.victims == (7,)
 
 
 def test_the_bound_a_new_job_and_the_kept_slots_protect_a_running_job() -> None:
