@@ -22,7 +22,14 @@ from .earliest import earliest, expected_wait
 from .kernelswitch import HELP as KERNEL_HELP
 from .kernelswitch import switch_to
 from .lending import lending_body, reclaimed_text
-from .magicviews import GpuStatus, Notice, ReservationList, ReservationResult, local
+from .magicviews import (
+    TENTATIVE_NOTE,
+    GpuStatus,
+    Notice,
+    ReservationList,
+    ReservationResult,
+    local,
+)
 from .magicviews import text_table as table
 from .shares import fullest, share_body, share_caps, share_lines
 
@@ -299,6 +306,8 @@ class GpuHiveMagics(Magics):
             f"Reserved {', '.join(done['gpus'])} from {self._local(done['start'])} to "
             f"{self._local(done['end'])} (reservation {done['id']})."
         )
+        if done.get("tentative"):  # nothing may run on it yet: no pin, no kernel switch
+            return ReservationResult(done, headline, [TENTATIVE_NOTE])
         if args.kernel:  # the notebook moves to a kernel on the GPUs' host: no pin here
             return ReservationResult(done, headline, [switch_to(done)])
         notes = [] if args.no_pin else [self._pin(done)]

@@ -110,6 +110,14 @@ class Rich:
         printer.text(self.text())
 
 
+# What %gpureserve says of a booking that waits for approval (docs/how-to/approvals.md).
+TENTATIVE_NOTE = (
+    "It waits for an administrator's approval (its hosts' threshold): the GPUs are held for you, "
+    "but no job or kernel can run on them, and this kernel's GPUs are left alone, until it is "
+    "approved. You are told the answer."
+)
+
+
 class ReservationResult(Rich, dict):  # type: ignore[type-arg]
     """A reservation as the API returned it, shown as a card: what happened and the facts."""
 
@@ -120,6 +128,9 @@ class ReservationResult(Rich, dict):  # type: ignore[type-arg]
 
     def facts(self) -> list[tuple[str, str]]:
         flag = f" (flagged: {self.get('flag_reason')})" if self.get("flagged") else ""
+        flag += (
+            " (tentative: waits for an administrator's approval)" if self.get("tentative") else ""
+        )
         facts = [
             ("Reservation", f"{self.get('id')} · {self.get('title', '')}"),
             ("GPUs", ", ".join(self.get("gpus", []))),
