@@ -123,6 +123,9 @@ class NoShows:
             if res.start < self._watching_since - WATCH_SLACK:
                 self._settled.add(res.id)  # began before we watched: not ours to judge
                 continue
+            if res.tentative:  # nothing may run on it until approved: never a no-show (#46)
+                self._settled.add(res.id)
+                continue
             unix = self._unix_user(res.owner)
             present = attended(res, by_host, owners or {}, unix)
             if present is None:

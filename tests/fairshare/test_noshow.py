@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -68,6 +69,36 @@ async def test_no_show_is_released_and_a_reservation_in_use_is_kept(
     assert [e["kind"] for e in mine] == ["no-show", "no-show"]
     assert "no process of yours" in mine[0]["message"] and "released" in mine[1]["message"]
     assert all(e["holder"] == "alice" for e in mine)
+
+
+async def test_a_booking_waiting_for_approval_is_never_a_no_show(
+    sim_users, make_local_host, make_rig
+) -> None:
+    """No job or kernel may run on a tentative booking (#46): its holder's absence is no
+    no-show, then or after its approval."""
+    host = make_local_host()
+    settings = ProtectionSettings(
+        user_map=USER_MAP, ladder=[], noshow_after=0.3, noshow_release_after=0.3,
+        noshow_handlers=["event"],
+    )  # fmt: skip
+    rig = make_rig([local_decl(host)], settings)
+    await rig.sweep()  # watching from here on
+    gpu = rig.store.inventory.gpu(f"{host.name}:0")
+    start = utcnow() - timedelta(seconds=1)
+    waiting = rig.store.reservations.create(
+        "alice", "big", "", start, start + timedelta(hours=1), [gpu.id],
+        tentative=(utcnow() + timedelta(hours=2), "2 GPUs is more than 1 on host gpu1"),
+    )  # fmt: skip
+    absent = rig.reserve("bob", f"{host.name}:1")  # confirmed, and nobody comes: a no-show
+    assert waiting.tentative and not absent.tentative
+    await rig.sweep()
+    await asyncio.sleep(0.8)
+    await rig.sweep()
+    await rig.protection.drain()
+    assert rig.store.reservations.get(waiting.id).end == waiting.end  # kept whole
+    assert rig.store.violations.for_reservation(waiting.id) == []
+    assert [e["reservation"] for e in rig.events][:1] == [absent.id]
+    assert waiting.id not in [e["reservation"] for e in rig.events]
 
 
 def test_off_by_default_and_on_in_the_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
