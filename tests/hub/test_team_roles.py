@@ -46,7 +46,11 @@ class RolesHub(TeamHub):
 @pytest.fixture(scope="module")
 def hub(postgres: PostgresCluster) -> Iterator[RolesHub]:
     hosts = [{**h, "group": "chemistry" if h["name"] == "gpu3" else "physics"} for h in HOSTS]
-    settings = {"hosts": hosts, "host_groups": {"physics": {}, "chemistry": {}}}
+    settings = {
+        "hosts": hosts,
+        "host_groups": {"physics": {}, "chemistry": {}},
+        "approvals": {"physics": {"gpus": 1}, "chemistry": {"gpus": 1}},  # 2 GPUs wait
+    }
     try:
         made = RolesHub(postgres.new_database(), USERS, service_settings=settings)
     except HubSetupError as error:
@@ -104,3 +108,32 @@ def test_a_filtered_admin_scope_makes_a_host_groups_administrator(hub: RolesHub)
     assert ended.status == 200, ended
     # alice holds no admin scope: not even on physics
     assert service(hub, alice, "POST", "health/drain", {"gpu": "gpu2:2"}).status == 403
+
+
+def test_a_filtered_admin_scope_lets_its_holder_answer_approvals_of_that_group(
+    hub: RolesHub,
+) -> None:
+    """Approvals (#46 item 4) in team mode: bookings of 2 GPUs wait; hedy, administrator of
+    physics by the Hub's filtered scope, approves one there and may not answer one on gpu3."""
+    alice = hub.token_for("alice", [ACCESS, "custom:gpuhive:use"])
+    hedy = hub.token_for(
+        "hedy", [ACCESS, "custom:gpuhive:use", "custom:gpuhive:admin!group=physics"]
+    )
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=2)
+    ids = {}
+    for host in ("gpu2", "gpu3"):
+        made = service(hub, alice, "POST", "reservations", {
+            "title": "pair", "gpus": [f"{host}:2", f"{host}:3"], "start": start.isoformat(),
+            "duration": "1h"})  # fmt: skip
+        assert made.status == 201 and made.body["tentative"] is True, made
+        ids[host] = made.body["id"]
+    assert service(hub, hedy, "GET", f"reservations/{ids['gpu2']}").body["may_approve"] is True
+    refused = service(hub, hedy, "POST", f"reservations/{ids['gpu3']}/approve")
+    assert refused.status == 403 and "gpu3 belongs to host group chemistry" in refused.message
+    approved = service(hub, hedy, "POST", f"reservations/{ids['gpu2']}/approve")
+    assert approved.status == 200 and approved.body["tentative"] is False, approved
+    # the booking's holder may not answer her own
+    own = service(hub, alice, "POST", f"reservations/{ids['gpu3']}/decline")
+    assert own.status == 403, own
+    for rid in ids.values():
+        assert service(hub, alice, "DELETE", f"reservations/{rid}").status == 200
