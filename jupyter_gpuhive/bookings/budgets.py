@@ -10,6 +10,7 @@ would overrun one, saying what is left and when it renews.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from collections.abc import Callable, Iterable, Mapping
@@ -40,8 +41,8 @@ class Queued(Protocol):
 
 
 C = TypeVar("C", bound=Queued)
-# (budget standing, threshold in percent): a warning to send through the usual channels
-Warn = Callable[[Standing, float], Any]
+# (budget standing, threshold in percent, whom): a warning for the usual channels
+Warn = Callable[[Standing, float, list[str]], Any]
 
 
 def grows(booking: PendingWrite) -> bool:
@@ -140,26 +141,39 @@ class BudgetService:
         held = {job.job_id: spent[job.owner] for job in queued if job.owner in spent}
         return [job for job in queued if job.job_id not in held], held
 
-    def after_booking(self, owner: str) -> list[tuple[Standing, float]]:
-        """The warnings a change of `owner`'s bookings crossed (each once per period)."""
-        if self.warn is None:
-            return []
-        who = self.identity_of(owner)
-        crossed: list[tuple[Standing, float]] = []
+    def crossed(self) -> list[tuple[Standing, float, list[str]]]:
+        """The thresholds budgets crossed since they were last looked at (each warned about
+        once per period: the store keeps which), with the people to tell: the user, or the
+        group's members and its host group's named administrators."""
         now = self.now()
-        for budget in self.store.budgets.applicable(who.name, who.groups):
+        found: list[tuple[Standing, float, list[str]]] = []
+        for budget in self.store.budgets.all():
             standing = self.standing(budget)
-            if standing is None:
+            if standing is None or not budget.warn_at:
                 continue
             percent = standing.percent()
             for threshold in budget.warn_at:
                 if percent + 1e-9 >= threshold and self.store.budgets.warned(
                     budget.id, standing.period.start, threshold, now
                 ):
-                    crossed.append((standing, threshold))
-        for standing, threshold in crossed:
-            self.warn(standing, threshold)
-        return crossed
+                    found.append((standing, threshold, self.people(budget)))
+        return found
+
+    def people(self, budget: Budget) -> list[str]:
+        """Whom a budget's warnings reach."""
+        if budget.scope == "user":
+            return [budget.name]
+        group = self.authority.groups.get(budget.name)
+        admins = sorted(group.admins) if group is not None else []
+        return sorted({*self.store.budgets.members(budget.name), *admins})
+
+    async def tick(self, now: datetime) -> None:
+        """Warn about the thresholds crossed (the leader's ticker calls it, with bookings
+        made and use measured in between)."""
+        if self.warn is None:
+            return
+        for standing, threshold, people in await asyncio.to_thread(self.crossed):
+            self.warn(standing, threshold, people)
 
     # --- reading, as a requester may --------------------------------------------------
 

@@ -52,6 +52,8 @@ class Tellers(Protocol):
         self, kind: str, res: Reservation, by: str, note: str | None, approvers: list[str]
     ) -> None: ...
 
+    def budget_warning(self, standing: Any, threshold: float, people: list[str]) -> None: ...
+
 
 PROTECTION = "protection"  # who protection's ends are by
 SYSTEM = "gpuhive"  # who changes nobody asked for are by (a MIG re-partition)
@@ -94,6 +96,9 @@ class Bookings:
         if told is not None:  # the approvers and holders are told; holds end on its ticks
             self.told = told.approval_event
             told.ticks.append(self.release_unanswered)
+            if limits.budgets is not None:  # budgets warn once per threshold and period
+                limits.budgets.warn = told.budget_warning
+                told.ticks.append(limits.budgets.tick)
 
     # --- reservations ------------------------------------------------------------------
 

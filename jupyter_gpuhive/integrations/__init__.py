@@ -12,12 +12,13 @@ from typing import Any
 
 from ..errors import Invalid, NotFound
 from ..model import UTC, Identity, Reservation
+from ..model.budgets import Standing
 from ..model.health import GpuCondition
 from ..model.jobs import ACTIVE, Job, TaskState
 from ..privacy import ANYONE, Privacy, job_summary_json, reservation_json, violation_brief
 from ..store import Store
 from ..store.subscriptions import Subscription
-from . import approvals, health, mail
+from . import approvals, budgets, health, mail
 from .digests import DigestService
 from .feeds import Feeds, FeedSettings
 from .mail import MailSettings
@@ -184,6 +185,13 @@ class Integrations:
             publish_lab=self.publish_lab, privacy=self.privacy, zone=self.settings.zone,
         ))  # fmt: skip
 
+    def budget_warning(self, standing: Standing, threshold: float, people: list[str]) -> None:
+        """A budget reached a threshold: its people are told (integrations/budgets.py)."""
+        self._spawn(budgets.tell(
+            standing, threshold, people, settings=self.settings.mail, webhooks=self.webhooks,
+            publish_lab=self.publish_lab, zone=self.settings.zone,
+        ))  # fmt: skip
+
     # --- availability subscriptions ------------------------------------------------------
 
     async def channels(
@@ -348,10 +356,13 @@ class Integrations:
                 await self.remind(last, now)
                 await self.check_subscriptions(released=False)
                 await self.run(self.digests.send_due)
-                for tick in self.ticks:
-                    await tick(now)
             except Exception:
                 log.exception("gpuhive: reservation reminders failed")
+            for tick in self.ticks:  # each on its own: one failing never stops the others
+                try:
+                    await tick(now)
+                except Exception:
+                    log.exception("gpuhive: %s failed", getattr(tick, "__qualname__", tick))
             last = now
 
     async def remind(self, since: datetime, now: datetime) -> int:

@@ -13,7 +13,6 @@ The Lab notice travels on the availability event schema (a message for one user;
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import tzinfo
@@ -21,8 +20,8 @@ from typing import Any
 
 from ..model import Identity, Reservation, describe_instant
 from ..privacy import ANYONE, Privacy, reservation_json
-from . import mail
 from .mail import MailSettings
+from .notices import tell_each
 from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
@@ -76,23 +75,9 @@ async def tell(
     """Tell the people an approval concerns, on every channel that reaches them."""
     subject, text = texts(kind, res, by, note, zone)
     told = list(approvers) if kind == "tentative" else [res.owner]
-    for user in told:
-        if publish_lab is not None:
-            notice = {"user": user, "message": text,
-                      "offer": {"approval": kind, "reservation": res.id}}  # fmt: skip
-            try:
-                result = publish_lab(notice)
-                if asyncio.iscoroutine(result):
-                    await result
-            except Exception:
-                log.exception("gpuhive: could not publish an approval notice")
-        address = settings.address(user)
-        if settings.enabled and address:
-            body = f"Hello {user},\n\n{text}\n\n-- gpuhive\n"
-            try:
-                await mail.deliver(settings, address, subject, body)
-            except Exception as error:
-                log.warning("gpuhive: approval e-mail to %s failed: %s", address, error)
+    offer = {"approval": kind, "reservation": res.id}
+    await tell_each(told, subject, text, offer, settings=settings, publish_lab=publish_lab,
+                    what="an approval")  # fmt: skip
     data = {
         "reservation": reservation_json(res, Identity(res.owner), privacy),
         "by": by,

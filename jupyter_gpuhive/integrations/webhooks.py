@@ -57,6 +57,7 @@ EVENTS = (
     "job.preempted",
     "violation",
     "gpu.health",
+    "budget.warning",
 )
 FORMATS = ("json", "slack")
 URL_MAX = 2000

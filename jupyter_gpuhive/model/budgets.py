@@ -34,6 +34,7 @@ DEFAULT_WARN_AT = (80.0, 100.0)
 KWH_PER_GPU_HOUR = 0.3  # the energy a committed GPU-hour is estimated at (300 W)
 MAX_AMOUNT = 1e9
 NAME_MAX = 128
+EPS = 1e-6  # GPU-hours (3.6 ms) or kWh: what the sums' rounding may leave over
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ class Standing:
     def exhausted(self) -> bool:
         """Nothing more may be spent (the overdraft too): a queued job waits."""
         return any(
-            (ceiling := self.ceiling(unit)) is not None and self.spent(unit) >= ceiling - 1e-9
+            (ceiling := self.ceiling(unit)) is not None and self.spent(unit) >= ceiling - EPS
             for unit in UNITS
         )
 
@@ -253,7 +254,7 @@ class Standing:
         """Why `asked` more does not fit (None: it fits), with what is left and when it renews."""
         for unit in UNITS:
             ceiling = self.ceiling(unit)
-            if ceiling is None or self.spent(unit) + asked.get(unit) <= ceiling + 1e-9:
+            if ceiling is None or self.spent(unit) + asked.get(unit) <= ceiling + EPS:
                 continue
             words = UNIT_WORDS[unit]
             left = max(0.0, self.left(unit) or 0.0)

@@ -346,7 +346,7 @@ export interface NewSubscription {
 export interface NewWebhook {
   url: string;
   format?: 'json' | 'slack';
-  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'reservation.tentative' | 'reservation.approved' | 'reservation.declined' | 'reservation.expired' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | '*')[];
+  events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'reservation.tentative' | 'reservation.approved' | 'reservation.declined' | 'reservation.expired' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | 'budget.warning' | '*')[];
   /** Admins only: everyone's events */
   site?: boolean;
 }
