@@ -80,6 +80,9 @@ class Launcher:
         # For a host whose backend `submits_tasks` (Slurm): the engine reservation that holds
         # a task's GPUs now (its name) and when it ends, or None (set by the Jobs service).
         self.hold_of: Callable[[Task], Awaitable[tuple[str, datetime] | None]] = _no_hold
+        # Tasks that wait in a batch system's queue: when it expects to start them, by task
+        # id, as its last `sync` saw (`engine_start`).
+        self.engine_starts: dict[int, datetime] = {}
 
     # --- starting -------------------------------------------------------------------
 
@@ -220,6 +223,20 @@ class Launcher:
         self._note_ended(changed)
         return SyncReport(tuple(changed), unreachable)
 
+    def _note_start(self, task: Task, at: datetime | None) -> None:
+        """Remember the batch system's expected start of a task that waits in its queue."""
+        if at is None:
+            self.engine_starts.pop(task.id, None)
+        else:
+            self.engine_starts[task.id] = at
+
+    def engine_start(self, job: Job) -> datetime | None:
+        """When the batch system expects to start the last of the job's tasks that wait in
+        its queue (None: none waits there, or it does not say)."""
+        found = [self.engine_starts.get(t.id) for t in job.tasks if t.active]
+        known = [at for at in found if at is not None]
+        return max(known) if known else None
+
     def _note_ended(self, changed: Sequence[Task]) -> None:
         """Remember the process groups and GPUs of tasks that just ended (for ten minutes)."""
         now = utcnow()
@@ -247,6 +264,7 @@ class Launcher:
             return f"{error.reason} (as {self.unix_user(owner)})"
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
+            self._note_start(task, census.starts.get(task.session))
             seen = task.session in census.alive
             change = observe(
                 task, seen, census.exits.get(task.session), runner.what,

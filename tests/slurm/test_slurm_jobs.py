@@ -60,6 +60,22 @@ def no_jobs_left(slurm: SlurmCluster) -> Iterator[None]:
                        timeout=30)  # fmt: skip
 
 
+async def bobs_job(slurm: SlurmCluster, node: str, gpus: int) -> str:
+    """A Slurm job of bob's submitted outside gpuhive (10 minutes at most), once it runs."""
+    sbatch = ["runuser", "-u", ACCOUNTS["bob"], "--", f"{slurm.bin}/sbatch", "--parsable",
+              f"--nodelist={node}", f"--gres=gpu:{gpus}", "--time=10", "--output=/dev/null",
+              "--wrap=sleep 300"]  # fmt: skip
+    submitted = subprocess.run(sbatch, env=slurm.env, capture_output=True, text=True,
+                               check=True, timeout=30)  # fmt: skip
+    job_id = submitted.stdout.strip().split(";")[0]
+
+    def running() -> bool:
+        return slurm_jobs(slurm).get(job_id, {}).get("state") == "RUNNING"
+
+    await until(running, 60, "bob's Slurm job running")
+    return job_id
+
+
 async def booked_now(call: Any, gpus: list[str]) -> int:
     made = await call("POST", "reservations", {"title": "now", "gpus": gpus,
                                                "start": iso(datetime.now(UTC)),
@@ -199,17 +215,7 @@ async def test_a_running_slurm_job_is_occupied_time(api, running_hive, slurm) ->
     Slurm refuses the reservation, and gpuhive the booking (409)."""
     alice = api("alice")
     await inventory(alice)
-    sbatch = ["runuser", "-u", ACCOUNTS["bob"], "--", f"{slurm.bin}/sbatch", "--parsable",
-              "--nodelist=n1", "--gres=gpu:1", "--time=10", "--output=/dev/null",
-              "--wrap=sleep 300"]  # fmt: skip
-    submitted = subprocess.run(sbatch, env=slurm.env, capture_output=True, text=True,
-                               check=True, timeout=30)  # fmt: skip
-    job_id = submitted.stdout.strip().split(";")[0]
-
-    def running() -> bool:
-        return slurm_jobs(slurm).get(job_id, {}).get("state") == "RUNNING"
-
-    await until(running, 60, "bob's Slurm job running")
+    job_id = await bobs_job(slurm, "n1", 1)
     # the calendar shows the job's GPU as others' time, from now to the job's end
     shown = await alice("GET", "overview", params={"host": "n1"})
     assert shown.status == 200, shown
@@ -226,6 +232,34 @@ async def test_a_running_slurm_job_is_occupied_time(api, running_hive, slurm) ->
     assert "The booking was not made" in made.message and "busy" in made.message, made
     # n2 is free of Slurm jobs: booked as usual
     assert await booked_now(alice, [f"n2:{i}" for i in range(4)])
+
+
+async def test_a_job_waiting_in_slurms_queue_shows_slurms_estimate(
+    api, running_hive, slurm
+) -> None:
+    """A job on GPUs no booking holds waits in Slurm's queue while bob's Slurm job holds them:
+    its task is starting, and GET jobs gives Slurm's estimated start (squeue --start)."""
+    alice = api("alice")
+    await inventory(alice)
+    await bobs_job(slurm, "n2", 4)
+    made = await alice("POST", "jobs", {"name": "later", "command": "true", "start": True,
+                                        "gpus": [f"n2:{i}" for i in range(4)]})  # fmt: skip
+    assert made.status == 201, made
+    job_id = made.body["id"]
+
+    async def estimated() -> dict[str, Any] | None:
+        listed = {j["id"]: j for j in (await alice("GET", "jobs")).body["jobs"]}
+        job = listed[job_id]
+        return job if job.get("estimated_start") else None
+
+    job = await until(estimated, 90, "Slurm's estimate of the job's start")
+    assert job["tasks"][0]["state"] == "starting", job
+    _, seen = newest(slurm, job["tasks"][0]["session"])
+    assert seen["state"] == "PENDING" and seen["reservation"] == "(null)", seen
+    at = datetime.fromisoformat(job["estimated_start"])
+    now = datetime.now(UTC)
+    # bob's job may run 10 minutes: Slurm expects to start alice's when it ends
+    assert now + timedelta(minutes=8) <= at <= now + timedelta(minutes=11), (at, now)
 
 
 def test_slurm_jobs_read_only_numbers_nodes_and_accounts() -> None:

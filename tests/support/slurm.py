@@ -133,6 +133,7 @@ class SlurmCluster:
             "SlurmdParameters=config_overrides",  # the nodes claim more than this machine has
             "ReturnToService=2",
             "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=1",  # Slurm's start estimates within a second
             "InactiveLimit=0",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",

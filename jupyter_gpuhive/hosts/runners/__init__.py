@@ -146,13 +146,15 @@ class Stopping:
 @dataclass(frozen=True)
 class Census:
     """What `sync` saw: runs still there (name -> handle) and exit files (name -> text);
-    a batch system's runner also says which runs still wait in its queue (`waiting`) and why
-    it ended runs itself (`why`: name -> words, e.g. "Slurm ended it: TIMEOUT")."""
+    a batch system's runner also says which runs still wait in its queue (`waiting`), when it
+    expects to start them (`starts`, where it says) and why it ended runs itself (`why`:
+    name -> words, e.g. "Slurm ended it: TIMEOUT")."""
 
     alive: Mapping[str, int | None]
     exits: Mapping[str, str]
     waiting: frozenset[str] = frozenset()
     why: Mapping[str, str] = field(default_factory=dict)
+    starts: Mapping[str, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import math
 import secrets
 import shlex
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 
 from ...model import utcnow
 from ...model.engines import PREFIX
@@ -73,7 +73,7 @@ ENDED_BY_SLURM = {
     "CANCELLED": "it was cancelled in Slurm",
     "FAILED": "it failed to start",
 }
-_SQUEUE = "squeue -h -u \"$(id -un)\" -t all -o '%j %i %T %r'"
+_SQUEUE = "squeue -h -u \"$(id -un)\" -t all -o '%j %i %T %S %r'"
 
 _PRELUDE = f"""
 command -v sbatch >/dev/null 2>&1 || {{
@@ -173,19 +173,28 @@ def unpinned(env_text: str, names: Sequence[str]) -> str:
     return "".join(kept)
 
 
-def read_jobs(stdout: str) -> dict[str, tuple[int | None, str, str]]:
-    """The `job NAME ID STATE REASON` lines: name -> (job id, state, reason), the newest job
-    of each name (the highest id)."""
-    found: dict[str, tuple[int | None, str, str]] = {}
+def read_jobs(stdout: str) -> dict[str, tuple[int | None, str, str, datetime | None]]:
+    """The `job NAME ID STATE START REASON` lines: name -> (job id, state, reason, start),
+    the newest job of each name (the highest id). START: when it started, or for a pending
+    job when Slurm expects to start it (`squeue --start`'s estimate; None: not known)."""
+    found: dict[str, tuple[int | None, str, str, datetime | None]] = {}
     for words in markers(stdout, "job"):
-        if len(words) < 3:
+        if len(words) < 4:
             continue
         name, job_id, state = words[0], to_int(words[1]), words[2].upper()
-        reason = " ".join(words[3:])
+        reason = " ".join(words[4:])
         kept = found.get(name)
         if kept is None or (job_id or 0) >= (kept[0] or 0):
-            found[name] = (job_id, state, reason)
+            found[name] = (job_id, state, reason, _instant(words[3]))
     return found
+
+
+def _instant(text: str) -> datetime | None:
+    """squeue's `%S` (UTC: the clients run with TZ=UTC), or None (`N/A`, `Unknown`)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 def why_ended(state: str, reason: str) -> str | None:
@@ -230,12 +239,13 @@ class SlurmRunner(TaskRunner):
             raise RunnerError(f"cannot list the Slurm jobs: {tail(result)}")
         jobs = read_jobs(result.stdout)
         names = {w.name for w in watched}
-        alive = {name: job_id for name, (job_id, state, _) in jobs.items()
+        alive = {name: job_id for name, (job_id, state, _, _) in jobs.items()
                  if name in names and state in QUEUED | HOLDING}  # fmt: skip
         waiting = frozenset(n for n in alive if jobs[n][1] in QUEUED)
-        why = {name: said for name, (_, state, reason) in jobs.items()
+        why = {name: said for name, (_, state, reason, _) in jobs.items()
                if name in names and (said := why_ended(state, reason))}  # fmt: skip
-        return Census(alive, exits(result.stdout), waiting, why)
+        starts = {n: at for n in waiting if (at := jobs[n][3]) is not None}
+        return Census(alive, exits(result.stdout), waiting, why, starts)
 
     async def stop(self, shell: Shell, watched: Sequence[Watched], how: Stopping) -> Halted:
         ticks = [math.ceil(how.grace / TICK), math.ceil(how.patience / TICK)]

@@ -47,7 +47,10 @@ class JobsHandler(Shown):
             {
                 **self.job(job),
                 **standing.get(job.id, {}),
-                "estimated_start": isoformat(starts.get(job.id)),
+                # a job in a batch system's queue (Slurm's): its estimate (squeue --start)
+                "estimated_start": isoformat(
+                    starts.get(job.id) or self.hive.jobs.engine_start(job)
+                ),
             }
             for job in jobs
         ]
