@@ -8,15 +8,15 @@ seconds returns to level 0, so no job waits unboundedly behind new ones.
 
 A waiting job at level 0 that cannot start now may preempt running preemptible jobs of a higher
 level on one host (`victims`): each has been preempted fewer than the bound times, runs on that
-host alone, and would hold its GPUs, by its walltime, more than `PAYS` times as long as the
-waiting job needs them (its walltime, then the grace): a swap that pays, shortest remaining
-first, as SRPT has it, with room for walltimes that overstate runtimes; a job near its end is
-left to end. The most remaining work (GPUs × walltime left) goes first. The waiting job takes
-their GPUs and free ones of the same host, all of them GPUs that no slot kept for another job
-(nor a booking) needs before the waiting job ends, after the grace: no kept slot moves.
-`takeovers` picks them for the first waiting jobs of an admission pass: what the Scheduler acts
-on after each pass (through the reclaim path: signal, grace, requeue) and what the queue replay
-models. See docs/explanation/queue-order.md.
+host alone, and would hold its GPUs, by its walltime, longer than `PAYS` times the waiting
+job's walltime plus the grace: a swap that pays, shortest remaining first, as SRPT has it, with
+room for walltimes that overstate runtimes; a job near its end is left to end. The most
+remaining work (GPUs × walltime left) goes first. The waiting job takes their GPUs and free
+ones of the same host, all of them GPUs that no slot kept for another job (nor a booking) needs
+before the waiting job ends, after the grace: no kept slot moves. `takeovers` picks them for
+the first waiting jobs of an admission pass: what the Scheduler acts on after each pass
+(through the reclaim path: signal, grace, requeue) and what the queue replay models. See
+docs/explanation/queue-order.md.
 """
 
 from __future__ import annotations

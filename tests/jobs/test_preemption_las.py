@@ -6,8 +6,8 @@ than a GPU-hour (the scheduler's clock runs 20 minutes ahead of its start: 4 GPU
 a new queued job that asks for two GPUs preempts it through the reclaim path (its signal,
 grace, checkpoint, requeue) and starts on its GPUs. Never a GPU another waiting job's kept
 slot needs before the new job ends, at most `max_preemptions` times per job, and only when
-the swap pays (the served job would hold its GPUs more than `PAYS` times as long as the new
-job needs them).
+the swap pays (the served job would hold its GPUs longer than `PAYS` times the new job's
+walltime plus the grace).
 """
 
 from __future__ import annotations
@@ -187,8 +187,8 @@ async def test_a_kept_slot_is_never_taken_by_a_preemption(bed: Bed) -> None:
 
 
 async def test_a_job_near_the_end_of_its_walltime_is_left_to_end(bed: Bed) -> None:
-    """A served job is preempted only when the swap pays: it would hold its GPUs more than
-    `PAYS` times as long as the new job needs them. 40 minutes of its walltime left: a new
+    """A served job is preempted only when the swap pays: it would hold its GPUs longer than
+    `PAYS` times the new job's walltime plus the grace. 40 minutes of its walltime left: a new
     30-minute job waits for it, a new 10-minute job preempts it."""
     _settings(bed, grace_s=3)
     # 80 GPU-minutes had (level 1), 40 minutes of its walltime left

@@ -37,7 +37,7 @@ def test_a_new_short_job_preempts_the_most_served_job_it_needs() -> None:
 
 def test_a_job_is_preempted_only_when_the_swap_pays() -> None:
     """A served job near the end of its walltime is left to end: preempted only when it would
-    hold its GPUs more than PAYS times as long as the new job needs them (and the grace);
+    hold its GPUs longer than PAYS times the new job's walltime plus the grace;
     the one with the most work left (GPUs x walltime left) goes first, not the most served."""
     job = new(gpus=1, hours=1.0)  # needs its GPU 1 h
     pays = NOW + PAYS * HOUR + GRACE_S
