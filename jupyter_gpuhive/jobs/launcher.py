@@ -35,6 +35,7 @@ from .outcomes import apply_change, observe, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .preemption import PreemptionSettings, env_lines
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
+from .slurm import EngineStarts, no_hold
 from .tasks import TemplateError
 
 ENDED_MEMORY = timedelta(minutes=10)
@@ -79,10 +80,8 @@ class Launcher:
         self.before_start: Callable[[Job], Awaitable[None]] = _nothing
         # For a host whose backend `submits_tasks` (Slurm): the engine reservation that holds
         # a task's GPUs now (its name) and when it ends, or None (set by the Jobs service).
-        self.hold_of: Callable[[Task], Awaitable[tuple[str, datetime] | None]] = _no_hold
-        # Tasks that wait in a batch system's queue: when it expects to start them, by task
-        # id, as its last `sync` saw (`engine_start`).
-        self.engine_starts: dict[int, datetime] = {}
+        self.hold_of: Callable[[Task], Awaitable[tuple[str, datetime] | None]] = no_hold
+        self.engine_starts = EngineStarts()  # of tasks in a batch system's queue (Slurm's)
 
     # --- starting -------------------------------------------------------------------
 
@@ -223,20 +222,6 @@ class Launcher:
         self._note_ended(changed)
         return SyncReport(tuple(changed), unreachable)
 
-    def _note_start(self, task: Task, at: datetime | None) -> None:
-        """Remember the batch system's expected start of a task that waits in its queue."""
-        if at is None:
-            self.engine_starts.pop(task.id, None)
-        else:
-            self.engine_starts[task.id] = at
-
-    def engine_start(self, job: Job) -> datetime | None:
-        """When the batch system expects to start the last of the job's tasks that wait in
-        its queue (None: none waits there, or it does not say)."""
-        found = [self.engine_starts.get(t.id) for t in job.tasks if t.active]
-        known = [at for at in found if at is not None]
-        return max(known) if known else None
-
     def _note_ended(self, changed: Sequence[Task]) -> None:
         """Remember the process groups and GPUs of tasks that just ended (for ten minutes)."""
         now = utcnow()
@@ -264,7 +249,7 @@ class Launcher:
             return f"{error.reason} (as {self.unix_user(owner)})"
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
-            self._note_start(task, census.starts.get(task.session))
+            self.engine_starts.note(task, census.starts.get(task.session))
             seen = task.session in census.alive
             change = observe(
                 task, seen, census.exits.get(task.session), runner.what,
@@ -457,8 +442,4 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def _nothing(_job: Job) -> None:
-    return None
-
-
-async def _no_hold(_task: Task) -> tuple[str, datetime] | None:
     return None

@@ -177,7 +177,7 @@ class Jobs:
     def engine_start(self, job: Job) -> datetime | None:
         """When Slurm expects to start the job's tasks that wait in its queue (None: none
         waits there, or Slurm does not say yet), as the launcher's last sync saw."""
-        return self.launcher.engine_start(job)
+        return self.launcher.engine_starts.of(job)
 
     def standing(self) -> dict[int, dict[str, Any]]:
         """Each queued job the last pass saw wait: its place in the pass's order (1: next)

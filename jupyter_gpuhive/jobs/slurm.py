@@ -14,7 +14,7 @@ from typing import Any
 
 from ..model import utcnow
 from ..model.engines import engine_name
-from ..model.jobs import Task
+from ..model.jobs import Job, Task
 from ..store import Store
 
 
@@ -33,3 +33,28 @@ async def hold_of(
         if wanted <= {gpu.uuid for gpu in res.gpus}:
             return engine_name(res.id), res.end
     return None
+
+
+async def no_hold(_task: Task) -> tuple[str, datetime] | None:
+    """The launcher's `hold_of` until the Jobs service sets it: no reservation."""
+    return None
+
+
+class EngineStarts:
+    """When a batch system (Slurm) expects to start the tasks that wait in its queue, as the
+    launcher's last `sync` saw (by task id)."""
+
+    def __init__(self) -> None:
+        self._by_task: dict[int, datetime] = {}
+
+    def note(self, task: Task, at: datetime | None) -> None:
+        """Remember a task's expected start (None: it waits no more, or Slurm does not say)."""
+        if at is None:
+            self._by_task.pop(task.id, None)
+        else:
+            self._by_task[task.id] = at
+
+    def of(self, job: Job) -> datetime | None:
+        """When the last of the job's waiting tasks is expected to start (None: unknown)."""
+        known = [at for t in job.tasks if t.active and (at := self._by_task.get(t.id))]
+        return max(known) if known else None
