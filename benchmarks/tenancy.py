@@ -20,6 +20,14 @@ Run: `.venv/bin/python benchmarks/tenancy.py [--smoke]` (`--smoke`: 2 host group
 - `in_group_admin_actions`: `{"tried": N, "allowed": N}`, the same actions on the
   administrator's own group's first host (but limits): all must be allowed, so that the
   refusals above are the groups' boundary and not a blanket no.
+- `budget_overruns`: GPU-hours booked beyond a group's budget when 50 clients (threads, five
+  members of the group) race for its last 10 GPU-hours with 50 one-hour bookings that do not
+  clash, on a server over SQLite and one over PostgreSQL (`budget_overruns_by_db`; also how
+  many won: exactly 10 each). Must be 0.
+- `create_p99_ratio_with_budgets`: the p99 of POST reservations on a server whose hosts
+  belong to a host group and whose bookers have a group and a user budget, over the p99 on a
+  server with neither, booked in turns in the same run (SQLite, one client each,
+  `budget_bookings` bookings per server). Target: at most 1.2.
 
 The last line printed is one JSON object with these figures and the sizes.
 """
@@ -36,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.tenancy_budgets import budget_figures
 from jupyter_gpuhive.server.api import ENDPOINTS, PUBLIC_PATHS, ROUTES, routes
 from jupyter_gpuhive.server.api.authorization import authorized_action
 from jupyter_gpuhive.server.api.operations import implemented
@@ -108,6 +117,7 @@ def main() -> None:
         figures.update(run(server.port, groups, per_group))
     finally:
         server.stop()
+    figures.update(budget_figures(20 if args.smoke else 400))
     figures.update({"groups": groups, "hosts": groups * per_group})
     print(json.dumps(figures))
 

@@ -95,10 +95,18 @@ class BudgetService:
                 hours = gpus * period.hours_of(start, booking.end)
                 if hours <= 0:
                     continue
-                standing = within.standing_in(
-                    budget, period, now, self.zone, extra=[owner.name], exclude=exclude
+                asked = Figures(hours, hours * budget.kwh_per_gpu_hour)
+                extra = [owner.name]
+                # far from the end an upper bound of what is booked ahead answers (cheap)
+                bound = within.standing_in(
+                    budget, period, now, self.zone, extra=extra, exclude=exclude, bound=True
                 )
-                why = standing.refusal(Figures(hours, hours * budget.kwh_per_gpu_hour), self.zone)
+                if bound.refusal(asked, self.zone) is None:
+                    continue
+                standing = within.standing_in(
+                    budget, period, now, self.zone, extra=extra, exclude=exclude
+                )
+                why = standing.refusal(asked, self.zone)
                 if why is not None:
                     raise Conflict(why, budget=standing.to_json())
 

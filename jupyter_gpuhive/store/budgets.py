@@ -24,9 +24,9 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    or_,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -46,6 +46,7 @@ from .schema import (
     gpus,
     hosts,
     reservation_gpus,
+    reservation_stats,
     reservations,
     user_groups,
 )
@@ -199,13 +200,20 @@ class BudgetReads:
         """The users last seen in `group`."""
         return list(self._conn.execute(_MEMBERS, {"group": group}).scalars())
 
+    def whose(self, budget: Budget, extra: Iterable[str]) -> dict[str, Any]:
+        """Whose use and bookings count: the user, or the group's members (and `extra`: a
+        booking's owner, whom the store may not know yet)."""
+        if budget.scope == "user":
+            return {"payers": [budget.name]}
+        return {"payers": sorted({*self.members(budget.name), *extra})}
+
     def used(
         self, budget: Budget, start: datetime, end: datetime, extra: Iterable[str] = ()
     ) -> Figures:
         """What the meter charged the budget's payers in [start, end) (idle time aside): the
         user, or the group's members (and `extra`: a booking's owner not stored yet)."""
-        statement = _statement(self._conn.dialect.name, budget.scope, "used")
-        values = {"start": start, "end": end, **_whose(budget, extra)}
+        statement = _statement(self._conn.dialect.name, "used")
+        values = {"start": start, "end": end, **self.whose(budget, extra)}
         seconds, joules = self._conn.execute(statement, values).one()
         return Figures((seconds or 0) / 3600, (joules or 0) / JOULES_PER_KWH)
 
@@ -222,9 +230,9 @@ class BudgetReads:
         since = max(now, period.start)
         if since >= period.end:
             return 0.0
-        statement = _statement(self._conn.dialect.name, budget.scope, "ahead")
+        statement = _statement(self._conn.dialect.name, "ahead")
         values = {"since": since, "until": period.end, "exclude": exclude or 0,
-                  **_whose(budget, extra)}  # fmt: skip
+                  **self.whose(budget, extra)}  # fmt: skip
         seconds = self._conn.execute(statement, values).scalar()
         return round(float(seconds or 0) / 3600 / WHOLE, 6)  # julianday: ~0.1 ms a row
 
@@ -253,11 +261,25 @@ class BudgetReads:
         *,
         extra: Iterable[str] = (),
         exclude: int | None = None,
+        bound: bool = False,
     ) -> Standing:
-        used = Figures()
-        if period.start < now:
-            used = self.used(budget, period.start, min(period.end, now), extra)
-        hours = self.committed(budget, period, now, extra, exclude)
+        """The budget in `period`: used until now, committed ahead, carried in. `bound`:
+        committed is an upper bound instead (bookings ahead × the longest booking there is),
+        cheap to read: what fits under it fits under the exact figure."""
+        # used until now and committed ahead, in one statement
+        what = "bound" if bound else "standing"
+        statement = _statement(self._conn.dialect.name, what)
+        since = max(now, period.start)
+        values = {"start": period.start, "end": min(period.end, now), "since": since,
+                  "until": max(period.end, since), "exclude": exclude or 0,
+                  **self.whose(budget, extra)}  # fmt: skip
+        seconds, joules, ahead, *longest = self._conn.execute(statement, values).one()
+        used = Figures((seconds or 0) / 3600, (joules or 0) / JOULES_PER_KWH)
+        if bound:
+            span = (values["until"] - values["since"]).total_seconds()
+            hours = int(ahead or 0) * min(float(longest[0] or span), span) / 3600
+        else:
+            hours = round(float(ahead or 0) / 3600 / WHOLE, 6)  # julianday: ~0.1 ms a row
         committed = Figures(hours, hours * budget.kwh_per_gpu_hour)
         carried = Figures()
         before = budget.previous(period, zone) if budget.carry_over else None
@@ -284,31 +306,30 @@ _MEMBERS = select(user_groups.c.user_name).where(user_groups.c.group_name == bin
 _h, _r, _rg = gpu_charges_hourly, reservations, reservation_gpus
 
 
-def _whose(budget: Budget, extra: Iterable[str]) -> dict[str, Any]:
-    if budget.scope == "user":
-        return {"payers": [budget.name]}
-    return {"group": budget.name, "payers": sorted(set(extra))}
-
-
-def _paying(column: Any, scope: str) -> ColumnElement[bool]:
-    """`column` names a payer of the budget: the user, or a member of the group (or one of
-    `payers`, the booking's owner, whom the store may not know yet)."""
-    named = column.in_(bindparam("payers", expanding=True))
-    if scope == "user":
-        return named
-    return or_(column.in_(_MEMBERS.scalar_subquery()), named)
+def _paying(column: Any) -> ColumnElement[bool]:
+    """`column` names one of the budget's payers (`BudgetReads.whose`)."""
+    return column.in_(bindparam("payers", expanding=True))
 
 
 @functools.cache
-def _statement(dialect: str, scope: str, what: str) -> Select[Any]:
-    """The statement of a standing's figure, built once per dialect and scope."""
+def _statement(dialect: str, what: str) -> Select[Any]:
+    """The statement of a standing's figure, built once per dialect."""
     if what == "used":
         return select(func.sum(_h.c.seconds), func.sum(_h.c.energy_j)).where(
-            _paying(_h.c.payer, scope),
+            _paying(_h.c.payer),
             _h.c.hour >= bindparam("start", type_=UTCDateTime()),
             _h.c.hour < bindparam("end", type_=UTCDateTime()),
             _h.c.kind != IDLE,
         )
+    if what == "standing":  # (used seconds, used joules, committed share-seconds)
+        used = _statement(dialect, "used").subquery()
+        ahead = _statement(dialect, "ahead").subquery()
+        return select(*used.c, *ahead.c).select_from(used.join(ahead, true()))
+    if what == "bound":  # (used seconds, used joules, bookings ahead, the longest booking)
+        used = _statement(dialect, "used").subquery()
+        rows = _statement(dialect, "ahead").with_only_columns(func.count()).subquery()
+        longest = select(reservation_stats.c.longest_seconds).scalar_subquery()
+        return select(*used.c, *rows.c, longest).select_from(used.join(rows, true()))
     larger, smaller = (func.max, func.min) if dialect == "sqlite" else (func.greatest, func.least)
     since, until = bindparam("since", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime())
     held = _seconds(dialect, larger(_rg.c.start_at, since), smaller(_rg.c.end_at, until))
@@ -316,11 +337,11 @@ def _statement(dialect: str, scope: str, what: str) -> Select[Any]:
         select(func.sum(held * _rg.c.share_ppm))
         .select_from(_rg.join(_r, _r.c.id == _rg.c.reservation_id))
         .where(
-            _paying(_r.c.owner, scope),
+            _paying(_r.c.owner),
             _r.c.cancelled_at.is_(None),
             _rg.c.cancelled.is_(False),
-            _rg.c.end_at > since,
-            _rg.c.start_at < until,
+            _r.c.end_at > since,  # by the index of live reservations by owner and end
+            _r.c.start_at < until,
             _r.c.id != bindparam("exclude"),
         )
     )

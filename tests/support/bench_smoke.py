@@ -40,6 +40,7 @@ FIXTURES = frozenset(
         "sweep_baseline",
         "sweep_fixture",
         "sweep_sshd",
+        "tenancy_budgets",
     }
 )
 TIMEOUT_S = 180.0  # a hang's bound: the slowest takes ~70 s alone, more beside another
