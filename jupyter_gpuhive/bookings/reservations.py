@@ -166,9 +166,9 @@ class ReservationService:
 
     def _may_edit(self, who: Identity, reservation: Reservation, verb: str) -> None:
         """Its owner and admins may change it; the administrators of its hosts may also
-        cancel or end it (model/authority.py)."""
+        cancel or end it, and choose its lending (model/authority.py)."""
         self.authority.require(
-            who, RESERVATIONS, "cancel" if verb == "cancel" else "change",
+            who, RESERVATIONS, verb if verb in ("cancel", "lending") else "change",
             owner=reservation.owner, hosts={g.host for g in reservation.gpus},
             thing=f"reservation {reservation.id} belongs to {reservation.owner}",
         )  # fmt: skip
@@ -239,7 +239,7 @@ class ReservationService:
 
         def decide(old: Reservation) -> Changes:
             now = self.now()
-            self._may_edit(who, old, "change")
+            self._may_edit(who, old, "lending" if change.only_lending else "change")
             if old.cancelled:
                 raise Conflict(f"Reservation {old.id} was cancelled; it cannot be changed.")
             if old.end <= now:

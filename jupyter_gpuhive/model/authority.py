@@ -70,6 +70,7 @@ POLICY: dict[tuple[str, str], Entry] = {
     ("gpuhive:reservations", "cancel"): Entry(OWNER, "cancel or end this reservation"),
     ("gpuhive:reservations", "see usage"): Entry(OWNER, "see this reservation's usage"),
     ("gpuhive:reservations", "for another"): Entry(ADMIN, "book for someone else"),
+    ("gpuhive:reservations", "lending"): Entry(OWNER, "choose whether this booking lends its GPUs"),
     ("gpuhive:reservations", "approve"): Entry(GROUP_ADMIN, "approve or decline this booking"),
     ("gpuhive:rules", READ): Entry(USER, "see access rules"),
     ("gpuhive:rules", WRITE): Entry(GROUP_ADMIN, "change access rules"),

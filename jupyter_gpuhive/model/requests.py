@@ -50,6 +50,15 @@ class BookingChange:
         """Whether the edit gives a new end (directly or as a duration)."""
         return self.end is not None or self.duration is not None
 
+    @property
+    def only_lending(self) -> bool:
+        """Whether the edit changes its lending choice and nothing else (the administrators of
+        its hosts may make it too: model/authority.py)."""
+        others = (self.title, self.description, self.start, self.end, self.duration, self.gpus,
+                  self.share, self.memory_mib)  # fmt: skip
+        lending = (self.lend, self.reclaim_before_start)
+        return all(v is None for v in others) and any(v is not None for v in lending)
+
 
 @dataclass(frozen=True)
 class JobRequest:

@@ -285,3 +285,28 @@ def test_a_refusal_on_a_site_without_host_groups_names_the_owner_and_admins() ->
     )
     with pytest.raises(LookupError, match="declares no"):
         Authority().require(bob, "gpuhive:reservations", "paint")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_group_administrator_chooses_lending_on_her_hosts_only(api: Any) -> None:
+    """Lending settings (#46 item 2): the administrators of a booking's hosts may choose
+    whether it lends its GPUs to preemptible jobs (and nothing else of it); elsewhere the
+    refusal says who may."""
+    alice, hedy = api("alice"), api("hedy")
+    t = soon(4)
+    ours = (await book(alice, "ours", ["gpu2:0"], t)).body["id"]
+    theirs = (await book(alice, "theirs", ["gpu3:2"], t)).body["id"]
+    kept = await hedy("PATCH", f"reservations/{ours}", {"lend": False})
+    assert kept.status == 200 and kept.body["lend"] is False, kept
+    early = await hedy("PATCH", f"reservations/{ours}", {"reclaim_before_start": True})
+    assert early.status == 200 and early.body["reclaim_before_start"] is True, early
+    # lending with anything else is a change of the booking: its owner's
+    mixed = await hedy("PATCH", f"reservations/{ours}", {"lend": True, "title": "x"})
+    assert mixed.status == 403 and "may not change this reservation" in mixed.message
+    refused = await hedy("PATCH", f"reservations/{theirs}", {"lend": False})
+    assert refused.status == 403, refused
+    assert "may not choose whether this booking lends its GPUs" in refused.message
+    assert "alice, chemistry's administrators (carl), gpuhive admins" in refused.message
+    assert (await api("bob")("PATCH", f"reservations/{ours}", {"lend": True})).status == 403
+    assert (await api("carl")("PATCH", f"reservations/{theirs}", {"lend": False})).status == 200
+    assert (await alice("GET", f"reservations/{ours}")).body["lend"] is False
