@@ -14,9 +14,10 @@ Run: `.venv/bin/python benchmarks/tenancy.py [--smoke]` (`--smoke`: 2 host group
   group's administrator tries, on every host of every other group: drain a GPU, end a drain,
   add a rule for that host, replace and delete the site admin's rule there, approve one
   tentative booking there and decline another (every booking waits for approval: each
-  group's threshold is 0 GPUs), cancel the booking there, read its usage and read its
-  description; and once, set a group's limits (limits are the site's). Refused: a 403 whose
-  JSON message says who may instead (for the description: not shown). All must be refused.
+  group's threshold is 0 GPUs), stop the booking there lending its GPUs, cancel it, read
+  its usage and read its description; and once, set a group's limits (limits are the
+  site's). Refused: a 403 whose JSON message says who may instead (for the description: not
+  shown). All must be refused.
 - `in_group_admin_actions`: `{"tried": N, "allowed": N}`, the same actions on the
   administrator's own group's first host (but limits): all must be allowed, so that the
   refusals above are the groups' boundary and not a blanket no.
@@ -188,6 +189,7 @@ def attempts(
     call("delete rule", "DELETE", f"rules/{rule}")
     call("approve", "POST", f"reservations/{to_approve}/approve")
     call("decline", "POST", f"reservations/{to_decline}/decline", {"reason": "not now"})
+    call("lending", "PATCH", f"reservations/{booked}", {"lend": False})
     call("cancel", "DELETE", f"reservations/{booked}")
     return out
 
