@@ -14,6 +14,7 @@ Entry points (each returns a view; the last expression of a cell displays it)::
     jb = gpuhive.job_builder(template="pytorch", gpus=["gpu1:0", "gpu2:0"], jobs=jobs)
     jb = gpuhive.job_builder(reservation=42)  # run on the GPUs of one of my reservations
     acc = gpuhive.accounting(month="2026-11")  # GPU-hours and energy, scores, limits
+    bud = gpuhive.budgets()                  # budgets' standing; a group's statement as bars
 
 The calendar has a lane per GPU (time runs left to right; "Host" shows one host): drag over
 one or more lanes ("Select time") to open the booking dialog; hover a box for its whole title;
@@ -47,12 +48,22 @@ from ..notebook.client import HiveClient
 
 if TYPE_CHECKING:
     from .accounting_view import AccountingView
+    from .budget_view import BudgetView
     from .calendar_view import CalendarView
     from .dashboard_view import DashboardView
     from .jobs_view import JobBuilderView, JobListView
     from .overview_view import OverviewView
 
-__all__ = ["accounting", "calendar", "client", "dashboard", "job_builder", "jobs", "overview"]
+__all__ = [
+    "accounting",
+    "budgets",
+    "calendar",
+    "client",
+    "dashboard",
+    "job_builder",
+    "jobs",
+    "overview",
+]
 
 _client: HiveClient | None = None
 
@@ -194,3 +205,14 @@ def accounting(
     model = AccountingModel(client or globals()["client"](), month=month, zone=zone)
     model.load()
     return AccountingView(model)
+
+
+def budgets(client: Any = None) -> BudgetView:
+    """The budgets I may see: a period's standing, and who used what on which hosts (a
+    group's statement, for its host group's administrators) as bars."""
+    from .budget_model import BudgetModel
+    from .budget_view import BudgetView
+
+    model = BudgetModel(client or globals()["client"]())
+    model.load()
+    return BudgetView(model)

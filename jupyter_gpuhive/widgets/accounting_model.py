@@ -12,6 +12,7 @@ from typing import Any
 
 from ..notebook.client import HiveClientError
 from ..notebook.clock import UTC, as_zone
+from .display import Observed
 
 METRICS = {
     "reserved_gpu_hours": "GPU-hours reserved",
@@ -29,7 +30,7 @@ def _month(day: date) -> str:
     return f"{day.year:04d}-{day.month:02d}"
 
 
-class AccountingModel:
+class AccountingModel(Observed):
     """One month's report, the usage scores and the limits, as the server shows them to me."""
 
     def __init__(
@@ -51,10 +52,6 @@ class AccountingModel:
         self.error = ""
         self.message = ""
         self.listeners: list[Callable[[], None]] = []
-
-    def _changed(self) -> None:
-        for listener in self.listeners:
-            listener()
 
     def load(self) -> None:
         """Fetch the report of the month, the scores and the limits."""

@@ -5,11 +5,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
-import bqplot as bq
 import ipywidgets as w
 
-from . import palette
 from .accounting_model import LIMITS, METRICS, SCOPES, AccountingModel
+from .bars import BarChart
 from .display import Shown
 
 SCORE_COLUMNS = (
@@ -48,14 +47,8 @@ class AccountingView(Shown):
 
     def __init__(self, model: AccountingModel) -> None:
         self.model = model
-        self.x, self.y = bq.OrdinalScale(), bq.LinearScale(min=0.0)
-        self.bars = bq.Bars(x=[], y=[], scales={"x": self.x, "y": self.y}, colors=[palette.MINE])
-        self.y_axis = bq.Axis(scale=self.y, orientation="vertical", label="")
-        self.figure = bq.Figure(
-            marks=[self.bars], axes=[bq.Axis(scale=self.x), self.y_axis],
-            fig_margin={"top": 10, "bottom": 60, "left": 60, "right": 10},
-            layout=w.Layout(width="100%", height="300px"),
-        )  # fmt: skip
+        self.chart = BarChart("300px")
+        self.bars, self.y_axis, self.figure = self.chart.bars, self.chart.y_axis, self.chart.figure
         self.metric = w.Dropdown(options=[(v, k) for k, v in METRICS.items()], description="Show")
         self.scope = w.ToggleButtons(options=list(SCOPES), value="user")
         self.month = w.HTML()

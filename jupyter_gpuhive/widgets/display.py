@@ -1,7 +1,9 @@
-"""Shown: views display as their top widget when returned from a notebook cell."""
+"""Shown: views display as their top widget when returned from a notebook cell; Observed: a
+model whose views listen to its changes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
@@ -14,3 +16,13 @@ class Shown:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+class Observed:
+    """Mixin: a model that calls its `listeners` (its views' render) after each change."""
+
+    listeners: list[Callable[[], None]]
+
+    def _changed(self) -> None:
+        for listener in self.listeners:
+            listener()
