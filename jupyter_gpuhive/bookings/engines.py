@@ -151,7 +151,11 @@ class EngineBookings(Bookings):
     # --- the booking's life ----------------------------------------------------------------
 
     async def _mirror(self, who: Identity, made: Reservation) -> None:
-        """Hold the new booking in its engines; a refusal cancels it (no event) and says why."""
+        """Hold the new booking in its engines; a refusal cancels it (no event) and says why.
+        A tentative booking (it waits for approval) is held in gpuhive's store only: an engine
+        reservation would let its holder run there before anyone approved it."""
+        if made.tentative:
+            return
         try:
             await self._hold(made)
         except EngineRefused as error:
@@ -184,6 +188,20 @@ class EngineBookings(Bookings):
             if why is not None:
                 raise Conflict(f"The booking was not changed: {why}")
 
+    async def answer(
+        self, who: Identity, reservation_id: int, outcome: str, note: str | None = None
+    ) -> Reservation:
+        """An approved booking is held in its engines from now on (a refusal there is the
+        reconciliation's to repair or release, like a reservation deleted behind gpuhive)."""
+        async with self._serial():
+            done = await super().answer(who, reservation_id, outcome, note)
+            if not done.cancelled:
+                try:
+                    await self._hold(done)
+                except EngineRefused as error:
+                    log.warning("gpuhive: approved booking %s not held yet: %s", done.id, error)
+        return done
+
     async def cancel(
         self, who: Identity, reservation_id: int, errand: Errand | None = None
     ) -> Reservation:
@@ -204,7 +222,7 @@ class EngineBookings(Bookings):
         now = utcnow()
         for engine, nodes in self._engines(res):
             name = engine_name(res.id)
-            if res.cancelled or res.end <= now:
+            if res.cancelled or res.end <= now or res.tentative:
                 await self._let_go(engine, name)
                 continue
             try:
@@ -233,7 +251,7 @@ class EngineBookings(Bookings):
         now = utcnow()
         live = await self.run(self.store.reservations.window, now, now + AHEAD)
         for res in live:
-            if res.cancelled or res.end <= now:
+            if res.cancelled or res.end <= now or res.tentative:  # tentative: store only
                 continue
             for engine, nodes in self._engines(res):
                 entry = wanted.setdefault(id(engine), (engine, {}))
