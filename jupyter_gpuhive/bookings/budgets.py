@@ -14,7 +14,7 @@ import asyncio
 import csv
 import io
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol, TypeVar
 
 from ..errors import Conflict, NotFound
@@ -110,6 +110,55 @@ class BudgetService:
                 if why is not None:
                     raise Conflict(why, budget=standing.to_json())
 
+    def check_job(
+        self,
+        owner: Identity,
+        gpus: float,
+        walltime: timedelta | None,
+        start: datetime | None = None,
+        what: str = "This job",
+    ) -> None:
+        """Refuse (409) a job outside any booking whose `gpus` × `walltime` (from `start`,
+        default now) would overrun a budget of its owner or their groups. Without a walltime
+        its length is unknown: refused only when a budget is spent already."""
+        if gpus <= 0:
+            return
+        found = self.store.budgets.applicable(owner.name, owner.groups)
+        now = self.now()
+        begin = max(start or now, now)
+        for budget in found:
+            if walltime is None:
+                standing = self.standing(budget, begin)
+                if standing is not None and standing.exhausted():
+                    raise Conflict(
+                        f"{what} has no walltime, and {self._spent_words(standing)}",
+                        budget=standing.to_json(),
+                    )
+                continue
+            end = begin + walltime
+            for period in budget.periods(begin, end, self.zone):
+                hours = gpus * period.hours_of(begin, end)
+                if hours <= 0:
+                    continue
+                asked = Figures(hours, hours * budget.kwh_per_gpu_hour)
+                standing = self.store.budgets.standing(
+                    budget, period.start, now, self.zone, extra=[owner.name]
+                )
+                why = None if standing is None else standing.refusal(asked, self.zone)
+                if why is not None:
+                    assert standing is not None
+                    raise Conflict(
+                        f"{what} ({gpus:g} GPU × {walltime.total_seconds() / 3600:g} h "
+                        f"outside any booking): {why}",
+                        budget=standing.to_json(),
+                    )
+
+    def _spent_words(self, standing: Standing) -> str:
+        return (
+            f"the budget of {standing.budget.subject} for {standing.period.label} is spent "
+            f"({standing.percent():.0f} %). {standing.renewal(self.zone)}"
+        )
+
     # --- what stands -------------------------------------------------------------------
 
     def standing(self, budget: Budget, at: datetime | None = None) -> Standing | None:
@@ -136,10 +185,7 @@ class BudgetService:
                     cache[budget.id] = self.standing(budget)
                 standing = cache[budget.id]
                 if standing is not None and standing.exhausted():
-                    why[owner] = (
-                        f"the budget of {budget.subject} for {standing.period.label} is spent "
-                        f"({standing.percent():.0f} %). {standing.renewal(self.zone)}"
-                    )
+                    why[owner] = self._spent_words(standing)
                     break
         return why
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from ..bookings.budgets import BudgetService
 from ..errors import Conflict, Forbidden, Invalid, Unavailable
 from ..hosts.pool import HostPool, HostUnavailable, SshSettings
 from ..model import Identity, isoformat, utcnow
@@ -16,6 +17,7 @@ from ..model.requests import JobRequest
 from ..privacy import Privacy, job_json
 from ..store import Store
 from . import containers, slurm
+from .budgets import JobBudgets
 from .catalog import TEMPLATES
 from .launcher import Launcher
 from .logins import Logins
@@ -56,6 +58,7 @@ class Jobs:
         self.privacy = privacy
         self._stop_lending = stop_lending
         self.rules = JobRules(store, zone, identity_of, hosts=lambda: pool.hosts)
+        self.budgets = JobBudgets(BudgetService(store, zone, identity_of))
         self.vendors = SiteVendors(lambda: pool.hosts)  # the finder's 'vendor' asks them
         self.preemption = preemption or PreemptionSettings()
         unix_user = self.preemption.unix_user  # the site's unix_users: what each user runs as
@@ -233,10 +236,13 @@ class Jobs:
         (`errand`: the API request it is part of, handed to the job's transaction)."""
         job, specs = await self.run(self.rules.build, who, request)
         await self.logins.require(job.owner, {spec.host for spec in specs})
+        on_booking = request.reservation is not None
+        await self.run(self.budgets.check_new, who, job, specs, on_booking)
         start = request.start and not job.queued and job.start_at is None
         if start:  # checked before storing, so a refused start leaves nothing behind
             uuids = [g.uuid for spec in specs for g in spec.gpus]
             await self.run(self.rules.check_run_now, job.owner, uuids, job.walltime)
+            await self.run(self.budgets.check_now, who, job, uuids)
         created: Job = await self.run(self.store.jobs.create, job, specs, errand)
         if start:
             return await self._start(created)
@@ -248,6 +254,7 @@ class Jobs:
         if job.status in ACTIVE:
             raise Conflict(f"Job {job_id} is already {job.status}.")
         await self.run(self.rules.check_run_now, job.owner, job.gpus, job.walltime)
+        await self.run(self.budgets.check_now, who, job, job.gpus)
         await self.logins.require(job.owner, {task.host for task in job.tasks})
         if job.status != TaskState.PENDING:
             job = await self.run(self.store.jobs.reset, job_id)
@@ -272,6 +279,8 @@ class Jobs:
         job = await self._owned(who, job_id, "queue" if queued else "dequeue")
         if queued and job.status in ACTIVE:
             raise Conflict(f"Job {job_id} is {job.status}; stop it before queueing it.")
+        if queued and not job.queued:  # outside its owner's bookings it spends a budget
+            await self.run(self.budgets.check_requeue, who, job)
         changed: Job = await self.run(
             functools.partial(self.store.jobs.update, job_id, by=who.name, queued=queued)
         )

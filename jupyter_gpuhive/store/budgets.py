@@ -120,11 +120,17 @@ class BudgetStore:
         self.db.write(work)
 
     def standing(
-        self, budget: Budget, at: datetime, now: datetime, zone: tzinfo
+        self,
+        budget: Budget,
+        at: datetime,
+        now: datetime,
+        zone: tzinfo,
+        extra: Iterable[str] = (),
     ) -> Standing | None:
-        """The budget in the period `at` falls in (None: outside its dates)."""
+        """The budget in the period `at` falls in (None: outside its dates; `extra`: a
+        payer the store may not know yet)."""
         with self.db.read() as conn:
-            return BudgetReads(conn).standing(budget, at, now, zone)
+            return BudgetReads(conn).standing(budget, at, now, zone, extra=extra)
 
     def applicable(self, user: str, groups: Iterable[str]) -> list[Budget]:
         """The budgets of `user` and of their groups."""

@@ -178,11 +178,11 @@ async def test_the_queue_holds_jobs_of_a_spent_budget_and_says_why(
 ) -> None:
     boss, alice = api("boss"), api("alice")
     await add_budget(boss, scope="user", name="alice", gpu_hours=1, **around_today())
-    await book(alice, "all of it", ["gpu1:0"], soon(hours=2), "1h")
     job = {"name": "p", "command": "sleep 1", "queued": True, "walltime": "10m",
            "options": {"gpu_count": 1}}  # fmt: skip
     made = await alice("POST", "jobs", job)
     assert made.status == 201, made
+    await book(alice, "all of it", ["gpu1:0"], soon(hours=2), "1h")  # spent after it queued
     hive = jp_serverapp.web_app.settings["gpuhive"]
     report = await hive.jobs.scheduler.tick()
     assert report.admitted == []
