@@ -82,6 +82,7 @@ from .plan import (
 GPU_COUNT = "gpu_count"
 SAME_HOST = "same_host"
 CHOICE = ("vendor", "model")  # the GPUs it may get (jobs.selection reads them)
+ENGINE = "engine"  # a batch system whose own queue places the job (jobs/slurm.py), not ours
 PLACEMENTS = ("required", "preferred", "any")
 RESERVATION_DEPTH = 32  # waiting jobs that hold a slot in each pass
 
@@ -108,7 +109,7 @@ def same_host(options: Mapping[str, Any]) -> str | None:
 
 def template_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """A job's options without the queue's own (what its template validates)."""
-    return {k: v for k, v in options.items() if k not in (GPU_COUNT, SAME_HOST, *CHOICE)}
+    return {k: v for k, v in options.items() if k not in (GPU_COUNT, SAME_HOST, ENGINE, *CHOICE)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +297,7 @@ def _overtake(
 
 
 __all__ = [
+    "ENGINE",
     "GPU_COUNT",
     "PLACEMENTS",
     "RESERVATION_DEPTH",

@@ -35,7 +35,7 @@ from .outcomes import apply_change, observe, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .preemption import PreemptionSettings, env_lines
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
-from .slurm import EngineStarts, no_hold
+from .slurm import EngineStarts, no_hold, no_place
 from .tasks import TemplateError
 
 ENDED_MEMORY = timedelta(minutes=10)
@@ -78,10 +78,12 @@ class Launcher:
         # Scheduler reclaims GPUs lent to others there: the holder's claim wins).
         self.preemption = PreemptionSettings()
         self.before_start: Callable[[Job], Awaitable[None]] = _nothing
-        # For a host whose backend `submits_tasks` (Slurm): the engine reservation that holds
-        # a task's GPUs now (its name) and when it ends, or None (set by the Jobs service).
-        self.hold_of: Callable[[Task], Awaitable[tuple[str, datetime] | None]] = no_hold
+        # For a host whose backend `submits_tasks` (Slurm): how to submit a task (TaskStart's
+        # gpu_count, hold, until, anywhere; set by the Jobs service: `slurm.hold_of`).
+        self.hold_of: Callable[[Task], Awaitable[dict[str, Any]]] = no_hold
         self.engine_starts = EngineStarts()  # of tasks in a batch system's queue (Slurm's)
+        # Records the node and GPUs (node, IDX) its engine's queue gave an unplaced task.
+        self.place: Callable[[Task, Sequence[tuple[str, int]]], Awaitable[bool]] = no_place
 
     # --- starting -------------------------------------------------------------------
 
@@ -172,9 +174,7 @@ class Launcher:
             launch = TaskStart(task.session, body, log_dir, log_path, exit_path, env_path,
                                env_text, task.host, account)  # fmt: skip
             if decl is not None and self.pool.backend_of(decl).submits_tasks:
-                hold = await self.hold_of(task)
-                name, until = hold if hold is not None else (None, None)
-                launch = replace(launch, gpu_count=len(task.gpus), hold=name, until=until)
+                launch = replace(launch, **await self.hold_of(task))  # how to submit it
             done = await runner.start(self._shell(task.host, task.owner), launch)
         except (TemplateError, RunnerError) as error:
             return str(error)
@@ -240,7 +240,7 @@ class Launcher:
         self, host: str, owner: str, tasks: list[Task]
     ) -> list[tuple[Task, TaskChange]] | str:
         runner = self._runner(host)
-        watched = [Watched(t.session, scripts.host_path(t.exit_path)) for t in tasks]
+        watched = [Watched(t.session, scripts.host_path(t.exit_path), not t.gpus) for t in tasks]
         try:
             census = await runner.sync(self._shell(host, owner), watched)
         except HostUnavailable as error:
@@ -250,6 +250,8 @@ class Launcher:
         out: list[tuple[Task, TaskChange]] = []
         for task in tasks:
             self.engine_starts.note(task, census.starts.get(task.session))
+            if (where := census.placed.get(task.session)) and await self.place(task, where):
+                self._changed(task.job_id)
             seen = task.session in census.alive
             change = observe(
                 task, seen, census.exits.get(task.session), runner.what,

@@ -41,8 +41,10 @@ from ..model import Identity, utcnow
 from ..model.jobs import Job, TaskState
 from ..monitor.sampler import Sweep
 from ..store import Store
+from . import slurm
 from .admission import (
     CHOICE,
+    ENGINE,
     RESERVATION_DEPTH,
     Candidate,
     Slot,
@@ -140,6 +142,8 @@ class Scheduler(Reclaims):
         self.preempted = preempted  # told each `job.preempted` event
         launcher.preemption = self.preemption
         launcher.before_start = self._before_start
+        # a task Slurm's queue placed gets the node and GPUs Slurm gave it (`jobs.slurm`)
+        launcher.place = slurm.placing(store, launcher.pool)
         self.watch = Watch(lambda host: probe_host(launcher.pool, host), self._lent,
                            self.reclaim, self.preemption.watch_interval)  # fmt: skip
         self.watch.unix_user = unix_user
@@ -200,6 +204,8 @@ class Scheduler(Reclaims):
                     why = f"its stop time {job.stop_at:%Y-%m-%d %H:%M} UTC has come"
                     report.stopping[job.id] = why
                     self._stop_later(job.id, why, requeue=False)
+            elif job.queued and active and ENGINE in job.options:
+                continue  # in its engine's queue: Slurm keeps its time limit and bookings
             elif job.queued and active and (over := self._overran(job, now)) is not None:
                 report.stopping[job.id] = over
                 self._stop_later(job.id, over, requeue=False, reason=over)
@@ -260,6 +266,10 @@ class Scheduler(Reclaims):
         return queued, result
 
     async def _admit(self, snap: Snapshot, report: TickReport, lead: float) -> None:
+        handed, failed = await slurm.hand_over(self.store, self.launcher.pool, snap.jobs,
+                                               self._start_all)  # fmt: skip
+        report.admitted += handed
+        report.failures.update(failed)
         queued, result = await in_thread(self._pass, snap, lead, self.depth)
         self._plan = dict(result.planned)
         report.waiting = result.waiting
@@ -386,14 +396,6 @@ class Scheduler(Reclaims):
 
     # --- reading the world -----------------------------------------------------------
 
-    def queued_elsewhere(self, host: str) -> str | None:
-        """Why gpuhive's queue starts no job on `host` (its engine queues them), or None."""
-        decl = self.launcher.pool.hosts.get(host)
-        backend = None if decl is None else self.launcher.pool.backend_of(decl)
-        if backend is None or backend.queues_here:
-            return None
-        return f"{host} is a {backend.name} node: its own queue runs jobs there, not gpuhive's"
-
     def snapshot(self, now: datetime, sweep: Sweep | None) -> Snapshot:
         """Jobs, GPU states and reservations as plain data (blocking: runs in a thread)."""
         jobs, marked = self.store.jobs.schedulable()
@@ -414,13 +416,7 @@ class Scheduler(Reclaims):
             if gpu.uuid in states and states[gpu.uuid].blocker is None:
                 why = condition.why_not(gpu.ref).split(". ")[0]
                 states[gpu.uuid] = replace(states[gpu.uuid], blocker=why)
-        elsewhere_of = {host: self.queued_elsewhere(host) for host in self.launcher.pool.hosts}
-        for gpu in inventory.values():  # hosts whose engine runs its own queue (Slurm)
-            elsewhere = elsewhere_of.get(gpu.host)
-            if elsewhere is not None:
-                unbookable.add(gpu.uuid)
-                if gpu.uuid in states and states[gpu.uuid].blocker is None:
-                    states[gpu.uuid] = replace(states[gpu.uuid], blocker=elsewhere)
+        slurm.close_engine_nodes(self.launcher.pool, inventory.values(), states, unbookable)
         rules = self.store.rules.all()
         owners = {job.owner for job in jobs if job.queued} if rules else set()
         identities = {name: self.identity_of(name) for name in owners}

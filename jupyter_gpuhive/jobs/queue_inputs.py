@@ -17,6 +17,7 @@ from ..model.shares import parse_memory
 from ..monitor.sampler import Sweep
 from ..store import Store
 from .admission import (
+    ENGINE,
     FOREVER,
     AccessCheck,
     Candidate,
@@ -68,8 +69,8 @@ def candidates(
     out = []
     at = now.timestamp()
     for job in jobs:
-        if not job.queued or job.status != TaskState.PENDING:
-            continue
+        if not job.queued or job.status != TaskState.PENDING or ENGINE in job.options:
+            continue  # (a job for an engine's queue goes there: `slurm.hand_over`)
         if job.stop_at is not None and job.stop_at <= now:
             continue
         try:

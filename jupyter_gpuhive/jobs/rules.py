@@ -16,7 +16,7 @@ from ..model.containers import ContainerSpec
 from ..model.jobs import Job
 from ..model.requests import JobRequest
 from ..store import Store
-from . import containers
+from . import containers, slurm
 from .admission import (
     SAME_HOST,
     gpu_count,
@@ -195,6 +195,15 @@ class JobRules:
             )
         choice = choice_of(job.options)
         gpus = matching(choice, self.store.inventory.gpus(), vendors_of(self.hosts()))
+        if slurm.engine_of(job.options) is not None:  # for Slurm's queue: Slurm places it
+            refused = slurm.engine_refusal(job, count, self.hosts(), gpus)
+            if refused is not None:
+                raise Invalid(refused)
+            try:  # render it once now, so template mistakes show now
+                slurm.handover(job, self.hosts())
+            except (TemplateError, ValueError) as error:
+                raise Invalid(str(error)) from None
+            return []
         kind = choice.words() if choice else "GPUs"
         if count > len(gpus):
             raise Invalid(f"The job wants {count} {kind}; there are only {len(gpus)}.")

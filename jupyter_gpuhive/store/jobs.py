@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, insert, or_, select, update
 
 from ..errors import Conflict, NotFound
-from ..model import utcnow
+from ..model import Gpu, utcnow
 from ..model.errand import Errand
 from ..model.jobs import (
     ACTIVE,
@@ -298,6 +298,14 @@ class Jobs:
             return done
 
         return self.db.write(work)
+
+    def place_task(self, task_id: int, host: str, address: str, gpus: Sequence[Gpu]) -> bool:
+        """Record the host and GPUs a batch system gave an active task that had none (once)."""
+        stmt = update(job_tasks).where(job_tasks.c.id == task_id, job_tasks.c.gpus == "[]",
+                                       job_tasks.c.state.in_([str(s) for s in ACTIVE]))  # fmt: skip
+        values = {"host": host, "address": address, "gpus": json.dumps([g.uuid for g in gpus]),
+                  "gpu_indices": json.dumps([g.index for g in gpus])}  # fmt: skip
+        return bool(self.db.write(lambda conn: conn.execute(stmt.values(**values)).rowcount))
 
     def reset(self, job_id: int, task_ids: Collection[int] | None = None) -> Job:
         """Put finished (or never started) tasks back to pending, e.g. before a restart."""

@@ -64,6 +64,14 @@ def test_the_sbatch_line_quotes_every_value_and_feeds_the_script_on_stdin() -> N
     assert not [w for w in free if w.startswith(("--reservation", "--time"))]
 
 
+def test_a_job_for_slurms_queue_names_no_node_and_no_reservation() -> None:
+    """A count-only job in Slurm's own queue: its GPU count and walltime, Slurm picks the node."""
+    anywhere = launch(hold=None, anywhere=True, gpu_count=3, until=NOW + timedelta(hours=1))
+    words = shlex.split(sbatch_line(anywhere, "n1", NOW).split(" <<")[0])
+    assert {"--gres=gpu:3", "--time=60:00", "--nodes=1"} <= set(words), words
+    assert not [w for w in words if w.startswith(("--nodelist", "--reservation"))], words
+
+
 def test_the_time_limit_ends_at_the_booking_and_is_a_minute_at_least() -> None:
     assert time_limit(None, NOW) is None
     assert time_limit(NOW + timedelta(hours=2), NOW) == "120:00"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuhive.hosts.slurm import SlurmReservation, parse_reservations
+from jupyter_gpuhive.jobs.slurm import queued_elsewhere
 from jupyter_gpuhive.model.engines import engine_name
 from tests.conftest import iso, soon
 from tests.slurm.conftest import ACCOUNTS, slurm_hosts
@@ -241,7 +242,7 @@ async def test_gpuhives_queue_starts_nothing_on_slurm_nodes(api, running_hive, s
     assert shown["status"] == "pending", shown
     assert shown["tasks"] == []
     assert shown["waiting_for"].startswith("waiting for 1 free GPU"), shown
-    assert running_hive.jobs.scheduler.queued_elsewhere("n1") == (
+    assert queued_elsewhere(running_hive.jobs.launcher.pool, "n1") == (
         "n1 is a slurm node: its own queue runs jobs there, not gpuhive's"
     )
     assert (await alice("POST", f"jobs/{job.body['id']}/stop")).status == 200

@@ -282,3 +282,110 @@ def test_slurm_jobs_read_only_numbers_nodes_and_accounts() -> None:
     assert found[0].end - found[0].start == timedelta(minutes=10)
     with pytest.raises(SlurmParseError):
         parse_jobs("not json")
+
+
+def slurm_gpus(slurm: SlurmCluster, job_id: str) -> tuple[str, list[int]]:
+    """The node and GPU IDXs `scontrol show job -d` gives a running job (as root)."""
+    shown = slurm.scontrol("show", "job", "-d", job_id).stdout
+    found = re.search(r"^\s*Nodes=(\S+) .*GRES=gpu[^(]*\(IDX:([0-9,\-]+)\)", shown, re.M)
+    assert found, shown
+    indexes: list[int] = []
+    for part in found.group(2).split(","):
+        low, _, high = part.partition("-")
+        indexes += range(int(low), int(high or low) + 1)
+    return found.group(1), indexes
+
+
+COUNTED = {"gpu_count": 2, "engine": "slurm"}
+
+
+async def test_a_count_only_job_goes_to_slurms_queue(api, running_hive, slurm) -> None:
+    """A queued job of a GPU count for Slurm is its owner's sbatch with --gres=gpu:2 and no
+    node or reservation; Slurm picks the node, and the task gets the node and GPU IDXs that
+    Slurm gave it (scontrol show job -d), once it runs; its log and stop are Slurm's."""
+    alice, bob = api("alice"), api("bob")
+    await inventory(alice)
+    command = 'echo "on $SLURM_JOB_NODELIST gpus=$CUDA_VISIBLE_DEVICES"; sleep 300'
+    made = await alice("POST", "jobs", {"name": "counted", "command": command,
+                                        "queued": True, "options": COUNTED})  # fmt: skip
+    assert made.status == 201, made
+    job_id = made.body["id"]
+
+    async def placed() -> dict[str, Any] | None:
+        job = (await alice("GET", f"jobs/{job_id}")).body
+        task = job["tasks"][0] if job["tasks"] else None
+        return job if task and task["state"] == "running" and task["gpus"] else None
+
+    job = await until(placed, 90, "the job running in Slurm, placed")
+    task = job["tasks"][0]
+    slurm_id, seen = newest(slurm, task["session"])
+    assert seen["user"] == ACCOUNTS["alice"] and seen["reservation"] == "(null)", seen
+    node, indexes = slurm_gpus(slurm, slurm_id)
+    # the task's host and GPUs are the ones Slurm gave it, by its IDX
+    assert task["host"] == node and task["gpu_indices"] == indexes, (task, node, indexes)
+    shown = await alice("GET", "hosts")
+    uuids = {f"{h['name']}:{g['index']}": g["uuid"] for h in shown.body["hosts"]
+             for g in h["gpus"]}  # fmt: skip
+    assert task["gpus"] == [uuids[f"{node}:{i}"] for i in indexes], task
+    log = await until(lambda: _log_text(alice, job_id), 30, "the job's log")
+    assert f"on {node} gpus=0,1" in log, log  # Slurm's pinning, renumbered
+    refused = await bob("POST", f"jobs/{job_id}/stop")
+    assert refused.status == 403, refused
+    stopped = await alice("POST", f"jobs/{job_id}/stop")
+    assert stopped.status == 200, stopped
+    assert stopped.body["tasks"][0]["state"] == "stopped", stopped.body
+    _, left = newest(slurm, task["session"])
+    assert left["state"] in ("CANCELLED", "COMPLETED", "FAILED"), left
+
+
+async def _log_text(call: Any, job_id: int) -> str | None:
+    log = await call("GET", f"jobs/{job_id}/log", params={"task": 0})
+    text: str = log.body.get("text") or ""
+    return text if "gpus=" in text else None
+
+
+async def test_a_count_only_job_waits_in_slurms_queue(api, running_hive, slurm) -> None:
+    """While bob's Slurm jobs hold every GPU, alice's count-only job waits in Slurm's queue:
+    starting, with Slurm's estimated start, and no GPUs attributed to it yet."""
+    alice = api("alice")
+    await inventory(alice)
+    await bobs_job(slurm, "n1", 4)
+    await bobs_job(slurm, "n2", 4)
+    made = await alice("POST", "jobs", {"name": "waits", "command": "true", "queued": True,
+                                        "options": COUNTED})  # fmt: skip
+    assert made.status == 201, made
+    job_id = made.body["id"]
+
+    async def estimated() -> dict[str, Any] | None:
+        listed = {j["id"]: j for j in (await alice("GET", "jobs")).body["jobs"]}
+        return listed[job_id] if listed[job_id].get("estimated_start") else None
+
+    job = await until(estimated, 90, "Slurm's estimate of the job's start")
+    task = job["tasks"][0]
+    assert task["state"] == "starting" and task["gpus"] == [], task
+    _, seen = newest(slurm, task["session"])
+    assert seen["state"] == "PENDING" and seen["user"] == ACCOUNTS["alice"], seen
+    at = datetime.fromisoformat(job["estimated_start"])
+    now = datetime.now(UTC)
+    assert now + timedelta(minutes=8) <= at <= now + timedelta(minutes=11), (at, now)
+
+
+async def test_count_only_jobs_for_slurm_that_cannot_run_are_refused(
+    api, running_hive, slurm
+) -> None:
+    alice = api("alice")
+    await inventory(alice)
+    cases = [
+        ({"gpu_count": 5, "engine": "slurm"}, {}, "the largest node has 4"),
+        ({"gpu_count": 1, "engine": "pbs"}, {}, "no host is a 'pbs' node"),
+        (COUNTED, {"template": "pytorch"}, "plain template"),
+        (COUNTED, {"command": "echo {gpus}"}, "{gpus} is not known before slurm places"),
+        (COUNTED, {"queued": False}, "must be queued"),
+    ]
+    for options, extra, words in cases:
+        body = {"name": "bad", "command": "true", "queued": True, "options": options, **extra}
+        refused = await alice("POST", "jobs", body)
+        assert refused.status == 422, (body, refused)
+        assert words in refused.message, (body, refused.message)
+    assert not [j for j in slurm_jobs(slurm).values() if j["user"] == ACCOUNTS["alice"]
+                and j["state"] in ("PENDING", "RUNNING")]  # fmt: skip

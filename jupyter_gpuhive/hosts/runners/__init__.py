@@ -108,6 +108,7 @@ class TaskStart:
     gpu_count: int = 0
     hold: str | None = None
     until: datetime | None = None
+    anywhere: bool = False  # the engine picks the node (its own queue), not the task's host
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class Watched:
 
     name: str
     exit_path: str
+    unplaced: bool = False  # its engine picked the node: `sync` says which GPUs it gave
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class Census:
     waiting: frozenset[str] = frozenset()
     why: Mapping[str, str] = field(default_factory=dict)
     starts: Mapping[str, datetime] = field(default_factory=dict)
+    # unplaced runs that run now: (node, GPU index) of each GPU the engine gave them
+    placed: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

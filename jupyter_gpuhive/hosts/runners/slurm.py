@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from ...model import utcnow
 from ...model.engines import PREFIX
 from ...model.gpus import Pinning
+from ..slurm import SlurmParseError
+from ..slurmjobs import parse_jobs
 from . import (
     BAD_LISTING,
     EXISTS,
@@ -74,6 +76,7 @@ ENDED_BY_SLURM = {
     "FAILED": "it failed to start",
 }
 _SQUEUE = "squeue -h -u \"$(id -un)\" -t all -o '%j %i %T %S %r'"
+_PLACED = 'squeue --json -u "$(id -un)" -t running'
 
 _PRELUDE = f"""
 command -v sbatch >/dev/null 2>&1 || {{
@@ -149,7 +152,8 @@ def sbatch_line(launch: TaskStart, node: str, now: datetime) -> str:
         launch.hold.startswith(PREFIX) and launch.hold[len(PREFIX) :].isdigit()
     ):
         raise RunnerError(f"{launch.hold!r} is not a reservation name of gpuhive's")
-    words = ["sbatch", "--parsable", f"--job-name={launch.name}", f"--nodelist={node}",
+    where = [] if launch.anywhere else [f"--nodelist={node}"]
+    words = ["sbatch", "--parsable", f"--job-name={launch.name}", *where,
              "--nodes=1", "--ntasks=1", "--output=/dev/null", "--export=ALL"]  # fmt: skip
     if launch.gpu_count > 0:
         words.append(f"--gres=gpu:{int(launch.gpu_count)}")
@@ -245,7 +249,26 @@ class SlurmRunner(TaskRunner):
         why = {name: said for name, (_, state, reason, _) in jobs.items()
                if name in names and (said := why_ended(state, reason))}  # fmt: skip
         starts = {n: at for n in waiting if (at := jobs[n][3]) is not None}
-        return Census(alive, exits(result.stdout), waiting, why, starts)
+        running = {n: i for n, i in alive.items() if n not in waiting and i is not None}
+        asked = {running[w.name]: w.name for w in watched if w.unplaced and w.name in running}
+        placed = await self._placed(shell, asked)
+        return Census(alive, exits(result.stdout), waiting, why, starts, placed)
+
+    async def _placed(
+        self, shell: Shell, names: dict[int, str]
+    ) -> dict[str, tuple[tuple[str, int], ...]]:
+        """The GPUs (node, IDX) Slurm gave the owner's running jobs `names` (job id -> name),
+        from `squeue --json`: only numbers, node lists and account names are read there."""
+        if not names:
+            return {}
+        result = await shell(_PLACED, sh_command(), None)
+        if result.exit_status != 0:
+            raise RunnerError(f"cannot read the Slurm jobs' GPUs: {tail(result)}")
+        try:
+            found = parse_jobs(result.stdout)
+        except SlurmParseError as error:
+            raise RunnerError(f"cannot read the Slurm jobs' GPUs: {error}") from None
+        return {names[job.job_id]: job.gpus for job in found if job.job_id in names}
 
     async def stop(self, shell: Shell, watched: Sequence[Watched], how: Stopping) -> Halted:
         ticks = [math.ceil(how.grace / TICK), math.ceil(how.patience / TICK)]
