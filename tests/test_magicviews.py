@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_gpuhive.hosts.guidance import advise
-from jupyter_gpuhive.notebook.magicviews import GpuStatus, local
+from jupyter_gpuhive.notebook.magicviews import GpuStatus, gpu_state, local
 
 
 def bundle(result: object) -> dict[str, str]:
@@ -123,3 +123,12 @@ def test_gpustatus_on_a_mixed_site_says_each_gpus_vendor() -> None:
     assert rows == ["nv1:0 (NVIDIA)", "am1:0 (AMD)", "am2 (AMD)"]
     one = [{**h, "vendor": "amd"} for h in hosts]
     assert "(AMD)" not in bundle(GpuStatus(one, "me"))["text/plain"]
+
+
+def test_a_gpu_a_slurm_job_holds_is_busy_in_gpustatus() -> None:
+    held = {"id": "n1:0", "state": "busy", "processes": [], "held_by_engine": "a Slurm job"}
+    assert gpu_state(held, "up", "me") == ("busy", "busy: a Slurm job")
+    assert gpu_state({**held, "held_by_engine": None, "state": "free"}, "up", "me") == (
+        "free",
+        "free",
+    )

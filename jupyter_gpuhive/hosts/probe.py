@@ -68,6 +68,9 @@ class HostSample:
     # (None: no engine speaks for the host's drains)
     drainer: str | None = None
     drained: dict[str, str] = field(default_factory=dict)
+    # GPUs an engine's jobs hold now, as the engine says (GPU UUID -> 'Slurm job'): busy,
+    # even where gpuhive sees no process of theirs
+    engine_held: dict[str, str] = field(default_factory=dict)
 
 
 def split_sections(text: str) -> dict[str, tuple[int, str]]:

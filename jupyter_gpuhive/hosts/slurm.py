@@ -18,6 +18,7 @@ from ..model.gpus import FAILED, Health
 
 _FIELD = re.compile(r"(?:^|(?<= ))([A-Z][A-Za-z_]*)=")
 _REASON = re.compile(r"(?:^| )Reason=(.*?) \[([^\]@ ]+)@([0-9T:-]+)\](?= [A-Z]|$)")
+_USED = re.compile(r"(?:^|,)gpu(?::[^,(]*)*\(IDX:([0-9,\-]+)\)")  # GresUsed's GPUs (not N/A)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?\Z")
 SHOWN = 300  # characters of a Slurm text shown to people at most
@@ -133,6 +134,7 @@ class SlurmNode:
     gpus: tuple[GpuKind, ...]
     reason: str | None = None  # Slurm's administrators' words, framed
     reason_by: str | None = None
+    gpus_used: tuple[int, ...] = ()  # the IDX of the GPUs Slurm's jobs hold (`GresUsed`)
 
     @property
     def gpu_count(self) -> int:
@@ -198,9 +200,21 @@ def parse_nodes(text: str) -> list[SlurmNode]:
                 printable(name), node_states(found["State"]), gpus,
                 printable(reason) if reason and reason != "(null)" else None,
                 printable(found["ReasonBy"]) if found.get("ReasonBy") else None,
+                tuple(i for m in _USED.finditer(found.get("GresUsed", "")) for i in indexes(m[1])),
             )
         )  # fmt: skip
     return nodes
+
+
+def indexes(text: str) -> list[int]:
+    """GPU indexes as Slurm writes them (`0-1,3`: [0, 1, 3])."""
+    found: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise SlurmParseError(f"cannot read the GPU indexes {text!r}")
+        found += range(int(low), int(high or low) + 1)
+    return found
 
 
 @dataclass(frozen=True)

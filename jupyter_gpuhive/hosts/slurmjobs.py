@@ -15,22 +15,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..model.engines import EngineJob
-from .slurm import SlurmParseError, expand_hostlist
+from .slurm import SlurmParseError, expand_hostlist, indexes
 
 _IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
 _ACCOUNT = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}\Z")
 HOLDING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
-
-
-def _indexes(text: str) -> list[int]:
-    """`0-1,3` as [0, 1, 3]."""
-    found: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise SlurmParseError(f"cannot read the GPU indexes {text!r}")
-        found += range(int(low), int(high or low) + 1)
-    return found
 
 
 def _instant(value: Any) -> datetime:
@@ -60,7 +49,7 @@ def parse_jobs(text: str) -> list[EngineJob]:
         for node, detail in zip(nodes, details, strict=False):
             match = _IDX.search(str(detail)) if str(detail).startswith("gpu") else None
             if match is not None:
-                gpus += [(node, i) for i in _indexes(match.group(1))]
+                gpus += [(node, i) for i in indexes(match.group(1))]
         user = str(job.get("user_name") or "")
         job_id = job.get("job_id")
         if not gpus or not isinstance(job_id, int) or not _ACCOUNT.match(user):

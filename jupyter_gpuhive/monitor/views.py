@@ -102,7 +102,7 @@ class HostViews:
                 "next_reservation": _brief(following.get(item["id"])),
                 "health": (condition or GpuCondition(0)).to_json(),
                 "state": gpu_state(condition, host_state, now is not None,
-                                   bool(item.get("processes"))),
+                                   bool(item.get("processes") or item.get("held_by_engine"))),
             }  # fmt: skip
 
         out = []
@@ -164,6 +164,7 @@ class HostViews:
                         "power_w": m.power_w if m else None,
                         "mig": list(sample.mig_uuids.get(gpu.uuid, ())) if sample else [],
                         "processes": procs.get(gpu.uuid, []),
+                        "held_by_engine": sample.engine_held.get(gpu.uuid) if sample else None,
                         "slices": slice_views(sample, gpu, parts, slice_refs),
                     }
                 )

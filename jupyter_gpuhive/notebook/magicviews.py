@@ -206,6 +206,8 @@ def gpu_state(gpu: dict[str, Any], host_state: str, me: str) -> tuple[str, str]:
         return "reserved", f"{now['owner']} until {until}"
     if users:
         return "busy", f"busy: {', '.join(users)}"
+    if gpu.get("held_by_engine"):  # a job of the cluster's scheduler (Slurm) holds it
+        return "busy", f"busy: {gpu['held_by_engine']}"
     if host_state != "up":
         return "unknown", "no data"
     nxt = gpu.get("next_reservation")

@@ -67,6 +67,8 @@ export interface IGpu {
   mem_used_mib?: number | null;
   mem_total_mib?: number | null;
   processes?: IProcess[];
+  /** The engine job that holds it now, as the engine says ('a Slurm job'): busy. */
+  held_by_engine?: string | null;
   reservation?: IBrief | null;
   next_reservation?: IBrief | null;
   /** A MIG slice ('host:index/migGI') is listed under its GPU and booked like one. */
@@ -302,6 +304,10 @@ export function gpuState(gpu: IGpu, hostState: string, me: string, now: Date = n
       label: `busy: ${users.join(', ')}`,
       detail: `${gpu.id}: not reserved, busy with ${n} process${n === 1 ? '' : 'es'} of ${users.join(', ')}`
     };
+  }
+  if (gpu.held_by_engine) {
+    // A job of the cluster's own scheduler holds it (its processes are not seen from here).
+    return { kind: 'busy', label: `busy: ${gpu.held_by_engine}`, detail: `${gpu.id}: not reserved, held by ${gpu.held_by_engine}` };
   }
   if (hostState !== 'up') {
     return {

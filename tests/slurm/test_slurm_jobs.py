@@ -225,6 +225,16 @@ async def test_a_running_slurm_job_is_occupied_time(api, running_hive, slurm) ->
     assert [(j["job"], j["user"], j["gpus"]) for j in listed] == [
         (int(job_id), ACCOUNTS["bob"], ["n1:0"])
     ], listed
+    # the sidebar's GET hosts: its GPU busy, held by a Slurm job (Slurm's GresUsed)
+
+    async def busy() -> dict[str, Any] | None:
+        hosts = {h["name"]: h for h in (await alice("GET", "hosts")).body["hosts"]}
+        gpus = {g["index"]: g for g in hosts["n1"]["gpus"]}
+        return gpus if gpus[0]["state"] == "busy" else None
+
+    gpus = await until(busy, 30, "n1:0 busy in GET hosts")
+    assert gpus[0]["held_by_engine"] == "a Slurm job", gpus[0]
+    assert gpus[1]["state"] == "free" and gpus[1]["held_by_engine"] is None, gpus[1]
     made = await alice("POST", "reservations", {"title": "over", "gpus": WHOLE_N1,
                                                 "start": iso(datetime.now(UTC)),
                                                 "duration": "1h"})  # fmt: skip

@@ -140,3 +140,15 @@ def test_bad_slurm_settings_are_the_sites_mistake() -> None:
     with pytest.raises(HostUnavailable, match="conf must be an absolute path"):
         asyncio.run(pool.sample("n1", 5))
     assert pool.status("n1").state == "down"
+
+
+def test_the_gpus_slurms_jobs_hold_come_from_gres_used_only() -> None:
+    """`GresUsed` (scontrol show node -d) gives the IDX of the GPUs jobs hold; a reason that
+    looks like that field counts for nothing, and `IDX:N/A` is none."""
+    line = ("NodeName=n1 Arch=x86_64 State=MIXED+DRAIN Gres=gpu:a100:4 GresDrain=N/A "
+            "GresUsed=gpu:a100:2(IDX:0,2) Reason=x GresUsed=gpu:a100:4(IDX:0-3) "
+            "[root@2026-01-02T03:04:05] Comment=(null)")  # fmt: skip
+    (node,) = parse_nodes(line)
+    assert node.gpus_used == (0, 2)
+    (idle,) = parse_nodes("NodeName=n2 State=IDLE Gres=gpu:h100:4 GresUsed=gpu:h100:0(IDX:N/A)")
+    assert idle.gpus_used == ()

@@ -3,7 +3,7 @@
 A host entry `{"name": "n1", "transport": "slurm", "slurm": {"node": "n1", "conf": PATH,
 "bin": DIR}}` (node: default the host's name; conf: the cluster's slurm.conf, default Slurm's
 own; bin: the folder of Slurm's clients, default found on a safe PATH). Its GPUs (by gres type)
-and its state come from `scontrol show node -o` (one call per sweep for all the cluster's
+and its state come from `scontrol show node -d -o` (one call per sweep for all the cluster's
 nodes); a node Slurm keeps closed (down, drained, failing...) gives its GPUs a failed health
 with Slurm's reason, so nothing books them. gpuhive's bookings on its nodes become Slurm
 reservations (`SlurmReservations`). Jobs' tasks are batch jobs of their owners, submitted from
@@ -119,6 +119,7 @@ def sample_of(host: str, node: SlurmNode, taken_at: datetime) -> HostSample:
         host, taken_at, gpus=tuple(gpus),
         health={g.uuid: health for g in gpus} if health else {},
         drainer=DRAINER, drained={g.uuid: drain for g in gpus} if drain else {},
+        engine_held={g.uuid: "a Slurm job" for g in gpus if g.index in node.gpus_used},
     )  # fmt: skip
 
 
@@ -287,7 +288,9 @@ class SlurmBackend(HostBackend):
             kept = self._listed.get(cluster)
             if kept is not None and time.monotonic() - kept[0] < FRESH:
                 return kept[1]
-            done = await slurm_command(cluster.line("scontrol", "show", "node", "-o"), timeout)
+            done = await slurm_command(
+                cluster.line("scontrol", "show", "node", "-d", "-o"), timeout
+            )
             if done.exit_status != 0:
                 raise SlurmParseError(f"scontrol show node failed: {_said(done)}")
             nodes = {n.name: n for n in parse_nodes(done.stdout)}

@@ -112,6 +112,15 @@ describe('gpuState', () => {
     expect(s).toMatchObject({ kind: 'busy', label: 'busy: alice, pid 3' });
     expect(s.detail).toContain('3 processes');
   });
+  it('is busy while a job of the cluster\'s scheduler holds it, with no process seen', () => {
+    const s = gpuState(gpu({ held_by_engine: 'a Slurm job' }), 'up', 'me', NOW);
+    expect(s).toMatchObject({ kind: 'busy', label: 'busy: a Slurm job' });
+    expect(s.detail).toBe('gpu1:0: not reserved, held by a Slurm job');
+    // a booking still shows first; no engine job: free
+    const booked = gpuState(gpu({ held_by_engine: 'a Slurm job', reservation: brief('bob', '2026-11-22T09:00:00Z', '2026-11-22T11:00:00Z') }), 'up', 'me', NOW);
+    expect(booked.kind).toBe('reserved');
+    expect(gpuState(gpu({ held_by_engine: null }), 'up', 'me', NOW).kind).toBe('free');
+  });
   it('is free, until the next reservation', () => {
     expect(gpuState(gpu(), 'up', 'me', NOW)).toMatchObject({ kind: 'free', label: 'free' });
     const s = gpuState(gpu({ next_reservation: brief('bob', '2026-11-22T13:00:00Z', '2026-11-22T14:00:00Z') }), 'up', 'me', NOW);
