@@ -15,12 +15,14 @@ Run: `.venv/bin/python benchmarks/tenancy.py [--smoke]` (`--smoke`: 2 host group
   add a rule for that host, replace and delete the site admin's rule there, approve one
   tentative booking there and decline another (every booking waits for approval: each
   group's threshold is 0 GPUs), stop the booking there lending its GPUs, cancel it, read
-  its usage and read its description; and once, set a group's limits (limits are the
-  site's). Refused: a 403 whose JSON message says who may instead (for the description: not
-  shown). All must be refused.
+  its usage and read its description; on every other group, set and forget its own limits
+  and its no-show times (`host-groups/{group}/limits`, `.../noshow`); and once, set a
+  group's site limits (those are the site's). Refused: a 403 whose JSON message says who
+  may instead (for the description: not shown). All must be refused.
 - `in_group_admin_actions`: `{"tried": N, "allowed": N}`, the same actions on the
-  administrator's own group's first host (but limits): all must be allowed, so that the
-  refusals above are the groups' boundary and not a blanket no.
+  administrator's own group's first host and on the group's own settings (but the site's
+  limits): all must be allowed, so that the refusals above are the groups' boundary and not
+  a blanket no.
 - `budget_overruns`: GPU-hours booked beyond a group's budget when 50 clients (threads, five
   members of the group) race for its last 10 GPU-hours with 50 one-hour bookings that do not
   clash, on a server over SQLite and one over PostgreSQL (`budget_overruns_by_db`; also how
@@ -153,6 +155,10 @@ def run(port: int, groups: int, per_group: int) -> dict[str, Any]:
                 outcomes = attempts(head, host, bookings[host], rules[host])
                 tried += len(outcomes)
                 refusals += sum(denied(s, b, what) for what, s, b in outcomes)
+            if other != g:
+                outcomes = group_attempts(head, f"lab{other}")
+                tried += len(outcomes)
+                refusals += sum(denied(s, b, what) for what, s, b in outcomes)
         status, body, _ = head.call("PUT", "limits", {
             "scope": "group", "name": f"lab{g}", "limits": {"max_gpus": 1}})  # fmt: skip
         tried += 1
@@ -160,6 +166,7 @@ def run(port: int, groups: int, per_group: int) -> dict[str, Any]:
     for g, head in enumerate(heads):  # then each on its own group's first host
         host = f"g{g}h0"
         outcomes = attempts(head, host, bookings[host], rules[host])
+        outcomes += group_attempts(head, f"lab{g}")
         own_tried += len(outcomes)
         own_allowed += sum(allowed(s, b, what) for what, s, b in outcomes)
     return {
@@ -191,6 +198,20 @@ def attempts(
     call("decline", "POST", f"reservations/{to_decline}/decline", {"reason": "not now"})
     call("lending", "PATCH", f"reservations/{booked}", {"lend": False})
     call("cancel", "DELETE", f"reservations/{booked}")
+    return out
+
+
+def group_attempts(head: Client, group: str) -> list[tuple[str, int, Any]]:
+    """An administrator's changes to a host group's own settings, as (what, status, body)."""
+    out: list[tuple[str, int, Any]] = []
+    for what, method, path, body in (
+        ("group limits", "PUT", "limits", {"gpus": 4, "longest": "1d"}),
+        ("forget group limits", "DELETE", "limits", None),
+        ("group no-show", "PUT", "noshow", {"after": "15m", "release_after": "30m"}),
+        ("forget group no-show", "DELETE", "noshow", None),
+    ):
+        status, reply, _ = head.call(method, f"host-groups/{group}/{path}", body)
+        out.append((what, status, reply))
     return out
 
 

@@ -13,6 +13,7 @@ from .integrations.transport import Transports
 from .jobs.preemption import PreemptionSettings
 from .kernels.endpolicy import EndSettings
 from .model import HostDecl
+from .model.hostgroups import NoShowTimes
 from .privacy import Privacy
 from .protection.service import ProtectionSettings
 
@@ -42,4 +43,9 @@ class HiveSettings:
     def __post_init__(self) -> None:
         if self.policy is not None:  # who administers which hosts: the hosts used now
             self.policy.authority.hosts = lambda: self.hosts
-            self.fairshare = replace(self.fairshare, authority=self.policy.authority)  # budgets
+            authority, p = self.policy.authority, self.protection
+            noshow = NoShowTimes.of_seconds(p.noshow_after, p.noshow_release_after)
+            # budgets' statements, host groups' own limits and no-show times
+            self.fairshare = replace(self.fairshare, authority=authority, noshow=noshow)
+            if authority.groups:  # no-shows read a host's group's own times
+                self.protection = replace(p, host_group=authority.group_name)

@@ -11,12 +11,14 @@ from typing import Any
 from ..errors import Forbidden
 from ..model import Identity, describe_duration, utcnow
 from ..model.authority import Authority
+from ..model.hostgroups import NoShowTimes
 from ..model.limits import Limits, LimitTable, Tier
 from ..model.violations import FOREIGN, NO_SHOW, UNRESERVED
 from ..privacy import Privacy
 from ..store import Store
 from . import accounting
 from .budgets import BudgetService
+from .hostgroups import GroupLimits, HostGroupService
 from .quotas import LimitService
 
 Run = Callable[..., Awaitable[Any]]
@@ -39,6 +41,8 @@ class FairShareSettings:
     max_gap: float = 0.0  # seconds between two samples charged at most; 0: 3 sweeps, ≥ 60 s
     # who administers which host groups (a group's statement): the policy's (HiveSettings)
     authority: Authority = field(default_factory=Authority, compare=False)
+    # the site's no-show times, which a host group's own replace on its hosts (HiveSettings)
+    noshow: NoShowTimes = field(default_factory=NoShowTimes)
 
 
 class FairShare:
@@ -73,6 +77,8 @@ class FairShare:
         )  # fmt: skip
         self.budgets = BudgetService(store, zone, identity_of, settings.authority, clock=clock)
         self.limits.budgets = self.budgets  # checked in each booking's transaction too
+        self.limits.on_groups = GroupLimits(settings.authority, zone, clock)  # host groups' own
+        self.host_groups = HostGroupService(store, settings.authority, settings.noshow, clock=clock)
 
     # --- limits ----------------------------------------------------------------------------
 

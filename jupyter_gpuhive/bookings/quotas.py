@@ -49,6 +49,8 @@ class LimitService:
         self.cache_seconds = cache_seconds
         self._scores: dict[str, tuple[float, float | None]] = {}
         self.budgets: BudgetService | None = None  # checked with the limits (FairShare sets it)
+        # the limits host groups set on their hosts (FairShare sets it; hostgroups.py)
+        self.on_groups: Callable[[LimitReads, PendingWrite, Identity], None] | None = None
         self._lock = threading.Lock()
 
     # --- what applies ------------------------------------------------------------------
@@ -105,31 +107,37 @@ class LimitService:
     def _limits_guard(self, who: Identity) -> Guard:
 
         def check_limits(reads: LimitReads, booking: PendingWrite) -> None:
-            old = booking.old
             if not grows(booking):
                 return  # shorter, renamed, or on other GPUs of the same number
             owner = who if booking.owner == who.name else self.identity_of(booking.owner)
-            table = self.table(owner, reads)
-            if table.empty:
-                return
-            effective = self.effective(owner, table)
-            if effective.limits.empty:
-                return
-            now = self.now()
-            reads.lock_owner(owner.name)  # before reading what they hold
-            held = reads.holdings(
-                owner.name, booking.start - WEEK, booking.end + WEEK, now,
-                merged=True, exclude=old.id if old else None,
-            )  # fmt: skip
-            count = 0
-            if old is None and effective.limits.upcoming is not None:
-                count = reads.upcoming(owner.name, now)
-            # a share counts its part: a quarter GPU for 4 h is 1 GPU-hour
-            held_gpus = len(booking.gpu_ids) * fraction(booking.share)
-            proposal = Proposal(booking.start, booking.end, held_gpus)
-            check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
+            self._site_limits(reads, booking, owner)
+            if self.on_groups is not None:
+                self.on_groups(reads, booking, owner)
 
         return check_limits
+
+    def _site_limits(self, reads: LimitReads, booking: PendingWrite, owner: Identity) -> None:
+        """The site's limits (configured and stored) of the booking's owner."""
+        old = booking.old
+        table = self.table(owner, reads)
+        if table.empty:
+            return
+        effective = self.effective(owner, table)
+        if effective.limits.empty:
+            return
+        now = self.now()
+        reads.lock_owner(owner.name)  # before reading what they hold
+        held = reads.holdings(
+            owner.name, booking.start - WEEK, booking.end + WEEK, now,
+            merged=True, exclude=old.id if old else None,
+        )  # fmt: skip
+        count = 0
+        if old is None and effective.limits.upcoming is not None:
+            count = reads.upcoming(owner.name, now)
+        # a share counts its part: a quarter GPU for 4 h is 1 GPU-hour
+        held_gpus = len(booking.gpu_ids) * fraction(booking.share)
+        proposal = Proposal(booking.start, booking.end, held_gpus)
+        check(effective, proposal, held, now, self.zone, new=old is None, upcoming_now=count)
 
     # --- flags (a limit lowered below what someone holds) -----------------------------------
 

@@ -42,6 +42,7 @@ READ, WRITE, EXECUTE = "read", "write", "execute"  # jupyter_server's actions
 RESERVATIONS, RULES, HEALTH = "gpuhive:reservations", "gpuhive:rules", "gpuhive:health"
 SITE_FEEDS = "gpuhive:site-feeds"
 BUDGETS = "gpuhive:budgets"
+HOST_GROUPS = "gpuhive:host-groups"
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,12 @@ POLICY: dict[tuple[str, str], Entry] = {
     ("gpuhive:budgets", READ): Entry(USER, "see budgets (their own, their groups')"),
     ("gpuhive:budgets", WRITE): Entry(ADMIN, "set, change or remove budgets"),
     ("gpuhive:budgets", "statement"): Entry(OWNER, "read a budget's statement"),
+    ("gpuhive:host-groups", READ): Entry(
+        USER, "see host groups, their administrators and settings"
+    ),
+    ("gpuhive:host-groups", WRITE): Entry(
+        GROUP_ADMIN, "set a host group's limits or no-show settings"
+    ),
 }
 
 
@@ -170,6 +177,11 @@ class Authority:
                 name = group_of(decl)
                 return None if name is None else self.groups.get(name, HostGroup(name))
         return None
+
+    def group_name(self, host: str) -> str | None:
+        """The name of the host group a configured host belongs to, if any."""
+        group = self.host_group(host)
+        return None if group is None else group.name
 
     def admin_hosts(self, name: str, groups: Iterable[str]) -> frozenset[str]:
         """The hosts a user administers as one of their groups' administrators."""

@@ -6,7 +6,7 @@ with a sentence that says what to fix (HandlerConfigError).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from typing import Any
@@ -47,6 +47,8 @@ class ProtectionSettings:
     noshow_after: float = 0.0  # seconds; 0: no-shows are not watched (protection.noshow)
     noshow_release_after: float = 1800.0
     noshow_handlers: Sequence[str] = ("event",)
+    # the host group of a host, whose own no-show times apply there (None: no host groups)
+    host_group: Callable[[str], str | None] | None = field(default=None, compare=False)
     health_handlers: Sequence[str] = ("event",)  # holders of a failed or drained GPU
     user_map: Mapping[str, str] = field(default_factory=dict)  # gpuhive user -> UNIX user
     # Rootful containers gpuhive did not start (hosts/containers.py): the label the site

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from ..hosts.probe import HostSample
 from ..model import Reservation, describe_instant, utcnow
+from ..model.hostgroups import NoShowTimes
 from ..model.violations import NO_SHOW, Violation
 from ..store import Store
 from .actions import Actions, EndReservation, Run
@@ -94,12 +95,30 @@ class NoShows:
         self._run = run
         self._unix_user = unix_user
         self._end_reservation = end_reservation
-        self.after = timedelta(seconds=s.noshow_after)
-        self.release_after = timedelta(seconds=s.noshow_release_after)
+        self.site = NoShowTimes.of_seconds(s.noshow_after, s.noshow_release_after)
+        self.group_of = s.host_group  # a host's group (None: the site has no host groups)
+        self.by_group: dict[str, NoShowTimes] = {}  # the groups' own, read each sweep
         self.handlers = tuple(s.noshow_handlers)
         self._watching_since: datetime | None = None
         self._settled: set[int] = set()  # attended, or not judged: nothing more to do
         self._notices: dict[int, _Notice] = {}
+
+    async def refresh(self) -> bool:
+        """Read the host groups' own no-show times; whether no-shows are watched anywhere."""
+        if self.group_of is not None:
+            stored = await self._run(self.store.host_groups.all)
+            self.by_group = {g: v.noshow for g, v in stored.items() if not v.noshow.empty}
+        watching = bool(self.site.after) or any(t.after for t in self.by_group.values())
+        if not watching:  # turned on again later: judge only what begins from then on
+            self._watching_since = None
+        return watching
+
+    def times(self, res: Reservation) -> tuple[timedelta, timedelta]:
+        """After how long `res` is a no-show (zero: not watched) and how much later it is
+        released: its first GPU's host group's times, the site's where it sets none."""
+        group = self.group_of(res.gpus[0].host) if self.group_of is not None else None
+        times = self.by_group.get(group or "", NoShowTimes()).over(self.site)
+        return times.after or timedelta(0), times.release_after or timedelta(0)
 
     async def track(
         self,
@@ -123,8 +142,9 @@ class NoShows:
             if res.start < self._watching_since - WATCH_SLACK:
                 self._settled.add(res.id)  # began before we watched: not ours to judge
                 continue
-            if res.tentative:  # nothing may run on it until approved: never a no-show (#46)
-                self._settled.add(res.id)
+            after, release_after = self.times(res)
+            if res.tentative or not after:  # tentative: nothing may run on it until approved
+                self._settled.add(res.id)  # (#46); no `after`: not watched on its host
                 continue
             unix = self._unix_user(res.owner)
             present = attended(res, by_host, owners or {}, unix)
@@ -138,13 +158,9 @@ class NoShows:
                     await self._run(self.store.violations.sync, at, (), None, [notice.id])
                 continue
             elapsed = at - res.start
-            if notice is None and elapsed >= self.after:
+            if notice is None and elapsed >= after:
                 await self._notice(res, at)
-            elif (
-                notice is not None
-                and not notice.released
-                and elapsed >= self.after + self.release_after
-            ):
+            elif notice is not None and not notice.released and elapsed >= after + release_after:
                 notice.released = True
                 await self._release_now(res, notice, at)
 

@@ -86,11 +86,8 @@ class Protection:
         self.idle = IdleWatch(settings, self.actions, store, run, unix, end_reservation, zone)
         self.reports = Reports(store, run, unix, self.escalation.cases, public)
         self._ready = False
-        self.noshows = (
-            NoShows(settings, self.actions, store, run, unix, end_reservation, zone)
-            if settings.noshow_after
-            else None
-        )
+        # no-shows: the site's times, or a host group's (settings.host_group: a host's group)
+        self.noshows = NoShows(settings, self.actions, store, run, unix, end_reservation, zone)
 
     def unix_user(self, name: str) -> str:
         """The UNIX user of a gpuhive user (the identity unless configured)."""
@@ -104,7 +101,8 @@ class Protection:
 
     async def on_sweep(self, sweep: Sweep) -> None:
         """Detect, record and escalate; register this as a Sampler listener."""
-        if self.settings.level == 0 and not self.settings.idle_after and self.noshows is None:
+        noshows = await self.noshows.refresh()  # watched anywhere (site, host groups)
+        if self.settings.level == 0 and not self.settings.idle_after and not noshows:
             return
         at = sweep.at
         if not self._ready:
@@ -124,7 +122,7 @@ class Protection:
             await self.idle.track(
                 at, idle_reservations(samples, active, at, self.settings.idle_util)
             )
-        if self.noshows is not None:
+        if noshows:
             await self.noshows.track(at, samples, active, owners)
         self.escalation.escalate(at, seen)
 

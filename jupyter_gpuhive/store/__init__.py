@@ -10,6 +10,7 @@ from .database import Database
 from .finder import FinderReads
 from .health import HealthStore
 from .holders import HolderReads
+from .hostgroups import HostGroupStore
 from .idempotency import IdempotencyKeys
 from .integrations import Integrations
 from .inventory import Inventory
@@ -57,6 +58,7 @@ class Store:
         self.live_sweeps = LiveSweeps(self.db)  # the leader's sweeps, for every replica
         self.preemption = Preemption(self.db)  # loans of reserved GPUs to preemptible jobs
         self.approvals = Approvals(self.db)  # why bookings wait for approval, the answers
+        self.host_groups = HostGroupStore(self.db)  # what a host group's admins set there
 
     def open(self) -> Store:
         """Migrate the schema and load the inventory."""

@@ -24,9 +24,12 @@ from ..model.rules import Rule
 from ..model.shares import fraction
 from .budgets import BudgetReads
 from .database import Database
+from .hostgroups import read_group_limits
 from .rules import read_rules
 from .schema import (
     booking_limits,
+    gpus,
+    hosts,
     job_tasks,
     jobs,
     reservation_gpus,
@@ -196,6 +199,42 @@ class LimitReads:
         found = self._conn.execute(_UPCOMING, {"owner": owner, "now": now})  # a partial index
         return int(found.scalar() or 0)
 
+    # --- on a host group's hosts (the limits its administrators set) -------------------
+
+    def group_limits(self) -> dict[str, Limits]:
+        """The limits each host group set for its hosts."""
+        return read_group_limits(self._conn)
+
+    def hosts_of(self, gpu_ids: Iterable[int]) -> dict[int, str]:
+        """The host of each of these GPUs, by GPU id."""
+        rows = self._conn.execute(_GPU_HOSTS, {"ids": sorted(set(gpu_ids))}).all()
+        return {gpu_id: host for gpu_id, host in rows}
+
+    def holdings_on(
+        self,
+        owner: str,
+        on: Iterable[str],
+        since: datetime,
+        until: datetime,
+        now: datetime,
+        exclude: int | None = None,
+    ) -> list[Held]:
+        """What `owner` holds on the hosts `on` overlapping [since, until): their
+        reservations' GPUs there (merged by span), and their queued jobs' tasks there."""
+        conn, names = self._conn, sorted(set(on))
+        longest = conn.execute(_LONGEST).scalar() or 0
+        values = {"owner": owner, "since": since, "until": until, "exclude": exclude or 0,
+                  "earliest": since - timedelta(seconds=longest + 1), "hosts": names}  # fmt: skip
+        rows = conn.execute(_HELD_MERGED_ON, values).all()
+        held = [Held(start, end, fraction(int(n))) for start, end, n in rows]
+        held.extend(_queued(conn, owner, since, until, now, names))
+        return held
+
+    def upcoming_on(self, owner: str, on: Iterable[str], now: datetime) -> int:
+        """How many reservations of `owner` on the hosts `on` have not ended."""
+        values = {"owner": owner, "now": now, "hosts": sorted(set(on))}
+        return int(self._conn.execute(_UPCOMING_ON, values).scalar() or 0)
+
 
 # The statements of a booking's check, built once (the check runs in every booking).
 _b = booking_limits
@@ -233,9 +272,32 @@ _UPCOMING = select(func.count()).where(
     _r.c.cancelled_at.is_(None),
     _r.c.end_at > bindparam("now"),
 )
+_GPU_HOSTS = (
+    select(gpus.c.id, hosts.c.name)
+    .join(hosts, hosts.c.id == gpus.c.host_id)
+    .where(gpus.c.id.in_(bindparam("ids", expanding=True)))
+)
+_ON_HOSTS = _rg.c.gpu_id.in_(
+    select(gpus.c.id)
+    .join(hosts, hosts.c.id == gpus.c.host_id)
+    .where(hosts.c.name.in_(bindparam("hosts", expanding=True)))
+)
+_HELD_MERGED_ON = _HELD_MERGED.where(_ON_HOSTS)
+_UPCOMING_ON = (
+    select(func.count(func.distinct(_r.c.id)))
+    .select_from(_r.join(_rg, _rg.c.reservation_id == _r.c.id))
+    .where(
+        _r.c.owner == bindparam("owner"),
+        _r.c.cancelled_at.is_(None),
+        _r.c.end_at > bindparam("now"),
+        _ON_HOSTS,
+    )
+)
 _j, _t = jobs, job_tasks
 _QUEUED = (
-    select(_j.c.id, _j.c.walltime_s, _t.c.state, _t.c.gpus, _t.c.started_at, _t.c.ended_at)
+    select(
+        _j.c.id, _j.c.walltime_s, _t.c.state, _t.c.gpus, _t.c.started_at, _t.c.ended_at, _t.c.host
+    )
     .join(_t, _t.c.job_id == _j.c.id)
     .where(
         _j.c.owner == bindparam("owner"),
@@ -248,12 +310,21 @@ _QUEUED = (
 
 
 def _queued(
-    conn: Connection, owner: str, since: datetime, until: datetime, now: datetime
+    conn: Connection,
+    owner: str,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    on: Iterable[str] | None = None,
 ) -> Iterable[Held]:
-    """Queued jobs of `owner` that run, or ran after `since`: one span per job."""
+    """Queued jobs of `owner` that run, or ran after `since`: one span per job (`on`:
+    only their tasks on these hosts)."""
     rows = conn.execute(_QUEUED, {"owner": owner, "since": since, "until": until}).all()
+    wanted = None if on is None else set(on)
     spans: dict[int, list[Any]] = {}
-    for job_id, walltime, state, gpus, started, ended in rows:
+    for job_id, walltime, state, uuids, started, ended, host in rows:
+        if wanted is not None and host not in wanted:
+            continue
         if state in ACTIVE:
             end = started + timedelta(seconds=walltime) if walltime else now
             end = max(end, now)
@@ -261,5 +332,5 @@ def _queued(
             end = ended or now
         span = spans.setdefault(job_id, [started, end, 0])
         span[0], span[1] = min(span[0], started), max(span[1], end)
-        span[2] += len(json.loads(gpus))
+        span[2] += len(json.loads(uuids))
     return [Held(a, b, n, job=job_id) for job_id, (a, b, n) in spans.items() if b > since]

@@ -102,6 +102,28 @@ export interface ErrorReply {
   conflicts?: { [key: string]: unknown }[] | null;
 }
 
+export interface HostGroupList {
+  host_groups: HostGroupReply[];
+}
+
+export interface HostGroupReply {
+  name: string;
+  /** Users who administer the group's hosts */
+  admins: string[];
+  /** Groups whose members administer them */
+  admin_groups: string[];
+  /** The group's hosts, as configured */
+  hosts: string[];
+  /** The limits of each user's bookings there */
+  limits: { [key: string]: unknown };
+  /** The group's own no-show times (null: site's) */
+  noshow: { [key: string]: unknown };
+  /** The no-show times that apply there */
+  noshow_in_force: { [key: string]: unknown };
+  updated_by?: string | null;
+  updated_at?: string | null;
+}
+
 export interface IdentityReply {
   name: string;
   groups: string[];
@@ -349,6 +371,14 @@ export interface NewWebhook {
   events?: ('reservation.created' | 'reservation.changed' | 'reservation.cancelled' | 'reservation.starting' | 'reservation.ending' | 'reservation.tentative' | 'reservation.approved' | 'reservation.declined' | 'reservation.expired' | 'gpus.available' | 'job.started' | 'job.succeeded' | 'job.failed' | 'job.preempted' | 'violation' | 'gpu.health' | 'budget.warning' | '*')[];
   /** Admins only: everyone's events */
   site?: boolean;
+}
+
+/** The no-show times on a host group's hosts; null or absent: the site's. */
+export interface NoShowBody {
+  /** A booking nobody used this long after it began is a no-show (0 or 'off': not watched on these hosts) */
+  after?: ((string | number) | (0 | '0' | 'off')) | string | null;
+  /** How much later a no-show is released */
+  release_after?: (string | number) | string | null;
 }
 
 export interface Preview {

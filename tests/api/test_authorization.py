@@ -51,17 +51,18 @@ GROUPED_HOSTS = [
     {**host, "group": "chemistry" if host["name"] == "gpu3" else "physics"} for host in HOSTS
 ]
 
+GROUPED = {  # GpuHiveApp settings: the hosts in their groups, and who administers each
+    "hosts": GROUPED_HOSTS,
+    "host_groups": {
+        "physics": {"admin_groups": ["physics-heads"]},
+        "chemistry": {"admins": ["carl"]},
+    },
+}
+
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **hive_config,
-        "hosts": GROUPED_HOSTS,
-        "host_groups": {
-            "physics": {"admin_groups": ["physics-heads"]},
-            "chemistry": {"admins": ["carl"]},
-        },
-    }
+    return {**hive_config, **GROUPED}
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-FILLED = {"{id}": "1", "{kernel}": "k-1"}
+FILLED = {"{id}": "1", "{kernel}": "k-1", "{group}": "physics"}
 
 
 def concrete(path: str) -> str:
@@ -140,7 +141,9 @@ def test_the_administrators_routes_are_the_ones_a_site_expects() -> None:
     expected = {"POST /rules", "PUT /rules/{id}", "DELETE /rules/{id}", "PUT /limits",
                 "DELETE /limits", "PUT /limits/tiers", "POST /health/drain", "POST /feeds/site",
                 "DELETE /feeds/site/{id}", "POST /budgets", "PUT /budgets/{id}",
-                "DELETE /budgets/{id}"}  # fmt: skip
+                "DELETE /budgets/{id}", "PUT /host-groups/{group}/limits",
+                "DELETE /host-groups/{group}/limits", "PUT /host-groups/{group}/noshow",
+                "DELETE /host-groups/{group}/noshow"}  # fmt: skip
     assert found == expected
 
 
@@ -207,7 +210,7 @@ async def test_a_group_administrator_sets_rules_only_for_her_groups_hosts(api: A
     assert seen == {"lab"}
     assert (await hedy("DELETE", f"rules/{oid}")).status == 200
     assert (await api("boss")("DELETE", f"rules/{cid}")).status == 200
-    # limits stay the site's
+    # the site's limits stay the site's (her group's own: tests/api/test_host_groups_api.py)
     limits = await hedy("PUT", "limits", {"scope": "site", "limits": {"max_gpus": 2}})
     assert limits.status == 403 and "Only gpuhive admins may set limits" in limits.message
 

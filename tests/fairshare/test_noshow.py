@@ -8,11 +8,13 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from jupyter_gpuhive.model import describe_instant, utcnow
+from jupyter_gpuhive.model.hostgroups import HostGroupSettings, NoShowTimes
 from jupyter_gpuhive.protection.service import ProtectionSettings
 from tests.protection.conftest import USER_MAP, local_decl
 
@@ -99,6 +101,41 @@ async def test_a_booking_waiting_for_approval_is_never_a_no_show(
     assert rig.store.violations.for_reservation(waiting.id) == []
     assert [e["reservation"] for e in rig.events][:1] == [absent.id]
     assert waiting.id not in [e["reservation"] for e in rig.events]
+
+
+async def sweeps_across(rig: Any, seconds: float) -> None:
+    """A sweep, `seconds` later another, and what they told done."""
+    await rig.sweep()
+    await asyncio.sleep(seconds)
+    await rig.sweep()
+    await rig.protection.drain()
+
+
+async def test_a_host_groups_own_times_watch_its_hosts_where_the_site_does_not(
+    sim_users, make_local_host, make_rig
+) -> None:
+    """The site watches no no-shows; the host's group (#46) sets its own times: a booking
+    nobody used there is a no-show after them; once the group turns them off, no longer."""
+    host = make_local_host()
+    settings = ProtectionSettings(
+        user_map=USER_MAP, ladder=[], noshow_after=0.0, noshow_handlers=["event"],
+        host_group=lambda name: "lab" if name == host.name else None,
+    )  # fmt: skip
+    rig = make_rig([local_decl(host)], settings)
+    own = NoShowTimes(timedelta(seconds=0.3), timedelta(hours=1))
+    rig.store.host_groups.put(HostGroupSettings("lab", noshow=own), "hedy", utcnow())
+    await rig.sweep()  # watching from here on
+    absent = rig.reserve("alice", f"{host.name}:0")
+    await sweeps_across(rig, 0.5)
+    assert [e["reservation"] for e in rig.events] == [absent.id]
+    (notice,) = rig.store.violations.for_reservation(absent.id)
+    assert notice.kind == "no-show" and notice.ended_at is None  # told; released in an hour
+    off = NoShowTimes(timedelta(0))
+    rig.store.host_groups.put(HostGroupSettings("lab", noshow=off), "hedy", utcnow())
+    await rig.sweep()  # nothing watched anywhere now
+    later = rig.reserve("bob", f"{host.name}:1")
+    await sweeps_across(rig, 0.5)
+    assert rig.store.violations.for_reservation(later.id) == []
 
 
 def test_off_by_default_and_on_in_the_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

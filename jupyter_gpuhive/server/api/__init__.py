@@ -13,6 +13,7 @@ from . import budgets as bu
 from . import fairshare as f
 from . import finder as fi
 from . import health as he
+from . import hostgroups as hg
 from . import hosts as ho
 from . import integrations as i
 from . import jobs as j
@@ -50,6 +51,10 @@ ENDPOINTS: list[tuple[str, type[HiveLogic]]] = [
     ("/budgets/{id}", bu.BudgetHandler),
     ("/budgets/{id}/statement", bu.StatementHandler),
     ("/budgets/{id}/statement.csv", bu.StatementCsvHandler),
+    ("/host-groups", hg.HostGroupsHandler),
+    ("/host-groups/{group}", hg.HostGroupHandler),
+    ("/host-groups/{group}/limits", hg.HostGroupLimitsHandler),
+    ("/host-groups/{group}/noshow", hg.HostGroupNoShowHandler),
     ("/violations", v.ViolationsHandler),
     ("/reservations", rs.ReservationsHandler),
     ("/reservations/search", fi.SlotSearchHandler),

@@ -32,6 +32,7 @@ PATH_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "id": ("([^/]+)", {"type": "integer", "minimum": 0, "maximum": ID_MAX}),
     "token": ("([^/]*)", {"type": "string", "pattern": "^[^/.]+$"}),
     "kernel": ("([^/]+)", {"type": "string", "pattern": "^[^/]+$"}),  # a Jupyter kernel id
+    "group": ("([^/]+)", {"type": "string", "pattern": "^[^/]+$"}),  # a host group's name
 }
 
 

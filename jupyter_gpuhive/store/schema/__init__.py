@@ -17,7 +17,13 @@ from .bookings import (
     users,
 )
 from .budgets import budget_warnings, budgets
-from .fairshare import booking_limits, charge_totals, gpu_charges_hourly, gpu_charges_monthly
+from .fairshare import (
+    booking_limits,
+    charge_totals,
+    gpu_charges_hourly,
+    gpu_charges_monthly,
+    host_group_settings,
+)
 from .health import gpu_health
 from .idempotency import idempotency_keys
 from .integrations import (
@@ -54,6 +60,7 @@ __all__ = [
     "gpu_usage_hourly",
     "gpus",
     "host_charges_monthly",
+    "host_group_settings",
     "host_topology",
     "hosts",
     "idempotency_keys",

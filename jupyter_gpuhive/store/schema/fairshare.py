@@ -72,3 +72,18 @@ charge_totals = Table(
     *_charge_columns(),
     PrimaryKeyConstraint("subject", "subject_id"),
 )
+
+
+# What a host group's administrators set for their hosts (migration 0025): the limits of
+# each user's bookings there (`limits`, the JSON of one entry; NULL: none), and the no-show
+# times there (NULL: the site's; 0: no-shows not watched there).
+host_group_settings = Table(
+    "host_group_settings",
+    metadata,
+    Column("group_name", String(128), primary_key=True),
+    Column("limits", Text),
+    Column("noshow_after_s", Float),
+    Column("noshow_release_after_s", Float),
+    Column("updated_by", String(128), nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
