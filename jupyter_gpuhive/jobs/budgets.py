@@ -1,6 +1,6 @@
-"""Budgets as jobs spend them: a queued or preemptible job, or one started on GPUs its owner
-holds no booking of, is refused (409) when its GPUs × walltime would overrun a budget of its
-owner or their groups (bookings/budgets.py says what is left). A job on a booking is paid by
+"""Budgets as jobs spend them: a queued or preemptible job, or one started (now, or scheduled
+at `start_at`) on GPUs its owner holds no booking of then, is refused (409) when its GPUs ×
+walltime would overrun a budget of its owner or their groups (bookings/budgets.py says what is left). A job on a booking is paid by
 the booking: it counts nothing more.
 
 What a job counts: its named GPUs, or its `gpu_count`; a share job (a queued job of one GPU
@@ -11,7 +11,7 @@ walltime its length is unknown: such a job is refused only when a budget is spen
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from ..bookings.budgets import BudgetService
 from ..model import Identity, units_conflict
@@ -29,10 +29,16 @@ class JobBudgets:
         self.store = service.store
         self.identity_of = service.identity_of
 
-    def unheld(self, owner: str, uuids: Collection[str], walltime: timedelta | None) -> int:
-        """How many of these GPUs `owner` holds no booking of now (a booking of a GPU's
-        slice holds the GPU, one of the GPU its slices), for the walltime's span."""
-        now = self.service.now()
+    def unheld(
+        self,
+        owner: str,
+        uuids: Collection[str],
+        walltime: timedelta | None,
+        at: datetime | None = None,
+    ) -> int:
+        """How many of these GPUs `owner` holds no booking of at `at` (default now; a
+        booking of a GPU's slice holds the GPU, one of the GPU its slices)."""
+        now = max(at or self.service.now(), self.service.now())
         wanted = set(uuids)
         every = self.store.inventory.units()
         gpus = [g for g in every if g.uuid in wanted]
@@ -71,9 +77,13 @@ class JobBudgets:
     def check_new(
         self, who: Identity, job: Job, specs: Sequence[TaskSpec], on_booking: bool
     ) -> None:
-        """A new queued (or preemptible) job: refused (409) when it would overrun a budget
-        (`on_booking`: it runs on its owner's booking, which paid for it)."""
-        if not job.queued or on_booking:
+        """A new queued (or preemptible) job, or one scheduled (`start_at`): refused (409)
+        when it would overrun a budget (`on_booking`: it runs on its owner's booking, which
+        paid for it)."""
+        if on_booking:
             return
-        named = len({g.uuid for spec in specs for g in spec.gpus})
-        self.check(who, job, self.gpus(job, named))
+        uuids = {g.uuid for spec in specs for g in spec.gpus}
+        if job.queued:
+            self.check(who, job, self.gpus(job, len(uuids)))
+        elif job.start_at is not None:  # scheduled: its GPUs not booked by its owner then
+            self.check(who, job, self.unheld(job.owner, uuids, job.walltime, job.start_at))

@@ -10,7 +10,7 @@ import pytest
 
 from tests.api.helpers import refused
 from tests.api.test_api_shares import SHARED
-from tests.conftest import book, soon
+from tests.conftest import book, iso, soon
 from tests.fairshare.test_budgets_api import add_budget, around_today
 from tests.fairshare.test_limits_api import sqlite_only
 
@@ -107,6 +107,20 @@ async def test_requeueing_and_starting_outside_bookings_are_checked(api: Any) ->
     assert (await boss("PUT", f"budgets/{budget['id']}", {**raised, "gpu_hours": 10})).status == 200
     back = await alice("POST", f"{path}/enqueue")
     assert back.status == 200 and back.body["queued"] is True, back
+
+
+async def test_a_scheduled_job_counts_the_gpus_not_booked_then(api: Any) -> None:
+    boss, alice = api("boss"), api("alice")
+    await add_budget(boss, scope="user", name="alice", gpu_hours=3, **around_today())
+    at = soon(hours=4)
+    later = {"name": "nightly", "command": "sleep 1", "gpus": ["gpu2:0", "gpu2:1"],
+             "start_at": iso(at), "walltime": "2h"}  # fmt: skip
+    refused(await alice("POST", "jobs", later), 409, "it needs 4.00 GPU-hours",
+            "3.00 of 3.00 GPU-hours are left")  # fmt: skip
+    # with both GPUs booked then (2 of the 3 GPU-hours), the booking pays: it is made
+    await book(alice, "for the job", ["gpu2:0", "gpu2:1"], at, "1h")
+    made = await alice("POST", "jobs", {**later, "walltime": "1h"})
+    assert made.status == 201, made
 
 
 async def test_bad_job_input_is_still_refused_before_any_budget(api: Any) -> None:
