@@ -35,7 +35,7 @@ from .outcomes import apply_change, observe, to_int
 from .outcomes import tail as output_tail  # `tail` is also log()'s parameter
 from .preemption import PreemptionSettings, env_lines
 from .reports import LogChunk, StartFailure, StartReport, StopReport, SyncReport
-from .slurm import EngineStarts, no_hold, no_place
+from .slurm import EngineStarts, Placer, no_hold, no_place
 from .tasks import TemplateError
 
 ENDED_MEMORY = timedelta(minutes=10)
@@ -83,7 +83,7 @@ class Launcher:
         self.hold_of: Callable[[Task], Awaitable[dict[str, Any]]] = no_hold
         self.engine_starts = EngineStarts()  # of tasks in a batch system's queue (Slurm's)
         # Records the node and GPUs (node, IDX) its engine's queue gave an unplaced task.
-        self.place: Callable[[Task, Sequence[tuple[str, int]]], Awaitable[bool]] = no_place
+        self.place: Placer = no_place
 
     # --- starting -------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..errors import Conflict, NotFound
 from ..hosts.backends import backend_of
 from ..hosts.backends.slurm import settings_of
 from ..hosts.pool import HostPool
+from ..hosts.runners import Placement
 from ..model import Gpu, HostDecl, utcnow
 from ..model.engines import engine_name
 from ..model.jobs import Job, Task, TaskState
@@ -38,6 +39,7 @@ from .tasks import TaskSpec, TemplateError
 from .template import command_fields
 
 log = logging.getLogger(__name__)
+Placer = Callable[[Task, Placement], Awaitable[bool]]  # the launcher's `place`
 # the command's fields that name a task's host or GPUs: unknown until the engine places it
 PLACED_FIELDS = ("host", "address", "gpus", "gpu_indices", "ngpus")
 
@@ -70,7 +72,7 @@ async def no_hold(task: Task) -> dict[str, Any]:
     return {"gpu_count": len(task.gpus)}
 
 
-async def no_place(_task: Task, _where: Sequence[tuple[str, int]]) -> bool:
+async def no_place(_task: Task, _placed: Placement) -> bool:
     """The launcher's `place` until the queue sets it: nothing recorded."""
     return False
 
@@ -169,10 +171,14 @@ async def place(
     run: Callable[..., Awaitable[Any]],
     hosts: Callable[[], Mapping[str, HostDecl]],
     task: Task,
-    where: Sequence[tuple[str, int]],
+    placed: Placement,
 ) -> bool:
     """Record the node and GPU IDXs Slurm gave a running task of its queue on the task
-    (whether it did: a node or GPU gpuhive does not know leaves it unplaced)."""
+    (whether it did: a node or GPU gpuhive does not know, or another job than the one
+    gpuhive submitted for it, leaves it unplaced)."""
+    job_id, where = placed
+    if job_id != task.handle:  # another job of the owner's of that name: not the task's
+        return False
     by_node = {settings_of(decl)[0]: decl for decl in engine_hosts(hosts(), "slurm")}
     nodes = {node for node, _ in where}
     decl = by_node.get(next(iter(nodes))) if len(nodes) == 1 else None
@@ -188,13 +194,11 @@ async def place(
     gpus = [gpu for gpu in found if gpu is not None]
     known = await run(store.inventory.host, decl.name)
     address = known.address if known else decl.name
-    placed: bool = await run(store.jobs.place_task, task.id, decl.name, address, gpus)
-    return placed
+    recorded: bool = await run(store.jobs.place_task, task.id, decl.name, address, gpus)
+    return recorded
 
 
-def placing(
-    store: Store, pool: HostPool
-) -> Callable[[Task, Sequence[tuple[str, int]]], Awaitable[bool]]:
+def placing(store: Store, pool: HostPool) -> Placer:
     """The launcher's `place`: on the store, with the pool's host entries."""
     return functools.partial(place, store, asyncio.to_thread, lambda: pool.hosts)
 

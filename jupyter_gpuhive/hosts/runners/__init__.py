@@ -36,6 +36,7 @@ from ..status import CommandResult
 from ..vendors import DoctorCheck
 
 # (script fed on stdin, its command line, timeout or None for the default) -> its result
+Placement = tuple[int, tuple[tuple[str, int], ...]]  # (engine job id, its GPUs' node and index)
 Shell = Callable[[str, str, float | None], Awaitable[CommandResult]]
 
 # Exit statuses of the start script for failures it recognizes (shared by the runners).
@@ -157,8 +158,8 @@ class Census:
     waiting: frozenset[str] = frozenset()
     why: Mapping[str, str] = field(default_factory=dict)
     starts: Mapping[str, datetime] = field(default_factory=dict)
-    # unplaced runs that run now: (node, GPU index) of each GPU the engine gave them
-    placed: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # unplaced runs that run now: the engine's job id, (node, GPU index) of each GPU it gave
+    placed: Mapping[str, Placement] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from . import (
     START_EXIT,
     Census,
     Halted,
+    Placement,
     RunnerError,
     Shell,
     Started,
@@ -254,9 +255,7 @@ class SlurmRunner(TaskRunner):
         placed = await self._placed(shell, asked)
         return Census(alive, exits(result.stdout), waiting, why, starts, placed)
 
-    async def _placed(
-        self, shell: Shell, names: dict[int, str]
-    ) -> dict[str, tuple[tuple[str, int], ...]]:
+    async def _placed(self, shell: Shell, names: dict[int, str]) -> dict[str, Placement]:
         """The GPUs (node, IDX) Slurm gave the owner's running jobs `names` (job id -> name),
         from `squeue --json`: only numbers, node lists and account names are read there."""
         if not names:
@@ -268,7 +267,7 @@ class SlurmRunner(TaskRunner):
             found = parse_jobs(result.stdout)
         except SlurmParseError as error:
             raise RunnerError(f"cannot read the Slurm jobs' GPUs: {error}") from None
-        return {names[job.job_id]: job.gpus for job in found if job.job_id in names}
+        return {names[job.job_id]: (job.job_id, job.gpus) for job in found if job.job_id in names}
 
     async def stop(self, shell: Shell, watched: Sequence[Watched], how: Stopping) -> Halted:
         ticks = [math.ceil(how.grace / TICK), math.ceil(how.patience / TICK)]
