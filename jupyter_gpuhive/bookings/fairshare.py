@@ -99,6 +99,13 @@ class FairShare:
         return {"scope": scope, "name": name or None, "limits": found.to_json(),
                 "flag_changes": flags}  # fmt: skip
 
+    async def set_group_limits(
+        self, who: Identity, group: str, limits: Limits | None
+    ) -> dict[str, Any]:
+        """Set (None: forget) a host group's own limits, then flag what is over them now."""
+        shown = await self.run(self.host_groups.set_limits, who, group, limits)
+        return {**shown, "flag_changes": await self.reflag(who.name, LIMITS_CHANGED)}
+
     async def remove(self, who: Identity, scope: str, name: str) -> dict[str, Any]:
         """Forget one scope's stored limits, then re-flag."""
         await self.run(self.limits.remove, who, scope, name)

@@ -11,13 +11,13 @@ site's `noshow_after` and `noshow_release_after` on the group's hosts
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, tzinfo
 from typing import Any
 
 from ..errors import NotFound
-from ..model import Identity, utcnow
+from ..model import UTC, Identity, Reservation, utcnow
 from ..model.authority import HOST_GROUPS, WRITE, Authority
 from ..model.hostgroups import HostGroupSettings, NoShowTimes
 from ..model.limits import NAMES, Effective, Limits
@@ -26,7 +26,9 @@ from ..store import Store
 from ..store.limits import LimitReads
 from ..store.reservations import PendingWrite
 from .budgets import grows
-from .limits import WEEK, Proposal, check
+from .limits import WEEK, Proposal, check, over_limits
+
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class HostGroupService:
@@ -129,8 +131,7 @@ class GroupLimits:
         exclude = old.id if old is not None else None
         for name, count in sorted(ids.items()):
             limits, on = stored[name], self.authority.hosts_of([name])
-            where = f"the limit of host group {name}, on its hosts"
-            effective = Effective(limits, {n: where for n in NAMES})
+            effective = Effective(limits, {n: _where(name) for n in NAMES})
             held = reads.holdings_on(
                 owner.name, on, booking.start - WEEK, booking.end + WEEK, now, exclude
             )
@@ -140,3 +141,29 @@ class GroupLimits:
             proposal = Proposal(booking.start, booking.end, count * fraction(booking.share))
             check(effective, proposal, held, now, self.zone, new=old is None,
                   upcoming_now=upcoming)  # fmt: skip
+
+    def flags(
+        self, store: Store, live: Sequence[Reservation], identity_of: Callable[[str], Identity]
+    ) -> dict[int, str]:
+        """Why each of `live` is over a host group's limits (one lowered below what its
+        owner holds on the group's hosts; only those that are)."""
+        if not self.authority.groups:
+            return {}
+        stored = store.limits.group_limits()
+        now = self.now()
+        found: dict[int, str] = {}
+        for name, limits in sorted(stored.items()):
+            on = self.authority.hosts_of([name])
+            effective = Effective(limits, {n: _where(name) for n in NAMES})
+            for owner in sorted({r.owner for r in live if {g.host for g in r.gpus} & on}):
+                who = identity_of(owner)
+                if who.is_admin or on <= who.admin_hosts:
+                    continue  # exempt there
+                held = store.limits.on_groups(owner, on, now - WEEK, FOREVER, now)
+                for rid, why in over_limits(effective, held, now, self.zone).items():
+                    found.setdefault(rid, f"{why.rstrip('.')} (host group {name}'s limit).")
+        return found
+
+
+def _where(group: str) -> str:
+    return f"the limit of host group {group}, on its hosts"

@@ -10,17 +10,17 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..errors import Forbidden, Invalid, NotFound
-from ..model import UTC, Identity, Reservation, utcnow
+from ..model import Identity, Reservation, utcnow
 from ..model.limits import Effective, Limits, LimitTable, Tier, apply_tiers
 from ..model.shares import fraction
 from ..store import Store
 from ..store.limits import LimitReads
 from ..store.reservations import Guard, PendingWrite
 from .budgets import BudgetService, grows
+from .hostgroups import FOREVER, GroupLimits
 from .limits import WEEK, Proposal, check, over_limits, peak, worst_week
 
 SECOND = timedelta(seconds=1)
-FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 Efficiency = Callable[[str], "float | None"]  # user → efficiency (percent) over the window
 
 
@@ -50,7 +50,7 @@ class LimitService:
         self._scores: dict[str, tuple[float, float | None]] = {}
         self.budgets: BudgetService | None = None  # checked with the limits (FairShare sets it)
         # the limits host groups set on their hosts (FairShare sets it; hostgroups.py)
-        self.on_groups: Callable[[LimitReads, PendingWrite, Identity], None] | None = None
+        self.on_groups: GroupLimits | None = None
         self._lock = threading.Lock()
 
     # --- what applies ------------------------------------------------------------------
@@ -142,12 +142,15 @@ class LimitService:
     # --- flags (a limit lowered below what someone holds) -----------------------------------
 
     def flags(self, live: Sequence[Reservation]) -> dict[int, str]:
-        """Why each of `live` is over its owner's limits (only those that are)."""
+        """Why each of `live` is over its owner's limits, the site's or a host group's (only
+        those that are)."""
+        found: dict[int, str] = {}
+        if self.on_groups is not None:
+            found.update(self.on_groups.flags(self.store, live, self.identity_of))
         table = self.table()
         if table.empty:
-            return {}
+            return found
         now = self.now()
-        found: dict[int, str] = {}
         for owner in sorted({r.owner for r in live}):
             who = self.identity_of(owner)
             if who.is_admin:

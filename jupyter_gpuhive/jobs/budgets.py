@@ -1,7 +1,7 @@
 """Budgets as jobs spend them: a queued or preemptible job, or one started (now, or scheduled
 at `start_at`) on GPUs its owner holds no booking of then, is refused (409) when its GPUs ×
-walltime would overrun a budget of its owner or their groups (bookings/budgets.py says what is left). A job on a booking is paid by
-the booking: it counts nothing more.
+walltime would overrun a budget of its owner or their groups (bookings/budgets.py says what
+is left). A job on a booking is paid by the booking: it counts nothing more.
 
 What a job counts: its named GPUs, or its `gpu_count`; a share job (a queued job of one GPU
 that asks `memory`) its share of the largest shareable GPU, the least it can take. Without a

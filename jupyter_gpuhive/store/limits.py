@@ -77,6 +77,18 @@ class LimitStore:
         with self.db.read() as conn:
             return LimitReads(conn).holdings(owner, since, until, now)
 
+    def on_groups(
+        self, owner: str, on: Iterable[str], since: datetime, until: datetime, now: datetime
+    ) -> list[Held]:
+        """What `owner` holds on the hosts `on`, one `Held` per reservation (a host group's
+        limits lowered below it: flags)."""
+        with self.db.read() as conn:
+            return LimitReads(conn).holdings_on(owner, on, since, until, now, merged=False)
+
+    def group_limits(self) -> dict[str, Limits]:
+        with self.db.read() as conn:
+            return read_group_limits(conn)
+
     def standing(
         self, owner: str, since: datetime, until: datetime, now: datetime, *, merged: bool = False
     ) -> tuple[list[Held], int]:
@@ -218,15 +230,22 @@ class LimitReads:
         until: datetime,
         now: datetime,
         exclude: int | None = None,
+        *,
+        merged: bool = True,
     ) -> list[Held]:
         """What `owner` holds on the hosts `on` overlapping [since, until): their
-        reservations' GPUs there (merged by span), and their queued jobs' tasks there."""
+        reservations' GPUs there (`merged`: by span, else one `Held` per reservation), and
+        their queued jobs' tasks there."""
         conn, names = self._conn, sorted(set(on))
         longest = conn.execute(_LONGEST).scalar() or 0
         values = {"owner": owner, "since": since, "until": until, "exclude": exclude or 0,
                   "earliest": since - timedelta(seconds=longest + 1), "hosts": names}  # fmt: skip
-        rows = conn.execute(_HELD_MERGED_ON, values).all()
-        held = [Held(start, end, fraction(int(n))) for start, end, n in rows]
+        if merged:
+            rows = conn.execute(_HELD_MERGED_ON, values).all()
+            held = [Held(start, end, fraction(int(n))) for start, end, n in rows]
+        else:
+            each = conn.execute(_HELD_ON, values).all()
+            held = [Held(a, b, fraction(int(n)), reservation=rid) for rid, a, b, n in each]
         held.extend(_queued(conn, owner, since, until, now, names))
         return held
 
@@ -283,6 +302,7 @@ _ON_HOSTS = _rg.c.gpu_id.in_(
     .where(hosts.c.name.in_(bindparam("hosts", expanding=True)))
 )
 _HELD_MERGED_ON = _HELD_MERGED.where(_ON_HOSTS)
+_HELD_ON = _HELD.where(_ON_HOSTS)
 _UPCOMING_ON = (
     select(func.count(func.distinct(_r.c.id)))
     .select_from(_r.join(_rg, _rg.c.reservation_id == _r.c.id))

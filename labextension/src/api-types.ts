@@ -122,6 +122,8 @@ export interface HostGroupReply {
   noshow_in_force: { [key: string]: unknown };
   updated_by?: string | null;
   updated_at?: string | null;
+  /** A change of limits: reservations newly flagged (reason) or cleared */
+  flag_changes?: { [key: string]: string | null } | null;
 }
 
 export interface IdentityReply {

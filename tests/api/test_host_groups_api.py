@@ -132,3 +132,22 @@ async def test_a_groups_noshow_times_replace_the_sites_on_its_hosts(
     assert (await hedy("DELETE", "host-groups/physics/noshow")).status == 200
     await noshows.refresh()
     assert noshows.times(physics) == (timedelta(minutes=15), timedelta(minutes=30))
+
+
+async def test_a_lowered_group_limit_flags_the_bookings_over_it_never_deletes(api: Any) -> None:
+    hedy, alice = api("hedy"), api("alice")
+    t = soon(hours=2)
+    first = (await book(alice, "first", ["gpu1:0"], t, "1h")).body["id"]
+    second = (await book(alice, "second", ["gpu2:0"], t, "1h")).body["id"]
+    elsewhere = (await book(alice, "chem", ["gpu3:0", "gpu3:1"], t, "1h")).body["id"]
+    lowered = await hedy("PUT", "host-groups/physics/limits", {"gpus": 1})
+    assert lowered.status == 200, lowered
+    flags = lowered.body["flag_changes"]
+    assert set(flags) == {str(second)}, flags  # the later one on physics's hosts
+    assert "over the limit of 1 (host group physics's limit)" in flags[str(second)], flags
+    shown = await alice("GET", f"reservations/{second}")
+    assert shown.status == 200 and shown.body["status"] != "cancelled", shown
+    for rid in (first, elsewhere):
+        assert (await alice("GET", f"reservations/{rid}")).status == 200
+    cleared = await hedy("DELETE", "host-groups/physics/limits")
+    assert cleared.body["flag_changes"] == {str(second): None}, cleared.body

@@ -46,14 +46,15 @@ class HostGroupLimitsHandler(HostGroupLogic):
     @authorized(WRITE)
     @operation(
         "Set the limits of each user's bookings on a host group's hosts, counting what they "
-        "hold there (the group's administrators, site admins)",
+        "hold there (the group's administrators, site admins); bookings now over them are "
+        "flagged, never deleted",
         body=LimitValues,
         reply=hg.HostGroupReply,
         errors=(404,),
     )
     async def put(self, group: str) -> None:
         limits = self.body(LimitValues).value()
-        self.reply(await self.hive.run(self.groups.set_limits, self.who, group, limits))
+        self.reply(await self.hive.fairshare.set_group_limits(self.who, group, limits))
 
     @web.authenticated
     @authorized(WRITE)
@@ -63,7 +64,7 @@ class HostGroupLimitsHandler(HostGroupLogic):
         errors=(404,),
     )
     async def delete(self, group: str) -> None:
-        self.reply(await self.hive.run(self.groups.set_limits, self.who, group, None))
+        self.reply(await self.hive.fairshare.set_group_limits(self.who, group, None))
 
 
 class HostGroupNoShowHandler(HostGroupLogic):

@@ -50,6 +50,9 @@ class HostGroupReply(Reply):
     noshow_in_force: dict[str, Any] = Field(description="The no-show times that apply there")
     updated_by: str | None = None
     updated_at: str | None = None
+    flag_changes: dict[str, str | None] | None = Field(
+        None, description="A change of limits: reservations newly flagged (reason) or cleared"
+    )
 
 
 class HostGroupList(Reply):
