@@ -1,7 +1,8 @@
 """Host groups' own settings (#46 item 2): a group's administrators set the limits of the
 bookings on their group's hosts and the no-show times there, and nowhere else; site admins
 everywhere; by real requests to a real server (gpu1, gpu2: physics, administered by
-hedy as a member of physics-heads; gpu3: chemistry, administered by carl)."""
+hedy as a member of physics-heads; gpu3: chemistry, administered by carl). The limits'
+tests run on SQLite and PostgreSQL (the booking guard's reads and the upsert)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.api.helpers import booking, refused
 from tests.api.test_authorization import GROUPED, SITE_USERS
 from tests.conftest import book, soon
 
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 H = timedelta(hours=1)
 
 
@@ -31,6 +32,7 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
+@sqlite_only
 async def test_everyone_sees_the_groups_their_administrators_and_settings(api: Any) -> None:
     listed = await api("alice")("GET", "host-groups")
     assert listed.status == 200, listed
@@ -70,6 +72,7 @@ async def test_group_limits_bind_bookings_on_the_groups_hosts_only(api: Any) -> 
     assert (await book(alice, "three", ["gpu1:2"], t, "1h")).status == 201
 
 
+@sqlite_only
 async def test_cross_group_changes_are_refused_and_say_who_may(api: Any) -> None:
     hedy, carl, boss, alice = api("hedy"), api("carl"), api("boss"), api("alice")
     for path, body in (("limits", {"gpus": 1}), ("noshow", {"after": "5m"})):
@@ -88,6 +91,7 @@ async def test_cross_group_changes_are_refused_and_say_who_may(api: Any) -> None
     refused(await boss("PUT", "host-groups/biology/limits", {"gpus": 1}), 404, "biology")
 
 
+@sqlite_only
 async def test_bad_settings_are_refused(api: Any) -> None:
     hedy = api("hedy")
     cases = [
@@ -106,6 +110,7 @@ async def test_bad_settings_are_refused(api: Any) -> None:
         assert words in reply.message, reply.message
 
 
+@sqlite_only
 async def test_a_groups_noshow_times_replace_the_sites_on_its_hosts(
     api: Any, jp_serverapp: Any
 ) -> None:
