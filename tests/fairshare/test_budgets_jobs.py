@@ -14,8 +14,6 @@ from tests.conftest import book, iso, soon
 from tests.fairshare.test_budgets_api import add_budget, around_today
 from tests.fairshare.test_limits_api import sqlite_only
 
-pytestmark = sqlite_only
-
 
 @pytest.fixture
 def hive_config(hive_config: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +49,7 @@ async def test_a_queued_job_that_would_overrun_is_refused_with_what_is_left(api:
     assert (await carol("POST", "jobs", big)).status == 201
 
 
+@sqlite_only
 async def test_a_share_job_counts_its_share_and_an_overdraft_says_how_much_more(
     api: Any,
 ) -> None:
@@ -67,6 +66,7 @@ async def test_a_share_job_counts_its_share_and_an_overdraft_says_how_much_more(
     assert "1.50 GPU-hours more at most" in words, words
 
 
+@sqlite_only
 async def test_a_job_on_its_booking_is_paid_by_the_booking(api: Any) -> None:
     boss, alice = api("boss"), api("alice")
     await add_budget(boss, scope="user", name="alice", gpu_hours=2, **around_today())
@@ -79,6 +79,7 @@ async def test_a_job_on_its_booking_is_paid_by_the_booking(api: Any) -> None:
             "0.00 of 2.00 GPU-hours are left")  # fmt: skip
 
 
+@sqlite_only
 async def test_a_job_without_walltime_is_refused_only_when_a_budget_is_spent(api: Any) -> None:
     boss, alice = api("boss"), api("alice")
     await add_budget(boss, scope="user", name="alice", gpu_hours=2, **around_today())
@@ -90,6 +91,7 @@ async def test_a_job_without_walltime_is_refused_only_when_a_budget_is_spent(api
             "budget of user alice", "is spent", "ends on")  # fmt: skip
 
 
+@sqlite_only
 async def test_requeueing_and_starting_outside_bookings_are_checked(api: Any) -> None:
     boss, alice = api("boss"), api("alice")
     budget = await add_budget(boss, scope="user", name="alice", gpu_hours=3, **around_today())
@@ -109,6 +111,7 @@ async def test_requeueing_and_starting_outside_bookings_are_checked(api: Any) ->
     assert back.status == 200 and back.body["queued"] is True, back
 
 
+@sqlite_only
 async def test_a_scheduled_job_counts_the_gpus_not_booked_then(api: Any) -> None:
     boss, alice = api("boss"), api("alice")
     await add_budget(boss, scope="user", name="alice", gpu_hours=3, **around_today())
@@ -123,6 +126,7 @@ async def test_a_scheduled_job_counts_the_gpus_not_booked_then(api: Any) -> None
     assert made.status == 201, made
 
 
+@sqlite_only
 async def test_bad_job_input_is_still_refused_before_any_budget(api: Any) -> None:
     boss, alice = api("boss"), api("alice")
     await add_budget(boss, scope="user", name="alice", gpu_hours=0, **around_today())
