@@ -80,42 +80,59 @@ async def death_noticed(kernel_spec: Any) -> float:
     return at - began
 
 
+def delete_reservation(cluster: Any, name: str) -> None:
+    """Delete Slurm's reservation `name` (waiting while jobs in it are still ending)."""
+    for _ in range(60):
+        if cluster.scontrol("delete", f"reservationname={name}", check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"reservation {name} could not be deleted")
+
+
 async def main(quick: bool, smoke: bool) -> dict[str, Any]:
     starts, executes = (1, 20) if smoke else (3, 200) if quick else (6, 1000)
+    with running_slurm() as cluster:
+        return await figures(cluster, starts, executes)
+
+
+async def figures(cluster: Any, starts: int, executes: int) -> dict[str, Any]:
+    """The kernel figures on a running cluster (its node n1 free): `starts` starts and
+    `executes` executes of each kernel; the Slurm reservation made for it is deleted after
+    (benchmarks/slurm.py measures them on its own cluster too)."""
     python = kernel_python()
     ensure_user(USER)
     workdir = Path(tempfile.mkdtemp(prefix="gpuhive-bench-slurm-kernels-"))
-    with running_slurm() as cluster:
-        gpus = [{"index": i, "uuid": slurm_uuid(NODE, NODE, i)} for i in range(GPUS_PER_NODE)]
-        decls = parse_hosts([{"name": NODE, "transport": "slurm", "gpus": gpus,
-                              "kernel_python": python,
-                              "slurm": {"node": NODE, "conf": str(cluster.conf),
-                                        "bin": cluster.bin}}])  # fmt: skip
-        store = Store(f"sqlite:///{workdir / 'hive.sqlite'}").open()
-        store.inventory.sync(decls)
-        pool = HostPool(decls, SshSettings())
+    gpus = [{"index": i, "uuid": slurm_uuid(NODE, NODE, i)} for i in range(GPUS_PER_NODE)]
+    decls = parse_hosts([{"name": NODE, "transport": "slurm", "gpus": gpus,
+                          "kernel_python": python,
+                          "slurm": {"node": NODE, "conf": str(cluster.conf),
+                                    "bin": cluster.bin}}])  # fmt: skip
+    store = Store(f"sqlite:///{workdir / 'hive.sqlite'}").open()
+    store.inventory.sync(decls)
+    pool = HostPool(decls, SshSettings())
 
-        async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+    async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
-        KERNELS.registry = KernelRegistry(store, pool, run, identity_of=Identity)
-        ids = []
-        for i in range(GPUS_PER_NODE):
-            gpu = store.inventory.gpu(f"{NODE}:{i}")
-            assert gpu is not None
-            ids.append(gpu.id)
-        begin = utcnow() - timedelta(seconds=1)
-        res = store.reservations.create(USER, "bench", "", begin, begin + timedelta(hours=2), ids)
-        cluster.scontrol("create", "reservation", f"reservationname={engine_name(res.id)}",
-                         f"users={USER}", f"nodes={NODE}", "starttime=now", "duration=120")  # fmt: skip
-        log(f"local and Slurm kernel ({python}; on {NODE} as {USER}), {starts} starts and "
-            f"{executes} executes each, in turns")  # fmt: skip
-        found = await measure({"local": spec(python, None), "slurm": spec(python, res.id)},
-                              starts, executes)  # fmt: skip
-        log("death: killing the kernel's process on the node")
-        death = await death_noticed(spec(python, res.id))
-        await pool.close()
-        store.close()
+    KERNELS.registry = KernelRegistry(store, pool, run, identity_of=Identity)
+    ids = []
+    for i in range(GPUS_PER_NODE):
+        gpu = store.inventory.gpu(f"{NODE}:{i}")
+        assert gpu is not None
+        ids.append(gpu.id)
+    begin = utcnow() - timedelta(seconds=1)
+    res = store.reservations.create(USER, "bench", "", begin, begin + timedelta(hours=2), ids)
+    cluster.scontrol("create", "reservation", f"reservationname={engine_name(res.id)}",
+                     f"users={USER}", f"nodes={NODE}", "starttime=now", "duration=120")  # fmt: skip
+    log(f"local and Slurm kernel ({python}; on {NODE} as {USER}), {starts} starts and "
+        f"{executes} executes each, in turns")  # fmt: skip
+    found = await measure({"local": spec(python, None), "slurm": spec(python, res.id)},
+                          starts, executes)  # fmt: skip
+    log("death: killing the kernel's process on the node")
+    death = await death_noticed(spec(python, res.id))
+    await pool.close()
+    store.close()
+    await asyncio.to_thread(delete_reservation, cluster, engine_name(res.id))
     local_start = statistics.median(found["start"]["local"])
     slurm_start = statistics.median(found["start"]["slurm"])
     return {
