@@ -294,7 +294,8 @@ def drift(cluster: Any, alice: Any, count: int) -> tuple[list[float], list[float
     """Each of `count` bookings' reservation deleted in Slurm, twice: seconds until gpuhive put
     it back in Slurm; then, with root's reservation on the node meanwhile, seconds until its
     owner sees the booking released (GET reservations/ID: cancelled_at)."""
-    restored, released = [], []
+    restored: list[float] = []
+    released: list[float] = []
     base = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
     n = 0
     while len(released) < count:
